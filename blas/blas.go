@@ -1,0 +1,53 @@
+// Package blas is mixtune's single seam to general matrix multiplication.
+//
+// Every matmul in the model goes through a Backend: OpenBLAS, loaded at run
+// time without cgo when the machine has it, or gonum's pure-Go
+// implementation otherwise. Matrices are row-major, as in CBLAS with
+// CblasRowMajor.
+package blas
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Backend computes C = alpha·op(A)·op(B) + beta·C for row-major matrices,
+// where op(X) is X or Xᵀ. op(A) is m×k, op(B) is k×n and C is m×n; lda, ldb
+// and ldc are the row strides of the matrices as stored.
+type Backend interface {
+	// Name says which implementation runs, for logs and run records.
+	Name() string
+	Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int)
+}
+
+// Open returns the backend a config or flag names: "auto" (OpenBLAS if it
+// loads, gonum otherwise), "openblas" (an error if it does not load) or
+// "gonum". threads caps OpenBLAS's thread count; 0 leaves its default.
+func Open(name string, threads int) (Backend, error) {
+	switch strings.ToLower(name) {
+	case "", "auto":
+		if b, err := OpenOpenBLAS(threads); err == nil {
+			return b, nil
+		}
+		return Gonum{}, nil
+	case "openblas":
+		return OpenOpenBLAS(threads)
+	case "gonum", "go":
+		return Gonum{}, nil
+	}
+	return nil, fmt.Errorf("unknown BLAS backend %q (want auto, openblas or gonum)", name)
+}
+
+// Gemm dispatches on the element type, so generic kernels can call one function.
+func Gemm[T float32 | float64](be Backend, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	switch a := any(a).(type) {
+	case []float32:
+		be.Sgemm(transA, transB, m, n, k, float32(alpha), a, lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+	case []float64:
+		be.Dgemm(transA, transB, m, n, k, float64(alpha), a, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
+	}
+}

@@ -1,0 +1,164 @@
+package blas
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// CBLAS enum values (cblas.h).
+const (
+	cblasRowMajor = 101
+	cblasNoTrans  = 111
+	cblasTrans    = 112
+)
+
+// OpenBLAS calls a system OpenBLAS through purego: no cgo, no build-time
+// dependency, and a machine without the library still runs on Gonum.
+type OpenBLAS struct {
+	name  string
+	sgemm func(order, ta, tb, m, n, k int32, alpha float32, a *float32, lda int32, b *float32, ldb int32, beta float32, c *float32, ldc int32)
+	dgemm func(order, ta, tb, m, n, k int32, alpha float64, a *float64, lda int32, b *float64, ldb int32, beta float64, c *float64, ldc int32)
+}
+
+// openBLASCandidates are the sonames tried in order. MIXTUNE_OPENBLAS, when
+// set, names the library file to load instead.
+var openBLASCandidates = []string{"libopenblas.so.0", "libopenblas.so", "libopenblas.dylib"}
+
+// OpenOpenBLAS loads OpenBLAS and caps its threads (0 keeps its default).
+func OpenOpenBLAS(threads int) (*OpenBLAS, error) {
+	candidates := openBLASCandidates
+	if p := os.Getenv("MIXTUNE_OPENBLAS"); p != "" {
+		candidates = []string{p}
+	}
+	var lib uintptr
+	var path string
+	var errs []string
+	for _, c := range candidates {
+		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err == nil {
+			lib, path = h, c
+			break
+		}
+		errs = append(errs, err.Error())
+	}
+	if lib == 0 {
+		return nil, fmt.Errorf("load OpenBLAS: %s", strings.Join(errs, "; "))
+	}
+	for _, sym := range []string{"cblas_sgemm", "cblas_dgemm"} {
+		if _, err := purego.Dlsym(lib, sym); err != nil {
+			return nil, fmt.Errorf("load OpenBLAS from %s: %w", path, err)
+		}
+	}
+	o := &OpenBLAS{}
+	purego.RegisterLibFunc(&o.sgemm, lib, "cblas_sgemm")
+	purego.RegisterLibFunc(&o.dgemm, lib, "cblas_dgemm")
+
+	info := path
+	if _, err := purego.Dlsym(lib, "openblas_set_num_threads"); err == nil {
+		var setThreads func(int32)
+		var getThreads func() int32
+		purego.RegisterLibFunc(&setThreads, lib, "openblas_set_num_threads")
+		purego.RegisterLibFunc(&getThreads, lib, "openblas_get_num_threads")
+		if threads > 0 {
+			setThreads(int32(threads))
+		}
+		info = fmt.Sprintf("%s, %d threads", path, getThreads())
+	}
+	if _, err := purego.Dlsym(lib, "openblas_get_config"); err == nil {
+		var config func() *byte
+		purego.RegisterLibFunc(&config, lib, "openblas_get_config")
+		if s := cString(config()); s != "" {
+			info = s + "; " + info
+		}
+	}
+	o.name = "openblas (" + info + ")"
+	return o, nil
+}
+
+func (o *OpenBLAS) Name() string { return o.name }
+
+func (o *OpenBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if err := checkGemm(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
+		panic(err) // a caller bug, like gonum's own argument panics
+	}
+	if k == 0 {
+		scaleC(beta, c, m, n, ldc)
+		return
+	}
+	o.sgemm(cblasRowMajor, cblasOp(transA), cblasOp(transB), int32(m), int32(n), int32(k),
+		alpha, &a[0], int32(lda), &b[0], int32(ldb), beta, &c[0], int32(ldc))
+}
+
+func (o *OpenBLAS) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	if err := checkGemm(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
+		panic(err)
+	}
+	if k == 0 {
+		scaleC(beta, c, m, n, ldc)
+		return
+	}
+	o.dgemm(cblasRowMajor, cblasOp(transA), cblasOp(transB), int32(m), int32(n), int32(k),
+		alpha, &a[0], int32(lda), &b[0], int32(ldb), beta, &c[0], int32(ldc))
+}
+
+func cblasOp(t bool) int32 {
+	if t {
+		return cblasTrans
+	}
+	return cblasNoTrans
+}
+
+// checkGemm guards the C library against reading or writing past a Go
+// slice: gonum checks this itself, OpenBLAS cannot.
+func checkGemm(transA, transB bool, m, n, k, la, lda, lb, ldb, lc, ldc int) error {
+	rowsA, colsA := m, k
+	if transA {
+		rowsA, colsA = k, m
+	}
+	rowsB, colsB := k, n
+	if transB {
+		rowsB, colsB = n, k
+	}
+	switch {
+	case m < 0 || n < 0 || k < 0:
+		return errors.New("blas: negative dimension")
+	case lda < max(1, colsA) || ldb < max(1, colsB) || ldc < max(1, n):
+		return errors.New("blas: bad leading dimension")
+	case rowsA > 0 && colsA > 0 && la < (rowsA-1)*lda+colsA:
+		return errors.New("blas: A too short")
+	case rowsB > 0 && colsB > 0 && lb < (rowsB-1)*ldb+colsB:
+		return errors.New("blas: B too short")
+	case m > 0 && n > 0 && lc < (m-1)*ldc+n:
+		return errors.New("blas: C too short")
+	}
+	return nil
+}
+
+func scaleC[T float32 | float64](beta T, c []T, m, n, ldc int) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		for j := range row {
+			if beta == 0 {
+				row[j] = 0
+			} else {
+				row[j] *= beta
+			}
+		}
+	}
+}
+
+func cString(p *byte) string {
+	if p == nil {
+		return ""
+	}
+	var b []byte
+	for ptr := unsafe.Pointer(p); *(*byte)(ptr) != 0; ptr = unsafe.Add(ptr, 1) {
+		b = append(b, *(*byte)(ptr))
+	}
+	return strings.TrimSpace(string(b))
+}

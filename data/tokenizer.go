@@ -1,0 +1,79 @@
+package data
+
+// IgnoreIndex is the target value of a position that contributes no loss:
+// padding, prompt tokens and tokens cut off by truncation.
+const IgnoreIndex = -100
+
+// Tokenizer maps text to token ids and back.
+//
+// Implementations reserve three special ids (BOS, EOS, PAD) inside
+// [0, VocabSize()); Encode never produces them, so that text cannot smuggle a
+// document boundary into a training row.
+type Tokenizer interface {
+	// Encode returns the ids of s, without BOS or EOS.
+	Encode(s string) []int
+	// Decode returns the text of ids. Special tokens are dropped.
+	Decode(ids []int) string
+	// VocabSize is the number of ids, specials included.
+	VocabSize() int
+	BOS() int
+	EOS() int
+	PAD() int
+	// Name identifies the tokenizer in logs and checkpoints.
+	Name() string
+}
+
+// Byte tokenizer ids: 0..255 are raw bytes, then the specials.
+const (
+	byteBOS   = 256
+	byteEOS   = 257
+	bytePAD   = 258
+	byteVocab = 259
+)
+
+// ByteTokenizer encodes text as its UTF-8 bytes: ids 0..255 are byte values,
+// 256 is BOS, 257 is EOS and 258 is PAD, for a vocabulary of 259. It needs no
+// vocabulary files, which makes it the tokenizer of tests and of models
+// trained from scratch. The zero value is ready to use.
+type ByteTokenizer struct{}
+
+// NewByteTokenizer returns a ByteTokenizer.
+func NewByteTokenizer() *ByteTokenizer { return &ByteTokenizer{} }
+
+// Encode returns one id per byte of s.
+func (*ByteTokenizer) Encode(s string) []int {
+	ids := make([]int, len(s))
+	for i := 0; i < len(s); i++ {
+		ids[i] = int(s[i])
+	}
+	return ids
+}
+
+// Decode returns the bytes named by ids. Special tokens (BOS, EOS, PAD) and
+// ids outside [0, 259) are dropped rather than reported, because Decode is
+// used on model samples, which may contain anything. The result is not
+// necessarily valid UTF-8: a sample cut mid-rune keeps its partial bytes.
+func (*ByteTokenizer) Decode(ids []int) string {
+	b := make([]byte, 0, len(ids))
+	for _, id := range ids {
+		if id >= 0 && id < 256 {
+			b = append(b, byte(id))
+		}
+	}
+	return string(b)
+}
+
+// VocabSize returns 259.
+func (*ByteTokenizer) VocabSize() int { return byteVocab }
+
+// BOS returns 256.
+func (*ByteTokenizer) BOS() int { return byteBOS }
+
+// EOS returns 257.
+func (*ByteTokenizer) EOS() int { return byteEOS }
+
+// PAD returns 258.
+func (*ByteTokenizer) PAD() int { return bytePAD }
+
+// Name returns "byte".
+func (*ByteTokenizer) Name() string { return "byte" }

@@ -1,0 +1,166 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/blas"
+)
+
+// AttentionShape describes a batch of causal self-attention.
+type AttentionShape struct {
+	Batch, SeqLen  int
+	Heads, KVHeads int // grouped-query attention: Heads/KVHeads query heads share one key/value head
+	HeadDim        int
+}
+
+// Attention computes causal softmax(Q·Kᵀ/√d)·V per head. q is [B·T,
+// Heads·HeadDim], k and v are [B·T, KVHeads·HeadDim]; the output has q's
+// shape, laid out as o_proj expects. Heads are read in place through BLAS
+// strides, so no transposed copies are made.
+func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
+	qs, ks, vs := shapeOf(q), shapeOf(k), shapeOf(v)
+	n := s.Batch * s.SeqLen
+	check(s.KVHeads > 0 && s.Heads%s.KVHeads == 0, "attention: %d heads are not a multiple of %d key/value heads", s.Heads, s.KVHeads)
+	check(len(qs) == 2 && qs[0] == n && qs[1] == s.Heads*s.HeadDim, "attention: q %v does not fit %+v", qs, s)
+	check(len(ks) == 2 && ks[0] == n && ks[1] == s.KVHeads*s.HeadDim, "attention: k %v does not fit %+v", ks, s)
+	check(len(vs) == 2 && vs[0] == n && vs[1] == s.KVHeads*s.HeadDim, "attention: v %v does not fit %+v", vs, s)
+	base := b.newBase("attention", q, k, v)
+	if b.Dtype == tensor.Float64 {
+		return b.apply(&attentionOp[float64]{opBase: base, s: s, buf: newBuffer[float64](qs...)}, q, k, v)
+	}
+	return b.apply(&attentionOp[float32]{opBase: base, s: s, buf: newBuffer[float32](qs...)}, q, k, v)
+}
+
+type attentionOp[T Float] struct {
+	opBase
+	s     AttentionShape
+	buf   buffer[T]
+	probs []T // saved for backward: [B, Heads, T, T], zero above the diagonal
+}
+
+func (o *attentionOp[T]) Arity() int    { return 3 }
+func (o *attentionOp[T]) Type() hm.Type { return fnType(2, 2, 2, 2) }
+func (o *attentionOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{o.s.Batch * o.s.SeqLen, o.s.Heads * o.s.HeadDim}, nil
+}
+
+// Each unit of parallel work is one (batch row, key/value head) pair: all
+// the query heads that share it run on one worker, so the gradient sums
+// into dK and dV keep one order.
+func (o *attentionOp[T]) units() int { return o.s.Batch * o.s.KVHeads }
+
+func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	in := vals[T](vs)
+	q, k, v := in[0], in[1], in[2]
+	t, out := o.buf.get()
+	s := o.s
+	T_ := s.SeqLen
+	if len(o.probs) != s.Batch*s.Heads*T_*T_ {
+		o.probs = make([]T, s.Batch*s.Heads*T_*T_)
+	}
+	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
+	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
+	be := o.eng.BLAS
+	o.eng.parallel(o.units(), 1, func(lo, hi int) {
+		for u := lo; u < hi; u++ {
+			bi, kh := u/s.KVHeads, u%s.KVHeads
+			kOff := bi*T_*kw + kh*s.HeadDim
+			for h := kh * group; h < (kh+1)*group; h++ {
+				qOff := bi*T_*qw + h*s.HeadDim
+				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
+				blas.Gemm(be, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
+				causalSoftmax(p, T_)
+				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, p, T_, v[kOff:], kw, 0, out[qOff:], qw)
+			}
+		}
+	})
+	round(o.out, out)
+	return t, nil
+}
+
+// causalSoftmax turns each row i of scores [t, t] into softmax over
+// columns 0..i and zeroes the rest.
+func causalSoftmax[T Float](p []T, t int) {
+	for i := 0; i < t; i++ {
+		row := p[i*t : (i+1)*t]
+		m := row[0]
+		for _, x := range row[1 : i+1] {
+			m = max(m, x)
+		}
+		var sum T
+		for j := 0; j <= i; j++ {
+			e := exp(row[j] - m)
+			row[j] = e
+			sum += e
+		}
+		inv := 1 / sum
+		for j := 0; j <= i; j++ {
+			row[j] *= inv
+		}
+		clear(row[i+1:])
+	}
+}
+
+func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	n := o.s.Batch * o.s.SeqLen
+	shapes := [][]int{{n, o.s.Heads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}}
+	return fusedBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], inputs[2], grad}, shapes, o.backward), nil
+}
+
+// backward, per head with P the saved probabilities and dO the output gradient:
+// dP = dO·Vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)), dQ = dS·K/√d, dK += dSᵀ·Q/√d, dV += Pᵀ·dO.
+// The row sum is softmax's own backward; the cheaper rowsum(dO ⊙ O) equals
+// it only while O is not rounded to a narrower format.
+func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
+	q, k, v, g := in[0], in[1], in[2], in[3]
+	dq, dk, dv := grads[0], grads[1], grads[2]
+	s := o.s
+	T_ := s.SeqLen
+	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
+	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
+	be := o.eng.BLAS
+	o.eng.parallel(o.units(), 1, func(lo, hi int) {
+		ds := make([]T, T_*T_)
+		for u := lo; u < hi; u++ {
+			bi, kh := u/s.KVHeads, u%s.KVHeads
+			kOff := bi*T_*kw + kh*s.HeadDim
+			for h := kh * group; h < (kh+1)*group; h++ {
+				qOff := bi*T_*qw + h*s.HeadDim
+				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
+				var beta T // the first head of a group overwrites dK, dV; the others add
+				if h > kh*group {
+					beta = 1
+				}
+				if dv != nil {
+					blas.Gemm(be, true, false, T_, s.HeadDim, T_, 1, p, T_, g[qOff:], qw, beta, dv[kOff:], kw)
+				}
+				if dq == nil && dk == nil {
+					continue
+				}
+				blas.Gemm(be, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
+				for i := 0; i < T_; i++ {
+					pr, dr := p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_]
+					var d T
+					for j := 0; j <= i; j++ {
+						d += pr[j] * dr[j]
+					}
+					for j := 0; j <= i; j++ {
+						dr[j] = pr[j] * (dr[j] - d)
+					}
+					clear(dr[i+1:])
+				}
+				if dq != nil {
+					blas.Gemm(be, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
+				}
+				if dk != nil {
+					blas.Gemm(be, true, false, T_, s.HeadDim, T_, scale, ds, T_, q[qOff:], qw, beta, dk[kOff:], kw)
+				}
+			}
+		}
+	})
+	return nil
+}

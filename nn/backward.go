@@ -1,0 +1,112 @@
+package nn
+
+import (
+	"errors"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// gorgonia ops have one output, but a fused backward kernel produces the
+// gradients of several inputs at once (RMSNorm's dx and dw, attention's dq,
+// dk and dv). backwardOp runs such a kernel once per step and keeps each
+// needed gradient in its own buffer; a pickOp per input hands one buffer to
+// the graph. The pick nodes take the backward node as input, so they run
+// after it.
+
+// backwardKernel fills grads[i] for every input i with grads[i] != nil,
+// given the backward op's graph inputs.
+type backwardKernel[T Float] func(inputs [][]T, grads [][]T) error
+
+type backwardOp[T Float] struct {
+	opBase
+	ranks  []int // of the graph inputs
+	shapes [][]int
+	need   []bool // which forward inputs get a gradient
+	run    backwardKernel[T]
+	bufs   []buffer[T]
+}
+
+func (o *backwardOp[T]) Arity() int { return len(o.ranks) }
+func (o *backwardOp[T]) Type() hm.Type {
+	return fnType(append(append([]int(nil), o.ranks...), 0)...)
+}
+func (o *backwardOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.ScalarShape(), nil
+}
+func (o *backwardOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, errNotTwice
+}
+
+var errNotTwice = errors.New("nn: gradients of gradients are not supported")
+
+func (o *backwardOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	grads := make([][]T, len(o.bufs))
+	for i, need := range o.need {
+		if need {
+			_, grads[i] = o.bufs[i].get()
+		}
+	}
+	if err := o.run(vals[T](vs), grads); err != nil {
+		return nil, err
+	}
+	for i, g := range grads {
+		if g != nil {
+			round(o.inFm[i], g)
+		}
+	}
+	return scalarValue(T(0)), nil // the backward node's own value; only its picks are read
+}
+
+// pickOp returns gradient i of a backwardOp.
+type pickOp[T Float] struct {
+	opBase
+	src *backwardOp[T]
+	i   int
+}
+
+func (o *pickOp[T]) Arity() int    { return 1 }
+func (o *pickOp[T]) Type() hm.Type { return fnType(0, len(o.src.shapes[o.i])) }
+func (o *pickOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape(o.src.shapes[o.i]).Clone(), nil
+}
+func (o *pickOp[T]) Do(...G.Value) (G.Value, error) {
+	t, _ := o.src.bufs[o.i].get()
+	return t, nil
+}
+func (o *pickOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { return nil, errNotTwice }
+
+// fusedBackward adds the backward node of forward op fwd and returns one
+// gradient node per forward input (nil where fwd.wrt is false). graphIn are
+// the values the kernel reads; inShapes are the forward inputs' shapes.
+func fusedBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run backwardKernel[T]) G.Nodes {
+	ranks := make([]int, len(graphIn))
+	for i, n := range graphIn {
+		ranks[i] = n.Dims()
+		if n.Dtype() == tensor.Int {
+			ranks[i] = -n.Dims()
+		}
+	}
+	bw := &backwardOp[T]{
+		opBase: opBase{eng: fwd.eng, id: fwd.id, kind: fwd.kind + ".backward",
+			wrt: make([]bool, len(graphIn)), inFm: fwd.inFm, out: fwd.out},
+		ranks:  ranks,
+		need:   fwd.wrt,
+		shapes: inShapes,
+		run:    run,
+		bufs:   make([]buffer[T], len(inShapes)),
+	}
+	for i, s := range inShapes {
+		bw.bufs[i] = newBuffer[T](s...)
+	}
+	bn := applyOp(bw, graphIn...)
+	grads := make(G.Nodes, len(inShapes))
+	for i, need := range fwd.wrt {
+		if need {
+			p := &pickOp[T]{opBase: gradBase(fwd, fwd.kind+".grad", i, 1), src: bw, i: i}
+			grads[i] = applyOp(p, bn)
+		}
+	}
+	return grads
+}

@@ -1,0 +1,181 @@
+// Package nn holds the fused operations of a Llama transformer as gorgonia
+// ops with hand-written forward and backward kernels, and a Builder that
+// assembles them into a differentiable graph.
+//
+// Every op computes in float32 (or float64, for gradient checks), reuses its
+// output buffer from step to step, and rounds its output and the gradients it
+// produces to the formats the Builder's precision hook assigns, so mixed
+// precision is decided in one place and not inside the kernels.
+//
+// An op's value may be overwritten by a later in-place gorgonia op once its
+// last reader has run; whatever a backward op needs beyond its graph inputs
+// is kept in the op's own saved state, never in a returned value.
+package nn
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
+)
+
+// Engine is what kernels need at run time.
+type Engine struct {
+	BLAS    blas.Backend
+	Workers int // goroutines for row-parallel kernels; results never depend on it
+}
+
+// NewEngine uses every available CPU for the row-parallel kernels.
+func NewEngine(be blas.Backend) *Engine {
+	return &Engine{BLAS: be, Workers: runtime.GOMAXPROCS(0)}
+}
+
+// parallel runs fn over [0,n) in contiguous ranges on up to e.Workers
+// goroutines. Callers make each index's result independent of the split, so
+// the output is bit-identical for any worker count.
+func (e *Engine) parallel(n, minChunk int, fn func(lo, hi int)) {
+	w := e.Workers
+	if w > n/max(minChunk, 1) {
+		w = n / max(minChunk, 1)
+	}
+	if w <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < w; i++ {
+		lo, hi := i*n/w, (i+1)*n/w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// Precision assigns each op kind its compute format; amp.Policy implements
+// it. A nil Precision computes everything in fp32.
+type Precision interface {
+	Compute(op string) amp.Format
+}
+
+// Builder assembles a graph of nn ops. It tracks, like PyTorch's
+// requires_grad, which nodes depend on a trainable parameter, so that an op
+// never computes a gradient nobody needs (a frozen weight costs no dW GEMM),
+// and which format each node's values hold.
+type Builder struct {
+	G         *G.ExprGraph
+	Eng       *Engine
+	Dtype     tensor.Dtype // tensor.Float32, or tensor.Float64 for gradient checks
+	Precision Precision
+
+	needsGrad map[*G.Node]bool
+	format    map[*G.Node]amp.Format
+	nextID    int
+}
+
+// NewBuilder starts an empty graph.
+func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
+	return &Builder{
+		G:         G.NewGraph(),
+		Eng:       eng,
+		Dtype:     dt,
+		needsGrad: map[*G.Node]bool{},
+		format:    map[*G.Node]amp.Format{},
+	}
+}
+
+// NeedsGrad reports whether n depends on a trainable parameter.
+func (b *Builder) NeedsGrad(n *G.Node) bool { return b.needsGrad[n] }
+
+// Format is the format n's values hold (fp32 unless a precision policy said otherwise).
+func (b *Builder) Format(n *G.Node) amp.Format { return b.format[n] }
+
+// Param adds a named weight whose values live in data (float32 master
+// weights, shared, not copied; a float64 builder copies them). Trainable
+// params are what gradients are taken with respect to.
+func (b *Builder) Param(name string, shape []int, data []float32, trainable bool) *G.Node {
+	var backing any = data
+	if b.Dtype == tensor.Float64 {
+		d := make([]float64, len(data))
+		for i, v := range data {
+			d[i] = float64(v)
+		}
+		backing = d
+	}
+	t := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
+	n := G.NewTensor(b.G, b.Dtype, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
+	b.needsGrad[n] = trainable
+	return n
+}
+
+// Input adds a float input of the given shape whose values are set before each run.
+func (b *Builder) Input(name string, shape ...int) *G.Node {
+	return G.NewTensor(b.G, b.Dtype, len(shape), G.WithShape(shape...), G.WithName(name))
+}
+
+// IntInput adds an integer input (token ids, targets) of length n.
+func (b *Builder) IntInput(name string, n int) *G.Node {
+	return G.NewVector(b.G, tensor.Int, G.WithShape(n), G.WithName(name))
+}
+
+// compute is the format an op kind runs in.
+func (b *Builder) compute(kind string) amp.Format {
+	if b.Precision == nil {
+		return amp.FP32
+	}
+	return b.Precision.Compute(kind)
+}
+
+// apply adds op's node and records what the builder tracks about it.
+func (b *Builder) apply(op gradOp, inputs ...*G.Node) *G.Node {
+	n, err := G.ApplyOp(op, inputs...)
+	if err != nil {
+		// Shapes are checked by the builder methods before this point, so
+		// an error here is a bug in mixtune, not bad user input.
+		panic(fmt.Sprintf("nn: %v: %v", op, err))
+	}
+	for _, in := range inputs {
+		if b.needsGrad[in] {
+			b.needsGrad[n] = true
+		}
+	}
+	b.format[n] = op.base().out
+	return n
+}
+
+// newBase fills the fields every op shares. kind selects the compute
+// format; wrt says which inputs need a gradient.
+func (b *Builder) newBase(kind string, inputs ...*G.Node) opBase {
+	b.nextID++
+	ob := opBase{
+		eng:  b.Eng,
+		id:   b.nextID,
+		kind: kind,
+		out:  b.compute(kind),
+		wrt:  make([]bool, len(inputs)),
+		inFm: make([]amp.Format, len(inputs)),
+	}
+	for i, in := range inputs {
+		ob.wrt[i] = b.needsGrad[in]
+		ob.inFm[i] = b.format[in]
+	}
+	return ob
+}
+
+// shapeOf returns a node's static shape as ints.
+func shapeOf(n *G.Node) []int { return []int(n.Shape()) }
+
+// check panics with a message naming the op when a builder precondition
+// fails; the model package validates configs so users never reach these.
+func check(ok bool, format string, args ...any) {
+	if !ok {
+		panic("nn: " + fmt.Sprintf(format, args...))
+	}
+}

@@ -1,0 +1,70 @@
+package nn
+
+import (
+	"fmt"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Embedding looks up rows of table [V, D] for ids [N], giving [N, D].
+func (b *Builder) Embedding(ids, table *G.Node) *G.Node {
+	is, ts := shapeOf(ids), shapeOf(table)
+	check(ids.Dtype() == tensor.Int && len(is) == 1 && len(ts) == 2, "embedding: ids %v (%v) and table %v do not fit", is, ids.Dtype(), ts)
+	base := b.newBase("embedding", ids, table)
+	base.wrt[0] = false
+	if b.Dtype == tensor.Float64 {
+		return b.apply(&embeddingOp[float64]{opBase: base, n: is[0], v: ts[0], d: ts[1], buf: newBuffer[float64](is[0], ts[1])}, ids, table)
+	}
+	return b.apply(&embeddingOp[float32]{opBase: base, n: is[0], v: ts[0], d: ts[1], buf: newBuffer[float32](is[0], ts[1])}, ids, table)
+}
+
+type embeddingOp[T Float] struct {
+	opBase
+	n, v, d int
+	buf     buffer[T]
+	ids     []int // saved for backward
+}
+
+func (o *embeddingOp[T]) Arity() int    { return 2 }
+func (o *embeddingOp[T]) Type() hm.Type { return fnType(-1, 2, 2) }
+func (o *embeddingOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{o.n, o.d}, nil
+}
+
+func (o *embeddingOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	ids, table := ints(vs[0]), vals[T](vs)[1]
+	t, y := o.buf.get()
+	o.ids = append(o.ids[:0], ids...)
+	for r, id := range ids {
+		if id < 0 || id >= o.v {
+			return nil, fmt.Errorf("token id %d at position %d is outside the vocabulary (size %d)", id, r, o.v)
+		}
+		copy(y[r*o.d:(r+1)*o.d], table[id*o.d:(id+1)*o.d])
+	}
+	round(o.out, y)
+	return t, nil
+}
+
+// The table's gradient scatter-adds output gradients into the looked-up
+// rows. Workers split the columns, never the rows, so repeated ids are
+// summed in position order whatever the worker count.
+func (o *embeddingOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	shapes := [][]int{{o.n}, {o.v, o.d}}
+	return fusedBackward(&o.opBase, []*G.Node{grad}, shapes, func(in, grads [][]T) error {
+		g, dt := in[0], grads[1]
+		o.eng.parallel(o.d, 16, func(lo, hi int) {
+			for id := 0; id < o.v; id++ {
+				clear(dt[id*o.d+lo : id*o.d+hi])
+			}
+			for r, id := range o.ids {
+				dst, src := dt[id*o.d+lo:id*o.d+hi], g[r*o.d+lo:r*o.d+hi]
+				for j := range dst {
+					dst[j] += src[j]
+				}
+			}
+		})
+		return nil
+	}), nil
+}

@@ -1,0 +1,125 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// IgnoreIndex marks a target that contributes no loss, as in PyTorch.
+const IgnoreIndex = -100
+
+// CrossEntropy returns the mean over non-ignored rows of −log softmax(logits)[target]
+// for logits [N, V] and targets [N]; 0 when every target is ignored.
+func (b *Builder) CrossEntropy(logits, targets *G.Node) *G.Node {
+	ls, ts := shapeOf(logits), shapeOf(targets)
+	check(len(ls) == 2 && targets.Dtype() == tensor.Int && len(ts) == 1 && ts[0] == ls[0],
+		"cross-entropy: logits %v and targets %v (%v) do not fit", ls, ts, targets.Dtype())
+	base := b.newBase("cross_entropy", logits, targets)
+	base.wrt[1] = false
+	if b.Dtype == tensor.Float64 {
+		return b.apply(&crossEntropyOp[float64]{opBase: base, n: ls[0], v: ls[1]}, logits, targets)
+	}
+	return b.apply(&crossEntropyOp[float32]{opBase: base, n: ls[0], v: ls[1]}, logits, targets)
+}
+
+type crossEntropyOp[T Float] struct {
+	opBase
+	n, v    int
+	probs   []T   // saved for backward: softmax of each row
+	targets []int // saved for backward
+	count   int   // non-ignored targets in the last forward pass
+	rowLoss []float64
+}
+
+func (o *crossEntropyOp[T]) Arity() int    { return 2 }
+func (o *crossEntropyOp[T]) Type() hm.Type { return fnType(2, -1, 0) }
+func (o *crossEntropyOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.ScalarShape(), nil
+}
+
+func (o *crossEntropyOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	logits, targets := vals[T](vs)[0], ints(vs[1])
+	if len(o.probs) != o.n*o.v {
+		o.probs, o.rowLoss = make([]T, o.n*o.v), make([]float64, o.n)
+	}
+	o.targets = append(o.targets[:0], targets...)
+	o.count = 0
+	for r, t := range targets {
+		switch {
+		case t == IgnoreIndex:
+		case t < 0 || t >= o.v:
+			return nil, fmt.Errorf("target %d at position %d is outside the vocabulary (size %d)", t, r, o.v)
+		default:
+			o.count++
+		}
+	}
+	o.eng.parallel(o.n, 8, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			l, p := logits[r*o.v:(r+1)*o.v], o.probs[r*o.v:(r+1)*o.v]
+			lse := softmaxRow(p, l)
+			o.rowLoss[r] = 0
+			if t := targets[r]; t != IgnoreIndex {
+				o.rowLoss[r] = lse - float64(l[t])
+			}
+		}
+	})
+	if o.count == 0 {
+		return scalarValue(T(0)), nil
+	}
+	var sum float64 // in row order: the same bits for any worker count
+	for _, x := range o.rowLoss {
+		sum += x
+	}
+	return scalarValue(T(sum / float64(o.count))), nil
+}
+
+// softmaxRow writes softmax(l) into p and returns log Σ exp(l).
+func softmaxRow[T Float](p, l []T) float64 {
+	m := l[0]
+	for _, x := range l[1:] {
+		m = max(m, x)
+	}
+	var sum float64
+	for j, x := range l {
+		e := exp(x - m)
+		p[j] = e
+		sum += float64(e)
+	}
+	inv := T(1 / sum)
+	for j := range p {
+		p[j] *= inv
+	}
+	return float64(m) + math.Log(sum)
+}
+
+// d loss / d logits = g·(softmax − onehot(target)) / count on kept rows.
+func (o *crossEntropyOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	shapes := [][]int{{o.n, o.v}, {o.n}}
+	return fusedBackward(&o.opBase, []*G.Node{grad}, shapes, func(in, grads [][]T) error {
+		dl := grads[0]
+		if o.count == 0 {
+			clear(dl)
+			return nil
+		}
+		scale := in[0][0] / T(o.count)
+		o.eng.parallel(o.n, 8, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				d, p := dl[r*o.v:(r+1)*o.v], o.probs[r*o.v:(r+1)*o.v]
+				t := o.targets[r]
+				if t == IgnoreIndex {
+					clear(d)
+					continue
+				}
+				for j, x := range p {
+					d[j] = scale * x
+				}
+				d[t] -= scale
+			}
+		})
+		return nil
+	}), nil
+}

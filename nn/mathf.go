@@ -1,0 +1,74 @@
+package nn
+
+import (
+	"math"
+	"unsafe"
+)
+
+// isF32 is a compile-time constant in each instantiation, so the branches
+// below cost nothing.
+func isF32[T Float]() bool {
+	var z T
+	return unsafe.Sizeof(z) == 4
+}
+
+// exp is e^x: a float32 polynomial for float32 (within 2 ulp of the exact
+// value, see TestExpf), math.Exp for float64 so gradient checks see exact
+// math.
+func exp[T Float](x T) T {
+	if isF32[T]() {
+		return T(expf(float32(x)))
+	}
+	return T(math.Exp(float64(x)))
+}
+
+func sqrt[T Float](x T) T { return T(math.Sqrt(float64(x))) }
+
+func log[T Float](x T) T { return T(math.Log(float64(x))) }
+
+// sigmoid is 1/(1+e^-x), written so that neither branch overflows.
+func sigmoid[T Float](x T) T {
+	if x >= 0 {
+		return 1 / (1 + exp(-x))
+	}
+	e := exp(x)
+	return e / (1 + e)
+}
+
+// expf computes e^x in float32 arithmetic: x = n·ln2 + r with |r| ≤ ln2/2,
+// e^r by a degree-6 polynomial, and 2^n put into the exponent bits. It
+// stays in float32 registers, unlike math.Exp on float64, which is what
+// makes softmax, cross-entropy and SiLU cheap.
+func expf(x float32) float32 {
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693359375
+		ln2lo = -2.12194440e-4
+	)
+	switch {
+	case x != x:
+		return x
+	case x > 88.72283905206835:
+		return float32(math.Inf(1))
+	case x < -103.972077083991796:
+		return 0
+	}
+	n := float32(math.Floor(float64(x*log2e + 0.5)))
+	r := x - n*ln2hi - n*ln2lo
+	// Cephes expf coefficients for e^r - 1 - r on [-ln2/2, ln2/2].
+	p := float32(1.9875691500e-4)
+	p = p*r + 1.3981999507e-3
+	p = p*r + 8.3334519073e-3
+	p = p*r + 4.1665795894e-2
+	p = p*r + 1.6666665459e-1
+	p = p*r + 5.0000001201e-1
+	y := p*r*r + r + 1
+	ni := int32(n)
+	if ni < -126 { // subnormal result: scale in two steps
+		return y * math.Float32frombits(uint32(ni+126+127)<<23) * math.Float32frombits(1<<23)
+	}
+	if ni > 127 {
+		return y * 2 * math.Float32frombits(uint32(ni-1+127)<<23)
+	}
+	return y * math.Float32frombits(uint32(ni+127)<<23)
+}

@@ -1,0 +1,149 @@
+package nn
+
+import (
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// pointwiseOp is an elementwise op of same-shaped inputs: SwiGLU's
+// silu(gate)·up and the weighted sum a + s·b that joins residuals and
+// adapter branches.
+type pointwiseOp[T Float] struct {
+	opBase
+	shape []int
+	arity int
+	fwd   func(y []T, in [][]T)
+	bwd   func(in, grads [][]T) // in: the forward inputs, then the output gradient
+	buf   buffer[T]
+}
+
+func (o *pointwiseOp[T]) Arity() int { return o.arity }
+func (o *pointwiseOp[T]) Type() hm.Type {
+	r := make([]int, o.arity+1)
+	for i := range r {
+		r[i] = len(o.shape)
+	}
+	return fnType(r...)
+}
+func (o *pointwiseOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape(o.shape).Clone(), nil
+}
+
+func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	in := vals[T](vs)
+	t, y := o.buf.get()
+	o.eng.parallel(len(y), 4096, func(lo, hi int) {
+		sub := make([][]T, len(in))
+		for i := range in {
+			sub[i] = in[i][lo:hi]
+		}
+		o.fwd(y[lo:hi], sub)
+	})
+	round(o.out, y)
+	return t, nil
+}
+
+func (o *pointwiseOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	shapes := make([][]int, o.arity)
+	for i := range shapes {
+		shapes[i] = o.shape
+	}
+	graphIn := append(append([]*G.Node(nil), inputs...), grad)
+	bwd := func(in, grads [][]T) error {
+		o.eng.parallel(len(in[0]), 4096, func(lo, hi int) {
+			si, sg := make([][]T, len(in)), make([][]T, len(grads))
+			for i := range in {
+				si[i] = in[i][lo:hi]
+			}
+			for i := range grads {
+				if grads[i] != nil {
+					sg[i] = grads[i][lo:hi]
+				}
+			}
+			o.bwd(si, sg)
+		})
+		return nil
+	}
+	return fusedBackward(&o.opBase, graphIn, shapes, bwd), nil
+}
+
+func samePointwise(kind string, nodes ...*G.Node) []int {
+	s := shapeOf(nodes[0])
+	for _, n := range nodes[1:] {
+		check(tensor.Shape(s).Eq(n.Shape()), "%s: shapes %v and %v differ", kind, s, n.Shape())
+	}
+	return s
+}
+
+// SwiGLU returns silu(gate) ⊙ up, the Llama MLP's activation.
+func (b *Builder) SwiGLU(gate, up *G.Node) *G.Node {
+	shape := samePointwise("swiglu", gate, up)
+	base := b.newBase("swiglu", gate, up)
+	if b.Dtype == tensor.Float64 {
+		return b.apply(swiglu[float64](base, shape), gate, up)
+	}
+	return b.apply(swiglu[float32](base, shape), gate, up)
+}
+
+func swiglu[T Float](base opBase, shape []int) *pointwiseOp[T] {
+	return &pointwiseOp[T]{opBase: base, shape: shape, arity: 2, buf: newBuffer[T](shape...),
+		fwd: func(y []T, in [][]T) { SwiGLUInto(y, in[0], in[1]) },
+		// with s = σ(a): d silu(a)/da = s·(1 + a·(1−s))
+		bwd: func(in, grads [][]T) {
+			a, u, g := in[0], in[1], in[2]
+			da, du := grads[0], grads[1]
+			for i := range g {
+				s := sigmoid(a[i])
+				if da != nil {
+					da[i] = g[i] * u[i] * s * (1 + a[i]*(1-s))
+				}
+				if du != nil {
+					du[i] = g[i] * a[i] * s
+				}
+			}
+		}}
+}
+
+// SwiGLUInto writes silu(a) ⊙ u into y.
+func SwiGLUInto[T Float](y, a, u []T) {
+	for i := range y {
+		y[i] = a[i] * sigmoid(a[i]) * u[i]
+	}
+}
+
+// Add returns a + b (residual connections).
+func (b *Builder) Add(x, y *G.Node) *G.Node { return b.AddScaled(x, y, 1) }
+
+// AddScaled returns x + s·y: a residual (s = 1) or a base output plus a
+// scaled adapter branch (s = lora_alpha/r).
+func (b *Builder) AddScaled(x, y *G.Node, s float64) *G.Node {
+	shape := samePointwise("add", x, y)
+	base := b.newBase("add", x, y)
+	if b.Dtype == tensor.Float64 {
+		return b.apply(addScaled[float64](base, shape, s), x, y)
+	}
+	return b.apply(addScaled[float32](base, shape, s), x, y)
+}
+
+func addScaled[T Float](base opBase, shape []int, scale float64) *pointwiseOp[T] {
+	s := T(scale)
+	return &pointwiseOp[T]{opBase: base, shape: shape, arity: 2, buf: newBuffer[T](shape...),
+		fwd: func(y []T, in [][]T) {
+			a, b := in[0], in[1]
+			for i := range y {
+				y[i] = a[i] + s*b[i]
+			}
+		},
+		bwd: func(in, grads [][]T) {
+			g := in[2]
+			if grads[0] != nil {
+				copy(grads[0], g)
+			}
+			if grads[1] != nil {
+				for i, v := range g {
+					grads[1][i] = s * v
+				}
+			}
+		}}
+}

@@ -1,0 +1,133 @@
+package nn
+
+import (
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// reduceChunk is the row-block size of cross-row reductions (weight
+// gradients). Partial sums are formed per fixed block and added in block
+// order, so the result does not depend on how blocks are spread over workers.
+const reduceChunk = 32
+
+// RMSNorm returns w ⊙ x / sqrt(mean(x²) + eps) row by row, for x [N, D] and
+// w [D], as HF's LlamaRMSNorm computes it (statistics in fp32 or better).
+func (b *Builder) RMSNorm(x, w *G.Node, eps float64) *G.Node {
+	xs, ws := shapeOf(x), shapeOf(w)
+	check(len(xs) == 2 && len(ws) == 1 && xs[1] == ws[0], "rmsnorm: x %v and weight %v do not fit", xs, ws)
+	base := b.newBase("rmsnorm", x, w)
+	if b.Dtype == tensor.Float64 {
+		return b.apply(&rmsNormOp[float64]{opBase: base, n: xs[0], d: xs[1], eps: eps, buf: newBuffer[float64](xs...)}, x, w)
+	}
+	return b.apply(&rmsNormOp[float32]{opBase: base, n: xs[0], d: xs[1], eps: eps, buf: newBuffer[float32](xs...)}, x, w)
+}
+
+type rmsNormOp[T Float] struct {
+	opBase
+	n, d    int
+	eps     float64
+	buf     buffer[T]
+	partial []T // [ceil(n/reduceChunk), d] partial sums of dw
+}
+
+func (o *rmsNormOp[T]) Arity() int    { return 2 }
+func (o *rmsNormOp[T]) Type() hm.Type { return fnType(2, 1, 2) }
+func (o *rmsNormOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape{o.n, o.d}, nil
+}
+
+func (o *rmsNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	in := vals[T](vs)
+	t, y := o.buf.get()
+	x, w := in[0], in[1]
+	o.eng.parallel(o.n, 8, func(lo, hi int) {
+		RMSNormRows(y[lo*o.d:hi*o.d], x[lo*o.d:hi*o.d], w, o.d, o.eps)
+	})
+	round(o.out, y)
+	return t, nil
+}
+
+// RMSNormRows normalizes each row of x [rows, d] into y.
+func RMSNormRows[T Float](y, x, w []T, d int, eps float64) {
+	for r := 0; r+d <= len(x); r += d {
+		xr, yr := x[r:r+d], y[r:r+d]
+		rstd := T(1 / sqrt(meanSquare(xr)+eps))
+		for j, v := range xr {
+			yr[j] = w[j] * (v * rstd)
+		}
+	}
+}
+
+// meanSquare accumulates in float64: the statistic that decides the scale
+// of the whole row is worth the extra bits.
+func meanSquare[T Float](x []T) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return s / float64(len(x))
+}
+
+func (o *rmsNormOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	shapes := [][]int{{o.n, o.d}, {o.d}}
+	return fusedBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], grad}, shapes, o.backward), nil
+}
+
+// backward: with x̂ = x·rstd and h = g ⊙ w,
+// dx = rstd · (h − x̂ · mean(h ⊙ x̂)),  dw = Σ_rows g ⊙ x̂.
+func (o *rmsNormOp[T]) backward(in [][]T, grads [][]T) error {
+	x, w, g := in[0], in[1], in[2]
+	dx, dw := grads[0], grads[1]
+	d := o.d
+	chunks := (o.n + reduceChunk - 1) / reduceChunk
+	if dw != nil && len(o.partial) != chunks*d {
+		o.partial = make([]T, chunks*d)
+	}
+	o.eng.parallel(chunks, 1, func(clo, chi int) {
+		for c := clo; c < chi; c++ {
+			var part []T
+			if dw != nil {
+				part = o.partial[c*d : (c+1)*d]
+				clear(part)
+			}
+			for r := c * reduceChunk; r < min((c+1)*reduceChunk, o.n); r++ {
+				xr, gr := x[r*d:(r+1)*d], g[r*d:(r+1)*d]
+				rstd := 1 / sqrt(meanSquare(xr)+o.eps)
+				if dx != nil {
+					var dot float64
+					for j := range xr {
+						dot += float64(gr[j]*w[j]) * float64(xr[j])
+					}
+					c := T(dot * rstd * rstd / float64(d)) // mean(h ⊙ x̂)·rstd, folded
+					dr := dx[r*d : (r+1)*d]
+					rs := T(rstd)
+					for j := range xr {
+						dr[j] = rs * (gr[j]*w[j] - xr[j]*c)
+					}
+				}
+				if part != nil {
+					rs := T(rstd)
+					for j := range xr {
+						part[j] += gr[j] * xr[j] * rs
+					}
+				}
+			}
+		}
+	})
+	if dw != nil {
+		sumChunks(dw, o.partial, chunks, d)
+	}
+	return nil
+}
+
+// sumChunks adds the per-chunk partial sums in chunk order.
+func sumChunks[T Float](dst, partial []T, chunks, d int) {
+	copy(dst, partial[:d])
+	for c := 1; c < chunks; c++ {
+		p := partial[c*d : (c+1)*d]
+		for j := range dst {
+			dst[j] += p[j]
+		}
+	}
+}

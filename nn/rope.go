@@ -1,0 +1,119 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// RopeTable holds cos and sin of the rotary angles, [positions, headDim/2].
+// For a float32 graph it is computed in fp32 the way HF's
+// LlamaRotaryEmbedding computes it, whatever precision the rest of the model
+// runs in: rounding positions×frequencies to 16 bits would scramble the
+// angles of distant positions.
+type RopeTable[T Float] struct {
+	Cos, Sin []T
+	Half     int
+}
+
+// NewRopeTable computes angles pos·θ^(−2i/headDim) for pos < positions.
+func NewRopeTable[T Float](positions, headDim int, theta float64) RopeTable[T] {
+	half := headDim / 2
+	t := RopeTable[T]{Cos: make([]T, positions*half), Sin: make([]T, positions*half), Half: half}
+	for i := 0; i < half; i++ {
+		var inv T
+		if isF32[T]() {
+			// HF: 1 / base**(arange(0, dim, 2).float() / dim), all in fp32.
+			e := float32(2*i) / float32(headDim)
+			inv = T(1 / float32(math.Pow(theta, float64(e))))
+		} else {
+			inv = T(1 / math.Pow(theta, float64(2*i)/float64(headDim)))
+		}
+		for p := 0; p < positions; p++ {
+			a := T(p) * inv // fp32 product in a float32 table, as torch.outer does
+			t.Cos[p*half+i] = T(math.Cos(float64(a)))
+			t.Sin[p*half+i] = T(math.Sin(float64(a)))
+		}
+	}
+	return t
+}
+
+// RotateRows applies the rotation to x [rows, heads·headDim] in place,
+// with row r at position pos(r): HF's rotate_half convention, where element
+// i pairs with element i+headDim/2 of the same head. sign −1 applies the
+// inverse rotation (the backward pass).
+func (t RopeTable[T]) RotateRows(x []T, heads int, pos func(r int) int, sign T) {
+	half := t.Half
+	width := heads * 2 * half
+	for r := 0; r*width < len(x); r++ {
+		p := pos(r)
+		c, s := t.Cos[p*half:(p+1)*half], t.Sin[p*half:(p+1)*half]
+		row := x[r*width : (r+1)*width]
+		for h := 0; h < heads; h++ {
+			x1 := row[h*2*half : h*2*half+half]
+			x2 := row[h*2*half+half : (h+1)*2*half]
+			for i := range x1 {
+				a, b := x1[i], x2[i]
+				si := sign * s[i]
+				x1[i] = a*c[i] - b*si
+				x2[i] = b*c[i] + a*si
+			}
+		}
+	}
+}
+
+// Rope rotates x [B·T, heads·headDim]; row r is position r mod T.
+func (b *Builder) Rope(x *G.Node, heads, headDim, seqLen int, theta float64) *G.Node {
+	xs := shapeOf(x)
+	check(len(xs) == 2 && xs[1] == heads*headDim && xs[0]%seqLen == 0 && headDim%2 == 0,
+		"rope: x %v does not fit %d heads of dim %d and sequence length %d", xs, heads, headDim, seqLen)
+	base := b.newBase("rope", x)
+	if b.Dtype == tensor.Float64 {
+		return b.apply(newRopeOp[float64](base, xs, heads, headDim, seqLen, theta), x)
+	}
+	return b.apply(newRopeOp[float32](base, xs, heads, headDim, seqLen, theta), x)
+}
+
+func newRopeOp[T Float](base opBase, shape []int, heads, headDim, seqLen int, theta float64) *ropeOp[T] {
+	return &ropeOp[T]{opBase: base, shape: shape, heads: heads, seqLen: seqLen,
+		table: NewRopeTable[T](seqLen, headDim, theta), buf: newBuffer[T](shape...)}
+}
+
+type ropeOp[T Float] struct {
+	opBase
+	shape         []int
+	heads, seqLen int
+	table         RopeTable[T]
+	buf           buffer[T]
+}
+
+func (o *ropeOp[T]) Arity() int    { return 1 }
+func (o *ropeOp[T]) Type() hm.Type { return fnType(2, 2) }
+func (o *ropeOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return tensor.Shape(o.shape).Clone(), nil
+}
+
+func (o *ropeOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	t, y := o.buf.get()
+	o.rotate(y, vals[T](vs)[0], 1)
+	round(o.out, y)
+	return t, nil
+}
+
+func (o *ropeOp[T]) rotate(y, x []T, sign T) {
+	width := o.shape[1]
+	o.eng.parallel(o.shape[0], 16, func(lo, hi int) {
+		copy(y[lo*width:hi*width], x[lo*width:hi*width])
+		o.table.RotateRows(y[lo*width:hi*width], o.heads, func(r int) int { return (lo + r) % o.seqLen }, sign)
+	})
+}
+
+// The rotation is orthogonal, so its gradient is the inverse rotation.
+func (o *ropeOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	return fusedBackward(&o.opBase, []*G.Node{grad}, [][]int{o.shape}, func(in, grads [][]T) error {
+		o.rotate(grads[0], in[0], -1)
+		return nil
+	}), nil
+}
