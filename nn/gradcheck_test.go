@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -10,76 +9,12 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/nn/nntest"
 )
 
 // checkTol is the largest relative error allowed between analytic and
 // float64 central-difference gradients.
 const checkTol = 1e-6
-
-// GradCheck compares the gradients of cost with respect to params, taken
-// by the graph, with float64 central differences. It returns the worst
-// relative error, measured per param as ‖analytic − numeric‖ / max(‖analytic‖, ‖numeric‖),
-// and fails on any single element whose error exceeds tol relative to the
-// param's gradient scale.
-func GradCheck(t *testing.T, b *Builder, cost *G.Node, params []*G.Node, tol float64) float64 {
-	t.Helper()
-	grads, err := G.Grad(cost, params...)
-	if err != nil {
-		t.Fatalf("Grad: %v", err)
-	}
-	m := G.NewTapeMachine(b.G)
-	defer m.Close()
-	eval := func() float64 {
-		m.Reset()
-		if err := m.RunAll(); err != nil {
-			t.Fatalf("run: %v", err)
-		}
-		return scalarOf(cost.Value())
-	}
-	eval()
-	analytic := make([][]float64, len(params))
-	for i, g := range grads {
-		analytic[i] = append([]float64(nil), g.Value().Data().([]float64)...)
-	}
-	worst := 0.0
-	for i, p := range params {
-		x := p.Value().Data().([]float64)
-		numeric := make([]float64, len(x))
-		for j := range x {
-			orig := x[j]
-			h := 1e-6 * max(1, math.Abs(orig))
-			x[j] = orig + h
-			fp := eval()
-			x[j] = orig - h
-			fm := eval()
-			x[j] = orig
-			numeric[j] = (fp - fm) / (2 * h)
-		}
-		var diff, na, nn, scale float64
-		for j := range x {
-			d := analytic[i][j] - numeric[j]
-			diff += d * d
-			na += analytic[i][j] * analytic[i][j]
-			nn += numeric[j] * numeric[j]
-			scale = max(scale, math.Abs(numeric[j]))
-		}
-		rel := math.Sqrt(diff) / max(math.Sqrt(na), math.Sqrt(nn), 1e-300)
-		if na == 0 && nn == 0 {
-			rel = 0
-		}
-		worst = max(worst, rel)
-		if rel > tol {
-			t.Errorf("%s: relative gradient error %.3g > %g", p.Name(), rel, tol)
-		}
-		for j := range x {
-			if d := math.Abs(analytic[i][j] - numeric[j]); d > tol*max(scale, 1e-3) {
-				t.Errorf("%s[%d]: analytic %.10g, numeric %.10g", p.Name(), j, analytic[i][j], numeric[j])
-				break
-			}
-		}
-	}
-	return worst
-}
 
 // weightedSum reduces out to a scalar with fixed random weights, using
 // gorgonia's own ops so the check does not rest on nn's code.
@@ -171,7 +106,7 @@ func TestOpGradients(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 11))
 			b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 3}, tensor.Float64)
 			out, params := tc.build(b, rng)
-			worst := GradCheck(t, b, weightedSum(t, b, out, rng), params, checkTol)
+			worst := nntest.GradCheck(t, b.G, weightedSum(t, b, out, rng), params, checkTol)
 			t.Logf("worst relative error %.2g", worst)
 		})
 	}

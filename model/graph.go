@@ -1,0 +1,100 @@
+package model
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/mixtune/mixtune/nn"
+)
+
+// LinearFunc computes a linear module of the model. module is its HF path
+// ("model.layers.0.self_attn.q_proj"), x is [N, in] and w the frozen or
+// trainable base weight [out, in]. Adapters supply their own to add a
+// low-rank branch; the default is b.Linear(x, w).
+type LinearFunc func(b *nn.Builder, module string, x, w *G.Node) *G.Node
+
+// GraphConfig says what to build: the micro-batch shape, which weights
+// train, and how linear modules are computed.
+type GraphConfig struct {
+	Batch, SeqLen int
+	Trainable     func(name string) bool // nil: every base weight frozen
+	Linear        LinearFunc             // nil: plain matmul
+}
+
+// Graph is a built model graph. Inputs are set per micro-batch; Loss is
+// the mean cross-entropy over non-ignored targets.
+type Graph struct {
+	B       *nn.Builder
+	IDs     *G.Node // [Batch·SeqLen] token ids
+	Targets *G.Node // [Batch·SeqLen] next-token targets, nn.IgnoreIndex for no loss
+	Logits  *G.Node // [Batch·SeqLen, vocab]
+	Loss    *G.Node // scalar
+	Params  map[string]*G.Node
+}
+
+// Build adds the model to b. Shapes, with N = Batch·SeqLen, D = hidden,
+// H/Hkv the query/key-value heads of dimension hd, F = intermediate:
+//
+//	x   = embed[ids]                               [N, D]
+//	per layer:
+//	  h = rmsnorm(x)                               [N, D]
+//	  q = rope(h·Wqᵀ) [N, H·hd]; k = rope(h·Wkᵀ), v = h·Wvᵀ  [N, Hkv·hd]
+//	  x = x + attention(q, k, v)·Woᵀ               [N, D]
+//	  h = rmsnorm(x)
+//	  x = x + (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ            [N, F] → [N, D]
+//	logits = rmsnorm(x)·Wheadᵀ                     [N, V]
+func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
+	c := m.Config
+	if gc.Batch < 1 || gc.SeqLen < 1 {
+		return nil, fmt.Errorf("build graph: batch %d and sequence length %d must be positive", gc.Batch, gc.SeqLen)
+	}
+	if gc.SeqLen > c.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("build graph: sequence length %d exceeds max_position_embeddings %d", gc.SeqLen, c.MaxPositionEmbeddings)
+	}
+	linear := gc.Linear
+	if linear == nil {
+		linear = func(b *nn.Builder, _ string, x, w *G.Node) *G.Node { return b.Linear(x, w) }
+	}
+	g := &Graph{B: b, Params: map[string]*G.Node{}}
+	param := func(name string) *G.Node {
+		w, ok := m.Weights[name]
+		if !ok {
+			panic("model: no weight " + name) // Specs and Load guarantee every name
+		}
+		n := b.Param(name, w.Shape, w.Data, gc.Trainable != nil && gc.Trainable(name))
+		g.Params[name] = n
+		return n
+	}
+	n := gc.Batch * gc.SeqLen
+	hd := c.HeadDimension()
+	attn := nn.AttentionShape{Batch: gc.Batch, SeqLen: gc.SeqLen, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd}
+
+	g.IDs = b.IntInput("input_ids", n)
+	g.Targets = b.IntInput("targets", n)
+	embed := param("model.embed_tokens.weight")
+	x := b.Embedding(g.IDs, embed)
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		p := LayerPrefix(i)
+		lin := func(short string, in *G.Node) *G.Node {
+			mod := ModulePath(i, short)
+			return linear(b, mod, in, param(mod+".weight"))
+		}
+		h := b.RMSNorm(x, param(p+"input_layernorm.weight"), c.RMSNormEps)
+		q := b.Rope(lin("q_proj", h), c.NumAttentionHeads, hd, gc.SeqLen, c.RopeTheta)
+		k := b.Rope(lin("k_proj", h), c.NumKeyValueHeads, hd, gc.SeqLen, c.RopeTheta)
+		v := lin("v_proj", h)
+		x = b.Add(x, lin("o_proj", b.Attention(q, k, v, attn)))
+
+		h = b.RMSNorm(x, param(p+"post_attention_layernorm.weight"), c.RMSNormEps)
+		x = b.Add(x, lin("down_proj", b.SwiGLU(lin("gate_proj", h), lin("up_proj", h))))
+	}
+	x = b.RMSNorm(x, param("model.norm.weight"), c.RMSNormEps)
+	head := embed
+	if !c.TieWordEmbeddings {
+		head = param("lm_head.weight")
+	}
+	g.Logits = linear(b, "lm_head", x, head)
+	g.Loss = b.CrossEntropy(g.Logits, g.Targets)
+	return g, nil
+}

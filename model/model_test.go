@@ -1,0 +1,107 @@
+package model
+
+import (
+	"math"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/nn"
+	"github.com/mixtune/mixtune/nn/nntest"
+)
+
+func tinyConfig(tied bool) Config {
+	return Config{
+		VocabSize: 11, HiddenSize: 8, IntermediateSize: 12, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 16,
+		RMSNormEps: 1e-5, RopeTheta: 10000, TieWordEmbeddings: tied,
+		BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2, InitializerRange: 0.5,
+	}
+}
+
+// setBatch binds token ids and targets to the graph's inputs.
+func setBatch(t *testing.T, g *Graph, ids, targets []int) {
+	t.Helper()
+	for _, in := range []struct {
+		n *G.Node
+		v []int
+	}{{g.IDs, ids}, {g.Targets, targets}} {
+		if err := G.Let(in.n, tensor.New(tensor.WithShape(len(in.v)), tensor.WithBacking(append([]int(nil), in.v...)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestModelGradients checks every weight's gradient of a whole 2-layer
+// model in float64 against central differences.
+func TestModelGradients(t *testing.T) {
+	for _, tied := range []bool{false, true} {
+		name := "untied"
+		if tied {
+			name = "tied"
+		}
+		t.Run(name, func(t *testing.T) {
+			m, err := New(tinyConfig(tied), 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, tensor.Float64)
+			g, err := m.Build(b, GraphConfig{Batch: 2, SeqLen: 5, Trainable: func(string) bool { return true }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			setBatch(t, g, []int{0, 5, 3, 9, 4, 0, 7, 7, 10, 6}, []int{5, 3, 9, 4, nn.IgnoreIndex, 7, 7, 10, 6, 8})
+			var params []*G.Node
+			for _, s := range Specs(m.Config) {
+				params = append(params, g.Params[s.Name])
+			}
+			worst := nntest.GradCheck(t, b.G, g.Loss, params, 1e-6)
+			t.Logf("%d weights, worst relative error %.2g", len(params), worst)
+		})
+	}
+}
+
+// A frozen base computes no weight gradients at all: Grad must refuse to
+// differentiate with respect to a frozen weight, because the ops never
+// built that path.
+func TestFrozenWeightsGetNoGradientPath(t *testing.T) {
+	m, err := New(tinyConfig(false), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 1}, tensor.Float64)
+	g, err := m.Build(b, GraphConfig{Batch: 1, SeqLen: 4, Trainable: func(n string) bool { return n == "model.norm.weight" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := G.Grad(g.Loss, g.Params["model.layers.0.self_attn.q_proj.weight"]); err == nil {
+		t.Fatal("a frozen weight got a gradient path")
+	}
+	if _, err := G.Grad(g.Loss, g.Params["model.norm.weight"]); err != nil {
+		t.Fatalf("trainable weight: %v", err)
+	}
+	if n := len(b.G.AllNodes()); n > 120 {
+		t.Fatalf("graph has %d nodes: the frozen layers grew backward ops", n)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	c := tinyConfig(false)
+	c.NumKeyValueHeads = 3
+	if err := c.Validate(); err == nil || err.Error() != "num_attention_heads (4) must be a multiple of num_key_value_heads (3)" {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := ParseConfig([]byte(`{"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":8,"rope_scaling":{"type":"linear","factor":2}}`)); err == nil ||
+		err.Error() != `rope_scaling {"type":"linear","factor":2} is not supported: mixtune computes plain rotary embeddings` {
+		t.Fatalf("rope_scaling: %v", err)
+	}
+	c2, err := ParseConfig([]byte(`{"vocab_size":10,"hidden_size":8,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":8,"eos_token_id":[3,4],"bos_token_id":1}`))
+	if err != nil || c2.EOSTokenID != 3 || c2.NumKeyValueHeads != 2 || c2.PadTokenID != -1 || c2.RMSNormEps != 1e-6 {
+		t.Fatalf("defaults: %+v, %v", c2, err)
+	}
+	if math.Abs(c2.RopeTheta-10000) > 0 {
+		t.Fatalf("rope_theta default %v", c2.RopeTheta)
+	}
+}

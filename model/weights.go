@@ -1,0 +1,233 @@
+package model
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/safetensors"
+)
+
+// Tensor is an fp32 weight: the master copy training updates in place.
+type Tensor struct {
+	Shape []int
+	Data  []float32
+}
+
+// Model is a Llama model's config and weights under their HF names.
+type Model struct {
+	Config  Config
+	Weights map[string]*Tensor
+	// Stored names the format each tensor had on disk ("BF16", "F32", ...);
+	// every one was converted to fp32 when it was loaded, so no mixed
+	// dtypes reach the graph.
+	Stored map[string]string
+}
+
+// Spec names one weight and its shape.
+type Spec struct {
+	Name  string
+	Shape []int
+}
+
+// Linear modules of one decoder layer, by their HF short names.
+var (
+	AttentionModules = []string{"q_proj", "k_proj", "v_proj", "o_proj"}
+	MLPModules       = []string{"gate_proj", "up_proj", "down_proj"}
+)
+
+// LayerPrefix is the HF name prefix of decoder layer i.
+func LayerPrefix(i int) string { return fmt.Sprintf("model.layers.%d.", i) }
+
+// ModulePath is the HF path of a linear module in layer i, e.g.
+// "model.layers.3.self_attn.q_proj".
+func ModulePath(i int, short string) string {
+	for _, m := range AttentionModules {
+		if m == short {
+			return LayerPrefix(i) + "self_attn." + short
+		}
+	}
+	return LayerPrefix(i) + "mlp." + short
+}
+
+// Specs lists the weights of a model with config c in a fixed order.
+func Specs(c Config) []Spec {
+	d, f, hd := c.HiddenSize, c.IntermediateSize, c.HeadDimension()
+	q, kv := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
+	specs := []Spec{{"model.embed_tokens.weight", []int{c.VocabSize, d}}}
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		p := LayerPrefix(i)
+		specs = append(specs,
+			Spec{p + "input_layernorm.weight", []int{d}},
+			Spec{ModulePath(i, "q_proj") + ".weight", []int{q, d}},
+			Spec{ModulePath(i, "k_proj") + ".weight", []int{kv, d}},
+			Spec{ModulePath(i, "v_proj") + ".weight", []int{kv, d}},
+			Spec{ModulePath(i, "o_proj") + ".weight", []int{d, q}},
+			Spec{p + "post_attention_layernorm.weight", []int{d}},
+			Spec{ModulePath(i, "gate_proj") + ".weight", []int{f, d}},
+			Spec{ModulePath(i, "up_proj") + ".weight", []int{f, d}},
+			Spec{ModulePath(i, "down_proj") + ".weight", []int{d, f}},
+		)
+	}
+	specs = append(specs, Spec{"model.norm.weight", []int{d}})
+	if !c.TieWordEmbeddings {
+		specs = append(specs, Spec{"lm_head.weight", []int{c.VocabSize, d}})
+	}
+	return specs
+}
+
+// New initializes a model as HF's LlamaPreTrainedModel does: linear and
+// embedding weights from N(0, initializer_range²), norm weights 1. Each
+// tensor draws from its own stream, keyed by seed and name, so adding a
+// tensor never changes the others.
+func New(c Config, seed uint64) (*Model, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	std := c.InitializerRange
+	if std == 0 {
+		std = 0.02
+	}
+	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
+	for _, s := range Specs(c) {
+		t := &Tensor{Shape: s.Shape, Data: make([]float32, numel(s.Shape))}
+		if strings.HasSuffix(s.Name, "norm.weight") {
+			for i := range t.Data {
+				t.Data[i] = 1
+			}
+		} else {
+			h := fnv.New64a()
+			h.Write([]byte(s.Name))
+			rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+			for i := range t.Data {
+				t.Data[i] = float32(rng.NormFloat64() * std)
+			}
+		}
+		m.Weights[s.Name] = t
+	}
+	return m, nil
+}
+
+// NumParams counts the model's weights.
+func (m *Model) NumParams() int {
+	n := 0
+	for _, t := range m.Weights {
+		n += len(t.Data)
+	}
+	return n
+}
+
+// Load reads an HF model directory: config.json and model.safetensors, or
+// shards listed in model.safetensors.index.json. F32, BF16, F16 and F64
+// weights are converted to fp32 here, once.
+func Load(dir string) (*Model, error) {
+	c, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
+	want := map[string]bool{}
+	for _, s := range Specs(c) {
+		want[s.Name] = true
+		info, ok := ck.Info(s.Name)
+		if !ok {
+			return nil, fmt.Errorf("load model %s: missing tensor %s", dir, s.Name)
+		}
+		if !sameShape(info.Shape, s.Shape) {
+			return nil, fmt.Errorf("load model %s: tensor %s has shape %v, config.json implies %v", dir, s.Name, info.Shape, s.Shape)
+		}
+		data, _, err := ck.Float32(s.Name)
+		if err != nil {
+			return nil, fmt.Errorf("load model %s: %w", dir, err)
+		}
+		m.Weights[s.Name] = &Tensor{Shape: s.Shape, Data: data}
+		m.Stored[s.Name] = info.Dtype
+	}
+	for _, name := range ck.Names() {
+		switch {
+		case want[name]:
+		case strings.HasSuffix(name, "rotary_emb.inv_freq"):
+			// Old checkpoints store the rotary frequencies, sometimes in
+			// 16 bits; mixtune always recomputes them in fp32.
+		case name == "lm_head.weight" && c.TieWordEmbeddings:
+			// Tied: the head is the embedding, as in HF.
+		default:
+			return nil, fmt.Errorf("load model %s: unexpected tensor %s: not part of a Llama model with this config.json", dir, name)
+		}
+	}
+	return m, nil
+}
+
+// StoredDtypes summarizes the on-disk formats, e.g. "BF16×34, F32×2".
+func (m *Model) StoredDtypes() string {
+	count := map[string]int{}
+	for _, d := range m.Stored {
+		count[d]++
+	}
+	keys := make([]string, 0, len(count))
+	for k := range count {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s×%d", k, count[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TorchDtype is the HF name of a storage format.
+func TorchDtype(f amp.Format) string {
+	switch f {
+	case amp.BF16:
+		return "bfloat16"
+	case amp.FP16:
+		return "float16"
+	}
+	return "float32"
+}
+
+// Save writes the model in the HF layout with weights stored in dtype,
+// sharded when larger than maxShardBytes (0: one file).
+func (m *Model) Save(dir string, dtype amp.Format, maxShardBytes int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("save model: %w", err)
+	}
+	var ts []safetensors.Tensor
+	for _, s := range Specs(m.Config) {
+		w := m.Weights[s.Name]
+		ts = append(ts, safetensors.Tensor{Name: s.Name, Shape: w.Shape, Data: w.Data, Dtype: dtype})
+	}
+	if err := safetensors.WriteCheckpoint(dir, ts, nil, maxShardBytes); err != nil {
+		return fmt.Errorf("save model %s: %w", dir, err)
+	}
+	return WriteConfig(dir, m.Config, TorchDtype(dtype))
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

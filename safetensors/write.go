@@ -1,0 +1,245 @@
+package safetensors
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/mixtune/mixtune/amp"
+)
+
+// Tensor is a float32 tensor to write, stored on disk in Dtype.
+type Tensor struct {
+	Name  string
+	Shape []int
+	Data  []float32 // C order; len must be the product of Shape
+	Dtype amp.Format
+}
+
+// dtypeName is how the file spells a storage format.
+func dtypeName(f amp.Format) (string, bool) {
+	switch f {
+	case amp.FP32:
+		return "F32", true
+	case amp.BF16:
+		return "BF16", true
+	case amp.FP16:
+		return "F16", true
+	}
+	return "", false
+}
+
+// nbytes is the stored size of a validated tensor.
+func (t *Tensor) nbytes() int64 { return int64(len(t.Data)) * int64(t.Dtype.Bytes()) }
+
+// WriteFile writes tensors to path as one safetensors file, with metadata
+// {"format": "pt"} (which transformers expects) plus the caller's metadata,
+// whose entries win. Tensors are stored in name order, so the same input
+// always gives the same bytes. The file is replaced atomically: on error any
+// existing file at path is left as it was.
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	if err := validate(tensors, metadata); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := writeAtomic(path, func(w io.Writer) error { return encode(w, tensors, metadata) }); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// validate checks what encode relies on, before any file is touched.
+func validate(tensors []Tensor, metadata map[string]string) error {
+	seen := make(map[string]bool, len(tensors))
+	for i := range tensors {
+		t := &tensors[i]
+		switch {
+		case t.Name == metadataKey:
+			return fmt.Errorf("tensor name %q is reserved for metadata", t.Name)
+		case !utf8.ValidString(t.Name):
+			// encoding/json would store U+FFFD instead, so the name would not
+			// read back as written.
+			return fmt.Errorf("tensor name %q is not valid UTF-8", t.Name)
+		case seen[t.Name]:
+			return fmt.Errorf("tensor %q given twice", t.Name)
+		}
+		seen[t.Name] = true
+		if _, ok := dtypeName(t.Dtype); !ok {
+			return fmt.Errorf("tensor %q: cannot store %v", t.Name, t.Dtype)
+		}
+		n := int64(1)
+		for _, d := range t.Shape {
+			if d < 0 {
+				return fmt.Errorf("tensor %q: negative dimension %d in shape %s", t.Name, d, fmtInts(t.Shape))
+			}
+			if d != 0 && n > math.MaxInt64/int64(d) {
+				return fmt.Errorf("tensor %q: shape %s is too large", t.Name, fmtInts(t.Shape))
+			}
+			n *= int64(d)
+		}
+		if n != int64(len(t.Data)) {
+			return fmt.Errorf("tensor %q: shape %s needs %d values, Data has %d", t.Name, fmtInts(t.Shape), n, len(t.Data))
+		}
+	}
+	for k, v := range metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("metadata %q: %q is not valid UTF-8", k, v)
+		}
+	}
+	return nil
+}
+
+// encode writes validated tensors as a safetensors file.
+func encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
+	order := make([]*Tensor, len(tensors))
+	for i := range tensors {
+		order[i] = &tensors[i]
+	}
+	slices.SortFunc(order, func(a, b *Tensor) int { return strings.Compare(a.Name, b.Name) })
+	hdr, err := encodeHeader(order, metadata)
+	if err != nil {
+		return err
+	}
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(hdr)))
+	if _, err := w.Write(n[:]); err != nil {
+		return err
+	}
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	// Convert in chunks so a multi-gigabyte tensor needs no second copy.
+	buf := make([]byte, 0, 64<<10)
+	flush := func() error {
+		_, err := w.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+	for _, t := range order {
+		for _, x := range t.Data {
+			if t.Dtype == amp.FP32 {
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
+			} else {
+				buf = binary.LittleEndian.AppendUint16(buf, t.Dtype.Bits16(x))
+			}
+			if len(buf) > cap(buf)-4 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	_, err = w.Write(buf)
+	return err
+}
+
+// encodeHeader builds the header JSON by hand, rather than marshalling a map,
+// so that "__metadata__" comes first and the tensors follow in the order of
+// their data, as in the reference writer's headers. Tensors are packed with
+// no gaps because the reference reader rejects gaps; an F32 tensor after a
+// 16-bit one of odd length is therefore only 2-byte aligned, which readers
+// must (and the reference one does) accept.
+func encodeHeader(order []*Tensor, metadata map[string]string) ([]byte, error) {
+	meta := map[string]string{"format": "pt"}
+	maps.Copy(meta, metadata)
+	mj, err := json.Marshal(meta) // map keys come out sorted
+	if err != nil {
+		return nil, err
+	}
+	h := []byte(`{"` + metadataKey + `":`)
+	h = append(h, mj...)
+	var off int64
+	for _, t := range order {
+		name, err := json.Marshal(t.Name)
+		if err != nil {
+			return nil, err
+		}
+		dt, _ := dtypeName(t.Dtype)
+		h = append(h, ',')
+		h = append(h, name...)
+		h = append(h, `:{"dtype":"`+dt+`","shape":`+fmtInts(t.Shape)+`,"data_offsets":[`...)
+		h = strconv.AppendInt(h, off, 10)
+		off += t.nbytes()
+		h = append(h, ',')
+		h = strconv.AppendInt(h, off, 10)
+		h = append(h, "]}"...)
+	}
+	h = append(h, '}')
+	// Padding to a multiple of 8 starts the data buffer 8-byte aligned in the
+	// file, as the reference writer does for readers that map it in place.
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	return h, nil
+}
+
+// writeAtomic writes a file at path through write, so that readers see either
+// the old file or the complete new one: a crash or error part way through
+// must not leave a truncated checkpoint where a good one was.
+func writeAtomic(path string, write func(io.Writer) error) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp, closed := f.Name(), false
+	defer func() {
+		if err != nil {
+			if !closed {
+				f.Close()
+			}
+			os.Remove(tmp)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err = write(bw); err != nil {
+		return err
+	}
+	if err = bw.Flush(); err != nil {
+		return err
+	}
+	// CreateTemp makes the file 0600; a checkpoint should be as readable as
+	// one written by os.WriteFile.
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	closed = true
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	// The rename is only durable once the directory entry is.
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
