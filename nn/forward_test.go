@@ -71,11 +71,13 @@ func TestRopeForward(t *testing.T) {
 		p := float64(r % seq)
 		for h := 0; h < heads; h++ {
 			for i := 0; i < hd/2; i++ {
-				ang := p / math.Pow(theta, float64(2*i)/hd)
+				// the table is fp32 by design, whatever the graph's type
+				ang := float64(float32(p) * (1 / float32(math.Pow(theta, float64(float32(2*i)/hd)))))
 				x1, x2 := in[r*heads*hd+h*hd+i], in[r*heads*hd+h*hd+i+hd/2]
 				// rotate_half: (x1, x2) -> (x1 cos − x2 sin, x2 cos + x1 sin)
-				want1 := x1*math.Cos(ang) - x2*math.Sin(ang)
-				want2 := x2*math.Cos(ang) + x1*math.Sin(ang)
+				c, sn := float64(float32(math.Cos(ang))), float64(float32(math.Sin(ang)))
+				want1 := x1*c - x2*sn
+				want2 := x2*c + x1*sn
 				assertClose(t, "rope", []float64{got[r*heads*hd+h*hd+i], got[r*heads*hd+h*hd+i+hd/2]}, []float64{want1, want2}, 1e-14)
 			}
 		}

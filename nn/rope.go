@@ -9,10 +9,11 @@ import (
 )
 
 // RopeTable holds cos and sin of the rotary angles, [positions, headDim/2].
-// For a float32 graph it is computed in fp32 the way HF's
-// LlamaRotaryEmbedding computes it, whatever precision the rest of the model
-// runs in: rounding positions×frequencies to 16 bits would scramble the
-// angles of distant positions.
+// The angles are always computed in fp32, the way HF's LlamaRotaryEmbedding
+// computes them, and then converted to the graph's element type: the table
+// never takes the precision of the activations (rounding positions ×
+// frequencies to 16 bits would scramble the angles of distant positions),
+// and a float64 graph sees exactly the table an fp32 run sees.
 type RopeTable[T Float] struct {
 	Cos, Sin []T
 	Half     int
@@ -23,18 +24,13 @@ func NewRopeTable[T Float](positions, headDim int, theta float64) RopeTable[T] {
 	half := headDim / 2
 	t := RopeTable[T]{Cos: make([]T, positions*half), Sin: make([]T, positions*half), Half: half}
 	for i := 0; i < half; i++ {
-		var inv T
-		if isF32[T]() {
-			// HF: 1 / base**(arange(0, dim, 2).float() / dim), all in fp32.
-			e := float32(2*i) / float32(headDim)
-			inv = T(1 / float32(math.Pow(theta, float64(e))))
-		} else {
-			inv = T(1 / math.Pow(theta, float64(2*i)/float64(headDim)))
-		}
+		// HF: inv_freq = 1 / base**(arange(0, dim, 2).float() / dim) in fp32
+		e := float32(2*i) / float32(headDim)
+		inv := 1 / float32(math.Pow(theta, float64(e)))
 		for p := 0; p < positions; p++ {
-			a := T(p) * inv // fp32 product in a float32 table, as torch.outer does
-			t.Cos[p*half+i] = T(math.Cos(float64(a)))
-			t.Sin[p*half+i] = T(math.Sin(float64(a)))
+			a := float32(p) * inv // torch.outer in fp32
+			t.Cos[p*half+i] = T(float32(math.Cos(float64(a))))
+			t.Sin[p*half+i] = T(float32(math.Sin(float64(a))))
 		}
 	}
 	return t
