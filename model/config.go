@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mixtune/mixtune/internal/atomicfile"
 )
 
 // Config is the subset of HF's LlamaConfig that defines the computation.
@@ -203,29 +205,5 @@ func WriteConfig(dir string, c Config, torchDtype string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, "config.json"), append(b, '\n'))
-}
-
-// writeFileAtomic writes through a temporary file and a rename, so a crash
-// never leaves a half-written file in place of a good one.
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	if _, err = f.Write(b); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFile(filepath.Join(dir, "config.json"), append(b, '\n'))
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mixtune/mixtune/internal/atomicfile"
 	"io"
 	"io/fs"
 	"maps"
@@ -298,7 +299,7 @@ func WriteCheckpoint(dir string, tensors []Tensor, metadata map[string]string, m
 	}
 	b = append(b, '\n')
 	indexPath := filepath.Join(dir, IndexFileName)
-	if err := writeAtomic(indexPath, func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+	if err := atomicfile.WriteFile(indexPath, b); err != nil {
 		return fmt.Errorf("write %s: %w", indexPath, err)
 	}
 	return removeStale(dir, keep)

@@ -1,15 +1,13 @@
 package safetensors
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/mixtune/mixtune/internal/atomicfile"
 	"io"
 	"maps"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +49,7 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 	if err := validate(tensors, metadata); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := writeAtomic(path, func(w io.Writer) error { return encode(w, tensors, metadata) }); err != nil {
+	if err := atomicfile.Write(path, func(w io.Writer) error { return encode(w, tensors, metadata) }); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -180,66 +178,4 @@ func encodeHeader(order []*Tensor, metadata map[string]string) ([]byte, error) {
 		h = append(h, ' ')
 	}
 	return h, nil
-}
-
-// writeAtomic writes a file at path through write, so that readers see either
-// the old file or the complete new one: a crash or error part way through
-// must not leave a truncated checkpoint where a good one was.
-func writeAtomic(path string, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, base+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp, closed := f.Name(), false
-	defer func() {
-		if err != nil {
-			if !closed {
-				f.Close()
-			}
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err = write(bw); err != nil {
-		return err
-	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600; a checkpoint should be as readable as
-	// one written by os.WriteFile.
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	closed = true
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// The rename is only durable once the directory entry is.
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }

@@ -3,6 +3,7 @@ package safetensors
 import (
 	"bytes"
 	"errors"
+	"github.com/mixtune/mixtune/internal/atomicfile"
 	"io"
 	"io/fs"
 	"math"
@@ -270,14 +271,14 @@ func TestWriteAtomic(t *testing.T) {
 			t.Fatal(err)
 		}
 		boom := errors.New("disk on fire")
-		err := writeAtomic(path, func(w io.Writer) error {
+		err := atomicfile.Write(path, func(w io.Writer) error {
 			if _, err := w.Write(bytes.Repeat([]byte{1}, 3<<20)); err != nil {
 				return err
 			}
 			return boom
 		})
 		if !errors.Is(err, boom) {
-			t.Errorf("writeAtomic error = %v, want %v", err, boom)
+			t.Errorf("atomicfile.Write error = %v, want %v", err, boom)
 		}
 		assertUnchanged(t, path, old)
 		if got := ls(t, dir); !reflect.DeepEqual(got, []string{"m.safetensors"}) {
