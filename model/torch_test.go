@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -200,5 +201,85 @@ func TestSaveLoadBitIdentical(t *testing.T) {
 				t.Fatalf("%s[%d]: bf16 reload %v, want %v", name, i, got, amp.BF16.Round(v))
 			}
 		}
+	}
+}
+
+// The decoder's cached path must give the graph's logits at every
+// position, whether a prefix arrives at once or token by token.
+func TestDecoderMatchesGraph(t *testing.T) {
+	m, err := Load(torchFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := loadExpected(t)
+	graph, _, _ := evaluate(t, m, tensor.Float32, e, false)
+	V := m.Config.VocabSize
+	d := NewDecoder(m, nil, blas.Gonum{})
+	for row := 0; row < e.batch; row++ {
+		ids := e.ids[row*e.seqLen : (row+1)*e.seqLen]
+		for _, prefill := range []int{1, 3, e.seqLen} {
+			s := &sequence{k: make([][]float32, m.Config.NumHiddenLayers), v: make([][]float32, m.Config.NumHiddenLayers)}
+			var got [][]float32
+			for p := 0; p < e.seqLen; {
+				n := 1
+				if p == 0 {
+					n = prefill
+				}
+				s.tokens = ids[:p+n]
+				lg := d.forward([]*sequence{s}, [][]int{ids[p : p+n]})
+				for len(got) < p+n-1 {
+					got = append(got, nil) // positions inside a prefill have no logits
+				}
+				got = append(got, lg[0])
+				p += n
+			}
+			for pos, lg := range got {
+				if lg == nil {
+					continue
+				}
+				want := graph[(row*e.seqLen+pos)*V : (row*e.seqLen+pos+1)*V]
+				if r := maxRelErr(toF64(lg), want); r > 2e-6 {
+					t.Fatalf("row %d, prefill %d, position %d: decoder logits differ from the graph by %.3g", row, prefill, pos, r)
+				}
+			}
+		}
+	}
+}
+
+func TestGenerateGreedyStopsAtEOS(t *testing.T) {
+	m, err := Load(torchFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoder(m, nil, blas.Gonum{})
+	out, err := d.Generate([][]int{{1, 5, 9}, {1, 22}}, 10, Sampling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// greedy continuation must equal argmax of the graph-equivalent logits, step by step
+	for i, prompt := range [][]int{{1, 5, 9}, {1, 22}} {
+		seq := append([]int(nil), prompt...)
+		for j, tok := range out[i] {
+			s := &sequence{tokens: seq, k: make([][]float32, m.Config.NumHiddenLayers), v: make([][]float32, m.Config.NumHiddenLayers)}
+			lg := d.forward([]*sequence{s}, [][]int{seq})[0]
+			if best := pick(lg, Sampling{}, nil); best != tok {
+				t.Fatalf("prompt %d step %d: generated %d, argmax %d", i, j, tok, best)
+			}
+			if tok == m.Config.EOSTokenID {
+				t.Fatalf("EOS returned as a token")
+			}
+			seq = append(seq, tok)
+		}
+		if len(out[i]) > 10 {
+			t.Fatalf("generated %d > 10 tokens", len(out[i]))
+		}
+	}
+	if _, err := d.Generate([][]int{{1, 99}}, 3, Sampling{}); err == nil {
+		t.Fatal("a prompt outside the vocabulary generated")
+	}
+	a, _ := d.Generate([][]int{{1, 5}}, 8, Sampling{Temperature: 1, TopK: 5, Seed: 3})
+	b, _ := d.Generate([][]int{{1, 5}}, 8, Sampling{Temperature: 1, TopK: 5, Seed: 3})
+	if !slices.Equal(a[0], b[0]) {
+		t.Fatal("sampling with the same seed differs")
 	}
 }

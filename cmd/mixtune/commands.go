@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/mixtune/mixtune/train"
+)
+
+func cmdEval(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("eval", "eval --model DIR [--adapter DIR] --data FILE [--json]", stderr)
+	var c train.EvalConfig
+	fs.StringVar(&c.Model, "model", "", "base model directory (HF layout)")
+	fs.StringVar(&c.Adapter, "adapter", "", "PEFT LoRA adapter directory (optional)")
+	fs.StringVar(&c.Data, "data", "", "JSONL file: text, prompt/completion or input_ids rows")
+	fs.IntVar(&c.SeqLen, "seq-len", 128, "sequence length (use the recipe's data.seq_len to match its validation)")
+	fs.IntVar(&c.BatchSize, "batch-size", 8, "rows per batch (the recipe's train.batch_size)")
+	fs.StringVar(&c.Mode, "mode", "pad", "pad (one row per example) or pack (the recipe's data.mode)")
+	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas or gonum")
+	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if c.Model == "" || c.Data == "" {
+		return usageError{"--model and --data are required"}
+	}
+	if c.SeqLen < 1 || c.BatchSize < 1 {
+		return usageError{"--seq-len and --batch-size must be positive"}
+	}
+	rep, err := train.Eval(c)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	fmt.Fprintf(stdout, "loss %.6f per token · perplexity %.4f · %d target tokens in %d batches\n", rep.Loss, rep.Perplexity, rep.Tokens, rep.Batches)
+	return nil
+}
+
+func cmdGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("generate", "generate --model DIR [--adapter DIR] --prompt TEXT", stderr)
+	var c train.GenerateConfig
+	fs.StringVar(&c.Model, "model", "", "base model directory (HF layout)")
+	fs.StringVar(&c.Adapter, "adapter", "", "PEFT LoRA adapter directory (optional)")
+	fs.StringVar(&c.Prompt, "prompt", "", "text to continue")
+	fs.IntVar(&c.MaxNewTokens, "max-new-tokens", 64, "stop after this many tokens (or at end of sequence)")
+	fs.Float64Var(&c.Sampling.Temperature, "temperature", 0, "0: greedy; otherwise sample from softmax(logits/temperature)")
+	fs.IntVar(&c.Sampling.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
+	fs.Uint64Var(&c.Sampling.Seed, "seed", 0, "sampling seed")
+	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas or gonum")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if c.Model == "" || c.Prompt == "" {
+		return usageError{"--model and --prompt are required"}
+	}
+	if c.MaxNewTokens < 1 || c.Sampling.Temperature < 0 || c.Sampling.TopK < 0 {
+		return usageError{"--max-new-tokens must be positive, --temperature and --top-k not negative"}
+	}
+	out, err := train.Generate(c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, out)
+	return nil
+}
+
+func cmdBench(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench", "bench [--blas auto|openblas|gonum] [--steps N] [--json]", stderr)
+	c := train.DefaultBench()
+	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas or gonum")
+	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
+	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
+	fs.StringVar(&c.Adapter, "adapter", c.Adapter, "lora or none (full fine-tuning)")
+	asJSON := fs.Bool("json", false, "print one JSON line")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	res, err := train.Bench(c)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	fmt.Fprintf(stdout, "%s · %s · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter, res.Params, res.Trainable, c.Batch, c.SeqLen)
+	fmt.Fprintf(stdout, "%.1f tokens/s · %.1f ms/step · peak RSS %d MiB · loss %.4f\n", res.TokensPerSec, res.MsPerStep, res.PeakRSS>>20, res.Loss)
+	return nil
+}

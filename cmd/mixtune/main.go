@@ -1,0 +1,185 @@
+// Command mixtune fine-tunes Llama-architecture models from YAML recipes.
+//
+//	mixtune train -c configs/quickstart.yaml [--set train.steps=50]
+//	mixtune eval --model DIR [--adapter DIR] --data FILE [--json]
+//	mixtune generate --model DIR [--adapter DIR] --prompt TEXT
+//	mixtune bench [--blas gonum] [--json]
+//
+// Exit status: 0 success, 1 a failure while running, 2 a bad command line
+// or config (nothing was started), 130 interrupted (what was trained is saved).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"golang.org/x/term"
+
+	"github.com/mixtune/mixtune/internal/yamlconf"
+	"github.com/mixtune/mixtune/train"
+)
+
+type command struct {
+	name, summary string
+	run           func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"train", "fine-tune a model from a YAML recipe", cmdTrain},
+		{"eval", "mean loss per token and perplexity of a model on a JSONL file", cmdEval},
+		{"generate", "continue a prompt with a model (and adapter)", cmdGenerate},
+		{"bench", "measure training throughput on the fixed benchmark model", cmdBench},
+		{"version", "print the version", func([]string, io.Writer, io.Writer) error {
+			fmt.Println("mixtune", train.Version)
+			return nil
+		}},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError marks a bad command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func run(args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if p := recover(); p != nil {
+			fmt.Fprintf(stderr, "mixtune: internal error: %v\n", p)
+			if os.Getenv("MIXTUNE_DEBUG") != "" {
+				stderr.Write(debug.Stack())
+			} else {
+				fmt.Fprintln(stderr, "this is a bug in mixtune; rerun with MIXTUNE_DEBUG=1 for a stack trace and report it")
+			}
+			code = 1
+		}
+	}()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, train.ErrInterrupted):
+			return 130
+		}
+		var ue usageError
+		if errors.As(err, &ue) || yamlconf.IsConfigError(err) {
+			fmt.Fprintf(stderr, "mixtune %s: %v\n", c.name, err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "mixtune %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "mixtune: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: mixtune <command> [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'mixtune <command> --help' for a command's flags.")
+}
+
+// newFlags makes a command's flag set; parse errors and --help return
+// instead of exiting, so run decides the status.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: mixtune %s\n\nflags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+// multi is a repeatable string flag (--set a=1 --set b=2).
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, " ") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+func cmdTrain(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("train", "train -c CONFIG [--set key.path=value]...", stderr)
+	cfg := fs.String("c", "", "the YAML recipe (see configs/reference.yaml)")
+	var sets multi
+	fs.Var(&sets, "set", "override one config field, e.g. --set train.steps=50 (repeatable)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *cfg == "" {
+		return usageError{"-c CONFIG is required"}
+	}
+	r, err := train.Load(*cfg, sets)
+	if err != nil {
+		return err
+	}
+	ctx, stop := interruptible(stderr)
+	defer stop()
+	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr)})
+	return err
+}
+
+// interruptible cancels the context on the first SIGINT or SIGTERM, so the
+// loop stops after its current step and saves; a second signal exits at once.
+func interruptible(stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if _, ok := <-sig; !ok {
+			return
+		}
+		fmt.Fprintln(stderr, "\nstopping after this step (interrupt again to quit at once)")
+		cancel()
+		if _, ok := <-sig; ok {
+			fmt.Fprintln(stderr, "quitting")
+			os.Exit(130)
+		}
+	}()
+	return ctx, func() { signal.Stop(sig); close(sig); cancel() }
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

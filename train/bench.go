@@ -1,0 +1,111 @@
+package train
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/internal/sysinfo"
+	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/optim"
+)
+
+// BenchConfig is the fixed benchmark model of the performance target:
+// vocab 512, dim 256, 4 layers, 8 heads, FFN 688, seq 128, batch 8, LoRA
+// r=8 on q,k,v,o, fp32, AdamW; the same as ../shared/bench/torch_peer.py.
+type BenchConfig struct {
+	Vocab, Dim, Layers, Heads, FFN, SeqLen, Batch, Rank int
+	Adapter                                             string
+	Steps, Warmup                                       int
+	BLAS                                                string
+	Threads                                             int
+}
+
+// DefaultBench is the benchmark configuration.
+func DefaultBench() BenchConfig {
+	return BenchConfig{Vocab: 512, Dim: 256, Layers: 4, Heads: 8, FFN: 688, SeqLen: 128, Batch: 8, Rank: 8,
+		Adapter: "lora", Steps: 10, Warmup: 2, BLAS: "auto"}
+}
+
+// BenchResult is one measurement.
+type BenchResult struct {
+	Backend      string  `json:"backend"`
+	Adapter      string  `json:"adapter"`
+	TokensPerSec float64 `json:"tokens_per_s"`
+	MsPerStep    float64 `json:"ms_per_step"`
+	PeakRSS      uint64  `json:"peak_rss_bytes"`
+	Params       int     `json:"params"`
+	Trainable    int     `json:"trainable"`
+	Loss         float64 `json:"loss"`
+}
+
+// Bench times full optimizer steps (forward, backward, AdamW) on random
+// tokens, after Warmup untimed steps, like the PyTorch peer.
+func Bench(c BenchConfig) (BenchResult, error) {
+	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
+	if err != nil {
+		return BenchResult{}, err
+	}
+	m, err := model.New(model.Config{VocabSize: c.Vocab, HiddenSize: c.Dim, IntermediateSize: c.FFN,
+		NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: c.Heads,
+		MaxPositionEmbeddings: c.SeqLen, RMSNormEps: 1e-5, RopeTheta: 10000, BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2}, 0)
+	if err != nil {
+		return BenchResult{}, err
+	}
+	r := &Recipe{Config: Defaults()}
+	r.Adapter.Type, r.Adapter.R, r.Adapter.Alpha = c.Adapter, c.Rank, float64(2*c.Rank)
+	r.Adapter.TargetModules = []string{"q_proj", "k_proj", "v_proj", "o_proj"}
+	lora, err := newAdapter(r, m)
+	if err != nil {
+		return BenchResult{}, err
+	}
+	params := trainables(m, lora)
+	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+	if err != nil {
+		return BenchResult{}, err
+	}
+	ru, err := newRunner(eng, m, lora, c.Batch, c.SeqLen, params)
+	if err != nil {
+		return BenchResult{}, err
+	}
+	defer ru.close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := c.Batch * c.SeqLen
+	bt := data.Batch{Rows: c.Batch, SeqLen: c.SeqLen, Inputs: make([]int, n), Targets: make([]int, n), NumTargets: n}
+	for i := range bt.Inputs {
+		bt.Inputs[i], bt.Targets[i] = rng.IntN(c.Vocab), rng.IntN(c.Vocab)
+	}
+	var loss float64
+	step := func() error {
+		if loss, err = ru.run(bt, 1, true); err != nil {
+			return err
+		}
+		return opt.Step(params, 1e-3)
+	}
+	for i := 0; i < c.Warmup; i++ {
+		if err := step(); err != nil {
+			return BenchResult{}, err
+		}
+	}
+	t0 := time.Now()
+	for i := 0; i < c.Steps; i++ {
+		if err := step(); err != nil {
+			return BenchResult{}, err
+		}
+	}
+	dt := time.Since(t0).Seconds() / float64(c.Steps)
+	res := BenchResult{Backend: eng.BLAS.Name(), Adapter: c.Adapter, TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3,
+		Params: m.NumParams(), Loss: loss}
+	for _, p := range params {
+		res.Trainable += len(p.Value)
+	}
+	if lora != nil {
+		res.Params += lora.NumParams()
+	}
+	res.PeakRSS, _ = sysinfo.PeakRSS()
+	if dt <= 0 {
+		return res, fmt.Errorf("no time measured")
+	}
+	return res, nil
+}

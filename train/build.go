@@ -1,0 +1,228 @@
+package train
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/nn"
+	"github.com/mixtune/mixtune/optim"
+	"github.com/mixtune/mixtune/peft"
+)
+
+// Small functions that build each component from the recipe.
+
+// openEngine picks the matmul backend and the kernels' thread count.
+func openEngine(c ComputeConfig) (*nn.Engine, error) {
+	threads := c.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	be, err := blas.Open(c.BLAS, threads)
+	if err != nil {
+		return nil, err
+	}
+	return &nn.Engine{BLAS: be, Workers: threads}, nil
+}
+
+// loadModel loads the pretrained base or initializes a random one.
+func loadModel(r *Recipe) (*model.Model, error) {
+	if r.Model.Init == "random" {
+		return model.New(r.Base, r.Seed)
+	}
+	return model.Load(r.Model.Path)
+}
+
+// datasets tokenizes the training rows and the validation rows (a file,
+// or a seeded split of the training rows).
+func datasets(r *Recipe, tok data.Tokenizer) (trainEx, valEx []data.Example, err error) {
+	trainEx, err = data.LoadJSONL(r.Data.Train, tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.Data.Validation != "" {
+		valEx, err = data.LoadJSONL(r.Data.Validation, tok)
+		return trainEx, valEx, err
+	}
+	if r.Data.ValidationSplit == 0 {
+		return trainEx, nil, nil
+	}
+	return data.Split(trainEx, r.Data.ValidationSplit, r.Seed)
+}
+
+func newLoader(ex []data.Example, seqLen, batch int, mode string, shuffle bool, seed uint64, tok data.Tokenizer) (*data.Loader, error) {
+	md, err := data.ParseMode(mode)
+	if err != nil {
+		return nil, err
+	}
+	return data.NewLoader(ex, data.LoaderConfig{SeqLen: seqLen, BatchSize: batch,
+		Mode: md, Shuffle: shuffle, Seed: seed, PadID: tok.PAD()})
+}
+
+// linearTargets lists every linear module of the model with its shape.
+func linearTargets(m *model.Model) []peft.Target {
+	var ts []peft.Target
+	for i := 0; i < m.Config.NumHiddenLayers; i++ {
+		for _, short := range append(slices.Clone(model.AttentionModules), model.MLPModules...) {
+			p := model.ModulePath(i, short)
+			w := m.Weights[p+".weight"]
+			ts = append(ts, peft.Target{Path: p, Out: w.Shape[0], In: w.Shape[1]})
+		}
+	}
+	return ts
+}
+
+// newAdapter makes a fresh LoRA adapter, or nil for full fine-tuning.
+func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
+	if r.Adapter.Type != "lora" {
+		return nil, nil
+	}
+	ts, err := peft.Targets(linearTargets(m), r.Adapter.TargetModules)
+	if err != nil {
+		return nil, err
+	}
+	return peft.New(peft.Config{R: r.Adapter.R, Alpha: r.Adapter.Alpha, TargetModules: r.Adapter.TargetModules}, ts, r.Seed)
+}
+
+// trainables lists what the optimizer updates: the adapter's A and B, or
+// every weight of the model. Their gradients are fp32 buffers of their own.
+func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
+	var ps []*optim.Param
+	if l != nil {
+		for _, mod := range l.Modules {
+			ps = append(ps,
+				&optim.Param{Name: peft.KeyA(mod.Path), Shape: []int{l.Config.R, mod.In}, Value: mod.A, Grad: mod.GradA},
+				&optim.Param{Name: peft.KeyB(mod.Path), Shape: []int{mod.Out, l.Config.R}, Value: mod.B, Grad: mod.GradB})
+		}
+		return ps
+	}
+	for _, s := range model.Specs(m.Config) {
+		w := m.Weights[s.Name]
+		ps = append(ps, &optim.Param{Name: s.Name, Shape: w.Shape, Value: w.Data, Grad: make([]float32, len(w.Data))})
+	}
+	return ps
+}
+
+func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
+	if c.Name == "sgd" {
+		return optim.NewSGD(optim.SGDConfig{Momentum: c.Momentum, WeightDecay: c.WeightDecay, Nesterov: c.Nesterov})
+	}
+	return optim.NewAdamW(optim.AdamWConfig{Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay})
+}
+
+func newSchedule(r *Recipe) optim.Schedule {
+	return optim.Schedule{Kind: r.Schedule.Kind, Peak: r.Optimizer.LR, Min: r.Schedule.MinLR,
+		Warmup: r.Schedule.WarmupSteps, Total: r.Train.Steps}
+}
+
+// runner owns one compiled graph of fixed batch shape: a training graph
+// (forward and backward) or an evaluation graph (forward only). The model
+// and adapter weights are shared with the optimizer, not copied, so an
+// optimizer step is seen by the next run.
+type runner struct {
+	g        *model.Graph
+	vm       G.VM
+	ids, tgt []int   // the input tensors' backing arrays, refilled per batch
+	lossGrad *G.Node // d(step loss)/d(this micro-batch's loss): its share of the step's targets
+	grads    G.Nodes // aligned with params
+	params   []*optim.Param
+}
+
+// newRunner builds and compiles the graph. With params, it also takes the
+// gradient of the loss with respect to each of them.
+func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param) (*runner, error) {
+	b := nn.NewBuilder(eng, tensor.Float32)
+	nodes := map[string]*G.Node{}
+	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen}
+	if l != nil {
+		gc.Linear = l.Linear(nodes)
+	} else if params != nil {
+		gc.Trainable = func(string) bool { return true }
+	}
+	g, err := m.Build(b, gc)
+	if err != nil {
+		return nil, err
+	}
+	for name, n := range g.Params {
+		nodes[name] = n
+	}
+	ru := &runner{g: g, params: params, ids: make([]int, batch*seqLen), tgt: make([]int, batch*seqLen)}
+	if err := G.Let(g.IDs, tensor.New(tensor.WithShape(len(ru.ids)), tensor.WithBacking(ru.ids))); err != nil {
+		return nil, err
+	}
+	if err := G.Let(g.Targets, tensor.New(tensor.WithShape(len(ru.tgt)), tensor.WithBacking(ru.tgt))); err != nil {
+		return nil, err
+	}
+	if params != nil {
+		wrt := make(G.Nodes, len(params))
+		for i, p := range params {
+			if wrt[i] = nodes[p.Name]; wrt[i] == nil {
+				return nil, fmt.Errorf("internal: no graph node for trainable %s", p.Name)
+			}
+		}
+		ru.lossGrad = G.NewScalar(b.G, tensor.Float32, G.WithName("loss_grad"))
+		if ru.grads, err = G.Backpropagate(G.Nodes{g.Loss}, G.Nodes{ru.lossGrad}, wrt); err != nil {
+			return nil, fmt.Errorf("differentiate the model: %w", err)
+		}
+	}
+	ru.vm = G.NewTapeMachine(b.G)
+	return ru, nil
+}
+
+// run puts one micro-batch through the graph and returns its mean loss.
+// With gradients, weight scales this micro-batch's contribution to the
+// step and first says whether to overwrite or add into the param grads.
+func (ru *runner) run(bt data.Batch, weight float32, first bool) (float64, error) {
+	copy(ru.ids, bt.Inputs)
+	copy(ru.tgt, bt.Targets)
+	if ru.lossGrad != nil {
+		if err := G.Let(ru.lossGrad, weight); err != nil {
+			return 0, err
+		}
+	}
+	ru.vm.Reset()
+	if err := ru.vm.RunAll(); err != nil {
+		return 0, err
+	}
+	for i, p := range ru.params {
+		g := ru.grads[i].Value().Data().([]float32)
+		if first {
+			copy(p.Grad, g)
+		} else {
+			for j, v := range g {
+				p.Grad[j] += v
+			}
+		}
+	}
+	return float64(ru.g.Loss.Value().Data().(float32)), nil
+}
+
+func (ru *runner) close() { ru.vm.Close() }
+
+// mergedWeights returns the base weights with each adapter's (α/r)·B·A
+// added, for generation; unadapted weights are shared, not copied.
+func mergedWeights(m *model.Model, l *peft.LoRA) map[string][]float32 {
+	w := map[string][]float32{}
+	for name, t := range m.Weights {
+		w[name] = t.Data
+	}
+	if l == nil {
+		return w
+	}
+	for _, mod := range l.Modules {
+		delta, _ := l.Delta(mod.Path)
+		base := m.Weights[mod.Path+".weight"].Data
+		merged := make([]float32, len(base))
+		for i := range base {
+			merged[i] = base[i] + delta[i]
+		}
+		w[mod.Path+".weight"] = merged
+	}
+	return w
+}

@@ -1,0 +1,180 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/peft"
+)
+
+// LossReport is a mean loss per target token.
+type LossReport struct {
+	Loss       float64 `json:"loss"`
+	Perplexity float64 `json:"perplexity"`
+	Tokens     int     `json:"tokens"`
+	Batches    int     `json:"batches"`
+}
+
+// evaluate returns the token-weighted mean loss over batches: each batch's
+// mean times its target count, summed in batch order, over all targets.
+// Training's validation and `mixtune eval` both call it, so they agree.
+func evaluate(ru *runner, batches []data.Batch) (LossReport, error) {
+	var sum float64
+	var n int
+	for _, bt := range batches {
+		if bt.NumTargets == 0 {
+			continue
+		}
+		loss, err := ru.run(bt, 0, true)
+		if err != nil {
+			return LossReport{}, err
+		}
+		sum += loss * float64(bt.NumTargets)
+		n += bt.NumTargets
+	}
+	if n == 0 {
+		return LossReport{}, fmt.Errorf("no target tokens to evaluate")
+	}
+	mean := sum / float64(n)
+	return LossReport{Loss: mean, Perplexity: math.Exp(mean), Tokens: n, Batches: len(batches)}, nil
+}
+
+// TaskReport is the exact-match accuracy of greedy answers.
+type TaskReport struct {
+	Correct  int       `json:"correct"`
+	Total    int       `json:"total"`
+	Accuracy float64   `json:"accuracy"`
+	Samples  []Attempt `json:"samples,omitempty"`
+}
+
+// Attempt is one task question, its expected answer and what the model said.
+type Attempt struct {
+	Prompt string `json:"prompt"`
+	Want   string `json:"want"`
+	Got    string `json:"got"`
+}
+
+// taskAccuracy generates a greedy answer to each prompt/completion row of
+// the task file and counts exact matches of the decoded text.
+func taskAccuracy(m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, path string, limit, maxNew int) (TaskReport, error) {
+	rows, err := data.LoadJSONL(path, tok)
+	if err != nil {
+		return TaskReport{}, err
+	}
+	if limit > 0 && limit < len(rows) {
+		rows = rows[:limit]
+	}
+	var prompts [][]int
+	var wants []string
+	for _, ex := range rows {
+		first := slices.Index(ex.Target, true)
+		if first <= 0 || ex.IDs[len(ex.IDs)-1] != tok.EOS() {
+			return TaskReport{}, fmt.Errorf("%s:%d: task rows must be {\"prompt\": ..., \"completion\": ...}", path, ex.Line)
+		}
+		prompts = append(prompts, ex.IDs[:first])
+		wants = append(wants, tok.Decode(ex.IDs[first:len(ex.IDs)-1]))
+	}
+	outs, err := model.NewDecoder(m, weights, be).Generate(prompts, maxNew, model.Sampling{})
+	if err != nil {
+		return TaskReport{}, fmt.Errorf("%s: %w", path, err)
+	}
+	rep := TaskReport{Total: len(rows)}
+	for i, out := range outs {
+		got := tok.Decode(out)
+		if got == wants[i] {
+			rep.Correct++
+		}
+		if len(rep.Samples) < 3 {
+			rep.Samples = append(rep.Samples, Attempt{Prompt: tok.Decode(prompts[i]), Want: wants[i], Got: got})
+		}
+	}
+	rep.Accuracy = float64(rep.Correct) / float64(max(rep.Total, 1))
+	return rep, nil
+}
+
+// EvalConfig is `mixtune eval`: a model, an optional adapter, a JSONL file,
+// and the batching that decides how rows become sequences. Use the
+// training recipe's seq_len, batch_size and mode to reproduce its
+// validation loss exactly.
+type EvalConfig struct {
+	Model, Adapter, Data string
+	SeqLen, BatchSize    int
+	Mode                 string
+	BLAS                 string
+	Threads              int
+}
+
+// Eval computes the mean loss per target token and the perplexity.
+func Eval(c EvalConfig) (LossReport, error) {
+	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
+	if err != nil {
+		return LossReport{}, err
+	}
+	m, lora, err := loadWithAdapter(c.Model, c.Adapter)
+	if err != nil {
+		return LossReport{}, err
+	}
+	if c.SeqLen > m.Config.MaxPositionEmbeddings {
+		return LossReport{}, fmt.Errorf("--seq-len %d exceeds the model's max_position_embeddings (%d)", c.SeqLen, m.Config.MaxPositionEmbeddings)
+	}
+	tok := data.NewByteTokenizer()
+	ex, err := data.LoadJSONL(c.Data, tok)
+	if err != nil {
+		return LossReport{}, err
+	}
+	l, err := newLoader(ex, c.SeqLen, c.BatchSize, c.Mode, false, 0, tok)
+	if err != nil {
+		return LossReport{}, err
+	}
+	ru, err := newRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil)
+	if err != nil {
+		return LossReport{}, err
+	}
+	defer ru.close()
+	return evaluate(ru, l.Batches())
+}
+
+// GenerateConfig is `mixtune generate`.
+type GenerateConfig struct {
+	Model, Adapter, Prompt string
+	MaxNewTokens           int
+	Sampling               model.Sampling
+	BLAS                   string
+}
+
+// Generate continues a prompt and returns the new text.
+func Generate(c GenerateConfig) (string, error) {
+	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS})
+	if err != nil {
+		return "", err
+	}
+	m, lora, err := loadWithAdapter(c.Model, c.Adapter)
+	if err != nil {
+		return "", err
+	}
+	tok := data.NewByteTokenizer()
+	prompt := append([]int{tok.BOS()}, tok.Encode(c.Prompt)...)
+	out, err := model.NewDecoder(m, mergedWeights(m, lora), eng.BLAS).Generate([][]int{prompt}, c.MaxNewTokens, c.Sampling)
+	if err != nil {
+		return "", err
+	}
+	return tok.Decode(out[0]), nil
+}
+
+// loadWithAdapter loads a model and, if adapterDir is set, a PEFT LoRA
+// adapter for it.
+func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.LoRA, error) {
+	m, err := model.Load(modelDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if adapterDir == "" {
+		return m, nil, nil
+	}
+	l, err := peft.Load(adapterDir, linearTargets(m))
+	return m, l, err
+}

@@ -1,0 +1,79 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// metricsLog appends one JSON object per line to metrics.jsonl, flushed
+// at once so that a crash loses at most the line being written.
+type metricsLog struct {
+	f   *os.File
+	w   *bufio.Writer
+	err error
+}
+
+func newMetricsLog(path string) (*metricsLog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open metrics: %w", err)
+	}
+	return &metricsLog{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+func (m *metricsLog) write(rec map[string]any) {
+	if m.err != nil {
+		return
+	}
+	b, err := json.Marshal(rec)
+	if err == nil {
+		m.w.Write(append(b, '\n'))
+		err = m.w.Flush()
+	}
+	m.err = err
+}
+
+func (m *metricsLog) Close() error {
+	if err := m.w.Flush(); m.err == nil {
+		m.err = err
+	}
+	if err := m.f.Close(); m.err == nil {
+		m.err = err
+	}
+	return m.err
+}
+
+// writeSummary prints the final table.
+func writeSummary(w io.Writer, s *Summary) {
+	row := func(name, before, after string) {
+		fmt.Fprintf(w, "  %-16s %12s %12s\n", name, before, after)
+	}
+	fmt.Fprintln(w)
+	row("", "before", "after")
+	if s.ValBefore != nil && s.ValAfter != nil {
+		row("val loss", fmt.Sprintf("%.4f", s.ValBefore.Loss), fmt.Sprintf("%.4f", s.ValAfter.Loss))
+		row("val perplexity", fmt.Sprintf("%.3f", s.ValBefore.Perplexity), fmt.Sprintf("%.3f", s.ValAfter.Perplexity))
+	}
+	if s.TaskBefore != nil || s.TaskAfter != nil {
+		acc := func(t *TaskReport) string {
+			if t == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f%%", 100*t.Accuracy)
+		}
+		row("task accuracy", acc(s.TaskBefore), acc(s.TaskAfter))
+	}
+	row("train loss", "", fmt.Sprintf("%.4f", s.FinalLoss))
+	fmt.Fprintf(w, "\n  %d steps · %s tokens · %s · %s tok/s · peak RSS %d MiB\n", s.Steps, human(int(s.Tokens)),
+		(time.Duration(s.Seconds) * time.Second).String(), human(int(s.TokensPerSec)), s.PeakRSS>>20)
+	if s.TaskAfter != nil && len(s.TaskAfter.Samples) > 0 {
+		a := s.TaskAfter.Samples[0]
+		fmt.Fprintf(w, "  sample: %q → %q (want %q)\n", strings.TrimPrefix(a.Prompt, ""), a.Got, a.Want)
+	}
+	fmt.Fprintf(w, "  saved %s\n", s.Saved)
+}

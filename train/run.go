@@ -1,0 +1,304 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/sysinfo"
+	"github.com/mixtune/mixtune/optim"
+)
+
+// Version is mixtune's release, recorded in every run.
+const Version = "0.1.0"
+
+// Options are the command line's choices that are not part of the recipe.
+type Options struct {
+	Out      io.Writer // progress and summary; os.Stderr from the CLI
+	Progress bool      // draw a progress bar (a terminal); otherwise log lines
+}
+
+// Summary is what a finished (or interrupted) run reports.
+type Summary struct {
+	RunDir       string      `json:"run_dir"`
+	Steps        int         `json:"steps"`
+	Interrupted  bool        `json:"interrupted,omitempty"`
+	FinalLoss    float64     `json:"final_loss"`
+	ValBefore    *LossReport `json:"val_before,omitempty"`
+	ValAfter     *LossReport `json:"val_after,omitempty"`
+	TaskBefore   *TaskReport `json:"task_before,omitempty"`
+	TaskAfter    *TaskReport `json:"task_after,omitempty"`
+	Tokens       int64       `json:"tokens"`
+	Seconds      float64     `json:"seconds"`
+	TokensPerSec float64     `json:"tokens_per_s"`
+	PeakRSS      uint64      `json:"peak_rss_bytes"`
+	Saved        string      `json:"saved"`
+}
+
+// Run trains as the recipe says and writes the run directory: config.yaml
+// (as given), metrics.jsonl, the adapter (or the full model) and
+// summary.json. Cancelling ctx stops after the current step and still
+// saves what was trained.
+func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
+	out := opt.Out
+	start := time.Now()
+
+	// --- components, each built from its section of the recipe
+	eng, err := openEngine(r.Compute)
+	if err != nil {
+		return nil, err
+	}
+	tok := data.NewByteTokenizer()
+	trainEx, valEx, err := datasets(r, tok)
+	if err != nil {
+		return nil, err
+	}
+	m, err := loadModel(r)
+	if err != nil {
+		return nil, err
+	}
+	lora, err := newAdapter(r, m)
+	if err != nil {
+		return nil, err
+	}
+	params := trainables(m, lora)
+	opt_, err := newOptimizer(r.Optimizer)
+	if err != nil {
+		return nil, err
+	}
+	sched := newSchedule(r)
+	trainLoader, err := newLoader(trainEx, r.Data.SeqLen, r.Train.BatchSize, r.Data.Mode, r.Data.Shuffle, r.Seed, tok)
+	if err != nil {
+		return nil, fmt.Errorf("training data: %w", err)
+	}
+	var valBatches []data.Batch
+	if len(valEx) > 0 {
+		vl, err := newLoader(valEx, r.Data.SeqLen, r.Train.BatchSize, r.Data.Mode, false, r.Seed, tok)
+		if err != nil {
+			return nil, fmt.Errorf("validation data: %w", err)
+		}
+		valBatches = vl.Batches()
+		if r.Train.EvalBatches > 0 && len(valBatches) > r.Train.EvalBatches {
+			valBatches = valBatches[:r.Train.EvalBatches]
+		}
+	}
+	trainer, err := newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, params)
+	if err != nil {
+		return nil, err
+	}
+	defer trainer.close()
+	var evaluator *runner
+	if len(valBatches) > 0 {
+		if evaluator, err = newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, nil); err != nil {
+			return nil, err
+		}
+		defer evaluator.close()
+	}
+
+	// --- the run directory: nothing earlier is ever overwritten
+	dir := r.RunDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create run directory: %w", err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, "config.yaml"), r.Raw); err != nil {
+		return nil, err
+	}
+	metrics, err := newMetricsLog(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer metrics.Close()
+
+	st := trainLoader.Stats()
+	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), eng.BLAS.Name(), eng.Workers)
+	fmt.Fprintf(out, "device: cpu · precision %s\n", r.Precision)
+	fmt.Fprintf(out, "model: %s · %s params · %d layers, hidden %d, heads %d/%d kv%s\n", modelName(r), human(m.NumParams()),
+		m.Config.NumHiddenLayers, m.Config.HiddenSize, m.Config.NumAttentionHeads, m.Config.NumKeyValueHeads, storedNote(m.StoredDtypes()))
+	if lora != nil {
+		fmt.Fprintf(out, "adapter: lora r=%d alpha=%g on %s · %d modules · %s trainable (%.2f%%)\n", r.Adapter.R, r.Adapter.Alpha,
+			strings.Join(r.Adapter.TargetModules, ","), len(lora.Modules), human(lora.NumParams()), 100*float64(lora.NumParams())/float64(m.NumParams()))
+	} else {
+		fmt.Fprintf(out, "adapter: none · full fine-tuning of %s params\n", human(m.NumParams()))
+	}
+	fmt.Fprintf(out, "data: %d train examples (%d truncated), %d validation · seq_len %d · batch %d×%d · %s\n",
+		st.Examples, st.Truncated, len(valEx), r.Data.SeqLen, r.Train.BatchSize, r.Train.GradAccum, r.Data.Mode)
+	fmt.Fprintf(out, "run: %s\n", dir)
+
+	sum := &Summary{RunDir: dir}
+	weights := func() map[string][]float32 { return mergedWeights(m, lora) }
+	if r.Task.EvalFile != "" && r.Task.Before {
+		rep, err := taskAccuracy(m, weights(), eng.BLAS, tok, r.Task.EvalFile, r.Task.Limit, r.Task.MaxNewTokens)
+		if err != nil {
+			return nil, err
+		}
+		sum.TaskBefore = &rep
+		fmt.Fprintf(out, "task accuracy before: %s\n", rep)
+	}
+	if evaluator != nil {
+		rep, err := evaluate(evaluator, valBatches)
+		if err != nil {
+			return nil, err
+		}
+		sum.ValBefore = &rep
+		metrics.write(map[string]any{"step": 0, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
+	}
+
+	// --- the training loop
+	bar := newProgress(out, r.Train.Steps, opt.Progress)
+	tokensPerStep := int64(r.Train.BatchSize * r.Data.SeqLen * r.Train.GradAccum)
+	loopStart := time.Now()
+	var lastLoss float64
+	step := 0
+	for step < r.Train.Steps {
+		if ctx.Err() != nil {
+			sum.Interrupted = true
+			break
+		}
+		step++
+		// One optimizer step: GradAccum micro-batches, each weighted by its
+		// share of the step's target tokens, so the step's loss is the mean
+		// over all of them whatever the padding.
+		micro := make([]data.Batch, r.Train.GradAccum)
+		total := 0
+		for i := range micro {
+			micro[i] = trainLoader.Next()
+			total += micro[i].NumTargets
+		}
+		var lossSum float64
+		for i, bt := range micro {
+			w := float32(bt.NumTargets) / float32(max(total, 1))
+			loss, err := trainer.run(bt, w, i == 0)
+			if err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
+			lossSum += loss * float64(bt.NumTargets)
+		}
+		lastLoss = lossSum / float64(max(total, 1))
+		gradNorm := optim.ClipGlobalNorm(params, r.Optimizer.GradClip)
+		lr := sched.LR(step)
+		if total > 0 {
+			if err := opt_.Step(params, lr); err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
+		}
+
+		elapsed := time.Since(loopStart).Seconds()
+		tps := float64(tokensPerStep) * float64(step) / elapsed
+		bar.update(step, lastLoss, lr, tps)
+		if step%r.Train.LogEvery == 0 || step == r.Train.Steps {
+			metrics.write(map[string]any{"step": step, "loss": lastLoss, "lr": lr, "grad_norm": gradNorm,
+				"tokens_per_s": tps, "elapsed_s": elapsed})
+			if !opt.Progress {
+				bar.line(fmt.Sprintf("step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %s tok/s", step, r.Train.Steps, lastLoss, lr, gradNorm, human(int(tps))))
+			}
+		}
+		if math.IsNaN(lastLoss) || math.IsInf(lastLoss, 0) {
+			bar.finish()
+			return nil, fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", step, lastLoss)
+		}
+		if evaluator != nil && r.Train.EvalEvery > 0 && step%r.Train.EvalEvery == 0 && step < r.Train.Steps {
+			rep, err := evaluate(evaluator, valBatches)
+			if err != nil {
+				return nil, err
+			}
+			metrics.write(map[string]any{"step": step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
+			bar.line(fmt.Sprintf("step %d: val_loss %.4f (perplexity %.3f)", step, rep.Loss, rep.Perplexity))
+		}
+	}
+	bar.finish()
+	loopSeconds := time.Since(loopStart).Seconds()
+	sum.Steps, sum.FinalLoss = step, lastLoss
+	sum.Tokens = tokensPerStep * int64(step)
+	if loopSeconds > 0 {
+		sum.TokensPerSec = float64(sum.Tokens) / loopSeconds
+	}
+	if sum.Interrupted {
+		fmt.Fprintf(out, "interrupted after step %d: saving what was trained\n", step)
+	}
+
+	// --- after training: validation, task accuracy, save
+	if evaluator != nil {
+		rep, err := evaluate(evaluator, valBatches)
+		if err != nil {
+			return nil, err
+		}
+		sum.ValAfter = &rep
+		metrics.write(map[string]any{"step": step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
+	}
+	if r.Task.EvalFile != "" && r.Task.After && !sum.Interrupted {
+		rep, err := taskAccuracy(m, weights(), eng.BLAS, tok, r.Task.EvalFile, r.Task.Limit, r.Task.MaxNewTokens)
+		if err != nil {
+			return nil, err
+		}
+		sum.TaskAfter = &rep
+	}
+	if lora != nil {
+		sum.Saved = filepath.Join(dir, "adapter")
+		if err := lora.Save(sum.Saved, modelName(r)); err != nil {
+			return nil, err
+		}
+	} else {
+		sum.Saved = filepath.Join(dir, "model")
+		f, _ := amp.ParseFormat(r.Model.SaveDtype)
+		if err := m.Save(sum.Saved, f, 0); err != nil {
+			return nil, err
+		}
+	}
+	sum.Seconds = time.Since(start).Seconds()
+	sum.PeakRSS, _ = sysinfo.PeakRSS()
+	b, _ := json.MarshalIndent(sum, "", "  ")
+	if err := atomicfile.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n')); err != nil {
+		return nil, err
+	}
+	writeSummary(out, sum)
+	if sum.Interrupted {
+		return sum, ErrInterrupted
+	}
+	return sum, nil
+}
+
+// ErrInterrupted reports a run stopped early by a signal; what it trained
+// was saved.
+var ErrInterrupted = errors.New("interrupted")
+
+func modelName(r *Recipe) string {
+	if r.Model.Init == "random" {
+		return "random init (seed " + fmt.Sprint(r.Seed) + ")"
+	}
+	return r.Model.Path
+}
+
+func storedNote(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " · stored " + s + ", trained in fp32"
+}
+
+func (t TaskReport) String() string {
+	return fmt.Sprintf("%.1f%% (%d/%d exact match)", 100*t.Accuracy, t.Correct, t.Total)
+}
+
+// human writes 1234567 as 1.23M.
+func human(n int) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fG", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e4:
+		return fmt.Sprintf("%.1fk", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
