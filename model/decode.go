@@ -27,7 +27,7 @@ func NewDecoder(m *Model, w map[string][]float32, be blas.Backend) *Decoder {
 	if w == nil {
 		w = map[string][]float32{}
 		for name, t := range m.Weights {
-			w[name] = t.Data
+			w[name] = t.Float32()
 		}
 	}
 	c := m.Config

@@ -62,7 +62,12 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 		if !ok {
 			panic("model: no weight " + name) // Specs and Load guarantee every name
 		}
-		n := b.Param(name, w.Shape, w.Data, gc.Trainable != nil && gc.Trainable(name))
+		var n *G.Node
+		if w.Bits != nil {
+			n = b.Param16(name, w.Shape, w.Bits, w.Format) // frozen by construction
+		} else {
+			n = b.Param(name, w.Shape, w.Data, gc.Trainable != nil && gc.Trainable(name))
+		}
 		g.Params[name] = n
 		return n
 	}

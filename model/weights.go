@@ -12,11 +12,29 @@ import (
 	"github.com/mixtune/mixtune/safetensors"
 )
 
-// Tensor is an fp32 weight: the master copy training updates in place.
+// Tensor is a weight: an fp32 master copy training updates in place, or,
+// for a frozen weight kept in 16 bits, its bf16/fp16 bits and no fp32 copy.
 type Tensor struct {
-	Shape []int
-	Data  []float32
+	Shape  []int
+	Data   []float32  // fp32 values; nil when the weight is kept in 16 bits
+	Bits   []uint16   // 16-bit values, when Data is nil
+	Format amp.Format // Bits' format
 }
+
+// Float32 returns the values in fp32, converting 16-bit ones into a new slice.
+func (t *Tensor) Float32() []float32 {
+	if t.Data != nil {
+		return t.Data
+	}
+	d := make([]float32, len(t.Bits))
+	for i, b := range t.Bits {
+		d[i] = t.Format.FromBits16(b)
+	}
+	return d
+}
+
+// Bytes is the memory the values take.
+func (t *Tensor) Bytes() int { return 4*len(t.Data) + 2*len(t.Bits) }
 
 // Model is a Llama model's config and weights under their HF names.
 type Model struct {
@@ -116,7 +134,34 @@ func New(c Config, seed uint64) (*Model, error) {
 func (m *Model) NumParams() int {
 	n := 0
 	for _, t := range m.Weights {
-		n += len(t.Data)
+		n += len(t.Data) + len(t.Bits)
+	}
+	return n
+}
+
+// Compact keeps the matrices named by frozen (embeddings, projections, the
+// LM head; never the norm vectors, which are tiny) as 16-bit values of
+// format f and drops their fp32 copies, halving their memory. A weight
+// loaded from 16-bit storage of the same format keeps its exact value; an
+// fp32 one is rounded to nearest even.
+func (m *Model) Compact(f amp.Format, frozen func(name string) bool) {
+	for name, t := range m.Weights {
+		if t.Data == nil || len(t.Shape) != 2 || !frozen(name) {
+			continue
+		}
+		t.Bits = make([]uint16, len(t.Data))
+		for i, v := range t.Data {
+			t.Bits[i] = f.Bits16(v)
+		}
+		t.Data, t.Format = nil, f
+	}
+}
+
+// WeightBytes is the memory the model's weights take.
+func (m *Model) WeightBytes() int {
+	n := 0
+	for _, t := range m.Weights {
+		n += t.Bytes()
 	}
 	return n
 }
@@ -204,7 +249,7 @@ func (m *Model) Save(dir string, dtype amp.Format, maxShardBytes int64) error {
 	var ts []safetensors.Tensor
 	for _, s := range Specs(m.Config) {
 		w := m.Weights[s.Name]
-		ts = append(ts, safetensors.Tensor{Name: s.Name, Shape: w.Shape, Data: w.Data, Dtype: dtype})
+		ts = append(ts, safetensors.Tensor{Name: s.Name, Shape: w.Shape, Data: w.Float32(), Dtype: dtype})
 	}
 	if err := safetensors.WriteCheckpoint(dir, ts, nil, maxShardBytes); err != nil {
 		return fmt.Errorf("save model %s: %w", dir, err)

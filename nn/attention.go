@@ -7,6 +7,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 )
 
@@ -28,18 +29,31 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	check(len(qs) == 2 && qs[0] == n && qs[1] == s.Heads*s.HeadDim, "attention: q %v does not fit %+v", qs, s)
 	check(len(ks) == 2 && ks[0] == n && ks[1] == s.KVHeads*s.HeadDim, "attention: k %v does not fit %+v", ks, s)
 	check(len(vs) == 2 && vs[0] == n && vs[1] == s.KVHeads*s.HeadDim, "attention: v %v does not fit %+v", vs, s)
+	// autocast's view of attention: two matmuls around a softmax, each
+	// with its own place in the op lists.
+	fs, fv := b.formatOf("attention_scores", q, k), b.formatOf("attention_values", v)
+	fsm := b.formatOf("softmax")
+	q, k, v = b.lower(q, fs), b.lower(k, fs), b.lower(v, fv)
 	base := b.newBase("attention", q, k, v)
+	base.out = fv
+	f := attnFormats{scores: fs, softmax: fsm, values: fv}
 	if b.Dtype == tensor.Float64 {
-		return b.apply(&attentionOp[float64]{opBase: base, s: s, buf: newBuffer[float64](qs...)}, q, k, v)
+		return b.apply(&attentionOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)
 	}
-	return b.apply(&attentionOp[float32]{opBase: base, s: s, buf: newBuffer[float32](qs...)}, q, k, v)
+	return b.apply(&attentionOp[float32]{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}, q, k, v)
 }
+
+// attnFormats are the formats of attention's intermediate tensors: the
+// scores, the softmax probabilities, and the probabilities as the values
+// matmul reads them.
+type attnFormats struct{ scores, softmax, values amp.Format }
 
 type attentionOp[T Float] struct {
 	opBase
 	s     AttentionShape
+	f     attnFormats
 	buf   buffer[T]
-	probs []T // saved for backward: [B, Heads, T, T], zero above the diagonal
+	probs []T // saved for backward: [B, Heads, T, T] softmax outputs, zero above the diagonal
 }
 
 func (o *attentionOp[T]) Arity() int    { return 3 }
@@ -66,6 +80,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	be := o.eng.BLAS
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
+		pv := o.valuesScratch()
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
 			kOff := bi*T_*kw + kh*s.HeadDim
@@ -73,13 +88,34 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 				qOff := bi*T_*qw + h*s.HeadDim
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
 				blas.Gemm(be, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
+				round(o.f.scores, p)
 				causalSoftmax(p, T_)
-				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, p, T_, v[kOff:], kw, 0, out[qOff:], qw)
+				round(o.f.softmax, p)
+				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, o.asValues(p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
 		}
 	})
 	round(o.out, out)
 	return t, nil
+}
+
+// valuesScratch is a per-worker buffer for the probabilities in the values
+// matmul's format, when that differs from the softmax's.
+func (o *attentionOp[T]) valuesScratch() []T {
+	if o.f.values == o.f.softmax {
+		return nil
+	}
+	return make([]T, o.s.SeqLen*o.s.SeqLen)
+}
+
+// asValues is p as the values matmul reads it: rounded to its format.
+func (o *attentionOp[T]) asValues(p, scratch []T) []T {
+	if scratch == nil {
+		return p
+	}
+	copy(scratch, p)
+	round(o.f.values, scratch)
+	return scratch
 }
 
 // causalSoftmax turns each row i of scores [t, t] into softmax over
@@ -125,6 +161,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	be := o.eng.BLAS
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
+		pv := o.valuesScratch()
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
 			kOff := bi*T_*kw + kh*s.HeadDim
@@ -136,12 +173,16 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 					beta = 1
 				}
 				if dv != nil {
-					blas.Gemm(be, true, false, T_, s.HeadDim, T_, 1, p, T_, g[qOff:], qw, beta, dv[kOff:], kw)
+					blas.Gemm(be, true, false, T_, s.HeadDim, T_, 1, o.asValues(p, pv), T_, g[qOff:], qw, beta, dv[kOff:], kw)
 				}
 				if dq == nil && dk == nil {
 					continue
 				}
 				blas.Gemm(be, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
+				// gradient dtype = tensor dtype: dP in the values matmul's
+				// format, then the softmax output's, dS in the scores'
+				round(o.f.values, ds)
+				round(o.f.softmax, ds)
 				for i := 0; i < T_; i++ {
 					pr, dr := p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_]
 					var d T
@@ -153,6 +194,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 					}
 					clear(dr[i+1:])
 				}
+				round(o.f.scores, ds)
 				if dq != nil {
 					blas.Gemm(be, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
 				}

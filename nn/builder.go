@@ -28,6 +28,10 @@ import (
 type Engine struct {
 	BLAS    blas.Backend
 	Workers int // goroutines for row-parallel kernels; results never depend on it
+	// WeightVersion counts optimizer steps. Low-precision copies of
+	// parameters are cast again only when it changes: once per step, not
+	// once per micro-batch, and never from a stale master weight.
+	WeightVersion uint64
 }
 
 // NewEngine uses every available CPU for the row-parallel kernels.
@@ -59,34 +63,32 @@ func (e *Engine) parallel(n, minChunk int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// Precision assigns each op kind its compute format; amp.Policy implements
-// it. A nil Precision computes everything in fp32.
-type Precision interface {
-	Compute(op string) amp.Format
-}
-
 // Builder assembles a graph of nn ops. It tracks, like PyTorch's
 // requires_grad, which nodes depend on a trainable parameter, so that an op
 // never computes a gradient nobody needs (a frozen weight costs no dW GEMM),
 // and which format each node's values hold.
 type Builder struct {
-	G         *G.ExprGraph
-	Eng       *Engine
-	Dtype     tensor.Dtype // tensor.Float32, or tensor.Float64 for gradient checks
-	Precision Precision
+	G      *G.ExprGraph
+	Eng    *Engine
+	Dtype  tensor.Dtype // tensor.Float32, or tensor.Float64 for gradient checks
+	Policy *amp.Policy  // per-op compute formats; nil computes everything in fp32
 
 	needsGrad map[*G.Node]bool
+	isParam   map[*G.Node]bool
+	is16      map[*G.Node]bool // frozen weights stored as 16-bit values
 	format    map[*G.Node]amp.Format
 	nextID    int
 }
 
-// NewBuilder starts an empty graph.
+// NewBuilder starts an empty graph. Low-precision policies need float32.
 func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
 	return &Builder{
 		G:         G.NewGraph(),
 		Eng:       eng,
 		Dtype:     dt,
 		needsGrad: map[*G.Node]bool{},
+		isParam:   map[*G.Node]bool{},
+		is16:      map[*G.Node]bool{},
 		format:    map[*G.Node]amp.Format{},
 	}
 }
@@ -112,6 +114,7 @@ func (b *Builder) Param(name string, shape []int, data []float32, trainable bool
 	t := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(backing))
 	n := G.NewTensor(b.G, b.Dtype, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
 	b.needsGrad[n] = trainable
+	b.isParam[n] = true
 	return n
 }
 
@@ -125,12 +128,27 @@ func (b *Builder) IntInput(name string, n int) *G.Node {
 	return G.NewVector(b.G, tensor.Int, G.WithShape(n), G.WithName(name))
 }
 
-// compute is the format an op kind runs in.
-func (b *Builder) compute(kind string) amp.Format {
-	if b.Precision == nil {
+// formatOf is the format op kind computes in, given its inputs.
+func (b *Builder) formatOf(kind string, inputs ...*G.Node) amp.Format {
+	if b.Policy == nil {
 		return amp.FP32
 	}
-	return b.Precision.Compute(kind)
+	fs := make([]amp.Format, 0, len(inputs))
+	for _, in := range inputs {
+		if in.Dtype() != tensor.Int {
+			fs = append(fs, b.format[in])
+		}
+	}
+	return b.Policy.Format(kind, fs...)
+}
+
+// lower casts x to format f unless it already holds f. Only narrowing
+// needs a node: a narrower value is already exact in a wider format.
+func (b *Builder) lower(x *G.Node, f amp.Format) *G.Node {
+	if f == amp.FP32 || b.format[x] == f {
+		return x
+	}
+	return b.Cast(x, f)
 }
 
 // apply adds op's node and records what the builder tracks about it.
@@ -158,7 +176,7 @@ func (b *Builder) newBase(kind string, inputs ...*G.Node) opBase {
 		eng:  b.Eng,
 		id:   b.nextID,
 		kind: kind,
-		out:  b.compute(kind),
+		out:  b.formatOf(kind, inputs...),
 		wrt:  make([]bool, len(inputs)),
 		inFm: make([]amp.Format, len(inputs)),
 	}

@@ -6,6 +6,8 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
 )
 
 // Embedding looks up rows of table [V, D] for ids [N], giving [N, D].
@@ -15,33 +17,52 @@ func (b *Builder) Embedding(ids, table *G.Node) *G.Node {
 	base := b.newBase("embedding", ids, table)
 	base.wrt[0] = false
 	if b.Dtype == tensor.Float64 {
-		return b.apply(&embeddingOp[float64]{opBase: base, n: is[0], v: ts[0], d: ts[1], buf: newBuffer[float64](is[0], ts[1])}, ids, table)
+		return b.apply(&embeddingOp[float64]{opBase: base, n: is[0], v: ts[0], d: ts[1], table: table.Dtype(), buf: newBuffer[float64](is[0], ts[1])}, ids, table)
 	}
-	return b.apply(&embeddingOp[float32]{opBase: base, n: is[0], v: ts[0], d: ts[1], buf: newBuffer[float32](is[0], ts[1])}, ids, table)
+	return b.apply(&embeddingOp[float32]{opBase: base, n: is[0], v: ts[0], d: ts[1], table: table.Dtype(), stored: b.format[table], buf: newBuffer[float32](is[0], ts[1])}, ids, table)
 }
 
 type embeddingOp[T Float] struct {
 	opBase
 	n, v, d int
+	table   tensor.Dtype // float, or uint16 for a 16-bit table
+	stored  amp.Format   // a 16-bit table's format
 	buf     buffer[T]
 	ids     []int // saved for backward
 }
 
-func (o *embeddingOp[T]) Arity() int    { return 2 }
-func (o *embeddingOp[T]) Type() hm.Type { return fnType(-1, 2, 2) }
+func (o *embeddingOp[T]) Arity() int { return 2 }
+
+// Type is concrete: a 16-bit table's element type says nothing about the
+// float rows it produces.
+func (o *embeddingOp[T]) Type() hm.Type {
+	var out tensor.Dtype = tensor.Float32
+	if !isF32[T]() {
+		out = tensor.Float64
+	}
+	return hm.NewFnType(G.TensorType{Dims: 1, Of: tensor.Int}, G.TensorType{Dims: 2, Of: o.table}, G.TensorType{Dims: 2, Of: out})
+}
 func (o *embeddingOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{o.n, o.d}, nil
 }
 
 func (o *embeddingOp[T]) Do(vs ...G.Value) (G.Value, error) {
-	ids, table := ints(vs[0]), vals[T](vs)[1]
+	ids := ints(vs[0])
 	t, y := o.buf.get()
 	o.ids = append(o.ids[:0], ids...)
 	for r, id := range ids {
 		if id < 0 || id >= o.v {
 			return nil, fmt.Errorf("token id %d at position %d is outside the vocabulary (size %d)", id, r, o.v)
 		}
-		copy(y[r*o.d:(r+1)*o.d], table[id*o.d:(id+1)*o.d])
+		dst := y[r*o.d : (r+1)*o.d]
+		switch table := vs[1].Data().(type) {
+		case []T:
+			copy(dst, table[id*o.d:(id+1)*o.d])
+		case []uint16:
+			for j, bits := range table[id*o.d : (id+1)*o.d] {
+				dst[j] = T(o.stored.FromBits16(bits))
+			}
+		}
 	}
 	round(o.out, y)
 	return t, nil

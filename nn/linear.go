@@ -13,29 +13,60 @@ import (
 func (b *Builder) Linear(x, w *G.Node) *G.Node {
 	xs, ws := shapeOf(x), shapeOf(w)
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
+	f := b.formatOf("linear", x, w)
+	x = b.lower(x, f)
+	if !b.is16[w] { // a 16-bit weight is converted inside the op, block by block
+		w = b.lower(w, f)
+	}
 	base := b.newBase("linear", x, w)
 	if b.Dtype == tensor.Float64 {
+		check(!b.is16[w], "linear: 16-bit weights need a float32 graph")
 		return b.apply(&linearOp[float64]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float64](xs[0], ws[0])}, x, w)
 	}
-	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0])}, x, w)
+	w16 := weights16{on: b.is16[w], stored: b.format[w], compute: f}
+	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16}, x, w)
 }
 
 type linearOp[T Float] struct {
 	opBase
 	n, in, outF int // rows, input and output features
 	buf         buffer[T]
+	w16         weights16 // how a 16-bit weight converts, when W is one
 }
 
 func (o *linearOp[T]) Arity() int    { return 2 }
-func (o *linearOp[T]) Type() hm.Type { return fnType(2, 2, 2) }
+func (o *linearOp[T]) Type() hm.Type { return weightType[T](o.w16.on) }
+
+// weightType is (x, W) → y with concrete types, where W may be a 16-bit
+// tensor beside float activations.
+func weightType[T Float](w16 bool) hm.Type {
+	var act tensor.Dtype = tensor.Float32
+	if !isF32[T]() {
+		act = tensor.Float64
+	}
+	w := act
+	if w16 {
+		w = tensor.Uint16
+	}
+	return hm.NewFnType(G.TensorType{Dims: 2, Of: act}, G.TensorType{Dims: 2, Of: w}, G.TensorType{Dims: 2, Of: act})
+}
 func (o *linearOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{o.n, o.outF}, nil
 }
 
 func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
-	in := vals[T](vs)
+	x := vs[0].Data().([]T)
 	t, y := o.buf.get()
-	blas.Gemm(o.eng.BLAS, false, true, o.n, o.outF, o.in, 1, in[0], o.in, in[1], o.in, 0, y, o.outF)
+	switch w := vs[1].Data().(type) {
+	case []T:
+		blas.Gemm(o.eng.BLAS, false, true, o.n, o.outF, o.in, 1, x, o.in, w, o.in, 0, y, o.outF)
+	case []uint16:
+		// y[:, r0:r1] = x · W[r0:r1]ᵀ, one block of weight rows at a time
+		yf, xf := any(y).([]float32), any(x).([]float32)
+		o.w16.blocks(w, o.outF, o.in, func(r0, r1 int, wb []float32) {
+			o.eng.BLAS.Sgemm(false, true, o.n, r1-r0, o.in, 1, xf, o.in, wb, o.in, 0, yf[r0:], o.outF)
+		})
+	}
 	round(o.out, y)
 	return t, nil
 }
@@ -44,7 +75,7 @@ func (o *linearOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) 
 	x, w := inputs[0], inputs[1]
 	grads := make(G.Nodes, 2)
 	if o.wrt[0] { // dx = g·W  [N, in]
-		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dx", 0, 2), m: o.n, n: o.in, k: o.outF, buf: newBuffer[T](o.n, o.in)}
+		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dx", 0, 2), m: o.n, n: o.in, k: o.outF, buf: newBuffer[T](o.n, o.in), w16: o.w16}
 		grads[0] = applyOp(op, grad, w)
 	}
 	if o.wrt[1] { // dW = gᵀ·x  [out, in]
@@ -60,10 +91,11 @@ type linearGradOp[T Float] struct {
 	transA  bool
 	m, n, k int
 	buf     buffer[T]
+	w16     weights16
 }
 
 func (o *linearGradOp[T]) Arity() int    { return 2 }
-func (o *linearGradOp[T]) Type() hm.Type { return fnType(2, 2, 2) }
+func (o *linearGradOp[T]) Type() hm.Type { return weightType[T](o.w16.on) }
 func (o *linearGradOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{o.m, o.n}, nil
 }
@@ -72,6 +104,24 @@ func (o *linearGradOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 }
 
 func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	if w, ok := vs[1].Data().([]uint16); ok {
+		// dx = g·W = Σ over blocks of weight rows g[:, r0:r1]·W[r0:r1],
+		// added in block order
+		g := vs[0].Data().([]float32)
+		t, c := o.buf.get()
+		dx := any(c).([]float32)
+		first := true
+		o.w16.blocks(w, o.k, o.n, func(r0, r1 int, wb []float32) {
+			var beta float32
+			if !first {
+				beta = 1
+			}
+			first = false
+			o.eng.BLAS.Sgemm(false, false, o.m, o.n, r1-r0, 1, g[r0:], o.k, wb, o.n, beta, dx, o.n)
+		})
+		round(o.out, c)
+		return t, nil
+	}
 	in := vals[T](vs)
 	t, c := o.buf.get()
 	lda := o.k // g is [N, out]: as A it is m×k (dx) or, transposed, k×m (dW)

@@ -78,8 +78,8 @@ func samePointwise(kind string, nodes ...*G.Node) []int {
 
 // SwiGLU returns silu(gate) ⊙ up, the Llama MLP's activation.
 func (b *Builder) SwiGLU(gate, up *G.Node) *G.Node {
-	shape := samePointwise("swiglu", gate, up)
-	base := b.newBase("swiglu", gate, up)
+	shape := samePointwise("silu", gate, up)
+	base := b.newBase("silu", gate, up)
 	if b.Dtype == tensor.Float64 {
 		return b.apply(swiglu[float64](base, shape), gate, up)
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
@@ -17,6 +18,8 @@ import (
 type BenchConfig struct {
 	Vocab, Dim, Layers, Heads, FFN, SeqLen, Batch, Rank int
 	Adapter                                             string
+	BaseDtype                                           string // fp32, or bf16/fp16 to keep the frozen base in 16 bits
+	Precision                                           string // fp32, bf16 or fp16 (emulated)
 	Steps, Warmup                                       int
 	BLAS                                                string
 	Threads                                             int
@@ -25,13 +28,16 @@ type BenchConfig struct {
 // DefaultBench is the benchmark configuration.
 func DefaultBench() BenchConfig {
 	return BenchConfig{Vocab: 512, Dim: 256, Layers: 4, Heads: 8, FFN: 688, SeqLen: 128, Batch: 8, Rank: 8,
-		Adapter: "lora", Steps: 10, Warmup: 2, BLAS: "auto"}
+		Adapter: "lora", BaseDtype: "fp32", Precision: "fp32", Steps: 10, Warmup: 2, BLAS: "auto"}
 }
 
 // BenchResult is one measurement.
 type BenchResult struct {
 	Backend      string  `json:"backend"`
 	Adapter      string  `json:"adapter"`
+	Precision    string  `json:"precision"`
+	BaseDtype    string  `json:"base_dtype"`
+	WeightBytes  int     `json:"base_weight_bytes"`
 	TokensPerSec float64 `json:"tokens_per_s"`
 	MsPerStep    float64 `json:"ms_per_step"`
 	PeakRSS      uint64  `json:"peak_rss_bytes"`
@@ -60,12 +66,22 @@ func Bench(c BenchConfig) (BenchResult, error) {
 	if err != nil {
 		return BenchResult{}, err
 	}
+	if f, err := amp.ParseFormat(c.BaseDtype); err != nil {
+		return BenchResult{}, err
+	} else if f != amp.FP32 {
+		m.Compact(f, func(string) bool { return true })
+	}
+	low, err := amp.ParseFormat(c.Precision)
+	if err != nil {
+		return BenchResult{}, err
+	}
+	policy := amp.DefaultPolicy(low)
 	params := trainables(m, lora)
 	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 	if err != nil {
 		return BenchResult{}, err
 	}
-	ru, err := newRunner(eng, m, lora, c.Batch, c.SeqLen, params)
+	ru, err := newRunner(eng, m, lora, c.Batch, c.SeqLen, params, &policy)
 	if err != nil {
 		return BenchResult{}, err
 	}
@@ -81,7 +97,11 @@ func Bench(c BenchConfig) (BenchResult, error) {
 		if loss, err = ru.run(bt, 1, true); err != nil {
 			return err
 		}
-		return opt.Step(params, 1e-3)
+		if err := opt.Step(params, 1e-3); err != nil {
+			return err
+		}
+		eng.WeightVersion++
+		return nil
 	}
 	for i := 0; i < c.Warmup; i++ {
 		if err := step(); err != nil {
@@ -95,8 +115,8 @@ func Bench(c BenchConfig) (BenchResult, error) {
 		}
 	}
 	dt := time.Since(t0).Seconds() / float64(c.Steps)
-	res := BenchResult{Backend: eng.BLAS.Name(), Adapter: c.Adapter, TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3,
-		Params: m.NumParams(), Loss: loss}
+	res := BenchResult{Backend: eng.BLAS.Name(), Adapter: c.Adapter, Precision: low.String(), BaseDtype: c.BaseDtype,
+		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: m.NumParams(), WeightBytes: m.WeightBytes(), Loss: loss}
 	for _, p := range params {
 		res.Trainable += len(p.Value)
 	}

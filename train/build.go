@@ -8,6 +8,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/model"
@@ -31,12 +32,23 @@ func openEngine(c ComputeConfig) (*nn.Engine, error) {
 	return &nn.Engine{BLAS: be, Workers: threads}, nil
 }
 
-// loadModel loads the pretrained base or initializes a random one.
+// loadModel loads the pretrained base or initializes a random one, and
+// keeps the frozen base matrices in 16 bits if base_dtype says so.
 func loadModel(r *Recipe) (*model.Model, error) {
+	var m *model.Model
+	var err error
 	if r.Model.Init == "random" {
-		return model.New(r.Base, r.Seed)
+		m, err = model.New(r.Base, r.Seed)
+	} else {
+		m, err = model.Load(r.Model.Path)
 	}
-	return model.Load(r.Model.Path)
+	if err != nil {
+		return nil, err
+	}
+	if f, _ := amp.ParseFormat(r.Model.BaseDtype); f != amp.FP32 {
+		m.Compact(f, func(string) bool { return true }) // validated: an adapter run, the base is frozen
+	}
+	return m, nil
 }
 
 // datasets tokenizes the training rows and the validation rows (a file,
@@ -136,8 +148,11 @@ type runner struct {
 
 // newRunner builds and compiles the graph. With params, it also takes the
 // gradient of the loss with respect to each of them.
-func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param) (*runner, error) {
+func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy) (*runner, error) {
 	b := nn.NewBuilder(eng, tensor.Float32)
+	if policy != nil && policy.Low != amp.FP32 {
+		b.Policy = policy
+	}
 	nodes := map[string]*G.Node{}
 	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen}
 	if l != nil {
@@ -210,14 +225,14 @@ func (ru *runner) close() { ru.vm.Close() }
 func mergedWeights(m *model.Model, l *peft.LoRA) map[string][]float32 {
 	w := map[string][]float32{}
 	for name, t := range m.Weights {
-		w[name] = t.Data
+		w[name] = t.Float32()
 	}
 	if l == nil {
 		return w
 	}
 	for _, mod := range l.Modules {
 		delta, _ := l.Delta(mod.Path)
-		base := m.Weights[mod.Path+".weight"].Data
+		base := m.Weights[mod.Path+".weight"].Float32()
 		merged := make([]float32, len(base))
 		for i := range base {
 			merged[i] = base[i] + delta[i]

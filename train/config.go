@@ -25,6 +25,7 @@ type Config struct {
 	Seed      uint64          `yaml:"seed"`
 	OutputDir string          `yaml:"output_dir"`
 	Precision string          `yaml:"precision"`
+	AMP       AMPConfig       `yaml:"amp"`
 	Model     ModelConfig     `yaml:"model"`
 	Data      DataConfig      `yaml:"data"`
 	Adapter   AdapterConfig   `yaml:"adapter"`
@@ -35,12 +36,27 @@ type Config struct {
 	Compute   ComputeConfig   `yaml:"compute"`
 }
 
+// AMPConfig tunes mixed precision: loss scaling and the op lists.
+type AMPConfig struct {
+	LossScaling     string   `yaml:"loss_scaling"`
+	InitScale       float64  `yaml:"init_scale"`
+	GrowthFactor    float64  `yaml:"growth_factor"`
+	BackoffFactor   float64  `yaml:"backoff_factor"`
+	GrowthInterval  int      `yaml:"growth_interval"`
+	MinScale        float64  `yaml:"min_scale"`
+	MaxScale        float64  `yaml:"max_scale"`
+	LowPrecisionOps []string `yaml:"low_precision_ops"`
+	FP32Ops         []string `yaml:"fp32_ops"`
+	PromoteOps      []string `yaml:"promote_ops"`
+}
+
 // ModelConfig chooses the base model.
 type ModelConfig struct {
 	Path         string        `yaml:"path"`
 	Init         string        `yaml:"init"`
 	Architecture *Architecture `yaml:"architecture"`
 	SaveDtype    string        `yaml:"save_dtype"`
+	BaseDtype    string        `yaml:"base_dtype"`
 }
 
 // Architecture defines a model trained from random initialisation, in HF's
@@ -126,7 +142,8 @@ type ComputeConfig struct {
 func Defaults() Config {
 	return Config{
 		Name: "run", Seed: 0, OutputDir: "runs", Precision: "fp32",
-		Model: ModelConfig{Init: "pretrained", SaveDtype: "bf16"},
+		AMP:   AMPConfig{LossScaling: "auto", InitScale: 65536, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2000},
+		Model: ModelConfig{Init: "pretrained", SaveDtype: "bf16", BaseDtype: "fp32"},
 		Data:  DataConfig{ValidationSplit: 0.05, SeqLen: 128, Mode: "pad", Shuffle: true, Tokenizer: "byte"},
 		Adapter: AdapterConfig{Type: "lora", R: 8, Alpha: 16,
 			TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj"}},
@@ -185,8 +202,29 @@ func (r *Recipe) validate() yamlconf.Errors {
 	}
 	if _, err := amp.ParseFormat(c.Precision); err != nil {
 		bad("precision", "%v", err)
-	} else if f, _ := amp.ParseFormat(c.Precision); f != amp.FP32 {
-		bad("precision", "%s training is not available yet; use fp32", f)
+	}
+	switch c.AMP.LossScaling {
+	case "auto", "on", "off":
+	default:
+		bad("amp.loss_scaling", "must be auto (on for fp16), on or off, got %q", c.AMP.LossScaling)
+	}
+	if err := r.scalerConfig().Validate(); err != nil {
+		bad("amp", "%v", err)
+	}
+	movedTo := map[string]string{}
+	for _, l := range []struct {
+		field string
+		ops   []string
+	}{{"amp.low_precision_ops", c.AMP.LowPrecisionOps}, {"amp.fp32_ops", c.AMP.FP32Ops}, {"amp.promote_ops", c.AMP.PromoteOps}} {
+		for i, op := range l.ops {
+			field := fmt.Sprintf("%s[%d]", l.field, i)
+			if _, ok := amp.Ops[op]; !ok {
+				bad(field, "unknown op %q (known: %s)", op, strings.Join(amp.OpNames(), ", "))
+			} else if prev, dup := movedTo[op]; dup {
+				bad(field, "op %q is already moved by %s", op, prev)
+			}
+			movedTo[op] = l.field
+		}
 	}
 
 	// model
@@ -216,6 +254,11 @@ func (r *Recipe) validate() yamlconf.Errors {
 	}
 	if _, err := amp.ParseFormat(c.Model.SaveDtype); err != nil {
 		bad("model.save_dtype", "%v", err)
+	}
+	if f, err := amp.ParseFormat(c.Model.BaseDtype); err != nil {
+		bad("model.base_dtype", "%v", err)
+	} else if f != amp.FP32 && c.Adapter.Type == "none" {
+		bad("model.base_dtype", "%s storage is for frozen base weights; full fine-tuning (adapter: none) updates fp32 master weights", f)
 	}
 
 	// data
@@ -336,6 +379,39 @@ func (r *Recipe) validate() yamlconf.Errors {
 		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)
 	}
 	return errs
+}
+
+// Policy is the precision policy: autocast's default lists for the
+// recipe's precision, with the recipe's moves applied.
+func (r *Recipe) Policy() amp.Policy {
+	f, _ := amp.ParseFormat(r.Precision)
+	p := amp.DefaultPolicy(f)
+	for _, mv := range []struct {
+		ops []string
+		c   amp.Class
+	}{{r.AMP.LowPrecisionOps, amp.LowPrecision}, {r.AMP.FP32Ops, amp.FullPrecision}, {r.AMP.PromoteOps, amp.Promote}} {
+		for _, op := range mv.ops {
+			p.Move(op, mv.c) // validated by Load
+		}
+	}
+	return p
+}
+
+// LossScaling reports whether the run scales its loss: auto means fp16 only.
+func (r *Recipe) LossScaling() bool {
+	switch r.AMP.LossScaling {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return r.Precision == "fp16" || r.Precision == "float16" || r.Precision == "half"
+}
+
+func (r *Recipe) scalerConfig() amp.ScalerConfig {
+	a := r.AMP
+	return amp.ScalerConfig{Init: a.InitScale, Growth: a.GrowthFactor, Backoff: a.BackoffFactor,
+		Interval: a.GrowthInterval, Min: a.MinScale, Max: a.MaxScale}
 }
 
 func (r *Recipe) checkFile(errs *yamlconf.Errors, field, path string) {

@@ -130,7 +130,7 @@ func Eval(c EvalConfig) (LossReport, error) {
 	if err != nil {
 		return LossReport{}, err
 	}
-	ru, err := newRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil)
+	ru, err := newRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil, nil)
 	if err != nil {
 		return LossReport{}, err
 	}

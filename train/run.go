@@ -44,6 +44,8 @@ type Summary struct {
 	TokensPerSec float64     `json:"tokens_per_s"`
 	PeakRSS      uint64      `json:"peak_rss_bytes"`
 	Saved        string      `json:"saved"`
+	Precision    string      `json:"precision"`
+	SkippedSteps int         `json:"skipped_steps"`
 }
 
 // Run trains as the recipe says and writes the run directory: config.yaml
@@ -93,14 +95,21 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 			valBatches = valBatches[:r.Train.EvalBatches]
 		}
 	}
-	trainer, err := newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, params)
+	policy := r.Policy()
+	var scaler *amp.LossScaler
+	if r.LossScaling() {
+		if scaler, err = amp.NewLossScaler(r.scalerConfig()); err != nil {
+			return nil, err
+		}
+	}
+	trainer, err := newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, params, &policy)
 	if err != nil {
 		return nil, err
 	}
 	defer trainer.close()
 	var evaluator *runner
 	if len(valBatches) > 0 {
-		if evaluator, err = newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, nil); err != nil {
+		if evaluator, err = newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, nil, &policy); err != nil {
 			return nil, err
 		}
 		defer evaluator.close()
@@ -122,7 +131,7 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 
 	st := trainLoader.Stats()
 	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), eng.BLAS.Name(), eng.Workers)
-	fmt.Fprintf(out, "device: cpu · precision %s\n", r.Precision)
+	fmt.Fprintf(out, "device: cpu · precision %s%s\n", policy.Low, precisionNote(policy, scaler))
 	fmt.Fprintf(out, "model: %s · %s params · %d layers, hidden %d, heads %d/%d kv%s\n", modelName(r), human(m.NumParams()),
 		m.Config.NumHiddenLayers, m.Config.HiddenSize, m.Config.NumAttentionHeads, m.Config.NumKeyValueHeads, storedNote(m.StoredDtypes()))
 	if lora != nil {
@@ -135,7 +144,7 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		st.Examples, st.Truncated, len(valEx), r.Data.SeqLen, r.Train.BatchSize, r.Train.GradAccum, r.Data.Mode)
 	fmt.Fprintf(out, "run: %s\n", dir)
 
-	sum := &Summary{RunDir: dir}
+	sum := &Summary{RunDir: dir, Precision: policy.Low.String()}
 	weights := func() map[string][]float32 { return mergedWeights(m, lora) }
 	if r.Task.EvalFile != "" && r.Task.Before {
 		rep, err := taskAccuracy(m, weights(), eng.BLAS, tok, r.Task.EvalFile, r.Task.Limit, r.Task.MaxNewTokens)
@@ -175,9 +184,16 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 			micro[i] = trainLoader.Next()
 			total += micro[i].NumTargets
 		}
+		// With loss scaling the gradient flowing out of the loss is
+		// multiplied by the scale (constant within the step), so small
+		// fp16 gradients do not underflow on their way back.
+		scale := float32(1)
+		if scaler != nil {
+			scale = scaler.Scale()
+		}
 		var lossSum float64
 		for i, bt := range micro {
-			w := float32(bt.NumTargets) / float32(max(total, 1))
+			w := scale * float32(bt.NumTargets) / float32(max(total, 1))
 			loss, err := trainer.run(bt, w, i == 0)
 			if err != nil {
 				return nil, fmt.Errorf("step %d: %w", step, err)
@@ -185,22 +201,38 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 			lossSum += loss * float64(bt.NumTargets)
 		}
 		lastLoss = lossSum / float64(max(total, 1))
-		gradNorm := optim.ClipGlobalNorm(params, r.Optimizer.GradClip)
+
 		lr := sched.LR(step)
-		if total > 0 {
-			if err := opt_.Step(params, lr); err != nil {
-				return nil, fmt.Errorf("step %d: %w", step, err)
-			}
+		upd, err := applyStep(params, opt_, scaler, r.Optimizer.GradClip, lr, total > 0)
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
+		stepped, gradNorm, zeroFrac := upd.stepped, upd.gradNorm, upd.zeroFrac
+		if stepped {
+			eng.WeightVersion++ // low-precision copies of the weights are now stale
+		} else {
+			sum.SkippedSteps++
 		}
 
 		elapsed := time.Since(loopStart).Seconds()
 		tps := float64(tokensPerStep) * float64(step) / elapsed
 		bar.update(step, lastLoss, lr, tps)
 		if step%r.Train.LogEvery == 0 || step == r.Train.Steps {
-			metrics.write(map[string]any{"step": step, "loss": lastLoss, "lr": lr, "grad_norm": gradNorm,
-				"tokens_per_s": tps, "elapsed_s": elapsed})
+			rec := map[string]any{"step": step, "loss": lastLoss, "lr": lr, "grad_norm": gradNorm,
+				"tokens_per_s": tps, "elapsed_s": elapsed, "skipped": !stepped, "grad_zero_frac": zeroFrac}
+			if scaler != nil {
+				rec["loss_scale"] = scale
+			}
+			metrics.write(rec)
 			if !opt.Progress {
-				bar.line(fmt.Sprintf("step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %s tok/s", step, r.Train.Steps, lastLoss, lr, gradNorm, human(int(tps))))
+				msg := fmt.Sprintf("step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %s tok/s", step, r.Train.Steps, lastLoss, lr, gradNorm, human(int(tps)))
+				if scaler != nil {
+					msg += fmt.Sprintf("  scale %g", scale)
+				}
+				if !stepped {
+					msg += "  (skipped: non-finite gradients)"
+				}
+				bar.line(msg)
 			}
 		}
 		if math.IsNaN(lastLoss) || math.IsInf(lastLoss, 0) {
@@ -266,6 +298,83 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		return sum, ErrInterrupted
 	}
 	return sum, nil
+}
+
+// update is what one optimizer step did.
+type update struct {
+	stepped  bool
+	gradNorm float64 // before clipping; 0 when skipped
+	zeroFrac float64 // share of gradient values that are exactly zero
+}
+
+// applyStep finishes a step whose gradients are in params: unscale them
+// (before clipping, so the clip threshold means unscaled norms), skip the
+// step if any is non-finite, leaving weights and optimizer state
+// untouched, else clip and update; then adjust the loss scale.
+func applyStep(params []*optim.Param, opt optim.Optimizer, scaler *amp.LossScaler, clip, lr float64, anyTargets bool) (update, error) {
+	finite := true
+	if scaler != nil {
+		finite = scaler.Unscale(gradsOf(params))
+	} else {
+		finite = allFinite(params)
+	}
+	u := update{zeroFrac: zeroFraction(params)}
+	if finite && anyTargets {
+		u.gradNorm = optim.ClipGlobalNorm(params, clip)
+		if err := opt.Step(params, lr); err != nil {
+			return u, err
+		}
+		u.stepped = true
+	}
+	if scaler != nil {
+		scaler.Update(!finite)
+	}
+	return u, nil
+}
+
+// gradsOf lists the trainable gradients.
+func gradsOf(params []*optim.Param) [][]float32 {
+	g := make([][]float32, len(params))
+	for i, p := range params {
+		g[i] = p.Grad
+	}
+	return g
+}
+
+func allFinite(params []*optim.Param) bool {
+	for _, p := range params {
+		for _, v := range p.Grad {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// zeroFraction is the share of gradient values that are exactly zero: in
+// fp16 without loss scaling, small gradients underflow to it.
+func zeroFraction(params []*optim.Param) float64 {
+	var zero, n int
+	for _, p := range params {
+		for _, v := range p.Grad {
+			if v == 0 {
+				zero++
+			}
+		}
+		n += len(p.Grad)
+	}
+	return float64(zero) / float64(max(n, 1))
+}
+
+func precisionNote(p amp.Policy, s *amp.LossScaler) string {
+	switch {
+	case p.Low == amp.FP32:
+		return ""
+	case s != nil:
+		return fmt.Sprintf(" (emulated on the CPU) · dynamic loss scaling from %g", s.Scale())
+	}
+	return " (emulated on the CPU) · no loss scaling"
 }
 
 // ErrInterrupted reports a run stopped early by a signal; what it trained

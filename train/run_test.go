@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/peft"
 )
 
@@ -24,9 +26,22 @@ func readMetrics(t *testing.T, dir string) []map[string]float64 {
 	var out []map[string]float64
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var m map[string]float64
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+		var raw map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
 			t.Fatal(err)
+		}
+		m := map[string]float64{}
+		for k, v := range raw {
+			switch x := v.(type) {
+			case float64:
+				m[k] = x
+			case bool:
+				if x {
+					m[k] = 1
+				} else {
+					m[k] = 0
+				}
+			}
 		}
 		out = append(out, m)
 	}
@@ -118,5 +133,60 @@ func TestInterruptedRunSavesAdapter(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(sum.RunDir, "adapter", "adapter_model.safetensors")); err != nil {
 		t.Fatal("an interrupted run did not save its adapter")
+	}
+}
+
+// A step with a non-finite gradient changes nothing: weights and AdamW's
+// moments stay bit-identical, and the scale backs off.
+func TestSkippedStepLeavesStateBitIdentical(t *testing.T) {
+	params := []*optim.Param{
+		{Name: "a", Value: []float32{0.5, -1, 2}, Grad: make([]float32, 3)},
+		{Name: "b", Value: []float32{3}, Grad: make([]float32, 1)},
+	}
+	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scaler, _ := amp.NewLossScaler(amp.ScalerConfig{Init: 1024, Growth: 2, Backoff: 0.5, Interval: 100})
+	setGrads := func(vs ...float32) {
+		copy(params[0].Grad, vs[:3])
+		params[1].Grad[0] = vs[3]
+	}
+	for i := 0; i < 3; i++ { // real steps first, so the moments are not zero
+		setGrads(1024*0.1, -1024*0.2, 1024*0.3, 1024*float32(i))
+		if u, err := applyStep(params, opt, scaler, 1, 1e-2, true); err != nil || !u.stepped {
+			t.Fatalf("step %d: %+v, %v", i, u, err)
+		}
+	}
+	snapshot := func() (vals []float32, st optim.State) {
+		for _, p := range params {
+			vals = append(vals, p.Value...)
+		}
+		return vals, opt.State()
+	}
+	before, stBefore := snapshot()
+	setGrads(1, float32(math.Inf(1)), 2, 3)
+	u, err := applyStep(params, opt, scaler, 1, 1e-2, true)
+	if err != nil || u.stepped {
+		t.Fatalf("a step with an Inf gradient was taken: %+v, %v", u, err)
+	}
+	after, stAfter := snapshot()
+	for i := range before {
+		if math.Float32bits(before[i]) != math.Float32bits(after[i]) {
+			t.Fatalf("weight %d changed in a skipped step: %v -> %v", i, before[i], after[i])
+		}
+	}
+	if stBefore.Step != stAfter.Step {
+		t.Fatalf("optimizer step count changed: %d -> %d", stBefore.Step, stAfter.Step)
+	}
+	for k, v := range stBefore.Tensors {
+		for i := range v {
+			if math.Float32bits(v[i]) != math.Float32bits(stAfter.Tensors[k][i]) {
+				t.Fatalf("optimizer state %s[%d] changed in a skipped step", k, i)
+			}
+		}
+	}
+	if scaler.Scale() != 512 {
+		t.Fatalf("scale after an overflow %v, want 512", scaler.Scale())
 	}
 }

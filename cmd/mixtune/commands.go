@@ -74,6 +74,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
 	fs.StringVar(&c.Adapter, "adapter", c.Adapter, "lora or none (full fine-tuning)")
+	fs.StringVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
+	fs.StringVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -85,7 +87,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "%s · %s · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter, res.Params, res.Trainable, c.Batch, c.SeqLen)
+	fmt.Fprintf(stdout, "%s · %s · %s · base weights %s (%.1f MiB) · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter,
+		res.Precision, res.BaseDtype, float64(res.WeightBytes)/(1<<20), res.Params, res.Trainable, c.Batch, c.SeqLen)
 	fmt.Fprintf(stdout, "%.1f tokens/s · %.1f ms/step · peak RSS %d MiB · loss %.4f\n", res.TokensPerSec, res.MsPerStep, res.PeakRSS>>20, res.Loss)
 	return nil
 }

@@ -38,6 +38,8 @@ func commands() []command {
 		{"eval", "mean loss per token and perplexity of a model on a JSONL file", cmdEval},
 		{"generate", "continue a prompt with a model (and adapter)", cmdGenerate},
 		{"bench", "measure training throughput on the fixed benchmark model", cmdBench},
+		{"plot", "plot runs' loss, learning rate and loss scale, overlaid", cmdPlot},
+		{"compare", "a markdown table comparing runs", cmdCompare},
 		{"version", "print the version", func([]string, io.Writer, io.Writer) error {
 			fmt.Println("mixtune", train.Version)
 			return nil
@@ -121,15 +123,19 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+		return parseErr(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	return nil
+}
+
+func parseErr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
 }
 
 // multi is a repeatable string flag (--set a=1 --set b=2).
@@ -143,6 +149,7 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	cfg := fs.String("c", "", "the YAML recipe (see configs/reference.yaml)")
 	var sets multi
 	fs.Var(&sets, "set", "override one config field, e.g. --set train.steps=50 (repeatable)")
+	printPolicy := fs.Bool("print-policy", false, "print the precision policy's op lists and exit")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -152,6 +159,12 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	r, err := train.Load(*cfg, sets)
 	if err != nil {
 		return err
+	}
+	if *printPolicy {
+		p := r.Policy()
+		fmt.Fprint(stdout, p.String())
+		fmt.Fprintf(stdout, "loss scaling: %v\n", r.LossScaling())
+		return nil
 	}
 	ctx, stop := interruptible(stderr)
 	defer stop()
