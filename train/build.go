@@ -3,7 +3,6 @@ package train
 import (
 	"fmt"
 	"runtime"
-	"slices"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -75,50 +74,6 @@ func newLoader(ex []data.Example, seqLen, batch int, mode string, shuffle bool, 
 	}
 	return data.NewLoader(ex, data.LoaderConfig{SeqLen: seqLen, BatchSize: batch,
 		Mode: md, Shuffle: shuffle, Seed: seed, PadID: tok.PAD()})
-}
-
-// linearTargets lists every linear module of the model with its shape.
-func linearTargets(m *model.Model) []peft.Target {
-	var ts []peft.Target
-	for i := 0; i < m.Config.NumHiddenLayers; i++ {
-		for _, short := range append(slices.Clone(model.AttentionModules), model.MLPModules...) {
-			p := model.ModulePath(i, short)
-			w := m.Weights[p+".weight"]
-			ts = append(ts, peft.Target{Path: p, Out: w.Shape[0], In: w.Shape[1]})
-		}
-	}
-	return ts
-}
-
-// newAdapter makes a fresh LoRA adapter, or nil for full fine-tuning.
-func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
-	if r.Adapter.Type != "lora" {
-		return nil, nil
-	}
-	ts, err := peft.Targets(linearTargets(m), r.Adapter.TargetModules)
-	if err != nil {
-		return nil, err
-	}
-	return peft.New(peft.Config{R: r.Adapter.R, Alpha: r.Adapter.Alpha, TargetModules: r.Adapter.TargetModules}, ts, r.Seed)
-}
-
-// trainables lists what the optimizer updates: the adapter's A and B, or
-// every weight of the model. Their gradients are fp32 buffers of their own.
-func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
-	var ps []*optim.Param
-	if l != nil {
-		for _, mod := range l.Modules {
-			ps = append(ps,
-				&optim.Param{Name: peft.KeyA(mod.Path), Shape: []int{l.Config.R, mod.In}, Value: mod.A, Grad: mod.GradA},
-				&optim.Param{Name: peft.KeyB(mod.Path), Shape: []int{mod.Out, l.Config.R}, Value: mod.B, Grad: mod.GradB})
-		}
-		return ps
-	}
-	for _, s := range model.Specs(m.Config) {
-		w := m.Weights[s.Name]
-		ps = append(ps, &optim.Param{Name: s.Name, Shape: w.Shape, Value: w.Data, Grad: make([]float32, len(w.Data))})
-	}
-	return ps
 }
 
 func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
@@ -219,25 +174,3 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool) (float64, error
 }
 
 func (ru *runner) close() { ru.vm.Close() }
-
-// mergedWeights returns the base weights with each adapter's (α/r)·B·A
-// added, for generation; unadapted weights are shared, not copied.
-func mergedWeights(m *model.Model, l *peft.LoRA) map[string][]float32 {
-	w := map[string][]float32{}
-	for name, t := range m.Weights {
-		w[name] = t.Float32()
-	}
-	if l == nil {
-		return w
-	}
-	for _, mod := range l.Modules {
-		delta, _ := l.Delta(mod.Path)
-		base := m.Weights[mod.Path+".weight"].Float32()
-		merged := make([]float32, len(base))
-		for i := range base {
-			merged[i] = base[i] + delta[i]
-		}
-		w[mod.Path+".weight"] = merged
-	}
-	return w
-}

@@ -85,14 +85,6 @@ type DataConfig struct {
 	Tokenizer       string  `yaml:"tokenizer"`
 }
 
-// AdapterConfig chooses LoRA or full fine-tuning.
-type AdapterConfig struct {
-	Type          string   `yaml:"type"`
-	R             int      `yaml:"r"`
-	Alpha         float64  `yaml:"alpha"`
-	TargetModules []string `yaml:"target_modules"`
-}
-
 // LoopConfig shapes the training loop.
 type LoopConfig struct {
 	Steps       int `yaml:"steps"`
@@ -287,28 +279,7 @@ func (r *Recipe) validate() yamlconf.Errors {
 		bad("model.path", "the model's vocabulary (%d) is smaller than the byte tokenizer's (%d)", r.Base.VocabSize, data.NewByteTokenizer().VocabSize())
 	}
 
-	// adapter
-	switch c.Adapter.Type {
-	case "lora":
-		if c.Adapter.R <= 0 {
-			bad("adapter.r", "must be > 0, got %d", c.Adapter.R)
-		}
-		if c.Adapter.Alpha <= 0 {
-			bad("adapter.alpha", "must be > 0, got %g", c.Adapter.Alpha)
-		}
-		known := append(slices.Clone(model.AttentionModules), model.MLPModules...)
-		if len(c.Adapter.TargetModules) == 0 {
-			bad("adapter.target_modules", "must name at least one module (%s)", strings.Join(known, ", "))
-		}
-		for i, m := range c.Adapter.TargetModules {
-			if !slices.Contains(known, m) {
-				bad(fmt.Sprintf("adapter.target_modules[%d]", i), "unknown module %q (known: %s)", m, strings.Join(known, ", "))
-			}
-		}
-	case "none":
-	default:
-		bad("adapter.type", "must be lora or none, got %q", c.Adapter.Type)
-	}
+	r.validateAdapter(bad)
 
 	// loop
 	positive := func(field string, v int) {

@@ -8,7 +8,6 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/model"
-	"github.com/mixtune/mixtune/peft"
 )
 
 // LossReport is a mean loss per target token.
@@ -163,18 +162,4 @@ func Generate(c GenerateConfig) (string, error) {
 		return "", err
 	}
 	return tok.Decode(out[0]), nil
-}
-
-// loadWithAdapter loads a model and, if adapterDir is set, a PEFT LoRA
-// adapter for it.
-func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.LoRA, error) {
-	m, err := model.Load(modelDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	if adapterDir == "" {
-		return m, nil, nil
-	}
-	l, err := peft.Load(adapterDir, linearTargets(m))
-	return m, l, err
 }
