@@ -32,6 +32,12 @@ type Engine struct {
 	// parameters are cast again only when it changes: once per step, not
 	// once per micro-batch, and never from a stale master weight.
 	WeightVersion uint64
+	// NoiseKey seeds random ops (dropout). The training loop sets it for
+	// every micro-batch from the run's seed and position, and a random op
+	// draws from a pure function of it and the op's identity, so a resumed
+	// run draws the same masks as an uninterrupted one with no RNG state
+	// to save. Zero means evaluation: random ops are off.
+	NoiseKey uint64
 }
 
 // NewEngine uses every available CPU for the row-parallel kernels.

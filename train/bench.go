@@ -94,7 +94,7 @@ func Bench(c BenchConfig) (BenchResult, error) {
 	}
 	var loss float64
 	step := func() error {
-		if loss, err = ru.run(bt, 1, true); err != nil {
+		if loss, err = ru.run(bt, 1, true, 1); err != nil {
 			return err
 		}
 		if err := opt.Step(params, 1e-3); err != nil {

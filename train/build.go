@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"hash/fnv"
 	"runtime"
 
 	G "gorgonia.org/gorgonia"
@@ -93,6 +94,7 @@ func newSchedule(r *Recipe) optim.Schedule {
 // and adapter weights are shared with the optimizer, not copied, so an
 // optimizer step is seen by the next run.
 type runner struct {
+	eng      *nn.Engine
 	g        *model.Graph
 	vm       G.VM
 	ids, tgt []int   // the input tensors' backing arrays, refilled per batch
@@ -122,7 +124,7 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 	for name, n := range g.Params {
 		nodes[name] = n
 	}
-	ru := &runner{g: g, params: params, ids: make([]int, batch*seqLen), tgt: make([]int, batch*seqLen)}
+	ru := &runner{eng: eng, g: g, params: params, ids: make([]int, batch*seqLen), tgt: make([]int, batch*seqLen)}
 	if err := G.Let(g.IDs, tensor.New(tensor.WithShape(len(ru.ids)), tensor.WithBacking(ru.ids))); err != nil {
 		return nil, err
 	}
@@ -148,7 +150,9 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 // run puts one micro-batch through the graph and returns its mean loss.
 // With gradients, weight scales this micro-batch's contribution to the
 // step and first says whether to overwrite or add into the param grads.
-func (ru *runner) run(bt data.Batch, weight float32, first bool) (float64, error) {
+// noise keys random ops (dropout) for this micro-batch; 0 turns them off.
+func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (float64, error) {
+	ru.eng.NoiseKey = noise
 	copy(ru.ids, bt.Inputs)
 	copy(ru.tgt, bt.Targets)
 	if ru.lossGrad != nil {
@@ -174,3 +178,11 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool) (float64, error
 }
 
 func (ru *runner) close() { ru.vm.Close() }
+
+// noiseKey is the random-op key of one micro-batch: a pure function of
+// the seed and the position, never 0 (which means evaluation).
+func noiseKey(seed uint64, step, micro int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d/%d", seed, step, micro)
+	return h.Sum64() | 1
+}

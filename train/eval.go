@@ -28,7 +28,7 @@ func evaluate(ru *runner, batches []data.Batch) (LossReport, error) {
 		if bt.NumTargets == 0 {
 			continue
 		}
-		loss, err := ru.run(bt, 0, true)
+		loss, err := ru.run(bt, 0, true, 0)
 		if err != nil {
 			return LossReport{}, err
 		}

@@ -194,7 +194,7 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		var lossSum float64
 		for i, bt := range micro {
 			w := scale * float32(bt.NumTargets) / float32(max(total, 1))
-			loss, err := trainer.run(bt, w, i == 0)
+			loss, err := trainer.run(bt, w, i == 0, noiseKey(r.Seed, step, i))
 			if err != nil {
 				return nil, fmt.Errorf("step %d: %w", step, err)
 			}
