@@ -54,7 +54,7 @@ type AMPConfig struct {
 type ModelConfig struct {
 	Path         string        `yaml:"path"`
 	Init         string        `yaml:"init"`
-	Architecture *Architecture `yaml:"architecture"`
+	Architecture *Architecture `yaml:"architecture,omitempty"`
 	SaveDtype    string        `yaml:"save_dtype"`
 	BaseDtype    string        `yaml:"base_dtype"`
 }
@@ -87,12 +87,14 @@ type DataConfig struct {
 
 // LoopConfig shapes the training loop.
 type LoopConfig struct {
-	Steps       int `yaml:"steps"`
-	BatchSize   int `yaml:"batch_size"`
-	GradAccum   int `yaml:"grad_accum"`
-	EvalEvery   int `yaml:"eval_every"`
-	EvalBatches int `yaml:"eval_batches"`
-	LogEvery    int `yaml:"log_every"`
+	Steps           int `yaml:"steps"`
+	BatchSize       int `yaml:"batch_size"`
+	GradAccum       int `yaml:"grad_accum"`
+	EvalEvery       int `yaml:"eval_every"`
+	EvalBatches     int `yaml:"eval_batches"`
+	LogEvery        int `yaml:"log_every"`
+	CheckpointEvery int `yaml:"checkpoint_every"`
+	KeepCheckpoints int `yaml:"keep_checkpoints"`
 }
 
 // OptimizerConfig chooses the optimizer and gradient clipping.
@@ -139,7 +141,7 @@ func Defaults() Config {
 		Data:  DataConfig{ValidationSplit: 0.05, SeqLen: 128, Mode: "pad", Shuffle: true, Tokenizer: "byte"},
 		Adapter: AdapterConfig{Type: "lora", R: 8, Alpha: 16,
 			TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj"}},
-		Train:     LoopConfig{Steps: 100, BatchSize: 8, GradAccum: 1, EvalEvery: 50, LogEvery: 10},
+		Train:     LoopConfig{Steps: 100, BatchSize: 8, GradAccum: 1, EvalEvery: 50, LogEvery: 10, CheckpointEvery: 0, KeepCheckpoints: 3},
 		Optimizer: OptimizerConfig{Name: "adamw", LR: 2e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Momentum: 0.9, GradClip: 1.0},
 		Schedule:  ScheduleConfig{Kind: "cosine", WarmupSteps: 10},
 		Task:      TaskConfig{MaxNewTokens: 32, Before: true, After: true},
@@ -294,6 +296,10 @@ func (r *Recipe) validate() yamlconf.Errors {
 	if c.Train.EvalEvery < 0 {
 		bad("train.eval_every", "must be >= 0 (0: only at the end), got %d", c.Train.EvalEvery)
 	}
+	if c.Train.CheckpointEvery < 0 {
+		bad("train.checkpoint_every", "must be >= 0 (0: only at the end and on interrupt), got %d", c.Train.CheckpointEvery)
+	}
+	positive("train.keep_checkpoints", c.Train.KeepCheckpoints)
 	if c.Train.EvalBatches < 0 {
 		bad("train.eval_batches", "must be >= 0 (0: the whole validation set), got %d", c.Train.EvalBatches)
 	}

@@ -38,6 +38,19 @@ func (m *metricsLog) write(rec map[string]any) {
 	m.err = err
 }
 
+// size is the file's length after everything written so far.
+func (m *metricsLog) size() int64 {
+	if err := m.w.Flush(); err != nil {
+		m.err = err
+	}
+	st, err := m.f.Stat()
+	if err != nil {
+		m.err = err
+		return 0
+	}
+	return st.Size()
+}
+
 func (m *metricsLog) Close() error {
 	if err := m.w.Flush(); m.err == nil {
 		m.err = err

@@ -27,6 +27,14 @@ const Version = "0.1.0"
 type Options struct {
 	Out      io.Writer // progress and summary; os.Stderr from the CLI
 	Progress bool      // draw a progress bar (a terminal); otherwise log lines
+	// ResumeDir continues that run directory from its latest good
+	// checkpoint instead of starting a new run.
+	ResumeDir string
+	// Force resumes even though the checkpoint was written under a
+	// different config (the CLI lists the differing keys first).
+	Force bool
+
+	afterStep func(step int) // tests: called after each step, to interrupt at a chosen one
 }
 
 // Summary is what a finished (or interrupted) run reports.
@@ -115,13 +123,32 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		defer evaluator.close()
 	}
 
-	// --- the run directory: nothing earlier is ever overwritten
-	dir := r.RunDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create run directory: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, "config.yaml"), r.Raw); err != nil {
+	// --- the run directory: a new one (nothing earlier is ever
+	// overwritten), or the one being resumed with its state restored
+	dir, ck, err := prepareRunDir(r, opt, out)
+	if err != nil {
 		return nil, err
+	}
+	if ck != nil {
+		if err := ck.restore(params); err != nil {
+			return nil, err
+		}
+		if err := opt_.Load(ck.Optim); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+		}
+		if err := trainLoader.Restore(ck.State.Loader); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+		}
+		if scaler != nil && ck.State.Scaler != nil {
+			if err := scaler.Load(*ck.State.Scaler); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+			}
+		}
+		eng.WeightVersion = ck.State.WeightVer
+		// metrics after the checkpoint are redone by this run
+		if err := os.Truncate(filepath.Join(dir, "metrics.jsonl"), ck.State.MetricsBytes); err != nil {
+			return nil, fmt.Errorf("resume: %w", err)
+		}
 	}
 	metrics, err := newMetricsLog(filepath.Join(dir, "metrics.jsonl"))
 	if err != nil {
@@ -146,7 +173,14 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 
 	sum := &Summary{RunDir: dir, Precision: policy.Low.String()}
 	weights := func() map[string][]float32 { return mergedWeights(m, lora) }
-	if r.Task.EvalFile != "" && r.Task.Before {
+	step := 0
+	var lastLoss, priorSeconds float64
+	if ck != nil {
+		step, lastLoss, priorSeconds = ck.State.Step, ck.State.LastLoss, ck.State.LoopSeconds
+		sum.SkippedSteps, sum.ValBefore, sum.TaskBefore = ck.State.Skipped, ck.State.ValBefore, ck.State.TaskBefore
+		fmt.Fprintf(out, "resuming from %s (step %d of %d)\n", ck.Dir, step, r.Train.Steps)
+	}
+	if r.Task.EvalFile != "" && r.Task.Before && ck == nil {
 		rep, err := taskAccuracy(m, weights(), eng.BLAS, tok, r.Task.EvalFile, r.Task.Limit, r.Task.MaxNewTokens)
 		if err != nil {
 			return nil, err
@@ -154,7 +188,7 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		sum.TaskBefore = &rep
 		fmt.Fprintf(out, "task accuracy before: %s\n", rep)
 	}
-	if evaluator != nil {
+	if evaluator != nil && ck == nil {
 		rep, err := evaluate(evaluator, valBatches)
 		if err != nil {
 			return nil, err
@@ -163,12 +197,30 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		metrics.write(map[string]any{"step": 0, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
 	}
 
+	loopStart := time.Now()
+	// checkpoint saves everything needed to continue after this step.
+	checkpoint := func() error {
+		st := checkpointState{Step: step, ConfigHash: r.Hash(), Loader: trainLoader.State(),
+			WeightVer: eng.WeightVersion, MetricsBytes: metrics.size(), Skipped: sum.SkippedSteps,
+			LoopSeconds: priorSeconds + time.Since(loopStart).Seconds(), LastLoss: lastLoss,
+			ValBefore: sum.ValBefore, TaskBefore: sum.TaskBefore}
+		if scaler != nil {
+			s := scaler.State()
+			st.Scaler = &s
+		}
+		root := filepath.Join(dir, "checkpoints")
+		if _, err := writeCheckpoint(root, st, params, opt_); err != nil {
+			return err
+		}
+		return pruneCheckpoints(root, r.Train.KeepCheckpoints)
+	}
+
 	// --- the training loop
 	bar := newProgress(out, r.Train.Steps, opt.Progress)
+	bar.update(step, lastLoss, 0, 0)
 	tokensPerStep := int64(r.Train.BatchSize * r.Data.SeqLen * r.Train.GradAccum)
-	loopStart := time.Now()
-	var lastLoss float64
-	step := 0
+	loopStart = time.Now()
+	startStep := step
 	for step < r.Train.Steps {
 		if ctx.Err() != nil {
 			sum.Interrupted = true
@@ -214,8 +266,8 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 			sum.SkippedSteps++
 		}
 
-		elapsed := time.Since(loopStart).Seconds()
-		tps := float64(tokensPerStep) * float64(step) / elapsed
+		elapsed := priorSeconds + time.Since(loopStart).Seconds()
+		tps := float64(tokensPerStep) * float64(step-startStep) / time.Since(loopStart).Seconds()
 		bar.update(step, lastLoss, lr, tps)
 		if step%r.Train.LogEvery == 0 || step == r.Train.Steps {
 			rec := map[string]any{"step": step, "loss": lastLoss, "lr": lr, "grad_norm": gradNorm,
@@ -247,20 +299,32 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 			metrics.write(map[string]any{"step": step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
 			bar.line(fmt.Sprintf("step %d: val_loss %.4f (perplexity %.3f)", step, rep.Loss, rep.Perplexity))
 		}
+		if r.Train.CheckpointEvery > 0 && step%r.Train.CheckpointEvery == 0 && step < r.Train.Steps {
+			if err := checkpoint(); err != nil {
+				return nil, err
+			}
+		}
+		if opt.afterStep != nil {
+			opt.afterStep(step)
+		}
 	}
 	bar.finish()
+	// the last state is always checkpointed: at the end, or where a signal stopped the run
+	if err := checkpoint(); err != nil {
+		return nil, err
+	}
 	loopSeconds := time.Since(loopStart).Seconds()
 	sum.Steps, sum.FinalLoss = step, lastLoss
-	sum.Tokens = tokensPerStep * int64(step)
+	sum.Tokens = tokensPerStep * int64(step-startStep)
 	if loopSeconds > 0 {
 		sum.TokensPerSec = float64(sum.Tokens) / loopSeconds
 	}
 	if sum.Interrupted {
-		fmt.Fprintf(out, "interrupted after step %d: saving what was trained\n", step)
+		fmt.Fprintf(out, "interrupted after step %d; checkpoint saved. Resume with:\n  mixtune train --resume %s\n", step, dir)
 	}
 
 	// --- after training: validation, task accuracy, save
-	if evaluator != nil {
+	if evaluator != nil && !sum.Interrupted {
 		rep, err := evaluate(evaluator, valBatches)
 		if err != nil {
 			return nil, err
@@ -298,6 +362,34 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		return sum, ErrInterrupted
 	}
 	return sum, nil
+}
+
+// prepareRunDir creates a new run directory with the recipe as given and
+// resolved, or, resuming, loads the run's latest good checkpoint.
+func prepareRunDir(r *Recipe, opt Options, out io.Writer) (string, *loadedCheckpoint, error) {
+	if opt.ResumeDir == "" {
+		dir := r.RunDir()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, fmt.Errorf("create run directory: %w", err)
+		}
+		if err := atomicfile.WriteFile(filepath.Join(dir, "config.yaml"), r.Raw); err != nil {
+			return "", nil, err
+		}
+		res, err := r.Config.Resolved()
+		if err != nil {
+			return "", nil, err
+		}
+		return dir, nil, atomicfile.WriteFile(filepath.Join(dir, "resolved.yaml"), res)
+	}
+	dir := opt.ResumeDir
+	ck, err := loadLatestCheckpoint(filepath.Join(dir, "checkpoints"), func(w string) { fmt.Fprintln(out, "warning: "+w) })
+	if err != nil {
+		return "", nil, fmt.Errorf("resume %s: %w", dir, err)
+	}
+	if ck.State.ConfigHash != r.Hash() && !opt.Force {
+		return "", nil, fmt.Errorf("resume %s: %s was written under a different config; pass --force to resume anyway", dir, ck.Dir)
+	}
+	return dir, ck, nil
 }
 
 // update is what one optimizer step did.

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -145,18 +146,20 @@ func (m *multi) String() string     { return strings.Join(*m, " ") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 func cmdTrain(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("train", "train -c CONFIG [--set key.path=value]...", stderr)
+	fs := newFlags("train", "train -c CONFIG [--set key.path=value]...  |  train --resume RUN_DIR [-c CONFIG [--force]]", stderr)
 	cfg := fs.String("c", "", "the YAML recipe (see configs/reference.yaml)")
+	resume := fs.String("resume", "", "continue this run directory from its latest good checkpoint")
+	force := fs.Bool("force", false, "with --resume -c: continue even if the recipe differs from the run's")
 	var sets multi
 	fs.Var(&sets, "set", "override one config field, e.g. --set train.steps=50 (repeatable)")
 	printPolicy := fs.Bool("print-policy", false, "print the precision policy's op lists and exit")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *cfg == "" {
-		return usageError{"-c CONFIG is required"}
+	if *cfg == "" && *resume == "" {
+		return usageError{"-c CONFIG (or --resume RUN_DIR) is required"}
 	}
-	r, err := train.Load(*cfg, sets)
+	r, err := loadRecipe(*cfg, *resume, sets, *force, stderr)
 	if err != nil {
 		return err
 	}
@@ -168,8 +171,36 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := interruptible(stderr)
 	defer stop()
-	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr)})
+	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr), ResumeDir: *resume, Force: *force})
 	return err
+}
+
+// loadRecipe reads the recipe to train with. Resuming, it is the run's own
+// resolved.yaml, unless -c names one: then any key that differs from the
+// run's is listed and refused without --force.
+func loadRecipe(cfg, resume string, sets []string, force bool, stderr io.Writer) (*train.Recipe, error) {
+	if resume == "" {
+		return train.Load(cfg, sets)
+	}
+	runCfg, err := train.Load(filepath.Join(resume, "resolved.yaml"), sets)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: %w", resume, err)
+	}
+	if cfg == "" {
+		return runCfg, nil
+	}
+	r, err := train.Load(cfg, sets)
+	if err != nil {
+		return nil, err
+	}
+	if diff := train.Diff(runCfg.Config, r.Config); len(diff) > 0 {
+		msg := fmt.Sprintf("%s differs from the run's recipe in:\n  %s", cfg, strings.Join(diff, "\n  "))
+		if !force {
+			return nil, usageError{msg + "\npass --force to resume with it anyway"}
+		}
+		fmt.Fprintln(stderr, "warning: "+msg)
+	}
+	return r, nil
 }
 
 // interruptible cancels the context on the first SIGINT or SIGTERM, so the

@@ -63,10 +63,11 @@ func Write(path string, write func(io.Writer) error) (err error) {
 		return err
 	}
 	// The rename is only durable once the directory entry is.
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, making renames and creations in it durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

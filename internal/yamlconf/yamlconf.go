@@ -369,7 +369,9 @@ func applyOverride(doc *yaml.Node, o string, setBy map[*yaml.Node]string) error 
 	if err := yaml.Unmarshal([]byte(val), &vn); err != nil || (vn.Kind == yaml.DocumentNode && len(vn.Content) != 1) {
 		return &Error{File: "--set " + o, Msg: "the value is not valid YAML"}
 	}
-	value := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
+	// key= with nothing after it sets an empty string (clearing a path),
+	// which is what a shell user means; YAML would read it as null.
+	value := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: ""}
 	if vn.Kind == yaml.DocumentNode {
 		value = vn.Content[0]
 	}
