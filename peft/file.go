@@ -1,6 +1,7 @@
 package peft
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -43,27 +44,69 @@ type adapterConfig struct {
 	UseRslora           bool               `json:"use_rslora"`
 }
 
-// Save writes the adapter as PEFT's save_pretrained does: fp32 weights
-// under PEFT's keys and adapter_config.json. baseModel is recorded as
-// base_model_name_or_path.
-func (l *LoRA) Save(dir, baseModel string) error {
+// Save writes the adapter as PEFT's save_pretrained does, in fp32: the
+// weights under PEFT's keys and adapter_config.json. baseModel is recorded
+// as base_model_name_or_path.
+func (l *LoRA) Save(dir, baseModel string) error { return l.SaveAs(dir, baseModel, amp.FP32) }
+
+// SaveAs is Save with the weights stored in dtype.
+//
+// A PiSSA adapter is saved as PEFT saves one with
+// path_initial_model_for_weight_conversion: as a plain LoRA of rank 2r
+// whose update s·(B·A − B₀·A₀) applies to the original base weight, since
+// that, not the residual the run trained against, is the model the file
+// names. The scaling stays s (alpha is doubled, or multiplied by √2 with
+// rsLoRA).
+func (l *LoRA) SaveAs(dir, baseModel string, dtype amp.Format) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save adapter: %w", err)
 	}
+	c := l.Config
+	r, alpha := c.R, c.Alpha
+	convert := slices.ContainsFunc(l.Modules, func(m *Module) bool { return m.a0 != nil })
+	if convert {
+		r *= 2
+		if c.UseRSLoRA {
+			alpha *= 1.4142135623730951
+		} else {
+			alpha *= 2
+		}
+	}
 	var ts []safetensors.Tensor
 	for _, m := range l.Modules {
+		a, b := m.A, m.B
+		if convert {
+			a, b = pissaAsLoRA(m, c.R)
+		}
 		ts = append(ts,
-			safetensors.Tensor{Name: KeyA(m.Path), Shape: []int{l.Config.R, m.In}, Data: m.A, Dtype: amp.FP32},
-			safetensors.Tensor{Name: KeyB(m.Path), Shape: []int{m.Out, l.Config.R}, Data: m.B, Dtype: amp.FP32})
+			safetensors.Tensor{Name: KeyA(m.Path), Shape: []int{r, m.In}, Data: a, Dtype: dtype},
+			safetensors.Tensor{Name: KeyB(m.Path), Shape: []int{m.Out, r}, Data: b, Dtype: dtype})
+		if c.UseDoRA {
+			ts = append(ts, safetensors.Tensor{Name: KeyM(m.Path), Shape: []int{m.Out}, Data: m.M, Dtype: dtype})
+		}
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, WeightsFile), ts, nil); err != nil {
 		return fmt.Errorf("save adapter: %w", err)
 	}
-	targets, _ := json.Marshal(l.Config.TargetModules)
+	var targets []byte
+	if c.TargetRegex != "" {
+		targets, _ = json.Marshal(c.TargetRegex)
+	} else {
+		targets, _ = json.Marshal(c.TargetModules)
+	}
+	var layers any
+	if len(c.LayersToTransform) > 0 {
+		layers = c.LayersToTransform
+	}
+	var init any = true
+	if c.Init == InitGaussian {
+		init = InitGaussian
+	}
 	ac := adapterConfig{
 		AlphaPattern: map[string]float64{}, BaseModelNameOrPath: baseModel, Bias: "none",
-		InferenceMode: true, InitLoraWeights: true, LoraAlpha: l.Config.Alpha, PeftType: "LORA",
-		R: l.Config.R, RankPattern: map[string]int{}, TargetModules: targets, TaskType: "CAUSAL_LM",
+		InferenceMode: true, InitLoraWeights: init, LayersToTransform: layers, LoraAlpha: alpha,
+		LoraDropout: c.Dropout, PeftType: "LORA", R: r, RankPattern: map[string]int{},
+		TargetModules: targets, TaskType: "CAUSAL_LM", UseDora: c.UseDoRA, UseRslora: c.UseRSLoRA,
 	}
 	b, err := marshalSorted(ac)
 	if err != nil {
@@ -72,35 +115,98 @@ func (l *LoRA) Save(dir, baseModel string) error {
 	return atomicfile.WriteFile(filepath.Join(dir, ConfigFile), b)
 }
 
-// Load reads a PEFT LoRA adapter for a model whose linear modules are
-// targets, checking every tensor's name and shape against them.
-func Load(dir string, targets []Target) (*LoRA, error) {
+// pissaAsLoRA returns A' = [A; A₀] [2r, in] and B' = [B, −B₀] [out, 2r], so
+// that B'·A' = B·A − B₀·A₀.
+func pissaAsLoRA(m *Module, r int) (a, b []float32) {
+	a = append(slices.Clone(m.A), m.a0...)
+	b = make([]float32, m.Out*2*r)
+	for o := 0; o < m.Out; o++ {
+		copy(b[o*2*r:], m.B[o*r:(o+1)*r])
+		for k := 0; k < r; k++ {
+			b[o*2*r+r+k] = -m.b0[o*r+k]
+		}
+	}
+	return a, b
+}
+
+// ReadConfig reads an adapter directory's adapter_config.json: the
+// hyperparameters of a PEFT LoRA or DoRA adapter, checked.
+func ReadConfig(dir string) (Config, error) {
 	cpath := filepath.Join(dir, ConfigFile)
 	raw, err := os.ReadFile(cpath)
 	if err != nil {
-		return nil, fmt.Errorf("load adapter: %w", err)
+		return Config{}, err
 	}
 	var ac adapterConfig
 	if err := json.Unmarshal(raw, &ac); err != nil {
-		return nil, fmt.Errorf("load adapter: %s: %w", cpath, err)
+		return Config{}, fmt.Errorf("%s: %w", cpath, err)
 	}
 	switch {
 	case ac.PeftType != "LORA":
-		return nil, fmt.Errorf("load adapter: %s: peft_type %q is not supported (want LORA)", cpath, ac.PeftType)
-	case ac.UseDora || ac.UseRslora:
-		return nil, fmt.Errorf("load adapter: %s: use_dora and use_rslora are not supported yet", cpath)
+		return Config{}, fmt.Errorf("%s: peft_type %q is not supported (want LORA)", cpath, ac.PeftType)
 	case ac.FanInFanOut:
-		return nil, fmt.Errorf("load adapter: %s: fan_in_fan_out adapters (GPT-2 Conv1D) do not apply to Llama", cpath)
+		return Config{}, fmt.Errorf("%s: fan_in_fan_out adapters (GPT-2 Conv1D) do not apply to Llama", cpath)
 	case len(ac.RankPattern) > 0 || len(ac.AlphaPattern) > 0:
-		return nil, fmt.Errorf("load adapter: %s: rank_pattern and alpha_pattern are not supported yet", cpath)
+		return Config{}, fmt.Errorf("%s: rank_pattern and alpha_pattern are not supported yet", cpath)
 	}
-	var names []string
-	if err := json.Unmarshal(ac.TargetModules, &names); err != nil {
-		return nil, fmt.Errorf("load adapter: %s: target_modules must be a list of module names", cpath)
+	c := Config{R: ac.R, Alpha: ac.LoraAlpha, Dropout: ac.LoraDropout, UseDoRA: ac.UseDora, UseRSLoRA: ac.UseRslora}
+	if err := decodeTargets(ac.TargetModules, &c); err != nil {
+		return Config{}, fmt.Errorf("%s: target_modules %w", cpath, err)
 	}
-	cfg := Config{R: ac.R, Alpha: ac.LoraAlpha, TargetModules: names}
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("load adapter: %s: %w", cpath, err)
+	if err := decodeLayers(ac.LayersToTransform, &c); err != nil {
+		return Config{}, fmt.Errorf("%s: layers_to_transform %w", cpath, err)
+	}
+	if s, ok := ac.InitLoraWeights.(string); ok && s == InitGaussian {
+		c.Init = InitGaussian // informational: the weights are loaded, not initialized
+	}
+	return c, nil
+}
+
+// decodeTargets reads target_modules: a list of names, a regex string, or
+// null (then the tensors decide).
+func decodeTargets(raw json.RawMessage, c *Config) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if raw[0] == '"' {
+		return json.Unmarshal(raw, &c.TargetRegex)
+	}
+	if err := json.Unmarshal(raw, &c.TargetModules); err != nil {
+		return fmt.Errorf("must be a list of module names or a regex string")
+	}
+	return nil
+}
+
+// decodeLayers reads layers_to_transform: null, one layer or a list.
+func decodeLayers(v any, c *Config) error {
+	switch x := v.(type) {
+	case nil:
+	case float64:
+		c.LayersToTransform = []int{int(x)}
+	case []any:
+		for _, e := range x {
+			f, ok := e.(float64)
+			if !ok {
+				return fmt.Errorf("must be a layer number or a list of them, got %v", v)
+			}
+			c.LayersToTransform = append(c.LayersToTransform, int(f))
+		}
+	default:
+		return fmt.Errorf("must be a layer number or a list of them, got %v", v)
+	}
+	return nil
+}
+
+// Load reads a PEFT LoRA or DoRA adapter for a model whose linear modules
+// are targets, checking every tensor's name and shape against them. The
+// adapted modules are those with tensors in the file, in the order of
+// targets. It loads adapters written by PEFT as well as by mixtune: to
+// train further, evaluate, generate or merge.
+func Load(dir string, targets []Target) (*LoRA, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load adapter: %w", err)
 	}
 	wpath := filepath.Join(dir, WeightsFile)
 	f, err := safetensors.ReadFile(wpath)
@@ -111,32 +217,72 @@ func Load(dir string, targets []Target) (*LoRA, error) {
 	for _, t := range targets {
 		byPath[t.Path] = t
 	}
-	var used []Target
+	present, keyM := map[string]bool{}, map[string]string{}
 	for _, name := range f.Names() {
-		path, ok := strings.CutSuffix(strings.TrimPrefix(name, "base_model.model."), ".lora_A.weight")
-		if !ok {
-			if strings.HasSuffix(name, ".lora_B.weight") {
-				continue // checked with its A
+		rest := strings.TrimPrefix(name, "base_model.model.")
+		var path string
+		switch {
+		case strings.HasSuffix(rest, ".lora_A.weight"):
+			path = strings.TrimSuffix(rest, ".lora_A.weight")
+		case strings.HasSuffix(rest, ".lora_B.weight"):
+			continue // checked with its A
+		case strings.HasSuffix(rest, ".lora_magnitude_vector"), strings.HasSuffix(rest, ".lora_magnitude_vector.weight"):
+			if !cfg.UseDoRA {
+				return nil, fmt.Errorf("load adapter: %s: tensor %s is a DoRA magnitude, but adapter_config.json has use_dora false", wpath, name)
 			}
+			keyM[rest[:strings.Index(rest, ".lora_magnitude_vector")]] = name
+			continue
+		default:
 			return nil, fmt.Errorf("load adapter: %s: unexpected tensor %s", wpath, name)
 		}
-		t, ok := byPath[path]
-		if !ok {
+		if _, ok := byPath[path]; !ok {
 			return nil, fmt.Errorf("load adapter: %s: tensor %s adapts %s, which the base model does not have", wpath, name, path)
 		}
-		used = append(used, t)
+		present[path] = true
 	}
-	slices.SortFunc(used, func(a, b Target) int { return strings.Compare(a.Path, b.Path) })
-	l, err := New(cfg, used, 0)
-	if err != nil {
-		return nil, err
+	for path, name := range keyM {
+		if !present[path] {
+			return nil, fmt.Errorf("load adapter: %s: tensor %s has no lora_A beside it", wpath, name)
+		}
 	}
+	var used []Target
+	var shorts []string
+	for _, t := range targets {
+		if present[t.Path] {
+			used = append(used, t)
+			if s := t.Path[strings.LastIndex(t.Path, ".")+1:]; !slices.Contains(shorts, s) {
+				shorts = append(shorts, s)
+			}
+		}
+	}
+	if len(used) == 0 {
+		return nil, fmt.Errorf("load adapter: %s: no lora_A tensors", wpath)
+	}
+	if len(cfg.TargetModules) == 0 && cfg.TargetRegex == "" {
+		cfg.TargetModules = shorts // target_modules null: the tensors say
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("load adapter: %s: %w", filepath.Join(dir, ConfigFile), err)
+	}
+	l := alloc(cfg, used)
 	for _, m := range l.Modules {
-		for _, w := range []struct {
+		ws := []struct {
 			key   string
 			dst   []float32
 			shape []int
-		}{{KeyA(m.Path), m.A, []int{cfg.R, m.In}}, {KeyB(m.Path), m.B, []int{m.Out, cfg.R}}} {
+		}{{KeyA(m.Path), m.A, []int{cfg.R, m.In}}, {KeyB(m.Path), m.B, []int{m.Out, cfg.R}}}
+		if cfg.UseDoRA {
+			k, ok := keyM[m.Path]
+			if !ok {
+				return nil, fmt.Errorf("load adapter: %s: use_dora is true but %s is missing", wpath, KeyM(m.Path))
+			}
+			ws = append(ws, struct {
+				key   string
+				dst   []float32
+				shape []int
+			}{k, m.M, []int{m.Out}})
+		}
+		for _, w := range ws {
 			data, shape, err := f.Float32(w.key)
 			if err != nil {
 				return nil, fmt.Errorf("load adapter: %s: %w", wpath, err)

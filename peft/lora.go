@@ -1,16 +1,19 @@
 // Package peft implements parameter-efficient adapters as Hugging Face PEFT
-// defines them: LoRA's low-rank update W + (α/r)·B·A on chosen linear
-// modules, with B starting at zero so training starts from the base model,
-// and adapter files PEFT itself can read.
+// defines them: LoRA's low-rank update W + s·B·A on chosen linear modules
+// (s = α/r, or α/√r with rsLoRA), with dropout on the adapter branch; DoRA,
+// which also learns a magnitude per output row; PEFT's initializations
+// (kaiming-uniform, gaussian, PiSSA); merging into and unmerging from the
+// base weights; extraction of a LoRA from a fine-tuned model by SVD; and
+// adapter files PEFT itself can read.
 package peft
 
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
-	"math/rand/v2"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	G "gorgonia.org/gorgonia"
@@ -18,14 +21,33 @@ import (
 	"github.com/mixtune/mixtune/nn"
 )
 
-// Config is a LoRA adapter's hyperparameters.
+// Initializations of A and B (PEFT's init_lora_weights).
+const (
+	InitDefault  = "default"  // A kaiming-uniform (a = √5), B = 0
+	InitGaussian = "gaussian" // A ~ N(0, (1/r)²), B = 0
+	InitPiSSA    = "pissa"    // A, B from the top r singular triplets of W; W keeps the residual
+)
+
+// Config is a LoRA or DoRA adapter's hyperparameters, with PEFT's meanings.
 type Config struct {
-	R             int
-	Alpha         float64
-	TargetModules []string // short module names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+	R         int
+	Alpha     float64
+	Dropout   float64 // lora_dropout: on the adapter branch's input, in training only
+	UseRSLoRA bool    // scaling α/√r instead of α/r
+	UseDoRA   bool
+	Init      string // InitDefault ("" too), InitGaussian or InitPiSSA
+	// Which linear modules to adapt, as PEFT's target_modules: either a
+	// list of names, each matching a module path equal to it or ending in
+	// "." + it (q_proj, mlp.up_proj), or a regular expression that must
+	// match a whole module path.
+	TargetModules []string
+	TargetRegex   string
+	// LayersToTransform keeps only modules of these decoder layers (all
+	// when empty). As in PEFT, it applies to a list of names only.
+	LayersToTransform []int
 }
 
-// Validate checks the values a LoRA adapter cannot work with.
+// Validate checks the values an adapter cannot work with.
 func (c Config) Validate() error {
 	var errs []string
 	if c.R <= 0 {
@@ -34,8 +56,31 @@ func (c Config) Validate() error {
 	if c.Alpha <= 0 || math.IsNaN(c.Alpha) || math.IsInf(c.Alpha, 0) {
 		errs = append(errs, fmt.Sprintf("lora_alpha must be a positive number, got %g", c.Alpha))
 	}
-	if len(c.TargetModules) == 0 {
+	if !(c.Dropout >= 0 && c.Dropout < 1) {
+		errs = append(errs, fmt.Sprintf("lora_dropout must be in [0, 1), got %g", c.Dropout))
+	}
+	switch c.Init {
+	case "", InitDefault, InitGaussian, InitPiSSA:
+	default:
+		errs = append(errs, fmt.Sprintf("init must be default, gaussian or pissa, got %q", c.Init))
+	}
+	switch {
+	case len(c.TargetModules) == 0 && c.TargetRegex == "":
 		errs = append(errs, "target_modules is empty")
+	case len(c.TargetModules) > 0 && c.TargetRegex != "":
+		errs = append(errs, "target_modules is both a list and a regex")
+	case c.TargetRegex != "":
+		if _, err := regexp.Compile(c.TargetRegex); err != nil {
+			errs = append(errs, fmt.Sprintf("target_modules regex: %v", err))
+		}
+		if len(c.LayersToTransform) > 0 {
+			errs = append(errs, "layers_to_transform cannot be used with a target_modules regex (PEFT refuses it too; put the layers in the regex)")
+		}
+	}
+	for _, l := range c.LayersToTransform {
+		if l < 0 {
+			errs = append(errs, fmt.Sprintf("layers_to_transform: layer %d is negative", l))
+		}
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
@@ -43,8 +88,47 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Scaling is the factor on the low-rank branch, α/r.
-func (c Config) Scaling() float64 { return c.Alpha / float64(c.R) }
+// Scaling is the factor on the low-rank branch: α/r, or α/√r with rsLoRA.
+func (c Config) Scaling() float64 {
+	if c.UseRSLoRA {
+		return c.Alpha / math.Sqrt(float64(c.R))
+	}
+	return c.Alpha / float64(c.R)
+}
+
+// Kind is "dora" or "lora".
+func (c Config) Kind() string {
+	if c.UseDoRA {
+		return "dora"
+	}
+	return "lora"
+}
+
+// String describes the adapter for a run's log, e.g.
+// "dora r=8 alpha=16 (scaling 2) dropout 0.05 init pissa on q_proj,v_proj".
+func (c Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s r=%d alpha=%g (scaling %.4g", c.Kind(), c.R, c.Alpha, c.Scaling())
+	if c.UseRSLoRA {
+		b.WriteString(", rslora")
+	}
+	b.WriteString(")")
+	if c.Dropout > 0 {
+		fmt.Fprintf(&b, " dropout %g", c.Dropout)
+	}
+	if c.Init != "" && c.Init != InitDefault {
+		fmt.Fprintf(&b, " init %s", c.Init)
+	}
+	if c.TargetRegex != "" {
+		fmt.Fprintf(&b, " on /%s/", c.TargetRegex)
+	} else {
+		fmt.Fprintf(&b, " on %s", strings.Join(c.TargetModules, ","))
+	}
+	if len(c.LayersToTransform) > 0 {
+		fmt.Fprintf(&b, " in layers %v", c.LayersToTransform)
+	}
+	return b.String()
+}
 
 // Target is a linear module an adapter may attach to.
 type Target struct {
@@ -52,86 +136,170 @@ type Target struct {
 	Out, In int
 }
 
-// Targets keeps the modules whose short name (the last path element) is
-// in names. It is an error if a name matches nothing, since a typo would
-// otherwise train an adapter on nothing.
-func Targets(all []Target, names []string) ([]Target, error) {
-	matched := map[string]bool{}
+// AllLinear is PEFT's target_modules value for every linear module but the
+// output layer.
+const AllLinear = "all-linear"
+
+// layerIndex is PEFT's pattern for a module's layer number: the last
+// number that is a whole path element followed by more path.
+var layerIndex = regexp.MustCompile(`.*\.[^.]*\.(\d+)\.`)
+
+// Select keeps the modules of all that c targets, with PEFT's rules: a
+// regex must match a whole path; a name matches a path equal to it or
+// ending in "." + name; layers_to_transform then keeps the listed layers.
+// A name, regex or layer that selects nothing is an error, since a typo
+// would otherwise train an adapter on nothing.
+func Select(all []Target, c Config) ([]Target, error) {
+	if c.TargetRegex != "" {
+		match := func(string) bool { return true }
+		if c.TargetRegex != AllLinear {
+			re, err := regexp.Compile(`^(?:` + c.TargetRegex + `)$`)
+			if err != nil {
+				return nil, fmt.Errorf("target_modules regex: %v", err)
+			}
+			match = re.MatchString
+		}
+		var out []Target
+		for _, t := range all {
+			if match(t.Path) {
+				out = append(out, t)
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("target_modules regex %q matches no linear module of the model (paths look like %q)", c.TargetRegex, all[0].Path)
+		}
+		return out, nil
+	}
+	matched, layers := map[string]bool{}, map[int]bool{}
 	var out []Target
 	for _, t := range all {
-		short := t.Path[strings.LastIndex(t.Path, ".")+1:]
-		if slices.Contains(names, short) {
-			out = append(out, t)
-			matched[short] = true
+		name := ""
+		for _, n := range c.TargetModules {
+			if t.Path == n || strings.HasSuffix(t.Path, "."+n) {
+				name = n
+				break
+			}
 		}
+		if name == "" {
+			continue
+		}
+		matched[name] = true
+		if len(c.LayersToTransform) > 0 {
+			m := layerIndex.FindStringSubmatch(t.Path)
+			if m == nil {
+				continue
+			}
+			l, _ := strconv.Atoi(m[1])
+			if !slices.Contains(c.LayersToTransform, l) {
+				continue
+			}
+			layers[l] = true
+		}
+		out = append(out, t)
 	}
-	for _, n := range names {
+	for _, n := range c.TargetModules {
 		if !matched[n] {
 			return nil, fmt.Errorf("target module %q matches no linear module of the model", n)
+		}
+	}
+	for _, l := range c.LayersToTransform {
+		if !layers[l] {
+			return nil, fmt.Errorf("layers_to_transform: layer %d has none of the target modules", l)
 		}
 	}
 	return out, nil
 }
 
-// Module is one adapted linear module: A [r, in], B [out, r], fp32.
-type Module struct {
-	Target
-	A, B         []float32
-	GradA, GradB []float32
+// Targets keeps the modules named by names (PEFT's list form of
+// target_modules).
+func Targets(all []Target, names []string) ([]Target, error) {
+	return Select(all, Config{TargetModules: names})
 }
 
-// LoRA is a set of adapted modules.
+// Module is one adapted linear module: A [r, in], B [out, r] and, for DoRA,
+// the magnitude M [out], all fp32.
+type Module struct {
+	Target
+	A, B, M             []float32
+	GradA, GradB, GradM []float32
+
+	// PiSSA's initial A and B: the base weight holds W − s·B₀·A₀, so the
+	// file subtracts them to apply to the original W.
+	a0, b0 []float32
+	// merged says the adapter is folded into the base weight; mergedNorm
+	// is DoRA's ‖W + s·B·A‖ at that time, which the merged weight no
+	// longer determines and an exact unmerge needs.
+	merged     bool
+	mergedNorm []float64
+}
+
+// LoRA is a set of adapted modules: LoRA, or DoRA when Config.UseDoRA.
 type LoRA struct {
 	Config  Config
 	Modules []*Module
 	byPath  map[string]*Module
 }
 
-// New initializes an adapter as PEFT does by default: A kaiming-uniform
-// with a = √5, i.e. U(−1/√in, 1/√in), and B = 0, so the adapted model
-// starts out computing exactly the base model. Each A draws from its own
-// stream keyed by seed and module path.
-func New(c Config, targets []Target, seed uint64) (*LoRA, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
+// alloc makes an adapter with zeroed weights for targets.
+func alloc(c Config, targets []Target) *LoRA {
 	l := &LoRA{Config: c, byPath: map[string]*Module{}}
 	for _, t := range targets {
 		m := &Module{Target: t,
 			A: make([]float32, c.R*t.In), B: make([]float32, t.Out*c.R),
 			GradA: make([]float32, c.R*t.In), GradB: make([]float32, t.Out*c.R)}
-		h := fnv.New64a()
-		h.Write([]byte(t.Path))
-		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
-		bound := 1 / math.Sqrt(float64(t.In))
-		for i := range m.A {
-			m.A[i] = float32((rng.Float64()*2 - 1) * bound)
+		if c.UseDoRA {
+			m.M, m.GradM = make([]float32, t.Out), make([]float32, t.Out)
 		}
 		l.Modules = append(l.Modules, m)
 		l.byPath[t.Path] = m
 	}
-	return l, nil
+	return l
 }
 
-// KeyA and KeyB are the tensor names PEFT uses in adapter_model.safetensors.
+// Module returns the adapted module at path, or nil.
+func (l *LoRA) Module(path string) *Module { return l.byPath[path] }
+
+// KeyA, KeyB and KeyM are the tensor names PEFT uses in
+// adapter_model.safetensors. The DoRA magnitude has no ".weight".
 func KeyA(path string) string { return "base_model.model." + path + ".lora_A.weight" }
 func KeyB(path string) string { return "base_model.model." + path + ".lora_B.weight" }
+func KeyM(path string) string { return "base_model.model." + path + ".lora_magnitude_vector" }
 
-// Linear computes module path with its adapter, W·x + (α/r)·B·(A·x), or
-// plainly when the module is not adapted. Its signature is that of
-// model.LinearFunc. Each adapter weight becomes a trainable param node,
-// recorded in nodes under its PEFT key.
+// Linear computes module path with its adapter, or plainly when the module
+// is not adapted or the adapter is merged into its weight. Its signature
+// is that of model.LinearFunc. With x_d = dropout(x) (x itself when
+// lora_dropout is 0 or in evaluation):
+//
+//	LoRA:  W·x + s·B·A·x_d
+//	DoRA:  g ⊙ (W·x + s·B·A·x)                    without dropout
+//	       W·x + (g − 1) ⊙ W·x_d + g ⊙ s·B·A·x_d  with dropout (PEFT's form)
+//
+// with g = m / ‖W + s·B·A‖ per output row, the norm detached. Each adapter
+// weight becomes a trainable param node, recorded in nodes under its PEFT
+// key.
 func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string, x, w *G.Node) *G.Node {
 	return func(b *nn.Builder, path string, x, w *G.Node) *G.Node {
 		base := b.Linear(x, w)
 		m, ok := l.byPath[path]
-		if !ok {
+		if !ok || m.merged {
 			return base
 		}
-		a := b.Param(KeyA(path), []int{l.Config.R, m.In}, m.A, true)
-		bb := b.Param(KeyB(path), []int{m.Out, l.Config.R}, m.B, true)
+		c, s := l.Config, l.Config.Scaling()
+		a := b.Param(KeyA(path), []int{c.R, m.In}, m.A, true)
+		bb := b.Param(KeyB(path), []int{m.Out, c.R}, m.B, true)
 		nodes[KeyA(path)], nodes[KeyB(path)] = a, bb
-		return b.AddScaled(base, b.Linear(b.Linear(x, a), bb), l.Config.Scaling())
+		xd := b.Dropout(x, c.Dropout)
+		lora := b.Linear(b.Linear(xd, a), bb)
+		if !c.UseDoRA {
+			return b.AddScaled(base, lora, s)
+		}
+		mag := b.Param(KeyM(path), []int{m.Out}, m.M, true)
+		nodes[KeyM(path)] = mag
+		var baseD *G.Node
+		if c.Dropout > 0 {
+			baseD = b.Linear(xd, w)
+		}
+		return b.DoRA(base, baseD, lora, mag, b.DoRANorm(w, a, bb, s, path), s)
 	}
 }
 
@@ -139,28 +307,49 @@ func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string,
 func (l *LoRA) NumParams() int {
 	n := 0
 	for _, m := range l.Modules {
-		n += len(m.A) + len(m.B)
+		n += len(m.A) + len(m.B) + len(m.M)
 	}
 	return n
 }
 
-// Delta returns (α/r)·B·A [out, in] for an adapted module, computed in
-// float64 and rounded once, for merging into the base weight.
+// Delta returns s·B·A [out, in] for an adapted module, computed in float64
+// and rounded once. For DoRA it is the low-rank update only; Merged gives
+// the merged weight.
 func (l *LoRA) Delta(path string) ([]float32, bool) {
 	m, ok := l.byPath[path]
 	if !ok {
 		return nil, false
 	}
-	r, s := l.Config.R, l.Config.Scaling()
-	d := make([]float32, m.Out*m.In)
-	for o := 0; o < m.Out; o++ {
-		for i := 0; i < m.In; i++ {
-			var acc float64
-			for k := 0; k < r; k++ {
-				acc += float64(m.B[o*r+k]) * float64(m.A[k*m.In+i])
-			}
-			d[o*m.In+i] = float32(s * acc)
-		}
+	d64 := l.delta(m)
+	d := make([]float32, len(d64))
+	for i, v := range d64 {
+		d[i] = float32(v)
 	}
 	return d, true
+}
+
+// delta is s·B·A in float64.
+func (l *LoRA) delta(m *Module) []float64 {
+	return lowRank(m.B, m.A, m.Out, m.In, l.Config.R, l.Config.Scaling())
+}
+
+// lowRank returns s·B·A [out, in] for B [out, r] and A [r, in], in float64.
+func lowRank(b, a []float32, out, in, r int, s float64) []float64 {
+	d := make([]float64, out*in)
+	for o := 0; o < out; o++ {
+		row := d[o*in : (o+1)*in]
+		for k := 0; k < r; k++ {
+			c := float64(b[o*r+k])
+			if c == 0 {
+				continue
+			}
+			for j, av := range a[k*in : (k+1)*in] {
+				row[j] += c * float64(av)
+			}
+		}
+		for j := range row {
+			row[j] *= s
+		}
+	}
+	return d
 }

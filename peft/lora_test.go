@@ -11,6 +11,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
@@ -32,17 +33,7 @@ func tinyModel(t *testing.T) *model.Model {
 }
 
 // linearTargets lists the model's linear modules as adapter targets.
-func linearTargets(m *model.Model) []peft.Target {
-	var ts []peft.Target
-	for i := 0; i < m.Config.NumHiddenLayers; i++ {
-		for _, short := range append(slices.Clone(model.AttentionModules), model.MLPModules...) {
-			p := model.ModulePath(i, short)
-			w := m.Weights[p+".weight"]
-			ts = append(ts, peft.Target{Path: p, Out: w.Shape[0], In: w.Shape[1]})
-		}
-	}
-	return ts
-}
+func linearTargets(m *model.Model) []peft.Target { return peft.ModelTargets(m) }
 
 type built struct {
 	b     *nn.Builder
@@ -52,7 +43,21 @@ type built struct {
 
 func build(t *testing.T, m *model.Model, l *peft.LoRA, dt tensor.Dtype) built {
 	t.Helper()
+	return buildWith(t, m, l, dt, nil)
+}
+
+// buildPolicy builds a float32 graph computing as policy p says.
+func buildPolicy(t *testing.T, m *model.Model, l *peft.LoRA, p *amp.Policy) built {
+	t.Helper()
+	return buildWith(t, m, l, tensor.Float32, p)
+}
+
+func buildWith(t *testing.T, m *model.Model, l *peft.LoRA, dt tensor.Dtype, p *amp.Policy) built {
+	t.Helper()
 	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, dt)
+	if p != nil && p.Low != amp.FP32 {
+		b.Policy = p
+	}
 	nodes := map[string]*G.Node{}
 	gc := model.GraphConfig{Batch: 2, SeqLen: 4}
 	if l != nil {
@@ -89,7 +94,7 @@ func TestLoRAStartsAsTheBaseModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := peft.New(peft.Config{R: 4, Alpha: 8, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, ts, 1)
+	l, err := peft.New(peft.Config{R: 4, Alpha: 8, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, ts, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,32 +123,110 @@ func TestLoRAStartsAsTheBaseModel(t *testing.T) {
 	}
 }
 
-func TestLoRAGradients(t *testing.T) {
-	m := tinyModel(t)
-	names := []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
-	ts, _ := peft.Targets(linearTargets(m), names)
-	l, err := peft.New(peft.Config{R: 2, Alpha: 3, TargetModules: names}, ts, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, mod := range l.Modules { // B = 0 would make every A gradient zero
+// allModules is every linear module name of a decoder layer.
+var allModules = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+// perturb gives every adapter tensor values away from its initialization:
+// B = 0 would make every A gradient zero, and g = 1 would hide mistakes in
+// DoRA's magnitude terms.
+func perturb(l *peft.LoRA) {
+	for i, mod := range l.Modules {
 		for j := range mod.B {
 			mod.B[j] = float32(math.Sin(float64(7*i+j))) * 0.3
 		}
+		for j := range mod.M {
+			mod.M[j] *= 1 + 0.2*float32(math.Cos(float64(3*i+j)))
+		}
 	}
-	bt := build(t, m, l, tensor.Float64)
+}
+
+// adapterNodes lists the graph nodes of every adapter tensor.
+func adapterNodes(l *peft.LoRA, nodes map[string]*G.Node) []*G.Node {
 	var params []*G.Node
 	for _, mod := range l.Modules {
-		params = append(params, bt.nodes[peft.KeyA(mod.Path)], bt.nodes[peft.KeyB(mod.Path)])
+		params = append(params, nodes[peft.KeyA(mod.Path)], nodes[peft.KeyB(mod.Path)])
+		if mod.M != nil {
+			params = append(params, nodes[peft.KeyM(mod.Path)])
+		}
 	}
-	worst := nntest.GradCheck(t, bt.b.G, bt.g.Loss, params, 1e-6)
-	t.Logf("%d adapter tensors, worst relative error %.2g", len(params), worst)
+	return params
+}
+
+// Gradients of every A and B through the whole model match float64 central
+// differences: plain LoRA, and rsLoRA with dropout on the adapter branch
+// (a fixed noise key keeps the masks fixed across the evaluations).
+func TestLoRAGradients(t *testing.T) {
+	for _, c := range []peft.Config{
+		{R: 2, Alpha: 3, TargetModules: allModules},
+		{R: 2, Alpha: 3, TargetModules: allModules, UseRSLoRA: true, Dropout: 0.3},
+	} {
+		m := tinyModel(t)
+		ts, _ := peft.Targets(linearTargets(m), allModules)
+		l, err := peft.New(c, ts, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perturb(l)
+		bt := build(t, m, l, tensor.Float64)
+		bt.b.Eng.NoiseKey = 4242
+		params := adapterNodes(l, bt.nodes)
+		worst := nntest.GradCheck(t, bt.b.G, bt.g.Loss, params, 1e-6)
+		t.Logf("%s: %d adapter tensors, worst relative error %.2g", c, len(params), worst)
+	}
+}
+
+// With rsLoRA the branch is scaled by α/√r: one module's output against
+// W·x + s·B·A·x computed by hand.
+func TestLoRAForwardClosedForm(t *testing.T) {
+	for _, c := range []peft.Config{{R: 4, Alpha: 8, TargetModules: []string{"q_proj"}}, {R: 4, Alpha: 8, UseRSLoRA: true, TargetModules: []string{"q_proj"}}} {
+		want := 2.0
+		if c.UseRSLoRA {
+			want = 4
+		}
+		if c.Scaling() != want {
+			t.Fatalf("%s: scaling %g, want %g", c, c.Scaling(), want)
+		}
+		tg := peft.Target{Path: "q_proj", Out: 3, In: 5}
+		l, _ := peft.New(c, []peft.Target{tg}, 2, nil)
+		perturb(l)
+		b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 1}, tensor.Float64)
+		xd := []float32{0.5, -1, 2, 0.25, 1.5, -0.75, 1, 0, 3, -2}
+		wd := make([]float32, 15)
+		for i := range wd {
+			wd[i] = float32(i%4) - 1.5
+		}
+		x, w := b.Param("x", []int{2, 5}, xd, false), b.Param("w", []int{3, 5}, wd, false)
+		y := l.Linear(map[string]*G.Node{})(b, "q_proj", x, w)
+		vm := G.NewTapeMachine(b.G)
+		if err := vm.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		vm.Close()
+		mod := l.Modules[0]
+		for i := 0; i < 2; i++ {
+			for o := 0; o < 3; o++ {
+				var wx, bax float64
+				for j := 0; j < 5; j++ {
+					wx += float64(wd[o*5+j]) * float64(xd[i*5+j])
+					var ba float64
+					for k := 0; k < 4; k++ {
+						ba += float64(mod.B[o*4+k]) * float64(mod.A[k*5+j])
+					}
+					bax += ba * float64(xd[i*5+j])
+				}
+				got := y.Value().Data().([]float64)[i*3+o]
+				if ref := wx + want*bax; math.Abs(got-ref) > 1e-12*math.Max(1, math.Abs(ref)) {
+					t.Errorf("%s: y[%d,%d] = %v, want %v", c, i, o, got, ref)
+				}
+			}
+		}
+	}
 }
 
 func TestSaveLoadPEFTFormat(t *testing.T) {
 	m := tinyModel(t)
 	ts, _ := peft.Targets(linearTargets(m), []string{"q_proj", "v_proj"})
-	l, _ := peft.New(peft.Config{R: 4, Alpha: 16, TargetModules: []string{"q_proj", "v_proj"}}, ts, 9)
+	l, _ := peft.New(peft.Config{R: 4, Alpha: 16, TargetModules: []string{"q_proj", "v_proj"}}, ts, 9, nil)
 	for _, mod := range l.Modules {
 		for j := range mod.B {
 			mod.B[j] = float32(j) * 0.01
@@ -185,8 +268,47 @@ func TestSaveLoadPEFTFormat(t *testing.T) {
 
 func TestTargetsAndConfigErrors(t *testing.T) {
 	m := tinyModel(t)
-	if _, err := peft.Targets(linearTargets(m), []string{"q_proj", "qproj"}); err == nil || err.Error() != `target module "qproj" matches no linear module of the model` {
+	all := linearTargets(m)
+	if _, err := peft.Targets(all, []string{"q_proj", "qproj"}); err == nil || err.Error() != `target module "qproj" matches no linear module of the model` {
 		t.Fatalf("typo: %v", err)
+	}
+	paths := func(ts []peft.Target) []string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.Path)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		c    peft.Config
+		want []string
+	}{
+		// a name matches the path's end, as in PEFT: "mlp.up_proj" too
+		{peft.Config{TargetModules: []string{"mlp.up_proj", "q_proj"}}, []string{
+			"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj", "model.layers.1.self_attn.q_proj", "model.layers.1.mlp.up_proj"}},
+		{peft.Config{TargetModules: []string{"v_proj", "down_proj"}, LayersToTransform: []int{1}}, []string{
+			"model.layers.1.self_attn.v_proj", "model.layers.1.mlp.down_proj"}},
+		// a regex must match the whole path
+		{peft.Config{TargetRegex: `.*\.1\..*_proj`}, paths(all[7:])},
+		{peft.Config{TargetRegex: `model\.layers\.0\.self_attn\.(q|k)_proj`}, []string{
+			"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj"}},
+		{peft.Config{TargetRegex: peft.AllLinear}, paths(all)},
+	} {
+		ts, err := peft.Select(all, tc.c)
+		if err != nil || !slices.Equal(paths(ts), tc.want) {
+			t.Errorf("%+v selected %v (%v), want %v", tc.c, paths(ts), err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		c    peft.Config
+		want string
+	}{
+		{peft.Config{TargetRegex: `q_proj`}, `target_modules regex "q_proj" matches no linear module of the model (paths look like "model.layers.0.self_attn.q_proj")`},
+		{peft.Config{TargetModules: []string{"q_proj"}, LayersToTransform: []int{0, 5}}, "layers_to_transform: layer 5 has none of the target modules"},
+	} {
+		if _, err := peft.Select(all, tc.c); err == nil || err.Error() != tc.want {
+			t.Errorf("%+v: %v, want %q", tc.c, err, tc.want)
+		}
 	}
 	for _, tc := range []struct {
 		c    peft.Config
@@ -195,6 +317,11 @@ func TestTargetsAndConfigErrors(t *testing.T) {
 		{peft.Config{R: 0, Alpha: 1, TargetModules: []string{"q_proj"}}, "r must be > 0, got 0"},
 		{peft.Config{R: 2, Alpha: -1, TargetModules: []string{"q_proj"}}, "lora_alpha must be a positive number, got -1"},
 		{peft.Config{R: 2, Alpha: 1}, "target_modules is empty"},
+		{peft.Config{R: 2, Alpha: 1, Dropout: 1, TargetModules: []string{"q_proj"}}, "lora_dropout must be in [0, 1), got 1"},
+		{peft.Config{R: 2, Alpha: 1, Init: "olora", TargetModules: []string{"q_proj"}}, `init must be default, gaussian or pissa, got "olora"`},
+		{peft.Config{R: 2, Alpha: 1, TargetModules: []string{"q_proj"}, TargetRegex: "q"}, "target_modules is both a list and a regex"},
+		{peft.Config{R: 2, Alpha: 1, TargetRegex: "(q"}, "target_modules regex: error parsing regexp: missing closing ): `(q`"},
+		{peft.Config{R: 2, Alpha: 1, TargetRegex: "q.*", LayersToTransform: []int{0}}, "layers_to_transform cannot be used with a target_modules regex (PEFT refuses it too; put the layers in the regex)"},
 	} {
 		if err := tc.c.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: %v, want %q", tc.c, err, tc.want)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"os"
+	"path/filepath"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -83,4 +85,44 @@ func points(ps []Point, field string, logY bool) plotter.XYs {
 		xy = append(xy, plotter.XY{X: float64(p.Step), Y: v})
 	}
 	return xy
+}
+
+// StandardCurves are the plots a run writes and `mixtune plot` draws:
+// file name and curve.
+var StandardCurves = []struct {
+	File  string
+	Curve Curve
+}{
+	{"loss.png", Curve{Field: "loss", Title: "training loss (solid) and validation loss (dashed)", AddVal: true}},
+	{"lr.png", Curve{Field: "lr", Title: "learning rate"}},
+	{"loss_scale.png", Curve{Field: "loss_scale", Title: "loss scale", LogY: true}},
+}
+
+// PlotAll draws the standard curves of runs into dir and returns the files
+// written. A curve no run has (loss scale without fp16) is left out.
+func PlotAll(dir string, runs []*Run) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, c := range StandardCurves {
+		if !anyHas(runs, c.Curve.Field) {
+			continue
+		}
+		path := filepath.Join(dir, c.File)
+		if err := Plot(path, c.Curve, runs); err != nil {
+			return files, err
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}
+
+func anyHas(runs []*Run, field string) bool {
+	for _, r := range runs {
+		if len(points(r.Steps, field, false)) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -14,67 +15,208 @@ import (
 // building a fresh one, the trainable tensors, merging for generation and
 // loading a saved one.
 
-// AdapterConfig chooses LoRA or full fine-tuning.
+// AdapterConfig chooses LoRA, DoRA or full fine-tuning, with PEFT's
+// hyperparameters (configs/reference.yaml documents each).
 type AdapterConfig struct {
-	Type          string   `yaml:"type"`
-	R             int      `yaml:"r"`
-	Alpha         float64  `yaml:"alpha"`
-	TargetModules []string `yaml:"target_modules"`
+	Type              string   `yaml:"type"` // lora, dora or none
+	R                 int      `yaml:"r"`
+	Alpha             float64  `yaml:"alpha"`
+	Dropout           float64  `yaml:"dropout"`
+	UseRSLoRA         bool     `yaml:"use_rslora"`
+	Init              string   `yaml:"init"` // default, gaussian or pissa
+	TargetModules     []string `yaml:"target_modules"`
+	TargetRegex       string   `yaml:"target_regex"`
+	LayersToTransform []int    `yaml:"layers_to_transform"`
+	From              string   `yaml:"from"` // a PEFT adapter directory to continue training
 }
 
-// validateAdapter checks the adapter section.
+// peftConfig is the adapter's hyperparameters as the peft package takes them.
+func (a AdapterConfig) peftConfig() peft.Config {
+	return peft.Config{R: a.R, Alpha: a.Alpha, Dropout: a.Dropout, UseRSLoRA: a.UseRSLoRA,
+		UseDoRA: a.Type == "dora", Init: a.Init, TargetModules: a.TargetModules,
+		TargetRegex: a.TargetRegex, LayersToTransform: a.LayersToTransform}
+}
+
+// validateAdapter checks the adapter section. It fills in what the recipe
+// leaves to others: init's default, and with from, the loaded adapter's
+// own hyperparameters.
 func (r *Recipe) validateAdapter(bad func(field, format string, args ...any)) {
-	c := &r.Config
-	switch c.Adapter.Type {
-	case "lora":
-		if c.Adapter.R <= 0 {
-			bad("adapter.r", "must be > 0, got %d", c.Adapter.R)
+	a := &r.Config.Adapter
+	switch a.Type {
+	case "lora", "dora":
+	case "none":
+		if a.From != "" {
+			bad("adapter.from", "needs type lora or dora (type none trains every weight)")
 		}
-		if c.Adapter.Alpha <= 0 {
-			bad("adapter.alpha", "must be > 0, got %g", c.Adapter.Alpha)
-		}
-		known := append(slices.Clone(model.AttentionModules), model.MLPModules...)
-		if len(c.Adapter.TargetModules) == 0 {
-			bad("adapter.target_modules", "must name at least one module (%s)", strings.Join(known, ", "))
-		}
-		for i, m := range c.Adapter.TargetModules {
-			if !slices.Contains(known, m) {
-				bad(fmt.Sprintf("adapter.target_modules[%d]", i), "unknown module %q (known: %s)", m, strings.Join(known, ", "))
+		return
+	default:
+		bad("adapter.type", "must be lora, dora or none, got %q", a.Type)
+		return
+	}
+	if a.Init == "" {
+		a.Init = peft.InitDefault
+	}
+	if !(a.Dropout >= 0 && a.Dropout < 1) {
+		bad("adapter.dropout", "must be in [0, 1), got %g", a.Dropout)
+	}
+	if a.From != "" {
+		r.validateFrom(bad)
+		return
+	}
+	if a.R <= 0 {
+		bad("adapter.r", "must be > 0, got %d", a.R)
+	}
+	if a.Alpha <= 0 {
+		bad("adapter.alpha", "must be > 0, got %g", a.Alpha)
+	}
+	switch a.Init {
+	case peft.InitDefault, peft.InitGaussian, peft.InitPiSSA:
+	default:
+		bad("adapter.init", "must be default, gaussian or pissa, got %q", a.Init)
+	}
+	if !r.validateTargets(bad) || r.Base.NumHiddenLayers == 0 {
+		return
+	}
+	// what the targets select in this model, checked before any work
+	ts, err := peft.Select(configTargets(r.Base), a.peftConfig())
+	switch {
+	case err != nil && a.TargetRegex != "":
+		bad("adapter.target_regex", "%v", err)
+	case err != nil:
+		bad("adapter.layers_to_transform", "%v", err)
+	case a.Init == peft.InitPiSSA && a.R > 0:
+		for _, t := range ts {
+			if k := min(t.Out, t.In); a.R > k {
+				bad("adapter.r", "init pissa takes r singular vectors: r = %d exceeds min(out, in) = %d of %s", a.R, k, t.Path)
+				break
 			}
 		}
-	case "none":
-	default:
-		bad("adapter.type", "must be lora or none, got %q", c.Adapter.Type)
 	}
 }
 
-// linearTargets lists every linear module of the model with its shape.
-func linearTargets(m *model.Model) []peft.Target {
+// validateTargets checks target_modules, target_regex and
+// layers_to_transform on their own; false if they are unusable.
+func (r *Recipe) validateTargets(bad func(field, format string, args ...any)) bool {
+	a := &r.Config.Adapter
+	ok := true
+	known := append(slices.Clone(model.AttentionModules), model.MLPModules...)
+	if a.TargetRegex != "" {
+		if len(a.TargetModules) > 0 && r.doc != nil && r.doc.Has("adapter.target_modules") {
+			bad("adapter.target_regex", "set target_modules (a list of names) or target_regex, not both")
+			ok = false
+		}
+		a.TargetModules = nil // the default list gives way to the regex
+		if _, err := regexp.Compile(a.TargetRegex); err != nil {
+			bad("adapter.target_regex", "%v", err)
+			ok = false
+		}
+		if len(a.LayersToTransform) > 0 {
+			bad("adapter.layers_to_transform", "cannot be used with target_regex (PEFT refuses it too); put the layer numbers in the regex")
+			ok = false
+		}
+	} else {
+		if len(a.TargetModules) == 0 {
+			bad("adapter.target_modules", "must name at least one module (%s), or set target_regex", strings.Join(known, ", "))
+			ok = false
+		}
+		for i, m := range a.TargetModules {
+			if !slices.Contains(known, m) {
+				bad(fmt.Sprintf("adapter.target_modules[%d]", i), "unknown module %q (known: %s)", m, strings.Join(known, ", "))
+				ok = false
+			}
+		}
+	}
+	for i, l := range a.LayersToTransform {
+		if n := r.Base.NumHiddenLayers; l < 0 || (n > 0 && l >= n) {
+			bad(fmt.Sprintf("adapter.layers_to_transform[%d]", i), "layer %d does not exist (the model has layers 0 to %d)", l, n-1)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// validateFrom reads the adapter to continue from. Its own
+// hyperparameters define the adapter; the recipe may repeat them (a
+// resumed run's resolved.yaml does) but not contradict them, and may set
+// dropout, a training-time choice.
+func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
+	a := &r.Config.Adapter
+	c, err := peft.ReadConfig(a.From)
+	if err != nil {
+		bad("adapter.from", "%v", err)
+		return
+	}
+	has := func(f string) bool { return r.doc != nil && r.doc.Has("adapter."+f) }
+	differs := func(field string, recipe, file any) {
+		if has(field) && fmt.Sprint(recipe) != fmt.Sprint(file) {
+			bad("adapter."+field, "%v differs from %v in the adapter of adapter.from (%s); leave it out to take the adapter's", recipe, file, a.From)
+		}
+	}
+	differs("type", a.Type, c.Kind())
+	differs("r", a.R, c.R)
+	differs("alpha", a.Alpha, c.Alpha)
+	differs("use_rslora", a.UseRSLoRA, c.UseRSLoRA)
+	differs("target_regex", a.TargetRegex, c.TargetRegex)
+	if len(a.TargetModules) > 0 || c.TargetRegex == "" {
+		differs("target_modules", a.TargetModules, c.TargetModules)
+	}
+	differs("layers_to_transform", a.LayersToTransform, c.LayersToTransform)
+	if a.Init != peft.InitDefault {
+		bad("adapter.init", "does not apply with adapter.from: the weights are loaded, not initialized")
+	}
+	a.Type, a.R, a.Alpha, a.UseRSLoRA = c.Kind(), c.R, c.Alpha, c.UseRSLoRA
+	a.TargetModules, a.TargetRegex, a.LayersToTransform = c.TargetModules, c.TargetRegex, c.LayersToTransform
+	if !has("dropout") {
+		a.Dropout = c.Dropout
+	}
+}
+
+// configTargets lists the linear modules a model with config c has.
+func configTargets(c model.Config) []peft.Target {
+	shapes := map[string][]int{}
+	for _, s := range model.Specs(c) {
+		shapes[s.Name] = s.Shape
+	}
 	var ts []peft.Target
-	for i := 0; i < m.Config.NumHiddenLayers; i++ {
+	for i := 0; i < c.NumHiddenLayers; i++ {
 		for _, short := range append(slices.Clone(model.AttentionModules), model.MLPModules...) {
 			p := model.ModulePath(i, short)
-			w := m.Weights[p+".weight"]
-			ts = append(ts, peft.Target{Path: p, Out: w.Shape[0], In: w.Shape[1]})
+			s := shapes[p+".weight"]
+			ts = append(ts, peft.Target{Path: p, Out: s[0], In: s[1]})
 		}
 	}
 	return ts
 }
 
-// newAdapter makes a fresh LoRA adapter, or nil for full fine-tuning.
+// linearTargets lists every linear module of the model with its shape.
+func linearTargets(m *model.Model) []peft.Target { return peft.ModelTargets(m) }
+
+// newAdapter makes the run's adapter: loaded from adapter.from, or fresh
+// (PiSSA rewrites the targeted base weights to their residuals); nil for
+// full fine-tuning.
 func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
-	if r.Adapter.Type != "lora" {
+	if r.Adapter.Type != "lora" && r.Adapter.Type != "dora" {
 		return nil, nil
 	}
-	ts, err := peft.Targets(linearTargets(m), r.Adapter.TargetModules)
+	if r.Adapter.From != "" {
+		l, err := peft.Load(r.Adapter.From, linearTargets(m))
+		if err != nil {
+			return nil, err
+		}
+		l.Config.Dropout = r.Adapter.Dropout
+		return l, nil
+	}
+	c := r.Adapter.peftConfig()
+	ts, err := peft.Select(linearTargets(m), c)
 	if err != nil {
 		return nil, err
 	}
-	return peft.New(peft.Config{R: r.Adapter.R, Alpha: r.Adapter.Alpha, TargetModules: r.Adapter.TargetModules}, ts, r.Seed)
+	return peft.New(c, ts, r.Seed, m.Weights)
 }
 
-// trainables lists what the optimizer updates: the adapter's A and B, or
-// every weight of the model. Their gradients are fp32 buffers of their own.
+// trainables lists what the optimizer updates: the adapter's A, B and
+// DoRA magnitudes, or every weight of the model. Their gradients are fp32
+// buffers of their own.
 func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
 	var ps []*optim.Param
 	if l != nil {
@@ -82,6 +224,9 @@ func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
 			ps = append(ps,
 				&optim.Param{Name: peft.KeyA(mod.Path), Shape: []int{l.Config.R, mod.In}, Value: mod.A, Grad: mod.GradA},
 				&optim.Param{Name: peft.KeyB(mod.Path), Shape: []int{mod.Out, l.Config.R}, Value: mod.B, Grad: mod.GradB})
+			if mod.M != nil {
+				ps = append(ps, &optim.Param{Name: peft.KeyM(mod.Path), Shape: []int{mod.Out}, Value: mod.M, Grad: mod.GradM})
+			}
 		}
 		return ps
 	}
@@ -92,8 +237,10 @@ func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
 	return ps
 }
 
-// mergedWeights returns the base weights with each adapter's (α/r)·B·A
-// added, for generation; unadapted weights are shared, not copied.
+// mergedWeights returns the base weights with each adapter merged in (LoRA
+// or DoRA, in fp32), for generation; unadapted weights are shared, not
+// copied. A merge that is not finite gives non-finite weights here; the
+// training loop has already stopped on a non-finite loss by then.
 func mergedWeights(m *model.Model, l *peft.LoRA) map[string][]float32 {
 	w := map[string][]float32{}
 	for name, t := range m.Weights {
@@ -103,19 +250,16 @@ func mergedWeights(m *model.Model, l *peft.LoRA) map[string][]float32 {
 		return w
 	}
 	for _, mod := range l.Modules {
-		delta, _ := l.Delta(mod.Path)
-		base := m.Weights[mod.Path+".weight"].Float32()
-		merged := make([]float32, len(base))
-		for i := range base {
-			merged[i] = base[i] + delta[i]
+		name := mod.Path + ".weight"
+		if merged, _ := l.Merged(mod.Path, w[name]); merged != nil {
+			w[name] = merged
 		}
-		w[mod.Path+".weight"] = merged
 	}
 	return w
 }
 
-// loadWithAdapter loads a model and, if adapterDir is set, a PEFT LoRA
-// adapter for it.
+// loadWithAdapter loads a model and, if adapterDir is set, a PEFT LoRA or
+// DoRA adapter for it.
 func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.LoRA, error) {
 	m, err := model.Load(modelDir)
 	if err != nil {

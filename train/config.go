@@ -14,6 +14,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/yamlconf"
 	"github.com/mixtune/mixtune/model"
 )
@@ -21,11 +22,19 @@ import (
 // Config is a training recipe. configs/reference.yaml documents every
 // field; TestReferenceDocumentsEveryField keeps the two in step.
 type Config struct {
-	Name      string          `yaml:"name"`
-	Seed      uint64          `yaml:"seed"`
-	OutputDir string          `yaml:"output_dir"`
-	Precision string          `yaml:"precision"`
-	AMP       AMPConfig       `yaml:"amp"`
+	Name      string    `yaml:"name"`
+	Seed      uint64    `yaml:"seed"`
+	OutputDir string    `yaml:"output_dir"`
+	Precision string    `yaml:"precision"`
+	AMP       AMPConfig `yaml:"amp"`
+
+	Device            string   `yaml:"device"`
+	Devices           []string `yaml:"devices"`
+	DevicePolicy      string   `yaml:"device_policy"`
+	MinFreeMemory     string   `yaml:"min_free_memory"`
+	PrecisionFallback bool     `yaml:"precision_fallback"`
+	AllowCPUFallback  bool     `yaml:"allow_cpu_fallback"`
+
 	Model     ModelConfig     `yaml:"model"`
 	Data      DataConfig      `yaml:"data"`
 	Adapter   AdapterConfig   `yaml:"adapter"`
@@ -197,6 +206,17 @@ func (r *Recipe) validate() yamlconf.Errors {
 	if _, err := amp.ParseFormat(c.Precision); err != nil {
 		bad("precision", "%v", err)
 	}
+	if _, err := device.ParsePolicy(c.DevicePolicy); err != nil {
+		bad("device_policy", "must be total or free, got %q", c.DevicePolicy)
+	}
+	if c.MinFreeMemory != "" {
+		if _, err := device.ParseSize(c.MinFreeMemory); err != nil {
+			bad("min_free_memory", "%v", err)
+		}
+	}
+	if len(c.Devices) > 0 && c.Device != "auto" && c.Device != "" {
+		bad("devices", "set device or devices, not both")
+	}
 	switch c.AMP.LossScaling {
 	case "auto", "on", "off":
 	default:
@@ -362,6 +382,12 @@ func (r *Recipe) validate() yamlconf.Errors {
 // recipe's precision, with the recipe's moves applied.
 func (r *Recipe) Policy() amp.Policy {
 	f, _ := amp.ParseFormat(r.Precision)
+	return r.policyFor(f)
+}
+
+// policyFor is Policy for a precision the device resolved (bf16 may fall
+// back to fp16).
+func (r *Recipe) policyFor(f amp.Format) amp.Policy {
 	p := amp.DefaultPolicy(f)
 	for _, mv := range []struct {
 		ops []string
@@ -376,13 +402,18 @@ func (r *Recipe) Policy() amp.Policy {
 
 // LossScaling reports whether the run scales its loss: auto means fp16 only.
 func (r *Recipe) LossScaling() bool {
+	f, _ := amp.ParseFormat(r.Precision)
+	return r.lossScalingFor(f)
+}
+
+func (r *Recipe) lossScalingFor(f amp.Format) bool {
 	switch r.AMP.LossScaling {
 	case "on":
 		return true
 	case "off":
 		return false
 	}
-	return r.Precision == "fp16" || r.Precision == "float16" || r.Precision == "half"
+	return f == amp.FP16
 }
 
 func (r *Recipe) scalerConfig() amp.ScalerConfig {

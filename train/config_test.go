@@ -98,7 +98,7 @@ func TestMalformedConfigs(t *testing.T) {
 		want         string // exact; C stands for the config path, D for the fixture dir
 	}{
 		{"misspelled key", edit("  r: 4", "  rank: 4"), nil,
-			`C:12: adapter: unknown field "rank" (known: alpha, r, target_modules, type)`},
+			`C:12: adapter: unknown field "rank" (known: alpha, dropout, from, init, layers_to_transform, r, target_modules, target_regex, type, use_rslora)`},
 		{"transposed letters", edit("  alpha: 8", "  alpah: 8"), nil,
 			`C:13: adapter: unknown field "alpah" (did you mean "alpha"?)`},
 		{"unknown section", goodConfig + "trainer:\n  steps: 3\n", nil,

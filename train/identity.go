@@ -19,8 +19,10 @@ func (c Config) Resolved() ([]byte, error) {
 
 // Hash identifies the computation a config describes; checkpoints record
 // it, so a run is never continued under a different recipe by accident.
+// It hashes the resolved YAML, the form --resume reads back, so a recipe
+// and its own round trip through resolved.yaml always hash alike.
 func (c Config) Hash() string {
-	b, _ := json.Marshal(c)
+	b, _ := c.Resolved()
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }

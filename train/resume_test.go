@@ -197,3 +197,24 @@ func openBLASAvailable() bool {
 	_, err := openEngine(ComputeConfig{BLAS: "openblas"})
 	return err == nil
 }
+
+// A recipe read back from its resolved.yaml is the same recipe.
+func TestResolvedRoundTrip(t *testing.T) {
+	dir := fixture(t)
+	r := resumeRecipe(t, dir, "precision=bf16", "amp.fp32_ops=[linear]")
+	b, err := r.Config.Resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "resolved.yaml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(p, nil)
+	if err != nil {
+		t.Fatalf("resolved.yaml does not load: %v\n%s", err, b)
+	}
+	if d := Diff(r.Config, back.Config); len(d) > 0 || back.Hash() != r.Hash() {
+		t.Fatalf("round trip changed the recipe: %v (hash equal: %v)", d, back.Hash() == r.Hash())
+	}
+}

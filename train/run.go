@@ -10,14 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/atomicfile"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/optim"
+	"github.com/mixtune/mixtune/report"
 )
 
 // Version is mixtune's release, recorded in every run.
@@ -64,6 +65,17 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 	out := opt.Out
 	start := time.Now()
 
+	// --- the device and precision, resolved before any work
+	inv := device.Discover(ctx)
+	sel, err := r.SelectDevice(inv)
+	if err != nil {
+		return nil, err
+	}
+	resolved, err := amp.ParseFormat(sel.Precision)
+	if err != nil {
+		return nil, err
+	}
+
 	// --- components, each built from its section of the recipe
 	eng, err := openEngine(r.Compute)
 	if err != nil {
@@ -103,9 +115,9 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 			valBatches = valBatches[:r.Train.EvalBatches]
 		}
 	}
-	policy := r.Policy()
+	policy := r.policyFor(resolved)
 	var scaler *amp.LossScaler
-	if r.LossScaling() {
+	if r.lossScalingFor(resolved) {
 		if scaler, err = amp.NewLossScaler(r.scalerConfig()); err != nil {
 			return nil, err
 		}
@@ -150,6 +162,11 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
+	if ck == nil {
+		if err := newManifest(r, eng.BLAS.Name(), eng.Workers, inv, sel, policy, scaler != nil).write(dir); err != nil {
+			return nil, err
+		}
+	}
 	metrics, err := newMetricsLog(filepath.Join(dir, "metrics.jsonl"))
 	if err != nil {
 		return nil, err
@@ -157,13 +174,16 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 	defer metrics.Close()
 
 	st := trainLoader.Stats()
+	fmt.Fprintf(out, "device: %s · compute on %s · precision %s%s\n", sel.Reason, sel.Compute, policy.Low, precisionNote(policy, scaler))
+	for _, w := range sel.Warnings {
+		fmt.Fprintf(out, "warning: %s\n", w)
+	}
 	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), eng.BLAS.Name(), eng.Workers)
-	fmt.Fprintf(out, "device: cpu · precision %s%s\n", policy.Low, precisionNote(policy, scaler))
 	fmt.Fprintf(out, "model: %s · %s params · %d layers, hidden %d, heads %d/%d kv%s\n", modelName(r), human(m.NumParams()),
 		m.Config.NumHiddenLayers, m.Config.HiddenSize, m.Config.NumAttentionHeads, m.Config.NumKeyValueHeads, storedNote(m.StoredDtypes()))
 	if lora != nil {
-		fmt.Fprintf(out, "adapter: lora r=%d alpha=%g on %s · %d modules · %s trainable (%.2f%%)\n", r.Adapter.R, r.Adapter.Alpha,
-			strings.Join(r.Adapter.TargetModules, ","), len(lora.Modules), human(lora.NumParams()), 100*float64(lora.NumParams())/float64(m.NumParams()))
+		fmt.Fprintf(out, "adapter: %s · %d modules · %s trainable (%.2f%%)\n", lora.Config, len(lora.Modules),
+			human(lora.NumParams()), 100*float64(lora.NumParams())/float64(m.NumParams()))
 	} else {
 		fmt.Fprintf(out, "adapter: none · full fine-tuning of %s params\n", human(m.NumParams()))
 	}
@@ -212,7 +232,11 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		if _, err := writeCheckpoint(root, st, params, opt_); err != nil {
 			return err
 		}
-		return pruneCheckpoints(root, r.Train.KeepCheckpoints)
+		if err := pruneCheckpoints(root, r.Train.KeepCheckpoints); err != nil {
+			return err
+		}
+		writeReports(dir, out)
+		return nil
 	}
 
 	// --- the training loop
@@ -357,11 +381,27 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 	if err := atomicfile.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n')); err != nil {
 		return nil, err
 	}
+	writeReports(dir, out)
 	writeSummary(out, sum)
 	if sum.Interrupted {
 		return sum, ErrInterrupted
 	}
 	return sum, nil
+}
+
+// writeReports refreshes metrics.csv and the plots from metrics.jsonl. A
+// failure here costs a picture, not the run: it is reported and ignored.
+func writeReports(dir string, out io.Writer) {
+	run, err := report.Read(dir)
+	if err == nil {
+		err = report.WriteCSV(run)
+	}
+	if err == nil {
+		_, err = report.PlotAll(filepath.Join(dir, "plots"), []*report.Run{run})
+	}
+	if err != nil {
+		fmt.Fprintf(out, "warning: metrics.csv and plots not written: %v\n", err)
+	}
 }
 
 // prepareRunDir creates a new run directory with the recipe as given and

@@ -39,6 +39,9 @@ func commands() []command {
 		{"eval", "mean loss per token and perplexity of a model on a JSONL file", cmdEval},
 		{"generate", "continue a prompt with a model (and adapter)", cmdGenerate},
 		{"bench", "measure training throughput on the fixed benchmark model", cmdBench},
+		{"merge", "fold a LoRA or DoRA adapter into its base model and save a standalone model", cmdMerge},
+		{"extract-lora", "extract a LoRA adapter from a fine-tuned model by SVD of its weight changes", cmdExtractLoRA},
+		{"devices", "list GPUs ranked by VRAM and show which one a recipe would use", cmdDevices},
 		{"plot", "plot runs' loss, learning rate and loss scale, overlaid", cmdPlot},
 		{"compare", "a markdown table comparing runs", cmdCompare},
 		{"version", "print the version", func([]string, io.Writer, io.Writer) error {
@@ -176,25 +179,29 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 }
 
 // loadRecipe reads the recipe to train with. Resuming, it is the run's own
-// resolved.yaml, unless -c names one: then any key that differs from the
-// run's is listed and refused without --force.
+// resolved.yaml; a recipe named with -c, or --set overrides, that differ
+// from it are listed key by key and refused without --force.
 func loadRecipe(cfg, resume string, sets []string, force bool, stderr io.Writer) (*train.Recipe, error) {
 	if resume == "" {
 		return train.Load(cfg, sets)
 	}
-	runCfg, err := train.Load(filepath.Join(resume, "resolved.yaml"), sets)
+	resolved := filepath.Join(resume, "resolved.yaml")
+	runCfg, err := train.Load(resolved, nil)
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: %w", resume, err)
 	}
-	if cfg == "" {
+	if cfg == "" && len(sets) == 0 {
 		return runCfg, nil
+	}
+	if cfg == "" {
+		cfg = resolved
 	}
 	r, err := train.Load(cfg, sets)
 	if err != nil {
 		return nil, err
 	}
 	if diff := train.Diff(runCfg.Config, r.Config); len(diff) > 0 {
-		msg := fmt.Sprintf("%s differs from the run's recipe in:\n  %s", cfg, strings.Join(diff, "\n  "))
+		msg := fmt.Sprintf("the recipe differs from the run's in:\n  %s", strings.Join(diff, "\n  "))
 		if !force {
 			return nil, usageError{msg + "\npass --force to resume with it anyway"}
 		}

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/mixtune/mixtune/report"
 )
@@ -34,28 +32,11 @@ func cmdPlot(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
+	files, err := report.PlotAll(*out, runs)
+	for _, f := range files {
+		fmt.Fprintln(stdout, f)
 	}
-	curves := []struct {
-		file string
-		c    report.Curve
-	}{
-		{"loss.png", report.Curve{Field: "loss", Title: "training loss (solid) and validation loss (dashed)", AddVal: true}},
-		{"lr.png", report.Curve{Field: "lr", Title: "learning rate"}},
-		{"loss_scale.png", report.Curve{Field: "loss_scale", Title: "loss scale", LogY: true}},
-	}
-	for _, c := range curves {
-		path := filepath.Join(*out, c.file)
-		if err := report.Plot(path, c.c, runs); err != nil {
-			if c.c.Field == "loss_scale" {
-				continue // only fp16 runs scale their loss
-			}
-			return err
-		}
-		fmt.Fprintln(stdout, path)
-	}
-	return nil
+	return err
 }
 
 func cmdCompare(args []string, stdout, stderr io.Writer) error {

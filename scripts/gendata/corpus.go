@@ -814,7 +814,14 @@ func (g *gen) arithmetic(target int) string {
 func (g *gen) calendarSentence() string {
 	r := g.r
 	d := g.date()
-	switch r.intn(18) {
+	switch r.intn(21) {
+	case 18, 19, 20:
+		// World knowledge the date task builds on: which number each month is.
+		m := r.intn(12)
+		return fmt.Sprintf(pick(r, []string{
+			"%[1]s is the %[2]s month of the year.", "Month %[3]d is %[1]s.", "%[1]s is month number %[3]d.",
+			"The %[2]s month is %[1]s.", "In a calendar, month %[4]s is %[1]s.",
+		}), monthNames[m], ordinalWord(m+1), m+1, fmt.Sprintf("%02d", m+1))
 	case 0:
 		return fmt.Sprintf("%s was a %s.", capitalize(pick(r, []string{d.us(), d.us(), d.uk()})), d.weekday())
 	case 1:
@@ -1101,6 +1108,61 @@ func (g *gen) copying(target int) string {
 	return g.grow("", "\n", target, func() string { return g.copyUnit(iso) })
 }
 
+// ---- echo: exact repetition of strings nothing else predicts ----
+
+// echo passages introduce strings no model can guess (codes, digit runs,
+// made-up words) and repeat them verbatim later in the passage, after
+// filler of varying length. The only way to predict the repeat is to find
+// the earlier occurrence and copy it, which is what trains a model's
+// copying ("induction") heads; the date task later relies on them.
+func (g *gen) echo(target int) string {
+	r := g.r
+	var held []string // strings introduced so far, to repeat later
+	novel := func() string {
+		switch r.intn(5) {
+		case 0:
+			return g.code()
+		case 1:
+			n := r.between(2, 8)
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte('0' + r.intn(10))
+			}
+			return string(b)
+		case 2:
+			return g.madeUpWord()
+		case 3:
+			return fmt.Sprintf("%s %s", g.madeUpWord(), g.madeUpWord())
+		default:
+			return fmt.Sprintf("%d-%02d-%d", r.between(10, 99), r.intn(100), r.between(100, 999))
+		}
+	}
+	unit := func() string {
+		if len(held) > 0 && r.chance(0.55) {
+			x := held[r.intn(len(held))]
+			return fmt.Sprintf(pick(r, []string{
+				"Again: %s.", "I repeat, %s.", "Once more: %s.", "It was %s.", "The answer is still %s.",
+				"Remember %s.", "Check: %s.", "%s, as noted above.", "Read it back: %s.",
+			}), x)
+		}
+		x := novel()
+		held = append(held, x)
+		return fmt.Sprintf(pick(r, []string{
+			"The code is %s.", "Write down %s.", "Her number is %s.", "The password is %s.", "Label: %s.",
+			"The word of the day is %s.", "Remember this: %s.", "Ticket %s was scanned.", "He typed %s.",
+			"The key reads %s.",
+		}), x)
+	}
+	filler := func() string {
+		if r.chance(0.5) {
+			return ""
+		}
+		p := g.person()
+		return " " + fmt.Sprintf("%s %s.", p.first, pick(r, activities).with(p.his()).past)
+	}
+	return g.grow("", " ", target, func() string { return unit() + filler() })
+}
+
 // ---- the corpus ----
 
 type kind struct {
@@ -1118,6 +1180,7 @@ var kinds = []kind{
 	{"calendar", 16, (*gen).calendar},
 	{"log", 10, (*gen).logs},
 	{"copy", 10, (*gen).copying},
+	{"echo", 14, (*gen).echo},
 }
 
 var (

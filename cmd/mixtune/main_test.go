@@ -1,0 +1,278 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/model"
+)
+
+// The test binary doubles as mixtune: with MIXTUNE_TEST_MAIN=1 it runs the
+// command line, so tests can start, signal and kill real processes.
+func TestMain(m *testing.M) {
+	if os.Getenv("MIXTUNE_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func mixtune(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "MIXTUNE_TEST_MAIN=1")
+	return cmd
+}
+
+// workdir makes a tiny model, data and a recipe that checkpoints often.
+func workdir(t *testing.T, steps int) (dir, recipe string) {
+	t.Helper()
+	dir = t.TempDir()
+	m, err := model.New(model.Config{VocabSize: 259, HiddenSize: 32, IntermediateSize: 64, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
+		BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Save(filepath.Join(dir, "model"), amp.FP32, 0); err != nil {
+		t.Fatal(err)
+	}
+	var rows strings.Builder
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := 0; i < 200; i++ {
+		w := fmt.Sprintf("%d%d%d", rng.IntN(10), rng.IntN(10), rng.IntN(10))
+		fmt.Fprintf(&rows, "{\"prompt\": \"n=%s?\", \"completion\": \"%s!\"}\n", w, w)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "train.jsonl"), []byte(rows.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recipe = filepath.Join(dir, "r.yaml")
+	body := fmt.Sprintf(`name: k
+seed: 5
+output_dir: %[1]s/runs
+model: {path: %[1]s/model}
+data: {train: %[1]s/train.jsonl, validation_split: 0.1, seq_len: 16}
+adapter: {type: lora, r: 4, alpha: 8, target_modules: [q_proj, v_proj, up_proj]}
+train: {steps: %[2]d, batch_size: 8, eval_every: 40, log_every: 1, checkpoint_every: 7, keep_checkpoints: 2}
+optimizer: {lr: 1.0e-2}
+schedule: {warmup_steps: 5}
+compute: {blas: gonum, threads: 2}
+`, dir, steps)
+	if err := os.WriteFile(recipe, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, recipe
+}
+
+// metricsWithoutClock reads metrics.jsonl dropping the wall-clock fields.
+func metricsWithoutClock(t *testing.T, runDir string) []string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(runDir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("%s: %v", sc.Text(), err)
+		}
+		delete(m, "tokens_per_s")
+		delete(m, "elapsed_s")
+		b, _ := json.Marshal(m) // keys sorted: a canonical line
+		out = append(out, string(b))
+	}
+	return out
+}
+
+func TestKillAndResumeMatchesUninterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills training processes")
+	}
+	dir, recipe := workdir(t, 120)
+	if out, err := mixtune("train", "-c", recipe, "--set", "name=full").CombinedOutput(); err != nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	}
+	full := filepath.Join(dir, "runs", "full")
+
+	run := filepath.Join(dir, "runs", "k")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	kills := 0
+	for attempt := 0; ; attempt++ {
+		args := []string{"train", "-c", recipe}
+		if attempt > 0 {
+			args = []string{"train", "--resume", run}
+		}
+		cmd := mixtune(args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		finished := false
+		if kills < 4 {
+			// let the first leg reach a checkpoint, then kill at a random moment
+			if attempt == 0 {
+				waitFor(t, filepath.Join(run, "checkpoints", "step-000007", "checkpoint.json"), done)
+			}
+			select {
+			case err = <-done:
+				finished = true
+			case <-time.After(time.Duration(20+rng.IntN(250)) * time.Millisecond):
+				cmd.Process.Signal(syscall.SIGKILL)
+				<-done
+				kills++
+				continue
+			}
+		}
+		if !finished {
+			err = <-done
+		}
+		if err != nil {
+			t.Fatalf("leg %d: %v\n%s", attempt, err, out.String())
+		}
+		if _, err := os.Stat(filepath.Join(run, "summary.json")); err == nil {
+			break
+		}
+	}
+	if kills < 3 {
+		t.Fatalf("only %d kills landed; the run is too short to test", kills)
+	}
+	t.Logf("killed %d times", kills)
+	a, b := metricsWithoutClock(t, full), metricsWithoutClock(t, run)
+	if strings.Join(a, "\n") != strings.Join(b, "\n") {
+		t.Fatalf("metrics differ after kill and resume:\n%d lines vs %d", len(a), len(b))
+	}
+	for _, f := range []string{"adapter/adapter_model.safetensors", "adapter/adapter_config.json"} {
+		x, _ := os.ReadFile(filepath.Join(full, f))
+		y, _ := os.ReadFile(filepath.Join(run, f))
+		if len(x) == 0 || !bytes.Equal(x, y) {
+			t.Fatalf("%s differs after kill and resume", f)
+		}
+	}
+}
+
+// waitFor waits until path exists, failing if the process ends first.
+func waitFor(t *testing.T, path string, done chan error) {
+	t.Helper()
+	for i := 0; i < 600; i++ {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("process ended before %s appeared: %v", path, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s never appeared", path)
+}
+
+func TestInterruptWritesCheckpointAndSaysHowToResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("signals training processes")
+	}
+	dir, recipe := workdir(t, 100000)
+	run := filepath.Join(dir, "runs", "k")
+	for _, twice := range []bool{false, true} {
+		os.RemoveAll(run)
+		cmd := mixtune("train", "-c", recipe)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		waitFor(t, filepath.Join(run, "checkpoints", "step-000007", "checkpoint.json"), done)
+		cmd.Process.Signal(os.Interrupt)
+		if twice {
+			time.Sleep(5 * time.Millisecond)
+			cmd.Process.Signal(os.Interrupt)
+		}
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("twice=%v: the process did not stop", twice)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 130 {
+			t.Fatalf("twice=%v: exit status %d, want 130\n%s", twice, code, out.String())
+		}
+		if !twice && !strings.Contains(out.String(), "Resume with:\n  mixtune train --resume "+run) {
+			t.Fatalf("no resume instructions:\n%s", out.String())
+		}
+		// either way the newest checkpoint is whole: its files match checkpoint.json
+		verifyNewestCheckpoint(t, filepath.Join(run, "checkpoints"))
+		if !twice {
+			// resuming under a changed recipe lists the change and needs --force
+			res, err := mixtune("train", "--resume", run, "--set", "train.steps=30").CombinedOutput()
+			if err == nil || !strings.Contains(string(res), "train.steps: 100000 → 30") || !strings.Contains(string(res), "--force") {
+				t.Fatalf("resume with a changed recipe: %v\n%s", err, res)
+			}
+		}
+	}
+}
+
+func verifyNewestCheckpoint(t *testing.T, root string) {
+	t.Helper()
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "step-") && e.Name() > newest {
+			newest = e.Name()
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(root, newest, "checkpoint.json"))
+	if err != nil {
+		t.Fatalf("newest checkpoint %s: %v", newest, err)
+	}
+	var man struct{ SHA256 map[string]string }
+	if err := json.Unmarshal(b, &man); err != nil || len(man.SHA256) != 3 {
+		t.Fatalf("checkpoint.json: %v %v", err, man)
+	}
+	for f, want := range man.SHA256 {
+		data, err := os.ReadFile(filepath.Join(root, newest, f))
+		if err != nil || fmt.Sprintf("%x", sha256.Sum256(data)) != want {
+			t.Fatalf("%s/%s does not match its checksum", newest, f)
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--help"}, 0},
+		{[]string{"train", "--help"}, 0},
+		{[]string{"nonsense"}, 2},
+		{[]string{"train"}, 2},
+		{[]string{"train", "-c", "/nonexistent.yaml"}, 2},
+		{[]string{"eval", "--model", "x"}, 2},
+		{[]string{"train", "--bogus"}, 2},
+	} {
+		var out bytes.Buffer
+		if got := run(tc.args, &out, &out); got != tc.code {
+			t.Errorf("mixtune %v: exit %d, want %d\n%s", tc.args, got, tc.code, out.String())
+		}
+	}
+}

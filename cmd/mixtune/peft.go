@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/peft"
+)
+
+// The adapter commands: folding an adapter into its base model, and
+// extracting an adapter from a fine-tuned model.
+
+func cmdMerge(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("merge", "merge --model DIR --adapter DIR --out DIR [--dtype bf16|fp16|fp32]", stderr)
+	modelDir := fs.String("model", "", "base model directory (HF layout)")
+	adapterDir := fs.String("adapter", "", "PEFT LoRA or DoRA adapter directory")
+	out := fs.String("out", "", "new directory for the merged model (HF layout)")
+	dtype := fs.String("dtype", "", "storage dtype of the merged weights: bf16, fp16 or fp32 (default: the base model's, if all its weights share one, else fp32)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *modelDir == "" || *adapterDir == "" || *out == "" {
+		return usageError{"--model, --adapter and --out are required"}
+	}
+	var f amp.Format
+	if *dtype != "" {
+		var err error
+		if f, err = amp.ParseFormat(*dtype); err != nil {
+			return usageError{"--dtype: " + err.Error()}
+		}
+	}
+	if err := freshDir(*out); err != nil {
+		return err
+	}
+	m, err := model.Load(*modelDir)
+	if err != nil {
+		return err
+	}
+	if *dtype == "" {
+		f = storedFormat(m)
+	}
+	l, err := peft.Load(*adapterDir, peft.ModelTargets(m))
+	if err != nil {
+		return err
+	}
+	// fp32 merge of every module, then one check at the output dtype,
+	// before anything is written
+	for _, mod := range l.Modules {
+		w := m.Weights[mod.Path+".weight"]
+		if err := l.Merge(mod.Path, w.Data); err != nil {
+			return err
+		}
+		if err := peft.CheckFinite(mod.Path, w.Data, mod.In, f); err != nil {
+			return err
+		}
+	}
+	if err := m.Save(*out, f, 0); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "merged %s into %d modules of %s → %s (%s)\n", l.Config, len(l.Modules), *modelDir, *out, f)
+	return nil
+}
+
+// storedFormat is the one format all of m's weights were stored in, or fp32.
+func storedFormat(m *model.Model) amp.Format {
+	var f amp.Format
+	first := true
+	for _, d := range m.Stored {
+		g, err := amp.ParseFormat(d)
+		if err != nil || (!first && g != f) {
+			return amp.FP32
+		}
+		f, first = g, false
+	}
+	return f
+}
+
+// freshDir refuses an output directory that already holds files: commands
+// never overwrite a model.
+func freshDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err == nil && len(entries) > 0 {
+		return fmt.Errorf("--out %s already exists and is not empty; choose a new directory", dir)
+	}
+	return nil
+}
+
+// extractRow is one module of `mixtune extract-lora --json`.
+type extractRow struct {
+	Module    string  `json:"module"`
+	DeltaNorm float64 `json:"delta_norm"`
+	RelError  float64 `json:"rel_error"`
+}
+
+func cmdExtractLoRA(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("extract-lora", "extract-lora --base DIR --tuned DIR --rank R --out DIR [--dtype fp32|bf16|fp16]", stderr)
+	baseDir := fs.String("base", "", "base model directory (HF layout)")
+	tunedDir := fs.String("tuned", "", "fine-tuned model directory with the same architecture")
+	rank := fs.Int("rank", 0, "adapter rank r (alpha = r, so the scaling is 1)")
+	out := fs.String("out", "", "new directory for the adapter (PEFT layout)")
+	dtype := fs.String("dtype", "fp32", "storage dtype of A and B: fp32, bf16 or fp16")
+	targetsFlag := fs.String("target-modules", strings.Join(append(slices.Clone(model.AttentionModules), model.MLPModules...), ","), "comma-separated modules to extract")
+	asJSON := fs.Bool("json", false, "print the per-module errors as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *baseDir == "" || *tunedDir == "" || *out == "" {
+		return usageError{"--base, --tuned and --out are required"}
+	}
+	if *rank < 1 {
+		return usageError{fmt.Sprintf("--rank must be positive, got %d", *rank)}
+	}
+	f, err := amp.ParseFormat(*dtype)
+	if err != nil {
+		return usageError{"--dtype: " + err.Error()}
+	}
+	if err := freshDir(*out); err != nil {
+		return err
+	}
+	base, err := model.Load(*baseDir)
+	if err != nil {
+		return err
+	}
+	tuned, err := model.Load(*tunedDir)
+	if err != nil {
+		return err
+	}
+	if err := sameArchitecture(base, tuned); err != nil {
+		return err
+	}
+	targets, err := peft.Targets(peft.ModelTargets(base), strings.Split(*targetsFlag, ","))
+	if err != nil {
+		return usageError{"--target-modules: " + err.Error()}
+	}
+	l, reps, err := peft.Extract(targets, base.Weights, tuned.Weights, *rank, f)
+	if err != nil {
+		return err
+	}
+	if err := l.SaveAs(*out, *baseDir, f); err != nil {
+		return err
+	}
+	rows := make([]extractRow, len(reps))
+	for i, r := range reps {
+		rows[i] = extractRow{r.Path, r.DeltaNorm, r.RelError}
+	}
+	for _, note := range untouchedChanges(base, tuned, targets) {
+		fmt.Fprintln(stderr, "note: "+note)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(rows)
+	}
+	fmt.Fprintf(stdout, "%-40s %12s %12s\n", "module", "‖ΔW‖_F", "rel. error")
+	var mean float64
+	for _, r := range rows {
+		fmt.Fprintf(stdout, "%-40s %12.4g %12.4g\n", r.Module, r.DeltaNorm, r.RelError)
+		mean += r.RelError / float64(len(rows))
+	}
+	fmt.Fprintf(stdout, "rank %d · %d modules · mean relative error %.4g · %d adapter params (%s) → %s\n", *rank, len(rows), mean, l.NumParams(), f, *out)
+	return nil
+}
+
+// sameArchitecture checks that two models have the same weights and shapes.
+func sameArchitecture(a, b *model.Model) error {
+	sa, sb := model.Specs(a.Config), model.Specs(b.Config)
+	if len(sa) != len(sb) {
+		return fmt.Errorf("the tuned model has %d weights, the base %d: not the same architecture", len(sb), len(sa))
+	}
+	for i := range sa {
+		if sa[i].Name != sb[i].Name || !slices.Equal(sa[i].Shape, sb[i].Shape) {
+			return fmt.Errorf("the tuned model's %s %v differs from the base's %s %v: not the same architecture", sb[i].Name, sb[i].Shape, sa[i].Name, sa[i].Shape)
+		}
+	}
+	return nil
+}
+
+// untouchedChanges names the weights that changed but are not in the
+// adapter (embeddings, norms, the LM head, untargeted modules): the
+// adapter cannot carry those changes.
+func untouchedChanges(base, tuned *model.Model, targets []peft.Target) []string {
+	in := map[string]bool{}
+	for _, t := range targets {
+		in[t.Path+".weight"] = true
+	}
+	var notes []string
+	for _, s := range model.Specs(base.Config) {
+		if in[s.Name] {
+			continue
+		}
+		a, b := base.Weights[s.Name].Float32(), tuned.Weights[s.Name].Float32()
+		var d, n float64
+		for i := range a {
+			e := float64(b[i]) - float64(a[i])
+			d += e * e
+			n += float64(a[i]) * float64(a[i])
+		}
+		if d > 0 {
+			notes = append(notes, fmt.Sprintf("%s changed (‖ΔW‖/‖W‖ = %.3g) and is not part of the adapter", s.Name, math.Sqrt(d/math.Max(n, 1e-300))))
+		}
+	}
+	return notes
+}

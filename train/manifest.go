@@ -1,0 +1,150 @@
+package train
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/device"
+	"github.com/mixtune/mixtune/internal/atomicfile"
+)
+
+// Manifest is run.json: what ran, where, and on which inputs, so a
+// published number can be traced to its exact setup.
+type Manifest struct {
+	Mixtune     string            `json:"mixtune"`
+	GitRevision string            `json:"git_revision"`
+	GoVersion   string            `json:"go_version"`
+	Modules     map[string]string `json:"modules"`
+	Created     string            `json:"created"`
+	Seed        uint64            `json:"seed"`
+	ConfigHash  string            `json:"config_hash"`
+	Host        Host              `json:"host"`
+	BLAS        string            `json:"blas"`
+	Threads     int               `json:"threads"`
+	Device      device.Selection  `json:"device"`
+	Discovery   string            `json:"device_discovery"`
+	Precision   string            `json:"precision"`
+	LossScaling bool              `json:"loss_scaling"`
+	Policy      PolicyRecord      `json:"precision_policy"`
+	Inputs      map[string]string `json:"sha256"` // datasets and base model files
+}
+
+// Host is the machine the run used.
+type Host struct {
+	Name        string   `json:"name"`
+	OS          string   `json:"os"`
+	Arch        string   `json:"arch"`
+	CPUs        int      `json:"cpus"`
+	CPUFeatures []string `json:"cpu_features"`
+}
+
+// PolicyRecord is the precision policy's lists.
+type PolicyRecord struct {
+	LowPrecision []string `json:"low_precision"`
+	FP32         []string `json:"fp32"`
+	Promote      []string `json:"promote"`
+}
+
+func newManifest(r *Recipe, blasName string, threads int, inv device.Inventory, sel device.Selection, p amp.Policy, scaling bool) Manifest {
+	host, _ := os.Hostname()
+	m := Manifest{
+		Mixtune: Version, GitRevision: gitRevision(), GoVersion: runtime.Version(), Modules: map[string]string{},
+		Created: time.Now().UTC().Format(time.RFC3339), Seed: r.Seed, ConfigHash: r.Hash(),
+		Host: Host{Name: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUFeatures: cpuFeatures()},
+		BLAS: blasName, Threads: threads, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
+		Precision: p.Low.String(), LossScaling: scaling,
+		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
+		Inputs: map[string]string{},
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			m.Modules[d.Path] = d.Version
+		}
+	}
+	files := []string{r.Data.Train, r.Data.Validation, r.Task.EvalFile}
+	if r.Model.Init == "pretrained" {
+		if ents, err := os.ReadDir(r.Model.Path); err == nil {
+			for _, e := range ents {
+				if n := e.Name(); n == "config.json" || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, ".index.json") {
+					files = append(files, filepath.Join(r.Model.Path, n))
+				}
+			}
+		}
+	}
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		if h, err := fileSHA256(f); err == nil {
+			m.Inputs[f] = h
+		}
+	}
+	return m
+}
+
+func (m Manifest) write(dir string) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, "run.json"), append(b, '\n'))
+}
+
+// gitRevision is the commit mixtune was built from: the build's VCS stamp,
+// else the work tree's HEAD (with "+dirty" for local changes), else "unknown".
+func gitRevision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "+dirty"
+				}
+			}
+		}
+		if rev != "" {
+			return rev + dirty
+		}
+	}
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		rev += "+dirty"
+	}
+	return rev
+}
+
+// cpuFeatures lists the vector extensions the kernels and BLAS may use.
+func cpuFeatures() []string {
+	var fs []string
+	add := func(ok bool, name string) {
+		if ok {
+			fs = append(fs, name)
+		}
+	}
+	add(cpu.X86.HasAVX, "avx")
+	add(cpu.X86.HasAVX2, "avx2")
+	add(cpu.X86.HasFMA, "fma")
+	add(cpu.X86.HasAVX512F, "avx512f")
+	add(cpu.X86.HasAVX512BF16, "avx512bf16")
+	add(cpu.ARM64.HasASIMD, "asimd")
+	add(cpu.ARM64.HasSVE, "sve")
+	sort.Strings(fs)
+	return fs
+}
