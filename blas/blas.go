@@ -1,9 +1,10 @@
 // Package blas is mixtune's single seam to general matrix multiplication.
 //
 // Every matmul in the model goes through a Backend: OpenBLAS, loaded at run
-// time without cgo when the machine has it, or gonum's pure-Go
-// implementation otherwise. Matrices are row-major, as in CBLAS with
-// CblasRowMajor.
+// time without cgo when the machine has it; otherwise Native, mixtune's own
+// pure-Go backend (an AVX2/FMA micro-kernel in Go assembly, a portable Go
+// kernel elsewhere); or gonum's pure-Go implementation, kept as a
+// reference. Matrices are row-major, as in CBLAS with CblasRowMajor.
 package blas
 
 import (
@@ -22,21 +23,24 @@ type Backend interface {
 }
 
 // Open returns the backend a config or flag names: "auto" (OpenBLAS if it
-// loads, gonum otherwise), "openblas" (an error if it does not load) or
-// "gonum". threads caps OpenBLAS's thread count; 0 leaves its default.
+// loads, Native otherwise), "openblas" (an error if it does not load),
+// "native" or "gonum". threads is how many goroutines share one large
+// product (0: GOMAXPROCS).
 func Open(name string, threads int) (Backend, error) {
 	switch strings.ToLower(name) {
 	case "", "auto":
 		if b, err := OpenOpenBLAS(threads); err == nil {
 			return b, nil
 		}
-		return Gonum{}, nil
+		return Native{Workers: threads}, nil
 	case "openblas":
 		return OpenOpenBLAS(threads)
-	case "gonum", "go":
+	case "native", "go":
+		return Native{Workers: threads}, nil
+	case "gonum":
 		return Gonum{}, nil
 	}
-	return nil, fmt.Errorf("unknown BLAS backend %q (want auto, openblas or gonum)", name)
+	return nil, fmt.Errorf("unknown BLAS backend %q (want auto, openblas, native or gonum)", name)
 }
 
 // Gemm dispatches on the element type, so generic kernels can call one function.

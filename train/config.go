@@ -370,7 +370,7 @@ func (r *Recipe) validate() yamlconf.Errors {
 		bad("task.limit", "must be >= 0 (0: every row), got %d", c.Task.Limit)
 	}
 	if _, err := blas.Open(c.Compute.BLAS, 0); err != nil && c.Compute.BLAS != "openblas" {
-		bad("compute.blas", "must be auto, openblas or gonum, got %q", c.Compute.BLAS)
+		bad("compute.blas", "must be auto, openblas, native or gonum, got %q", c.Compute.BLAS)
 	}
 	if c.Compute.Threads < 0 {
 		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)

@@ -98,7 +98,7 @@ func TestResumeIsBitIdentical(t *testing.T) {
 func TestThreadCountDoesNotChangeResults(t *testing.T) {
 	dir := fixture(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	for _, blas := range []string{"gonum", "openblas"} {
+	for _, blas := range []string{"gonum", "native", "openblas"} {
 		if blas == "openblas" && !openBLASAvailable() {
 			t.Log("OpenBLAS not installed: only gonum checked")
 			continue

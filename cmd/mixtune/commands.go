@@ -17,7 +17,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.SeqLen, "seq-len", 128, "sequence length (use the recipe's data.seq_len to match its validation)")
 	fs.IntVar(&c.BatchSize, "batch-size", 8, "rows per batch (the recipe's train.batch_size)")
 	fs.StringVar(&c.Mode, "mode", "pad", "pad (one row per example) or pack (the recipe's data.mode)")
-	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas or gonum")
+	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas, native or gonum")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -49,7 +49,7 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&c.Sampling.Temperature, "temperature", 0, "0: greedy; otherwise sample from softmax(logits/temperature)")
 	fs.IntVar(&c.Sampling.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
 	fs.Uint64Var(&c.Sampling.Seed, "seed", 0, "sampling seed")
-	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas or gonum")
+	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas, native or gonum")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "bench [--blas auto|openblas|gonum] [--steps N] [--json]", stderr)
 	c := train.DefaultBench()
-	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas or gonum")
+	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas, native or gonum")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
 	fs.StringVar(&c.Adapter, "adapter", c.Adapter, "lora or none (full fine-tuning)")

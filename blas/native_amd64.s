@@ -1,0 +1,259 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// One k step: a 1×16 row of packed B (Y12, Y13) times six broadcast
+// elements of packed A, accumulated into Y0..Y11 (row r in Y(2r), Y(2r+1)).
+#define KSTEP(ao, bo) \
+	VMOVUPS      (bo)(BX), Y12;      \
+	VMOVUPS      (bo+32)(BX), Y13;   \
+	VBROADCASTSS (ao)(AX), Y14;      \
+	VFMADD231PS  Y12, Y14, Y0;       \
+	VFMADD231PS  Y13, Y14, Y1;       \
+	VBROADCASTSS (ao+4)(AX), Y15;    \
+	VFMADD231PS  Y12, Y15, Y2;       \
+	VFMADD231PS  Y13, Y15, Y3;       \
+	VBROADCASTSS (ao+8)(AX), Y14;    \
+	VFMADD231PS  Y12, Y14, Y4;       \
+	VFMADD231PS  Y13, Y14, Y5;       \
+	VBROADCASTSS (ao+12)(AX), Y15;   \
+	VFMADD231PS  Y12, Y15, Y6;       \
+	VFMADD231PS  Y13, Y15, Y7;       \
+	VBROADCASTSS (ao+16)(AX), Y14;   \
+	VFMADD231PS  Y12, Y14, Y8;       \
+	VFMADD231PS  Y13, Y14, Y9;       \
+	VBROADCASTSS (ao+20)(AX), Y15;   \
+	VFMADD231PS  Y12, Y15, Y10;      \
+	VFMADD231PS  Y13, Y15, Y11
+
+// C row = alpha·acc (already in lo, hi) + beta (Y15) · C row, then next row.
+#define ROWLOAD(lo, hi) \
+	VMULPS  (DI), Y15, Y12;   \
+	VMULPS  32(DI), Y15, Y13; \
+	VADDPS  Y12, lo, lo;      \
+	VADDPS  Y13, hi, hi;      \
+	VMOVUPS lo, (DI);         \
+	VMOVUPS hi, 32(DI);       \
+	ADDQ    SI, DI
+
+#define ROWSTORE(lo, hi) \
+	VMOVUPS lo, (DI);   \
+	VMOVUPS hi, 32(DI); \
+	ADDQ    SI, DI
+
+// func sgemm6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32, load int)
+TEXT ·sgemm6x16AVX2(SB), NOSPLIT, $0-56
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), SI
+	SHLQ $2, SI
+
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+	MOVQ CX, DX
+	SHRQ $2, DX
+	JZ   tail
+
+loop4:
+	KSTEP(0, 0)
+	KSTEP(24, 64)
+	KSTEP(48, 128)
+	KSTEP(72, 192)
+	ADDQ $96, AX
+	ADDQ $256, BX
+	DECQ DX
+	JNZ  loop4
+
+tail:
+	ANDQ $3, CX
+	JZ   store
+
+loop1:
+	KSTEP(0, 0)
+	ADDQ $24, AX
+	ADDQ $64, BX
+	DECQ CX
+	JNZ  loop1
+
+store:
+	VBROADCASTSS alpha+40(FP), Y14
+	VMULPS       Y14, Y0, Y0
+	VMULPS       Y14, Y1, Y1
+	VMULPS       Y14, Y2, Y2
+	VMULPS       Y14, Y3, Y3
+	VMULPS       Y14, Y4, Y4
+	VMULPS       Y14, Y5, Y5
+	VMULPS       Y14, Y6, Y6
+	VMULPS       Y14, Y7, Y7
+	VMULPS       Y14, Y8, Y8
+	VMULPS       Y14, Y9, Y9
+	VMULPS       Y14, Y10, Y10
+	VMULPS       Y14, Y11, Y11
+
+	MOVQ  load+48(FP), DX
+	TESTQ DX, DX
+	JZ    overwrite
+
+	VBROADCASTSS beta+44(FP), Y15
+	ROWLOAD(Y0, Y1)
+	ROWLOAD(Y2, Y3)
+	ROWLOAD(Y4, Y5)
+	ROWLOAD(Y6, Y7)
+	ROWLOAD(Y8, Y9)
+	ROWLOAD(Y10, Y11)
+	VZEROUPPER
+	RET
+
+overwrite:
+	ROWSTORE(Y0, Y1)
+	ROWSTORE(Y2, Y3)
+	ROWSTORE(Y4, Y5)
+	ROWSTORE(Y6, Y7)
+	ROWSTORE(Y8, Y9)
+	ROWSTORE(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// Transpose the 8×8 block in Y0..Y7 (row r in Yr) into Y8..Y15 (column q,
+// that is row q of the transpose, in Y(8+q)). Clobbers Y0..Y7.
+#define TRANSPOSE8 \
+	VUNPCKLPS  Y1, Y0, Y8;        \
+	VUNPCKHPS  Y1, Y0, Y9;        \
+	VUNPCKLPS  Y3, Y2, Y10;       \
+	VUNPCKHPS  Y3, Y2, Y11;       \
+	VUNPCKLPS  Y5, Y4, Y12;       \
+	VUNPCKHPS  Y5, Y4, Y13;       \
+	VUNPCKLPS  Y7, Y6, Y14;       \
+	VUNPCKHPS  Y7, Y6, Y15;       \
+	VSHUFPS    $0x44, Y10, Y8, Y0; \
+	VSHUFPS    $0xEE, Y10, Y8, Y1; \
+	VSHUFPS    $0x44, Y11, Y9, Y2; \
+	VSHUFPS    $0xEE, Y11, Y9, Y3; \
+	VSHUFPS    $0x44, Y14, Y12, Y4; \
+	VSHUFPS    $0xEE, Y14, Y12, Y5; \
+	VSHUFPS    $0x44, Y15, Y13, Y6; \
+	VSHUFPS    $0xEE, Y15, Y13, Y7; \
+	VPERM2F128 $0x20, Y4, Y0, Y8; \
+	VPERM2F128 $0x20, Y5, Y1, Y9; \
+	VPERM2F128 $0x20, Y6, Y2, Y10; \
+	VPERM2F128 $0x20, Y7, Y3, Y11; \
+	VPERM2F128 $0x31, Y4, Y0, Y12; \
+	VPERM2F128 $0x31, Y5, Y1, Y13; \
+	VPERM2F128 $0x31, Y6, Y2, Y14; \
+	VPERM2F128 $0x31, Y7, Y3, Y15
+
+// Store the first six floats of Y(reg) (X(reg) its low half) at off(DI).
+#define STORE6(reg, xreg, off) \
+	VMOVUPS      xreg, (off)(DI); \
+	VEXTRACTF128 $1, reg, X0;     \
+	VMOVQ        X0, (off+16)(DI)
+
+// func packA6AVX(k8 int, a *float32, lda int, dst *float32)
+TEXT ·packA6AVX(SB), NOSPLIT, $0-32
+	MOVQ k8+0(FP), CX
+	MOVQ a+8(FP), SI
+	MOVQ lda+16(FP), R8
+	MOVQ dst+24(FP), DI
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), DX
+
+packA6loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R9*1), Y3
+	VMOVUPS (DX), Y4
+	VMOVUPS (DX)(R8*1), Y5
+	VXORPS  Y6, Y6, Y6
+	VXORPS  Y7, Y7, Y7
+	TRANSPOSE8
+	STORE6(Y8, X8, 0)
+	STORE6(Y9, X9, 24)
+	STORE6(Y10, X10, 48)
+	STORE6(Y11, X11, 72)
+	STORE6(Y12, X12, 96)
+	STORE6(Y13, X13, 120)
+	STORE6(Y14, X14, 144)
+	STORE6(Y15, X15, 168)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $192, DI
+	DECQ CX
+	JNZ  packA6loop
+	VZEROUPPER
+	RET
+
+// func packBT16AVX(k8 int, b *float32, ldb int, dst *float32)
+TEXT ·packBT16AVX(SB), NOSPLIT, $0-32
+	MOVQ k8+0(FP), CX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ dst+24(FP), DI
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	LEAQ (SI)(R8*4), DX
+	LEAQ (DX)(R8*4), BX
+	LEAQ (BX)(R8*4), R10
+
+packBT16loop:
+	// Columns 0..7 of the panel: rows 0..7 of b.
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (SI)(R8*2), Y2
+	VMOVUPS (SI)(R9*1), Y3
+	VMOVUPS (DX), Y4
+	VMOVUPS (DX)(R8*1), Y5
+	VMOVUPS (DX)(R8*2), Y6
+	VMOVUPS (DX)(R9*1), Y7
+	TRANSPOSE8
+	VMOVUPS Y8, (DI)
+	VMOVUPS Y9, 64(DI)
+	VMOVUPS Y10, 128(DI)
+	VMOVUPS Y11, 192(DI)
+	VMOVUPS Y12, 256(DI)
+	VMOVUPS Y13, 320(DI)
+	VMOVUPS Y14, 384(DI)
+	VMOVUPS Y15, 448(DI)
+
+	// Columns 8..15: rows 8..15 of b.
+	VMOVUPS (BX), Y0
+	VMOVUPS (BX)(R8*1), Y1
+	VMOVUPS (BX)(R8*2), Y2
+	VMOVUPS (BX)(R9*1), Y3
+	VMOVUPS (R10), Y4
+	VMOVUPS (R10)(R8*1), Y5
+	VMOVUPS (R10)(R8*2), Y6
+	VMOVUPS (R10)(R9*1), Y7
+	TRANSPOSE8
+	VMOVUPS Y8, 32(DI)
+	VMOVUPS Y9, 96(DI)
+	VMOVUPS Y10, 160(DI)
+	VMOVUPS Y11, 224(DI)
+	VMOVUPS Y12, 288(DI)
+	VMOVUPS Y13, 352(DI)
+	VMOVUPS Y14, 416(DI)
+	VMOVUPS Y15, 480(DI)
+
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, BX
+	ADDQ $32, R10
+	ADDQ $512, DI
+	DECQ CX
+	JNZ  packBT16loop
+	VZEROUPPER
+	RET

@@ -1,0 +1,5 @@
+//go:build !amd64 || purego
+
+package blas
+
+func cpuHasAVX2FMA() bool { return false }
