@@ -62,9 +62,9 @@ func (f Format) Bytes() int {
 func (f Format) Round(x float32) float32 {
 	switch f {
 	case BF16:
-		return bf16FromBits(bf16Bits(x))
+		return roundBF16(x)
 	case FP16:
-		return float16.Fromfloat32(x).Float32()
+		return roundFP16(x)
 	}
 	return x
 }
@@ -73,14 +73,41 @@ func (f Format) Round(x float32) float32 {
 func (f Format) RoundSlice(xs []float32) {
 	switch f {
 	case BF16:
-		for i, x := range xs {
-			xs[i] = bf16FromBits(bf16Bits(x))
-		}
+		roundBF16Slice(xs)
 	case FP16:
-		for i, x := range xs {
-			xs[i] = float16.Fromfloat32(x).Float32()
-		}
+		roundFP16Slice(xs)
 	}
+}
+
+// roundBF16 is bf16FromBits(bf16Bits(x)) without leaving float32 bits.
+func roundBF16(x float32) float32 {
+	u := math.Float32bits(x)
+	if u&0x7fffffff > 0x7f800000 {
+		return math.Float32frombits(u&0xffff0000 | 0x00400000) // NaN stays NaN
+	}
+	return math.Float32frombits((u + 0x7fff + (u>>16)&1) & 0xffff0000)
+}
+
+// roundFP16 is x rounded to the nearest fp16 value, ties to even, kept in
+// float32: what float16.Fromfloat32(x).Float32() computes (see
+// TestRoundFP16MatchesReference), an order of magnitude faster. Normal
+// fp16 values keep 10 mantissa bits; below 2^-14 fp16 is subnormal with a
+// fixed quantum of 2^-24, and adding 0.5 to the magnitude puts the value
+// where float32's own round-to-nearest-even lands exactly on that quantum.
+func roundFP16(x float32) float32 {
+	u := math.Float32bits(x)
+	abs := u & 0x7fffffff
+	switch {
+	case abs > 0x7f800000: // NaN
+		return math.Float32frombits(u | 0x00400000)
+	case abs >= 0x477ff000: // >= 65520, rounds past 65504 (or is Inf)
+		return math.Float32frombits(u&0x80000000 | 0x7f800000)
+	case abs >= 0x38800000: // >= 2^-14: normal in fp16
+		return math.Float32frombits((u + 0xfff + (u>>13)&1) &^ 0x1fff)
+	}
+	m := math.Float32frombits(abs)
+	r := (m + 0.5) - 0.5
+	return math.Float32frombits(math.Float32bits(r) | u&0x80000000)
 }
 
 // Bits16 encodes x in a 16-bit format (BF16 or FP16), rounding to nearest even.

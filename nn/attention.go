@@ -95,7 +95,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			}
 		}
 	})
-	round(o.out, out)
+	roundAll(o.eng, o.out, out)
 	return t, nil
 }
 

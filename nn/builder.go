@@ -82,6 +82,7 @@ type Builder struct {
 	needsGrad map[*G.Node]bool
 	isParam   map[*G.Node]bool
 	is16      map[*G.Node]bool // frozen weights stored as 16-bit values
+	casts     map[castKey]*G.Node
 	format    map[*G.Node]amp.Format
 	nextID    int
 }
@@ -95,6 +96,7 @@ func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
 		needsGrad: map[*G.Node]bool{},
 		isParam:   map[*G.Node]bool{},
 		is16:      map[*G.Node]bool{},
+		casts:     map[castKey]*G.Node{},
 		format:    map[*G.Node]amp.Format{},
 	}
 }
@@ -149,12 +151,25 @@ func (b *Builder) formatOf(kind string, inputs ...*G.Node) amp.Format {
 }
 
 // lower casts x to format f unless it already holds f. Only narrowing
-// needs a node: a narrower value is already exact in a wider format.
+// needs a node: a narrower value is already exact in a wider format. A
+// node is cast to a format once, however many ops read it (q, k and v
+// share their input).
 func (b *Builder) lower(x *G.Node, f amp.Format) *G.Node {
 	if f == amp.FP32 || b.format[x] == f {
 		return x
 	}
-	return b.Cast(x, f)
+	key := castKey{x, f}
+	if c, ok := b.casts[key]; ok {
+		return c
+	}
+	c := b.Cast(x, f)
+	b.casts[key] = c
+	return c
+}
+
+type castKey struct {
+	n *G.Node
+	f amp.Format
 }
 
 // apply adds op's node and records what the builder tracks about it.

@@ -56,8 +56,12 @@ func (o *castOp) Do(vs ...G.Value) (G.Value, error) {
 	if o.valid && (o.cache == cacheForever || o.cache == cachePerStep && o.version == o.eng.WeightVersion) {
 		return t, nil
 	}
-	copy(y, vs[0].Data().([]float32))
-	o.out.RoundSlice(y)
+	x := vs[0].Data().([]float32)
+	o.eng.parallel(len(y), 1<<14, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			y[i] = o.out.Round(x[i])
+		}
+	})
 	o.version, o.valid = o.eng.WeightVersion, true
 	return t, nil
 }

@@ -64,7 +64,7 @@ func (o *embeddingOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			}
 		}
 	}
-	round(o.out, y)
+	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 

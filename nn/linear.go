@@ -67,7 +67,7 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			o.eng.BLAS.Sgemm(false, true, o.n, r1-r0, o.in, 1, xf, o.in, wb, o.in, 0, yf[r0:], o.outF)
 		})
 	}
-	round(o.out, y)
+	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 
@@ -119,7 +119,7 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			first = false
 			o.eng.BLAS.Sgemm(false, false, o.m, o.n, r1-r0, 1, g[r0:], o.k, wb, o.n, beta, dx, o.n)
 		})
-		round(o.out, c)
+		roundAll(o.eng, o.out, c)
 		return t, nil
 	}
 	in := vals[T](vs)
@@ -129,6 +129,6 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		lda = o.m
 	}
 	blas.Gemm(o.eng.BLAS, o.transA, false, o.m, o.n, o.k, 1, in[0], lda, in[1], o.n, 0, c, o.n)
-	round(o.out, c)
+	roundAll(o.eng, o.out, c)
 	return t, nil
 }

@@ -114,6 +114,16 @@ func scalarValue[T Float](v T) G.Value {
 	return G.NewF64(float64(v))
 }
 
+// roundAll rounds a whole buffer to format f, split across the engine's
+// workers: emulating a low precision touches every output and gradient,
+// and a single core would make it the bottleneck.
+func roundAll[T Float](e *Engine, f amp.Format, xs []T) {
+	if f == amp.FP32 {
+		return
+	}
+	e.parallel(len(xs), 1<<14, func(lo, hi int) { round(f, xs[lo:hi]) })
+}
+
 // round rounds xs to format f. Low-precision formats are emulated in
 // float32; the Builder refuses them for float64 graphs.
 func round[T Float](f amp.Format, xs []T) {

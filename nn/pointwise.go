@@ -40,7 +40,7 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		}
 		o.fwd(y[lo:hi], sub)
 	})
-	round(o.out, y)
+	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 

@@ -44,7 +44,7 @@ func (o *rmsNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	o.eng.parallel(o.n, 8, func(lo, hi int) {
 		RMSNormRows(y[lo*o.d:hi*o.d], x[lo*o.d:hi*o.d], w, o.d, o.eps)
 	})
-	round(o.out, y)
+	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 

@@ -94,7 +94,7 @@ func (o *ropeOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 func (o *ropeOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	t, y := o.buf.get()
 	o.rotate(y, vals[T](vs)[0], 1)
-	round(o.out, y)
+	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 

@@ -1,0 +1,39 @@
+//go:build amd64 && !purego
+
+package amp
+
+import "golang.org/x/sys/cpu"
+
+// On amd64 with AVX2, slices are rounded eight values at a time in
+// assembly: the same integer recipe as roundBF16 and roundFP16 (see
+// TestSliceRoundingMatchesScalar), which is what keeps the cost of
+// emulating a low precision small.
+var haveAVX2 = cpu.X86.HasAVX2
+
+//go:noescape
+func roundBF16AVX2(xs []float32)
+
+//go:noescape
+func roundFP16AVX2(xs []float32)
+
+func roundBF16Slice(xs []float32) {
+	n := len(xs) &^ 7
+	if haveAVX2 && n > 0 {
+		roundBF16AVX2(xs[:n])
+		xs = xs[n:]
+	}
+	for i, x := range xs {
+		xs[i] = roundBF16(x)
+	}
+}
+
+func roundFP16Slice(xs []float32) {
+	n := len(xs) &^ 7
+	if haveAVX2 && n > 0 {
+		roundFP16AVX2(xs[:n])
+		xs = xs[n:]
+	}
+	for i, x := range xs {
+		xs[i] = roundFP16(x)
+	}
+}

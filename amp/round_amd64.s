@@ -1,0 +1,119 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func roundBF16AVX2(xs []float32)
+// len(xs) is a multiple of 8. Per lane, with u the float's bits:
+//   r = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000
+//   NaN (u & 0x7fffffff > 0x7f800000): r = (u & 0xffff0000) | 0x00400000
+TEXT ·roundBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ xs_base+0(FP), SI
+	MOVQ xs_len+8(FP), CX
+	SHRQ $3, CX
+	JZ   bdone
+	MOVL $0x7fff, AX
+	VMOVD AX, X10
+	VPBROADCASTD X10, Y10          // bias
+	MOVL $1, AX
+	VMOVD AX, X11
+	VPBROADCASTD X11, Y11          // one
+	MOVL $0xffff0000, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12          // high half mask
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13          // abs mask
+	MOVL $0x7f800000, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14          // +Inf bits
+	MOVL $0x00400000, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15          // quiet bit
+bloop:
+	VMOVDQU (SI), Y0               // u
+	VPSRLD  $16, Y0, Y1
+	VPAND   Y11, Y1, Y1            // lsb
+	VPADDD  Y10, Y0, Y2
+	VPADDD  Y1, Y2, Y2
+	VPAND   Y12, Y2, Y2            // rounded
+	VPAND   Y13, Y0, Y3            // abs
+	VPCMPGTD Y14, Y3, Y4           // abs > Inf: NaN
+	VPAND   Y12, Y0, Y5
+	VPOR    Y15, Y5, Y5            // NaN kept NaN
+	VPBLENDVB Y4, Y5, Y2, Y2
+	VMOVDQU Y2, (SI)
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     bloop
+	VZEROUPPER
+bdone:
+	RET
+
+// func roundFP16AVX2(xs []float32)
+// len(xs) is a multiple of 8. Per lane, with u the bits and a = u & 0x7fffffff:
+//   normal    (a >= 0x38800000): (u + 0xfff + ((u >> 13) & 1)) &^ 0x1fff
+//   subnormal (a <  0x38800000): ((float(a) + 0.5) - 0.5) | sign
+//   overflow  (a >= 0x477ff000): sign | 0x7f800000
+//   NaN       (a >  0x7f800000): u | 0x00400000
+TEXT ·roundFP16AVX2(SB), NOSPLIT, $0-24
+	MOVQ xs_base+0(FP), SI
+	MOVQ xs_len+8(FP), CX
+	SHRQ $3, CX
+	JZ   hdone
+	MOVL $0xfff, AX
+	VMOVD AX, X6
+	VPBROADCASTD X6, Y6            // bias
+	MOVL $1, AX
+	VMOVD AX, X7
+	VPBROADCASTD X7, Y7            // one
+	MOVL $0xffffe000, AX
+	VMOVD AX, X8
+	VPBROADCASTD X8, Y8            // keep 10 mantissa bits
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X9
+	VPBROADCASTD X9, Y9            // abs mask
+	MOVL $0x38800000, AX
+	VMOVD AX, X10
+	VPBROADCASTD X10, Y10          // 2^-14
+	MOVL $0x477fefff, AX
+	VMOVD AX, X11
+	VPBROADCASTD X11, Y11          // just below 65520
+	MOVL $0x7f800000, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12          // +Inf bits
+	MOVL $0x3f000000, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13          // 0.5
+	MOVL $0x80000000, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14          // sign
+	MOVL $0x00400000, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15          // quiet bit
+hloop:
+	VMOVDQU (SI), Y0               // u
+	VPAND   Y9, Y0, Y1             // a
+	VPAND   Y14, Y0, Y2            // sign
+	VPSRLD  $13, Y0, Y3
+	VPAND   Y7, Y3, Y3
+	VPADDD  Y6, Y0, Y4
+	VPADDD  Y3, Y4, Y4
+	VPAND   Y8, Y4, Y4             // normal result
+	VADDPS  Y13, Y1, Y5
+	VSUBPS  Y13, Y5, Y5
+	VPOR    Y2, Y5, Y5             // subnormal result
+	VPCMPGTD Y1, Y10, Y3           // 2^-14 > a
+	VPBLENDVB Y3, Y5, Y4, Y4
+	VPOR    Y12, Y2, Y5            // ±Inf
+	VPCMPGTD Y11, Y1, Y3           // a > 0x477fefff
+	VPBLENDVB Y3, Y5, Y4, Y4
+	VPOR    Y15, Y0, Y5            // NaN kept NaN
+	VPCMPGTD Y12, Y1, Y3           // a > Inf
+	VPBLENDVB Y3, Y5, Y4, Y4
+	VMOVDQU Y4, (SI)
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     hloop
+	VZEROUPPER
+hdone:
+	RET

@@ -1,0 +1,15 @@
+//go:build !amd64 || purego
+
+package amp
+
+func roundBF16Slice(xs []float32) {
+	for i, x := range xs {
+		xs[i] = roundBF16(x)
+	}
+}
+
+func roundFP16Slice(xs []float32) {
+	for i, x := range xs {
+		xs[i] = roundFP16(x)
+	}
+}
