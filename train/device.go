@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"os"
 
 	"github.com/mixtune/mixtune/amp"
@@ -65,4 +66,21 @@ func (r *Recipe) EstimateMemory() uint64 {
 	act := c.NumHiddenLayers * (rows*(30*c.HiddenSize+8*c.IntermediateSize) + 2*r.Train.BatchSize*c.NumAttentionHeads*r.Data.SeqLen*r.Data.SeqLen)
 	act += 3 * rows * c.VocabSize
 	return uint64(params*weightBytes + trainable*16 + 4*act)
+}
+
+// DeviceChoice is a resolved device: what discovery found and what the
+// recipe selected from it.
+type DeviceChoice struct {
+	Inventory device.Inventory
+	Selection device.Selection
+}
+
+// ChooseDevice discovers the machine's GPUs and selects for the recipe.
+func (r *Recipe) ChooseDevice(ctx context.Context) (*DeviceChoice, error) {
+	inv := device.Discover(ctx)
+	sel, err := r.SelectDevice(inv)
+	if err != nil {
+		return nil, err
+	}
+	return &DeviceChoice{Inventory: inv, Selection: sel}, nil
 }

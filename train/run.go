@@ -14,7 +14,6 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
-	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/atomicfile"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/optim"
@@ -34,6 +33,9 @@ type Options struct {
 	// Force resumes even though the checkpoint was written under a
 	// different config (the CLI lists the differing keys first).
 	Force bool
+	// Device is the device selection when the caller already made it
+	// (the CLI does, to set the CUDA environment first); nil selects here.
+	Device *DeviceChoice
 
 	afterStep func(step int) // tests: called after each step, to interrupt at a chosen one
 }
@@ -61,16 +63,18 @@ type Summary struct {
 // (as given), metrics.jsonl, the adapter (or the full model) and
 // summary.json. Cancelling ctx stops after the current step and still
 // saves what was trained.
-func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
+func Run(ctx context.Context, r *Recipe, opt Options) (sum *Summary, err error) {
 	out := opt.Out
 	start := time.Now()
 
 	// --- the device and precision, resolved before any work
-	inv := device.Discover(ctx)
-	sel, err := r.SelectDevice(inv)
-	if err != nil {
-		return nil, err
+	choice := opt.Device
+	if choice == nil {
+		if choice, err = r.ChooseDevice(ctx); err != nil {
+			return nil, err
+		}
 	}
+	inv, sel := choice.Inventory, choice.Selection
 	resolved, err := amp.ParseFormat(sel.Precision)
 	if err != nil {
 		return nil, err
@@ -191,7 +195,7 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		st.Examples, st.Truncated, len(valEx), r.Data.SeqLen, r.Train.BatchSize, r.Train.GradAccum, r.Data.Mode)
 	fmt.Fprintf(out, "run: %s\n", dir)
 
-	sum := &Summary{RunDir: dir, Precision: policy.Low.String()}
+	sum = &Summary{RunDir: dir, Precision: policy.Low.String()}
 	weights := func() map[string][]float32 { return mergedWeights(m, lora) }
 	step := 0
 	var lastLoss, priorSeconds float64

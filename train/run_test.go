@@ -190,3 +190,30 @@ func TestSkippedStepLeavesStateBitIdentical(t *testing.T) {
 		t.Fatalf("scale after an overflow %v, want 512", scaler.Scale())
 	}
 }
+
+// Different seeds give different runs: the seed reaches the adapter's
+// initialisation, the data order and dropout.
+func TestDifferentSeedsDiffer(t *testing.T) {
+	dir := fixture(t)
+	var losses [][]map[string]float64
+	for _, seed := range []string{"3", "4"} {
+		r, err := Load(writeConfig(t, dir, goodConfig), []string{"seed=" + seed, "name=s" + seed, "compute.blas=gonum", "task.eval_file="})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, readMetrics(t, sum.RunDir))
+	}
+	differ := false
+	for i := range losses[0] {
+		if l, ok := losses[0][i]["loss"]; ok && l != losses[1][i]["loss"] {
+			differ = true
+		}
+	}
+	if !differ {
+		t.Fatal("seeds 3 and 4 gave the same losses")
+	}
+}

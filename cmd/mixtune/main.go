@@ -1,12 +1,19 @@
 // Command mixtune fine-tunes Llama-architecture models from YAML recipes.
 //
 //	mixtune train -c configs/quickstart.yaml [--set train.steps=50]
+//	mixtune train --resume runs/quickstart [-c RECIPE --force]
 //	mixtune eval --model DIR [--adapter DIR] --data FILE [--json]
 //	mixtune generate --model DIR [--adapter DIR] --prompt TEXT
-//	mixtune bench [--blas gonum] [--json]
+//	mixtune merge --model DIR --adapter DIR --out DIR [--dtype bf16]
+//	mixtune extract-lora --base DIR --tuned DIR --rank R --out DIR
+//	mixtune devices [-c RECIPE] [--json]
+//	mixtune plot [--out DIR] RUN...
+//	mixtune compare RUN...
+//	mixtune bench [--blas native] [--precision bf16] [--json]
 //
-// Exit status: 0 success, 1 a failure while running, 2 a bad command line
-// or config (nothing was started), 130 interrupted (what was trained is saved).
+// Exit status: 0 success, 1 a failure while running, 2 a bad command line,
+// recipe or dataset (nothing was started), 130 interrupted (a checkpoint
+// was written; --resume continues).
 package main
 
 import (
@@ -174,7 +181,18 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := interruptible(stderr)
 	defer stop()
-	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr), ResumeDir: *resume, Force: *force})
+	choice, err := r.ChooseDevice(ctx)
+	if err != nil {
+		return err
+	}
+	// Anything in this process that initializes CUDA later sees only the
+	// chosen devices, numbered in PCI bus order (nvidia-smi's), never
+	// CUDA's fastest-first order: CUDA reads these once, at its init.
+	for _, kv := range choice.Selection.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr), ResumeDir: *resume, Force: *force, Device: choice})
 	return err
 }
 

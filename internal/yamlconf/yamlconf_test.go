@@ -1,0 +1,97 @@
+package yamlconf
+
+import (
+	"testing"
+)
+
+type inner struct {
+	N     int      `yaml:"n"`
+	U     uint64   `yaml:"u"`
+	F     float64  `yaml:"f"`
+	B     bool     `yaml:"b"`
+	S     string   `yaml:"s"`
+	L     []string `yaml:"list"`
+	Other int      `yaml:"other"`
+}
+
+type outer struct {
+	Name  string `yaml:"name"`
+	Inner inner  `yaml:"inner"`
+	Opt   *inner `yaml:"opt"`
+}
+
+func TestDecodeTypesAndOrigins(t *testing.T) {
+	src := "name: x\ninner:\n  n: 3\n  u: 0x10\n  f: 1e-3\n  b: true\n  s: 12\n  list: [a, b]\nopt:\n  n: 1\n"
+	var v outer
+	d, err := Decode("c.yaml", []byte(src), []string{"inner.other=7", "new.key=1"}, &v)
+	if err == nil || err.Error() != `--set new.key=1: (top level): unknown field "new" (known: inner, name, opt)` {
+		t.Fatalf("unknown override: %v", err)
+	}
+	v = outer{}
+	d, err = Decode("c.yaml", []byte(src), []string{"inner.other=7"}, &v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := inner{N: 3, U: 16, F: 1e-3, B: true, S: "12", L: []string{"a", "b"}, Other: 7}
+	if v.Name != "x" || v.Opt == nil || v.Opt.N != 1 || v.Inner.N != want.N || v.Inner.U != want.U || v.Inner.F != want.F ||
+		!v.Inner.B || v.Inner.S != "12" || len(v.Inner.L) != 2 || v.Inner.Other != 7 {
+		t.Fatalf("decoded %+v", v)
+	}
+	for field, want := range map[string]string{
+		"inner.n":     "c.yaml:3: inner.n: x",
+		"inner.other": "--set inner.other=7: inner.other: x",
+		"inner.f":     "c.yaml:5: inner.f: x",
+		"missing":     "c.yaml: missing: x (default)",
+	} {
+		if got := d.Errorf(field, "x").Error(); got != want {
+			t.Errorf("Errorf(%s) = %q, want %q", field, got, want)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"inner:\n  n: 1.5\n", "c.yaml:2: inner.n: expected an integer, got 1.5"},
+		{"inner:\n  u: -1\n", "c.yaml:2: inner.u: expected a non-negative integer, got -1"},
+		{"inner:\n  b: yes\n", `c.yaml:2: inner.b: expected true or false, got "yes"`},
+		{"inner:\n  f: .nan\n", "c.yaml:2: inner.f: expected a finite number, got .nan"},
+		{"inner:\n  s: [1]\n", "c.yaml:2: inner.s: expected a string, got a list"},
+		{"inner:\n  nn: 1\n", `c.yaml:2: inner: unknown field "nn" (did you mean "n"?)`},
+		{"- 1\n", "c.yaml:1: the config must be a mapping of keys to values"},
+		{"name: [\n", "c.yaml:2: invalid YAML: did not find expected node content"},
+	} {
+		var v outer
+		_, err := Decode("c.yaml", []byte(tc.src), nil, &v)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+	var v outer
+	if _, err := Decode("c.yaml", nil, []string{"inner.s="}, &v); err != nil || v.Inner.S != "" {
+		t.Errorf("an empty --set value: %v, %+v", err, v)
+	}
+	if _, err := Decode("c.yaml", nil, []string{"noequals"}, &v); err == nil || err.Error() != "--set noequals: expected key.path=value" {
+		t.Errorf("malformed --set: %v", err)
+	}
+	if _, err := Decode("c.yaml", []byte("name: x\n"), []string{"name.sub=1"}, &v); err == nil || err.Error() != "--set name.sub=1: name is not a mapping" {
+		t.Errorf("--set through a scalar: %v", err)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	names := []string{"lora_alpha", "lora_dropout", "r", "target_modules"}
+	for key, want := range map[string]string{
+		"lora_alpah":     "lora_alpha", // transposition
+		"lora_dropuot":   "lora_dropout",
+		"target_module":  "target_modules",
+		"Target_Modules": "target_modules",
+		"completely":     "",
+	} {
+		if got := suggest(key, names); got != want {
+			t.Errorf("suggest(%q) = %q, want %q", key, got, want)
+		}
+	}
+	if d := editDistance("ab", "ba"); d != 1 {
+		t.Errorf("a transposition costs %d, want 1", d)
+	}
+}
