@@ -79,6 +79,37 @@ func (f Format) RoundSlice(xs []float32) {
 	}
 }
 
+// Underflows counts the nonzero values of xs that f rounds to zero: the
+// gradient values fp16 loses without loss scaling. Zero for FP32. A value
+// underflows when its magnitude is at most half the smallest subnormal of
+// f (the tie goes to the even neighbour, zero): 2^-25 for fp16, 2^-134 for
+// bf16.
+func (f Format) Underflows(xs []float32) int {
+	var limit uint32
+	switch f {
+	case FP16:
+		limit = 0x33000000 // 2^-25
+	case BF16:
+		limit = 0x00008000 // 2^-134, a float32 subnormal
+	default:
+		return 0
+	}
+	return countUnderflow(xs, limit)
+}
+
+// countUnderflowScalar counts the values whose magnitude bits a satisfy
+// 0 < a <= limit. That holds exactly when a-1 < limit (a-1 wraps for
+// zero), and the borrow of (a-1) - limit in 64 bits is that comparison
+// without a branch, which random gradient signs would mispredict.
+func countUnderflowScalar(xs []float32, limit uint32) int {
+	n := uint64(0)
+	for _, x := range xs {
+		a := math.Float32bits(x) & 0x7fffffff
+		n += (uint64(a-1) - uint64(limit)) >> 63
+	}
+	return int(n)
+}
+
 // roundBF16 is bf16FromBits(bf16Bits(x)) without leaving float32 bits.
 func roundBF16(x float32) float32 {
 	u := math.Float32bits(x)
@@ -139,3 +170,41 @@ func bf16Bits(x float32) uint16 {
 }
 
 func bf16FromBits(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+
+// FromBits16Slice widens 16-bit values of f to float32: dst[i] =
+// f.FromBits16(src[i]), for len(src) values (exact: every fp16 and bf16
+// value is a float32). Matmuls over 16-bit weights call it per block, so
+// it avoids per-value calls.
+func (f Format) FromBits16Slice(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	if f == FP16 {
+		for i, h := range src {
+			dst[i] = fp16FromBits(h)
+		}
+		return
+	}
+	for i, h := range src {
+		dst[i] = math.Float32frombits(uint32(h) << 16)
+	}
+}
+
+// fp16FromBits is float16.Frombits(h).Float32() by moving the fields:
+// the exponent is rebased from fp16's bias 15 to float32's 127; Inf and
+// NaN (exponent 31) go to exponent 255, NaN quieted; a subnormal m·2^-24 is made exact
+// in float32 by building 2^-14·(1 + m/1024) and subtracting 2^-14.
+func fp16FromBits(h uint16) float32 {
+	o := uint32(h&0x7fff) << 13 // exponent and mantissa, float32-aligned
+	exp := o & 0x0f800000
+	o += (127 - 15) << 23
+	switch exp {
+	case 0x0f800000: // Inf or NaN; a NaN comes out quiet, as float16 makes it
+		o += (128 - 16) << 23
+		if o&0x007fffff != 0 {
+			o |= 0x00400000
+		}
+	case 0: // zero or subnormal
+		o += 1 << 23
+		o = math.Float32bits(math.Float32frombits(o) - 0x1p-14)
+	}
+	return math.Float32frombits(o | uint32(h&0x8000)<<16)
+}

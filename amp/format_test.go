@@ -2,6 +2,7 @@ package amp
 
 import (
 	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
 
@@ -124,6 +125,78 @@ func TestRoundFP16MatchesReference(t *testing.T) {
 			check(b - d)
 			check((b + d) | 0x80000000)
 			check((b - d) | 0x80000000)
+		}
+	}
+}
+
+// Underflows agrees with Round: a value counts exactly when it is nonzero
+// and rounds to ±0. Checked on every bit pattern around both thresholds
+// and on random ones, both signs.
+func TestUnderflowsMatchesRound(t *testing.T) {
+	var bits []uint32
+	for a := uint32(0); a <= 0x40000; a++ { // bf16's threshold, 2^-134, is 0x8000
+		bits = append(bits, a)
+	}
+	for a := uint32(0x32ff0000); a <= 0x33010000; a++ { // fp16's, 2^-25
+		bits = append(bits, a)
+	}
+	near := len(bits)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 1 << 20 {
+		bits = append(bits, rng.Uint32()&0x7fffffff)
+	}
+	bits = append(bits, 0x7f800000, 0x7fc00000) // Inf, NaN
+	for _, f := range []Format{FP32, BF16, FP16} {
+		for _, sign := range []uint32{0, 0x80000000} {
+			want := 0
+			xs := make([]float32, len(bits))
+			for i, b := range bits {
+				xs[i] = math.Float32frombits(b | sign)
+				if xs[i] != 0 && f.Round(xs[i]) == 0 {
+					want++
+				}
+			}
+			if got := f.Underflows(xs); got != want { // the vector path, on amd64
+				t.Errorf("%v sign %x: Underflows %d, Round sends %d to zero", f, sign, got, want)
+			}
+			scalar := 0 // slices shorter than a vector take the scalar path
+			for i := 0; i < len(xs); i += 7 {
+				scalar += f.Underflows(xs[i:min(i+7, len(xs))])
+			}
+			if scalar != want {
+				t.Errorf("%v sign %x: Underflows by 7s %d, Round sends %d to zero", f, sign, scalar, want)
+			}
+			for i, b := range bits[:near] { // and value by value near the thresholds
+				x := xs[i : i+1]
+				if got, w := f.Underflows(x), b != 0 && f.Round(x[0]) == 0; (got == 1) != w {
+					t.Fatalf("%v %#08x: Underflows %d, rounds to zero %v", f, b|sign, got, w)
+				}
+			}
+		}
+	}
+	if n := FP16.Underflows([]float32{0x1p-25, 0x1.000002p-25, 0x1p-24, -0x1p-26, 0}); n != 2 {
+		t.Errorf("fp16 underflows of {2^-25, just above, 2^-24, -2^-26, 0} = %d, want 2", n)
+	}
+}
+
+// The slice widening agrees with the float16 package and with
+// bf16FromBits on all 65536 bit patterns (NaNs compared by bits).
+func TestFromBits16SliceAllValues(t *testing.T) {
+	src := make([]uint16, 1<<16)
+	for i := range src {
+		src[i] = uint16(i)
+	}
+	dst := make([]float32, len(src))
+	for _, f := range []Format{FP16, BF16} {
+		f.FromBits16Slice(dst, src)
+		for i, h := range src {
+			want := bf16FromBits(h)
+			if f == FP16 {
+				want = float16.Frombits(h).Float32()
+			}
+			if math.Float32bits(dst[i]) != math.Float32bits(want) {
+				t.Fatalf("%v %#04x: got %v (%#08x), want %v (%#08x)", f, h, dst[i], math.Float32bits(dst[i]), want, math.Float32bits(want))
+			}
 		}
 	}
 }

@@ -37,3 +37,16 @@ func roundFP16Slice(xs []float32) {
 		xs[i] = roundFP16(x)
 	}
 }
+
+//go:noescape
+func countUnderflowAVX2(xs []float32, limit uint32) int
+
+func countUnderflow(xs []float32, limit uint32) int {
+	n := 0
+	for haveAVX2 && len(xs) >= 8 {
+		m := min(len(xs), 1<<30) &^ 7
+		n += countUnderflowAVX2(xs[:m], limit)
+		xs = xs[m:]
+	}
+	return n + countUnderflowScalar(xs, limit)
+}

@@ -117,3 +117,43 @@ hloop:
 	VZEROUPPER
 hdone:
 	RET
+
+// func countUnderflowAVX2(xs []float32, limit uint32) int
+// len(xs) is a multiple of 8 and below 2^31. Counts the lanes whose
+// magnitude bits a satisfy 0 < a <= limit: each such lane compares to -1,
+// subtracted from a per-lane counter, summed across lanes at the end.
+TEXT ·countUnderflowAVX2(SB), NOSPLIT, $0-40
+	MOVQ xs_base+0(FP), SI
+	MOVQ xs_len+8(FP), CX
+	SHRQ $3, CX
+	VPXOR Y0, Y0, Y0               // per-lane counts
+	VPXOR Y1, Y1, Y1               // zero
+	MOVL limit+24(FP), AX
+	VMOVD AX, X2
+	VPBROADCASTD X2, Y2            // limit
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X3
+	VPBROADCASTD X3, Y3            // abs mask
+	TESTQ CX, CX
+	JZ   usum
+uloop:
+	VMOVDQU (SI), Y4
+	VPAND   Y3, Y4, Y4             // a
+	VPCMPGTD Y1, Y4, Y5            // a > 0
+	VPCMPGTD Y2, Y4, Y6            // a > limit
+	VPANDN  Y5, Y6, Y5             // a > 0 and not a > limit
+	VPSUBD  Y5, Y0, Y0
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     uloop
+usum:
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD  X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDD  X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPADDD  X1, X0, X0
+	VMOVD   X0, AX
+	MOVQ    AX, ret+32(FP)
+	VZEROUPPER
+	RET

@@ -13,3 +13,5 @@ func roundFP16Slice(xs []float32) {
 		xs[i] = roundFP16(x)
 	}
 }
+
+func countUnderflow(xs []float32, limit uint32) int { return countUnderflowScalar(xs, limit) }

@@ -2,6 +2,7 @@ package amp
 
 import (
 	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
 )
@@ -65,6 +66,22 @@ func BenchmarkRoundSlice(b *testing.B) {
 			b.SetBytes(4 << 20)
 			for b.Loop() {
 				f.RoundSlice(xs)
+			}
+		})
+	}
+}
+
+func BenchmarkUnderflows(b *testing.B) {
+	xs := make([]float32, 1<<20)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64() * 1e-6) // gradient-like: a share underflows in fp16
+	}
+	for _, f := range []Format{BF16, FP16} {
+		b.Run(f.String(), func(b *testing.B) {
+			b.SetBytes(4 << 20)
+			for b.Loop() {
+				f.Underflows(xs)
 			}
 		})
 	}

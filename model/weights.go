@@ -27,9 +27,7 @@ func (t *Tensor) Float32() []float32 {
 		return t.Data
 	}
 	d := make([]float32, len(t.Bits))
-	for i, b := range t.Bits {
-		d[i] = t.Format.FromBits16(b)
-	}
+	t.Format.FromBits16Slice(d, t.Bits)
 	return d
 }
 

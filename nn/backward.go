@@ -53,7 +53,7 @@ func (o *backwardOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	}
 	for i, g := range grads {
 		if g != nil {
-			roundAll(o.eng, o.inFm[i], g)
+			roundGrad(o.eng, o.inFm[i], g)
 		}
 	}
 	return scalarValue(T(0)), nil // the backward node's own value; only its picks are read

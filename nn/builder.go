@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -38,6 +39,24 @@ type Engine struct {
 	// run draws the same masks as an uninterrupted one with no RNG state
 	// to save. Zero means evaluation: random ops are off.
 	NoiseKey uint64
+	// Grads tallies the gradient values rounded to a low precision in the
+	// backward pass and how many of them underflowed to zero.
+	Grads GradCount
+
+	scratch16 []float32 // see block16
+}
+
+// GradCount counts gradient values rounded to fp16 or bf16 and those that
+// became zero doing so: the loss that dynamic loss scaling exists to
+// prevent. Backward kernels add to it concurrently; the trainer reads and
+// resets it once per optimizer step.
+type GradCount struct {
+	rounded, underflowed atomic.Int64
+}
+
+// Take returns the counts since the last Take and resets them.
+func (c *GradCount) Take() (rounded, underflowed int64) {
+	return c.rounded.Swap(0), c.underflowed.Swap(0)
 }
 
 // NewEngine uses every available CPU for the row-parallel kernels.

@@ -63,7 +63,7 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	case []uint16:
 		// y[:, r0:r1] = x · W[r0:r1]ᵀ, one block of weight rows at a time
 		yf, xf := any(y).([]float32), any(x).([]float32)
-		o.w16.blocks(w, o.outF, o.in, func(r0, r1 int, wb []float32) {
+		o.w16.rowBlocks(o.eng, w, o.outF, o.in, func(r0, r1 int, wb []float32) {
 			o.eng.BLAS.Sgemm(false, true, o.n, r1-r0, o.in, 1, xf, o.in, wb, o.in, 0, yf[r0:], o.outF)
 		})
 	}
@@ -105,21 +105,15 @@ func (o *linearGradOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 
 func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	if w, ok := vs[1].Data().([]uint16); ok {
-		// dx = g·W = Σ over blocks of weight rows g[:, r0:r1]·W[r0:r1],
-		// added in block order
+		// dx = g·W, one slab of W's columns (dx's columns) at a time;
+		// g is [N, out] and W [out, in]
 		g := vs[0].Data().([]float32)
 		t, c := o.buf.get()
 		dx := any(c).([]float32)
-		first := true
-		o.w16.blocks(w, o.k, o.n, func(r0, r1 int, wb []float32) {
-			var beta float32
-			if !first {
-				beta = 1
-			}
-			first = false
-			o.eng.BLAS.Sgemm(false, false, o.m, o.n, r1-r0, 1, g[r0:], o.k, wb, o.n, beta, dx, o.n)
+		o.w16.colBlocks(o.eng, w, o.k, o.n, func(c0, c1 int, wb []float32) {
+			o.eng.BLAS.Sgemm(false, false, o.m, c1-c0, o.k, 1, g, o.k, wb, c1-c0, 0, dx[c0:], o.n)
 		})
-		roundAll(o.eng, o.out, c)
+		roundGrad(o.eng, o.out, c)
 		return t, nil
 	}
 	in := vals[T](vs)
@@ -129,6 +123,6 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		lda = o.m
 	}
 	blas.Gemm(o.eng.BLAS, o.transA, false, o.m, o.n, o.k, 1, in[0], lda, in[1], o.n, 0, c, o.n)
-	roundAll(o.eng, o.out, c)
+	roundGrad(o.eng, o.out, c)
 	return t, nil
 }

@@ -124,6 +124,25 @@ func roundAll[T Float](e *Engine, f amp.Format, xs []T) {
 	e.parallel(len(xs), 1<<14, func(lo, hi int) { round(f, xs[lo:hi]) })
 }
 
+// roundGrad is roundAll for a gradient: it also counts, in the same pass
+// over each chunk, the values that underflow to zero.
+func roundGrad[T Float](e *Engine, f amp.Format, g []T) {
+	if f == amp.FP32 {
+		return
+	}
+	x, ok := any(g).([]float32)
+	if !ok {
+		return
+	}
+	e.parallel(len(x), 1<<14, func(lo, hi int) {
+		if n := f.Underflows(x[lo:hi]); n > 0 {
+			e.Grads.underflowed.Add(int64(n))
+		}
+		f.RoundSlice(x[lo:hi])
+	})
+	e.Grads.rounded.Add(int64(len(x)))
+}
+
 // round rounds xs to format f. Low-precision formats are emulated in
 // float32; the Builder refuses them for float64 graphs.
 func round[T Float](f amp.Format, xs []T) {

@@ -20,35 +20,68 @@ func (b *Builder) Param16(name string, shape []int, bits []uint16, f amp.Format)
 	return n
 }
 
-// weightBlock is how many weight rows are converted at a time: large
-// enough for an efficient matmul, small enough that the scratch stays in
-// cache and never approaches the size of the weight itself.
-const weightBlock = 64
+// weightBlockElems bounds a converted block of a 16-bit weight: 2^18
+// float32 values (1 MiB), large enough for an efficient matmul, small
+// enough to stay in cache and far below the size of a large weight.
+const weightBlockElems = 1 << 18
 
-// weights16 converts 16-bit weight rows for a matmul computing in compute.
+// weights16 converts 16-bit weight blocks for a matmul computing in compute.
 type weights16 struct {
 	on              bool // the weight is 16-bit
 	stored, compute amp.Format
-	scratch         []float32
 }
 
-// blocks calls fn for consecutive blocks of rows [r0, r1) of a rows×cols
-// 16-bit weight, with the block converted to float32 (and rounded to the
-// compute format when that is a different 16-bit format).
-func (w *weights16) blocks(bits []uint16, rows, cols int, fn func(r0, r1 int, block []float32)) {
-	if len(w.scratch) < weightBlock*cols {
-		w.scratch = make([]float32, weightBlock*cols)
+// block16 returns the engine's conversion scratch for n values. One
+// scratch serves every 16-bit matmul: an engine runs one op at a time
+// (a tape machine is sequential), and a block is used up before the next
+// is converted. A scratch per op would cost a block per linear layer,
+// eating into the memory that 16-bit storage saves.
+func (e *Engine) block16(n int) []float32 {
+	if len(e.scratch16) < n {
+		e.scratch16 = make([]float32, n)
 	}
-	for r0 := 0; r0 < rows; r0 += weightBlock {
-		r1 := min(r0+weightBlock, rows)
-		blk := w.scratch[:(r1-r0)*cols]
+	return e.scratch16[:n]
+}
+
+// finish rounds a converted block to the compute format when that is a
+// different 16-bit format (bf16 weights in an fp16 matmul, or the reverse).
+func (w *weights16) finish(e *Engine, blk []float32) {
+	if w.compute != amp.FP32 && w.compute != w.stored {
+		roundAll(e, w.compute, blk)
+	}
+}
+
+// rowBlocks calls fn for consecutive blocks of rows [r0, r1) of a
+// rows×cols 16-bit weight, converted to float32 (row-major, cols wide):
+// for y = x·Wᵀ, where a row block of W gives the columns r0..r1 of y.
+func (w *weights16) rowBlocks(e *Engine, bits []uint16, rows, cols int, fn func(r0, r1 int, block []float32)) {
+	rb := max(16, weightBlockElems/cols)
+	for r0 := 0; r0 < rows; r0 += rb {
+		r1 := min(r0+rb, rows)
+		blk := e.block16((r1 - r0) * cols)
 		src := bits[r0*cols : r1*cols]
-		for i, v := range src {
-			blk[i] = w.stored.FromBits16(v)
-		}
-		if w.compute != amp.FP32 && w.compute != w.stored {
-			w.compute.RoundSlice(blk)
-		}
+		e.parallel(len(src), 1<<14, func(lo, hi int) { w.stored.FromBits16Slice(blk[lo:hi], src[lo:hi]) })
+		w.finish(e, blk)
 		fn(r0, r1, blk)
+	}
+}
+
+// colBlocks calls fn for consecutive column slabs [c0, c1) of a rows×cols
+// 16-bit weight, converted to a rows×(c1-c0) row-major float32 block: for
+// dx = g·W, where a column slab of W gives the columns c0..c1 of dx
+// whole, so no output is accumulated across blocks.
+func (w *weights16) colBlocks(e *Engine, bits []uint16, rows, cols int, fn func(c0, c1 int, block []float32)) {
+	cb := max(16, weightBlockElems/rows)
+	for c0 := 0; c0 < cols; c0 += cb {
+		c1 := min(c0+cb, cols)
+		width := c1 - c0
+		blk := e.block16(rows * width)
+		e.parallel(rows, max(1, (1<<14)/width), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				w.stored.FromBits16Slice(blk[r*width:(r+1)*width], bits[r*cols+c0:r*cols+c1])
+			}
+		})
+		w.finish(e, blk)
+		fn(c0, c1, blk)
 	}
 }

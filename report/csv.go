@@ -12,7 +12,7 @@ import (
 
 // csvFirst orders the leading columns of metrics.csv; other fields follow
 // alphabetically.
-var csvFirst = []string{"step", "loss", "val_loss", "val_ppl", "lr", "grad_norm", "loss_scale", "skipped", "grad_zero_frac", "tokens_per_s", "elapsed_s"}
+var csvFirst = []string{"step", "loss", "val_loss", "val_ppl", "lr", "grad_norm", "loss_scale", "skipped", "grad_zero_frac", "grad_underflow_frac", "tokens_per_s", "elapsed_s"}
 
 // WriteCSV writes the run's metrics.jsonl as metrics.csv beside it: one
 // row per line, a column per field, empty where a line lacks the field.

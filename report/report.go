@@ -121,8 +121,12 @@ func Compare(w io.Writer, runs []*Run) error {
 		{"final val loss", func(r *Run) string { return num(r.summary("val_after.loss"), "%.4f") }},
 		{"task accuracy", func(r *Run) string { return pct(r.summary("task_after.accuracy")) }},
 		{"skipped steps", func(r *Run) string { return num(r.summary("skipped_steps"), "%.0f") }},
-		{"zero grads (mean)", func(r *Run) string {
+		{"zero weight grads (mean)", func(r *Run) string {
 			v, ok := r.mean("grad_zero_frac")
+			return cond(ok, fmt.Sprintf("%.2f%%", 100*v))
+		}},
+		{"grads underflowed (mean)", func(r *Run) string {
+			v, ok := r.mean("grad_underflow_frac")
 			return cond(ok, fmt.Sprintf("%.2f%%", 100*v))
 		}},
 		{"final loss scale", func(r *Run) string {

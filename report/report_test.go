@@ -22,8 +22,8 @@ func writeRun(t *testing.T, name, metrics, summary string) string {
 }
 
 const metricsA = `{"step":0,"val_loss":2.5,"val_ppl":12.18}
-{"step":1,"loss":2.4,"lr":0.001,"grad_norm":1.5,"skipped":false,"grad_zero_frac":0.5,"loss_scale":65536,"tokens_per_s":100,"elapsed_s":1}
-{"step":2,"loss":2.0,"lr":0.0005,"grad_norm":1.2,"skipped":true,"grad_zero_frac":0.25,"loss_scale":32768,"tokens_per_s":110,"elapsed_s":2}
+{"step":1,"loss":2.4,"lr":0.001,"grad_norm":1.5,"skipped":false,"grad_zero_frac":0.5,"grad_underflow_frac":0.125,"loss_scale":65536,"tokens_per_s":100,"elapsed_s":1}
+{"step":2,"loss":2.0,"lr":0.0005,"grad_norm":1.2,"skipped":true,"grad_zero_frac":0.25,"grad_underflow_frac":0.375,"loss_scale":32768,"tokens_per_s":110,"elapsed_s":2}
 {"step":2,"val_loss":1.9,"val_ppl":6.69}
 `
 
@@ -40,9 +40,9 @@ func TestReadCompareCSV(t *testing.T) {
 	if err := Compare(&buf, []*Run{r}); err != nil {
 		t.Fatal(err)
 	}
-	want := "| run | precision | final val loss | task accuracy | skipped steps | zero grads (mean) | final loss scale | tokens/s | peak RSS |\n" +
-		"| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" +
-		"| fp16 | fp16 | 1.9000 | 87.5% | 1 | 37.50% | 32768 | 105 | 100 MiB |\n"
+	want := "| run | precision | final val loss | task accuracy | skipped steps | zero weight grads (mean) | grads underflowed (mean) | final loss scale | tokens/s | peak RSS |\n" +
+		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" +
+		"| fp16 | fp16 | 1.9000 | 87.5% | 1 | 37.50% | 25.00% | 32768 | 105 | 100 MiB |\n"
 	if buf.String() != want {
 		t.Fatalf("compare:\n%s\nwant\n%s", buf.String(), want)
 	}
@@ -50,11 +50,11 @@ func TestReadCompareCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "metrics.csv"))
-	wantCSV := "step,loss,val_loss,val_ppl,lr,grad_norm,loss_scale,skipped,grad_zero_frac,tokens_per_s,elapsed_s\n" +
-		"0,,2.5,12.18,,,,,,,\n" +
-		"1,2.4,,,0.001,1.5,65536,0,0.5,100,1\n" +
-		"2,2,,,0.0005,1.2,32768,1,0.25,110,2\n" +
-		"2,,1.9,6.69,,,,,,,\n"
+	wantCSV := "step,loss,val_loss,val_ppl,lr,grad_norm,loss_scale,skipped,grad_zero_frac,grad_underflow_frac,tokens_per_s,elapsed_s\n" +
+		"0,,2.5,12.18,,,,,,,,\n" +
+		"1,2.4,,,0.001,1.5,65536,0,0.5,0.125,100,1\n" +
+		"2,2,,,0.0005,1.2,32768,1,0.25,0.375,110,2\n" +
+		"2,,1.9,6.69,,,,,,,,\n"
 	if string(b) != wantCSV {
 		t.Fatalf("metrics.csv:\n%s\nwant\n%s", b, wantCSV)
 	}

@@ -288,6 +288,7 @@ func Run(ctx context.Context, r *Recipe, opt Options) (sum *Summary, err error) 
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		stepped, gradNorm, zeroFrac := upd.stepped, upd.gradNorm, upd.zeroFrac
+		rounded, underflowed := eng.Grads.Take()
 		if stepped {
 			eng.WeightVersion++ // low-precision copies of the weights are now stale
 		} else {
@@ -300,6 +301,9 @@ func Run(ctx context.Context, r *Recipe, opt Options) (sum *Summary, err error) 
 		if step%r.Train.LogEvery == 0 || step == r.Train.Steps {
 			rec := map[string]any{"step": step, "loss": lastLoss, "lr": lr, "grad_norm": gradNorm,
 				"tokens_per_s": tps, "elapsed_s": elapsed, "skipped": !stepped, "grad_zero_frac": zeroFrac}
+			if rounded > 0 { // low precision: the share of gradient values between ops that rounding sent to zero
+				rec["grad_underflow_frac"] = float64(underflowed) / float64(rounded)
+			}
 			if scaler != nil {
 				rec["loss_scale"] = scale
 			}

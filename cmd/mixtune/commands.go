@@ -68,8 +68,18 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|gonum] [--steps N] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|native|gonum] [--precision P] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
 	c := train.DefaultBench()
+	// The shape flags default to the fixed benchmark model; change them to
+	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
+	fs.IntVar(&c.Dim, "dim", c.Dim, "hidden size")
+	fs.IntVar(&c.Layers, "layers", c.Layers, "decoder layers")
+	fs.IntVar(&c.Heads, "heads", c.Heads, "attention heads")
+	fs.IntVar(&c.FFN, "ffn", c.FFN, "MLP intermediate size")
+	fs.IntVar(&c.Vocab, "vocab", c.Vocab, "vocabulary size")
+	fs.IntVar(&c.SeqLen, "seq", c.SeqLen, "sequence length")
+	fs.IntVar(&c.Batch, "batch", c.Batch, "sequences per step")
+	fs.IntVar(&c.Rank, "rank", c.Rank, "LoRA rank")
 	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas, native or gonum")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
@@ -79,6 +89,17 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"dim", c.Dim}, {"layers", c.Layers}, {"heads", c.Heads}, {"ffn", c.FFN}, {"vocab", c.Vocab}, {"seq", c.SeqLen}, {"batch", c.Batch}, {"rank", c.Rank}, {"steps", c.Steps}} {
+		if f.v <= 0 {
+			return usageError{fmt.Sprintf("--%s must be positive, got %d", f.name, f.v)}
+		}
+	}
+	if c.Dim%c.Heads != 0 {
+		return usageError{fmt.Sprintf("--dim %d is not divisible by --heads %d", c.Dim, c.Heads)}
 	}
 	res, err := train.Bench(c)
 	if err != nil {

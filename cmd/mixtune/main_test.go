@@ -269,6 +269,8 @@ func TestExitStatus(t *testing.T) {
 		{[]string{"train", "-c", "/nonexistent.yaml"}, 2},
 		{[]string{"eval", "--model", "x"}, 2},
 		{[]string{"train", "--bogus"}, 2},
+		{[]string{"bench", "--seq", "0"}, 2},
+		{[]string{"bench", "--dim", "100", "--heads", "8"}, 2},
 	} {
 		var out bytes.Buffer
 		if got := run(tc.args, &out, &out); got != tc.code {
