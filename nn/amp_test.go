@@ -58,11 +58,7 @@ func TestLowPrecisionLinear(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			vm := G.NewTapeMachine(b.G)
-			defer vm.Close()
-			if err := vm.RunAll(); err != nil {
-				t.Fatal(err)
-			}
+			runGraph(t, b)
 			out, xv, wv := f32(y), f32(x), f32(w)
 			representable(t, "y", f, out)
 			for i := 0; i < 6; i++ {
@@ -89,11 +85,7 @@ func TestFP16OverflowsLikeAGPU(t *testing.T) {
 	x := b.Param("x", []int{1, 2}, []float32{300, 300}, false)
 	w := b.Param("w", []int{2, 2}, []float32{200, 200, 1e-4, 1e-4}, false)
 	y := b.Linear(x, w)
-	vm := G.NewTapeMachine(b.G)
-	defer vm.Close()
-	if err := vm.RunAll(); err != nil {
-		t.Fatal(err)
-	}
+	runGraph(t, b)
 	out := f32(y)
 	// 300·200·2 = 120000 > 65504: +Inf in fp16. 300·1e-4·2: 1e-4 rounds to
 	// 1.0002e-4 in fp16, the product accumulates in fp32, the sum rounds.
@@ -120,11 +112,7 @@ func TestGradUnderflowCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm := G.NewTapeMachine(b.G)
-	defer vm.Close()
-	if err := vm.RunAll(); err != nil {
-		t.Fatal(err)
-	}
+	runGraph(t, b)
 	rounded, under := b.Eng.Grads.Take()
 	if rounded != 6 || under != 4 {
 		t.Fatalf("counted %d rounded, %d underflowed; want 6 and 4 (dx %v, dW %v)", rounded, under, f32(grads[0]), f32(grads[1]))
@@ -187,10 +175,7 @@ func TestAttentionAndStackInLowPrecision(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		vm := G.NewTapeMachine(b.G)
-		if err := vm.RunAll(); err != nil {
-			t.Fatal(err)
-		}
+		runGraph(t, b)
 		representable(t, f.String()+" attention", f, f32(att))
 		for i, g := range grads {
 			representable(t, f.String()+" weight gradient", f, f32(g))
@@ -198,7 +183,6 @@ func TestAttentionAndStackInLowPrecision(t *testing.T) {
 				t.Fatalf("%v: the query weight got no gradient", f)
 			}
 		}
-		vm.Close()
 	}
 }
 
@@ -251,11 +235,7 @@ func TestSixteenBitWeights(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			vm := G.NewTapeMachine(b.G)
-			defer vm.Close()
-			if err := vm.RunAll(); err != nil {
-				t.Fatal(err)
-			}
+			runGraph(t, b)
 			return append([]float32(nil), f32(yn)...), append([]float32(nil), f32(g[0])...), append([]float32(nil), f32(en)...)
 		}
 		y32, dx32, e32 := run(false)
