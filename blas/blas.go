@@ -55,3 +55,44 @@ func Gemm[T float32 | float64](be Backend, transA, transB bool, m, n, k int, alp
 		be.Dgemm(transA, transB, m, n, k, float64(alpha), a, lda, any(b).([]float64), ldb, float64(beta), any(c).([]float64), ldc)
 	}
 }
+
+// checkGemm reports GEMM arguments that would read or write past a slice
+// (la, lb and lc are the lengths of a, b and c): programmer errors, which
+// the native and OpenBLAS backends turn into panics as gonum does, and
+// which OpenBLAS, a C library, could not detect itself. An empty C reads
+// and writes nothing, so then only the dimensions are checked.
+func checkGemm(op string, transA, transB bool, m, n, k, la, lda, lb, ldb, lc, ldc int) error {
+	switch {
+	case m < 0:
+		return fmt.Errorf("blas: %s: m = %d < 0", op, m)
+	case n < 0:
+		return fmt.Errorf("blas: %s: n = %d < 0", op, n)
+	case k < 0:
+		return fmt.Errorf("blas: %s: k = %d < 0", op, k)
+	}
+	rowsA, colsA := m, k
+	if transA {
+		rowsA, colsA = k, m
+	}
+	rowsB, colsB := k, n
+	if transB {
+		rowsB, colsB = n, k
+	}
+	switch {
+	case lda < max(1, colsA):
+		return fmt.Errorf("blas: %s: bad lda = %d for A stored %d×%d (transA = %v)", op, lda, rowsA, colsA, transA)
+	case ldb < max(1, colsB):
+		return fmt.Errorf("blas: %s: bad ldb = %d for B stored %d×%d (transB = %v)", op, ldb, rowsB, colsB, transB)
+	case ldc < max(1, n):
+		return fmt.Errorf("blas: %s: bad ldc = %d for C %d×%d", op, ldc, m, n)
+	case m == 0 || n == 0:
+		return nil
+	case rowsA > 0 && colsA > 0 && la < (rowsA-1)*lda+colsA:
+		return fmt.Errorf("blas: %s: len(a) = %d, want at least %d for A stored %d×%d with lda = %d", op, la, (rowsA-1)*lda+colsA, rowsA, colsA, lda)
+	case rowsB > 0 && colsB > 0 && lb < (rowsB-1)*ldb+colsB:
+		return fmt.Errorf("blas: %s: len(b) = %d, want at least %d for B stored %d×%d with ldb = %d", op, lb, (rowsB-1)*ldb+colsB, rowsB, colsB, ldb)
+	case lc < (m-1)*ldc+n:
+		return fmt.Errorf("blas: %s: len(c) = %d, want at least %d for C %d×%d with ldc = %d", op, lc, (m-1)*ldc+n, m, n, ldc)
+	}
+	return nil
+}

@@ -127,25 +127,27 @@ func to32(s []float64) []float32 {
 	return r
 }
 
-// BenchmarkSgemm covers the benchmark model's shapes: the q projection
+// benchShapes are the benchmark model's GEMM shapes: the q projection
 // forward (x·Wᵀ), the FFN up projection, an input gradient (dy·W), and one
 // attention head's scores (QKᵀ with a strided Q).
+var benchShapes = []struct {
+	name          string
+	tA, tB        bool
+	m, n, k       int
+	lda, ldb, ldc int
+	la, lb, lc    int
+}{
+	{"xWt_1024x256x256", false, true, 1024, 256, 256, 256, 256, 256, 1024 * 256, 256 * 256, 1024 * 256},
+	{"xWt_1024x688x256", false, true, 1024, 688, 256, 256, 256, 688, 1024 * 256, 688 * 256, 1024 * 688},
+	{"dyW_1024x256x688", false, false, 1024, 256, 688, 688, 256, 256, 1024 * 688, 688 * 256, 1024 * 256},
+	{"QKt_128x128x32", false, true, 128, 128, 32, 256, 256, 128, 128 * 256, 128 * 256, 128 * 128},
+}
+
+// BenchmarkSgemm times every backend on benchShapes.
 func BenchmarkSgemm(b *testing.B) {
-	shapes := []struct {
-		name          string
-		tA, tB        bool
-		m, n, k       int
-		lda, ldb, ldc int
-		la, lb, lc    int
-	}{
-		{"xWt_1024x256x256", false, true, 1024, 256, 256, 256, 256, 256, 1024 * 256, 256 * 256, 1024 * 256},
-		{"xWt_1024x688x256", false, true, 1024, 688, 256, 256, 256, 688, 1024 * 256, 688 * 256, 1024 * 688},
-		{"dyW_1024x256x688", false, false, 1024, 256, 688, 688, 256, 256, 1024 * 688, 688 * 256, 1024 * 256},
-		{"QKt_128x128x32", false, true, 128, 128, 32, 256, 256, 128, 128 * 256, 128 * 256, 128 * 128},
-	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, be := range backends(b) {
-		for _, s := range shapes {
+		for _, s := range benchShapes {
 			a, bm, c := to32(randSlice(rng, s.la)), to32(randSlice(rng, s.lb)), make([]float32, s.lc)
 			b.Run(strings.Fields(be.Name())[0]+"/"+s.name, func(b *testing.B) {
 				for b.Loop() {

@@ -2,7 +2,6 @@ package blas
 
 import (
 	"cmp"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -116,7 +115,9 @@ type nativeSplit struct {
 // machines that have the assembly one, and split small products. It
 // returns how many goroutines computed the product, for tests.
 func nativeSgemm(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) (used int) {
-	nativeCheck(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	if err := checkGemm("native Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
+		panic(err.Error()) // a caller bug: panic as gonum does
+	}
 	if m == 0 || n == 0 {
 		return 0
 	}
@@ -230,48 +231,6 @@ func (g *nativeGemm) parallelCols(workers, m, n, nt int) {
 			g.run(0, m, nt*ch/chunks*nativeNR, min(n, nt*(ch+1)/chunks*nativeNR))
 		}
 	})
-}
-
-// nativeCheck panics, as gonum does, on arguments that are programmer
-// errors. nA, nB and nC are the lengths of a, b and c.
-func nativeCheck(transA, transB bool, m, n, k, nA, lda, nB, ldb, nC, ldc int) {
-	switch {
-	case m < 0:
-		panic(fmt.Sprintf("blas: native Sgemm: m = %d < 0", m))
-	case n < 0:
-		panic(fmt.Sprintf("blas: native Sgemm: n = %d < 0", n))
-	case k < 0:
-		panic(fmt.Sprintf("blas: native Sgemm: k = %d < 0", k))
-	}
-	rowsA, colsA := m, k
-	if transA {
-		rowsA, colsA = k, m
-	}
-	rowsB, colsB := k, n
-	if transB {
-		rowsB, colsB = n, k
-	}
-	if lda < max(1, colsA) {
-		panic(fmt.Sprintf("blas: native Sgemm: bad lda = %d for A stored %d×%d (transA = %v)", lda, rowsA, colsA, transA))
-	}
-	if ldb < max(1, colsB) {
-		panic(fmt.Sprintf("blas: native Sgemm: bad ldb = %d for B stored %d×%d (transB = %v)", ldb, rowsB, colsB, transB))
-	}
-	if ldc < max(1, n) {
-		panic(fmt.Sprintf("blas: native Sgemm: bad ldc = %d for C %d×%d", ldc, m, n))
-	}
-	if m == 0 || n == 0 {
-		return
-	}
-	if rowsA > 0 && colsA > 0 && nA < (rowsA-1)*lda+colsA {
-		panic(fmt.Sprintf("blas: native Sgemm: len(a) = %d, want at least %d for A stored %d×%d with lda = %d", nA, (rowsA-1)*lda+colsA, rowsA, colsA, lda))
-	}
-	if rowsB > 0 && colsB > 0 && nB < (rowsB-1)*ldb+colsB {
-		panic(fmt.Sprintf("blas: native Sgemm: len(b) = %d, want at least %d for B stored %d×%d with ldb = %d", nB, (rowsB-1)*ldb+colsB, rowsB, colsB, ldb))
-	}
-	if nC < (m-1)*ldc+n {
-		panic(fmt.Sprintf("blas: native Sgemm: len(c) = %d, want at least %d for C %d×%d with ldc = %d", nC, (m-1)*ldc+n, m, n, ldc))
-	}
 }
 
 // nativeScale sets C = beta·C; beta == 0 clears C without reading it.

@@ -409,18 +409,6 @@ func TestNativeDgemm(t *testing.T) {
 // kernel) with gonum and OpenBLAS (1 and 2 threads) on BenchmarkSgemm's
 // shapes.
 func BenchmarkNativeSgemm(b *testing.B) {
-	shapes := []struct {
-		name          string
-		tA, tB        bool
-		m, n, k       int
-		lda, ldb, ldc int
-		la, lb, lc    int
-	}{
-		{"xWt_1024x256x256", false, true, 1024, 256, 256, 256, 256, 256, 1024 * 256, 256 * 256, 1024 * 256},
-		{"xWt_1024x688x256", false, true, 1024, 688, 256, 256, 256, 688, 1024 * 256, 688 * 256, 1024 * 688},
-		{"dyW_1024x256x688", false, false, 1024, 256, 688, 688, 256, 256, 1024 * 688, 688 * 256, 1024 * 256},
-		{"QKt_128x128x32", false, true, 128, 128, 32, 256, 256, 128, 128 * 256, 128 * 256, 128 * 128},
-	}
 	type bench struct {
 		name  string
 		setup func() bool
@@ -453,7 +441,7 @@ func BenchmarkNativeSgemm(b *testing.B) {
 		if !be.setup() {
 			continue
 		}
-		for _, s := range shapes {
+		for _, s := range benchShapes {
 			a, bm, c := randF32(rng, s.la), randF32(rng, s.lb), make([]float32, s.lc)
 			b.Run(be.name+"/"+s.name, func(b *testing.B) {
 				for b.Loop() {
