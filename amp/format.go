@@ -208,3 +208,17 @@ func fp16FromBits(h uint16) float32 {
 	}
 	return math.Float32frombits(o | uint32(h&0x8000)<<16)
 }
+
+// MarshalText writes the format's name, so configs and JSON records spell
+// it as a person would.
+func (f Format) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// UnmarshalText reads a format name as ParseFormat does.
+func (f *Format) UnmarshalText(b []byte) error {
+	g, err := ParseFormat(string(b))
+	if err != nil {
+		return err
+	}
+	*f = g
+	return nil
+}

@@ -133,3 +133,53 @@ func (s *LossScaler) Load(st ScalerState) error {
 	s.scale, s.tracker = st.Scale, st.Tracker
 	return nil
 }
+
+// ScalingMode says when a run scales its loss: Auto scales fp16 only (bf16
+// has fp32's exponent range and needs none, as accelerate decides), On and
+// Off force it.
+type ScalingMode uint8
+
+const (
+	ScalingAuto ScalingMode = iota
+	ScalingOn
+	ScalingOff
+)
+
+// For reports whether a run computing in low scales its loss.
+func (m ScalingMode) For(low Format) bool {
+	switch m {
+	case ScalingOn:
+		return true
+	case ScalingOff:
+		return false
+	}
+	return low == FP16
+}
+
+func (m ScalingMode) String() string {
+	switch m {
+	case ScalingOn:
+		return "on"
+	case ScalingOff:
+		return "off"
+	}
+	return "auto"
+}
+
+// MarshalText writes auto, on or off.
+func (m ScalingMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText reads auto, on or off.
+func (m *ScalingMode) UnmarshalText(b []byte) error {
+	switch strings.ToLower(strings.TrimSpace(string(b))) {
+	case "auto":
+		*m = ScalingAuto
+	case "on":
+		*m = ScalingOn
+	case "off":
+		*m = ScalingOff
+	default:
+		return fmt.Errorf("must be auto (on for fp16), on or off, got %q", b)
+	}
+	return nil
+}

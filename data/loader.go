@@ -399,3 +399,19 @@ func (l *Loader) packedRow(p *plan, start int, ids []int, flags []bool) int {
 	}
 	return n
 }
+
+// MarshalText writes "pad" or "pack".
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText reads a mode as ParseMode does.
+func (m *Mode) UnmarshalText(b []byte) error {
+	switch strings.ToLower(strings.TrimSpace(string(b))) {
+	case "pad":
+		*m = Pad
+	case "pack":
+		*m = Pack
+	default:
+		return fmt.Errorf("must be pad or pack, got %q", b)
+	}
+	return nil
+}

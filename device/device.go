@@ -155,3 +155,13 @@ func better(a, b GPU, p Policy) bool {
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
+
+// UnmarshalText reads a policy as ParsePolicy does.
+func (p *Policy) UnmarshalText(b []byte) error {
+	q, err := ParsePolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}

@@ -47,7 +47,7 @@ func Write(w io.Writer, inv Inventory, sel *Selection, policy Policy) error {
 		}
 		fmt.Fprintf(&b, "\nselected: %s\n", target)
 		fmt.Fprintf(&b, "why: %s\n", sel.Reason)
-		p := sel.Precision
+		p := sel.Precision.String()
 		if sel.LossScaling {
 			p += " with loss scaling"
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/mixtune/mixtune/amp"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden report files in testdata")
@@ -22,8 +24,8 @@ func TestWrite(t *testing.T) {
 		req    *Request
 		policy Policy
 	}{
-		{"report_titan_bf16_fallback.txt", titan, &Request{Precision: "bf16", PrecisionFallback: true}, ""},
-		{"report_titan_cuda0.txt", titan, &Request{Device: "cuda:0", Precision: "fp16", AllowCPUFallback: true}, PolicyTotal},
+		{"report_titan_bf16_fallback.txt", titan, &Request{Precision: amp.BF16, PrecisionFallback: true}, ""},
+		{"report_titan_cuda0.txt", titan, &Request{Device: "cuda:0", Precision: amp.FP16, AllowCPUFallback: true}, PolicyTotal},
 		{"report_eight_free.txt", inventoryFromSMI(t, "eight_gpu.smi.csv"), &Request{Policy: PolicyFree, MinFreeMemory: 24000 * mib}, PolicyFree},
 		{"report_mig.txt", mig, &Request{Device: "MIG-4f8a", AllowCPUFallback: true}, PolicyFree},
 		{"report_old_driver.txt", inventoryFromSMI(t, "old_driver.smi.csv"), nil, ""},
@@ -50,7 +52,7 @@ func TestWrite(t *testing.T) {
 
 func TestWriteJSON(t *testing.T) {
 	titan := inventoryFromNVML(t, "titan_1080ti.nvml.json")
-	sel, err := Select(titan, Request{Precision: "bf16", PrecisionFallback: true})
+	sel, err := Select(titan, Request{Precision: amp.BF16, PrecisionFallback: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,9 +33,11 @@ type Request struct {
 	NeedMemory    uint64
 	// Policy ranks GPUs for auto; "" is PolicyTotal.
 	Policy Policy
-	// Precision is "fp32", "bf16" or "fp16" (or amp.ParseFormat's aliases);
-	// "" is fp32.
-	Precision string
+	// Precision is the format the run computes in.
+	Precision amp.Format
+	// LossScaling is the recipe's choice; with auto, a precision that falls
+	// back to fp16 turns loss scaling on.
+	LossScaling amp.ScalingMode
 	// PrecisionFallback lets bf16 become fp16 with loss scaling on a GPU
 	// without bf16, instead of failing.
 	PrecisionFallback bool
@@ -63,9 +65,9 @@ type Selection struct {
 	// Compute is where the arithmetic runs: "cpu" until mixtune has a GPU
 	// backend, whatever GPUs says.
 	Compute string `json:"compute"`
-	// Precision is the resolved "fp32", "bf16" or "fp16".
-	Precision string `json:"precision"`
-	// LossScaling is true when Precision is fp16, whose range needs it.
+	// Precision is the resolved format.
+	Precision amp.Format `json:"precision"`
+	// LossScaling says whether the run scales its loss at Precision.
 	LossScaling bool `json:"loss_scaling"`
 	// Reason says in one line why this device.
 	Reason string `json:"reason"`
@@ -88,13 +90,7 @@ const CPUCompute = "cpu"
 // pinned GPU without AllowCPUFallback. auto never fails for want of a GPU:
 // it takes the CPU and says why in Reason.
 func Select(inv Inventory, req Request) (Selection, error) {
-	prec := amp.FP32
-	if strings.TrimSpace(req.Precision) != "" {
-		var err error
-		if prec, err = amp.ParseFormat(req.Precision); err != nil {
-			return Selection{}, err
-		}
-	}
+	prec := req.Precision
 	policy, err := ParsePolicy(string(req.Policy))
 	if err != nil {
 		return Selection{}, err
@@ -123,7 +119,7 @@ func Select(inv Inventory, req Request) (Selection, error) {
 	if err != nil {
 		return Selection{}, err
 	}
-	sel.Precision, sel.LossScaling = p.String(), p == amp.FP16
+	sel.Precision, sel.LossScaling = p, req.LossScaling.For(p)
 	sel.Warnings = append(sel.Warnings, warns...)
 
 	sel.CPU = len(sel.GPUs) == 0

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mixtune/mixtune/amp"
 )
 
 const (
@@ -39,7 +41,7 @@ type selectCase struct {
 	req  Request
 	// want, when wantErr is "": GPUs by UUID, then the other fields exactly.
 	uuids       []string
-	precision   string
+	precision   amp.Format
 	lossScaling bool
 	reason      string
 	warnings    []string
@@ -85,35 +87,35 @@ func TestSelectTitanHost(t *testing.T) {
 		" has 7.5; set precision: fp16 (with loss scaling) or fp32, or precision_fallback: true to fall back to fp16"
 	runSelectCases(t, []selectCase{
 		{name: "auto picks the TITAN", inv: nvml, req: Request{Device: "auto"},
-			uuids: []string{uuidTitan}, precision: "fp32", reason: autoReason, warnings: []string{cpuWarn}},
+			uuids: []string{uuidTitan}, precision: amp.FP32, reason: autoReason, warnings: []string{cpuWarn}},
 		{name: "auto picks the TITAN from nvidia-smi too", inv: smi, req: Request{},
-			uuids: []string{uuidTitan}, precision: "fp32", reason: autoReason, warnings: []string{cpuWarn}},
+			uuids: []string{uuidTitan}, precision: amp.FP32, reason: autoReason, warnings: []string{cpuWarn}},
 		{name: "auto by free memory picks the TITAN too", inv: nvml, req: Request{Policy: PolicyFree},
-			uuids: []string{uuidTitan}, precision: "fp32", reason: "auto: most free VRAM (23.6 GiB) of 2 eligible GPUs: " + labelTi, warnings: []string{cpuWarn}},
-		{name: "bf16 refused on the 7.5 card", inv: nvml, req: Request{Precision: "bf16"}, wantErr: bf16Err},
-		{name: "bf16 refused on the pinned TITAN", inv: nvml, req: Request{Device: "cuda:1", Precision: "bfloat16", AllowCPUFallback: true}, wantErr: bf16Err},
-		{name: "bf16 falls back to fp16 with loss scaling", inv: nvml, req: Request{Precision: "bf16", PrecisionFallback: true},
-			uuids: []string{uuidTitan}, precision: "fp16", lossScaling: true, reason: autoReason,
+			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "auto: most free VRAM (23.6 GiB) of 2 eligible GPUs: " + labelTi, warnings: []string{cpuWarn}},
+		{name: "bf16 refused on the 7.5 card", inv: nvml, req: Request{Precision: amp.BF16}, wantErr: bf16Err},
+		{name: "bf16 refused on the pinned TITAN", inv: nvml, req: Request{Device: "cuda:1", Precision: amp.BF16, AllowCPUFallback: true}, wantErr: bf16Err},
+		{name: "bf16 falls back to fp16 with loss scaling", inv: nvml, req: Request{Precision: amp.BF16, PrecisionFallback: true},
+			uuids: []string{uuidTitan}, precision: amp.FP16, lossScaling: true, reason: autoReason,
 			warnings: []string{cpuWarn, "bf16 needs compute capability 8.0 or newer, but " + labelTi + " has 7.5: using fp16 with loss scaling instead (precision_fallback)"}},
-		{name: "fp16 on the TITAN: tensor cores, no warning", inv: nvml, req: Request{Precision: "fp16"},
-			uuids: []string{uuidTitan}, precision: "fp16", lossScaling: true, reason: autoReason, warnings: []string{cpuWarn}},
-		{name: "cuda:0 is the 1080 Ti, as nvidia-smi shows it", inv: nvml, req: Request{Device: "cuda:0", Precision: "fp16", AllowCPUFallback: true},
-			uuids: []string{uuid1080}, precision: "fp16", lossScaling: true,
+		{name: "fp16 on the TITAN: tensor cores, no warning", inv: nvml, req: Request{Precision: amp.FP16},
+			uuids: []string{uuidTitan}, precision: amp.FP16, lossScaling: true, reason: autoReason, warnings: []string{cpuWarn}},
+		{name: "cuda:0 is the 1080 Ti, as nvidia-smi shows it", inv: nvml, req: Request{Device: "cuda:0", Precision: amp.FP16, AllowCPUFallback: true},
+			uuids: []string{uuid1080}, precision: amp.FP16, lossScaling: true,
 			reason: "pinned cuda:0 (nvidia-smi index 0): " + label1080, warnings: []string{cpuWarn, warn61}},
 		{name: "by UUID prefix", inv: nvml, req: Request{Device: "gpu-8F2A", AllowCPUFallback: true},
-			uuids: []string{uuidTitan}, precision: "fp32", reason: "pinned by UUID gpu-8F2A: " + labelTi, warnings: []string{cpuWarn}},
+			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "pinned by UUID gpu-8F2A: " + labelTi, warnings: []string{cpuWarn}},
 		{name: "by full UUID", inv: nvml, req: Request{Device: uuid1080, AllowCPUFallback: true},
-			uuids: []string{uuid1080}, precision: "fp32", reason: "pinned by UUID " + uuid1080 + ": " + label1080, warnings: []string{cpuWarn}},
+			uuids: []string{uuid1080}, precision: amp.FP32, reason: "pinned by UUID " + uuid1080 + ": " + label1080, warnings: []string{cpuWarn}},
 		{name: "by short PCI bus id", inv: nvml, req: Request{Device: "02:00.0", AllowCPUFallback: true},
-			uuids: []string{uuidTitan}, precision: "fp32", reason: "pinned by PCI bus id 02:00.0: " + labelTi, warnings: []string{cpuWarn}},
+			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "pinned by PCI bus id 02:00.0: " + labelTi, warnings: []string{cpuWarn}},
 		{name: "by lspci-style PCI bus id", inv: smi, req: Request{Device: "0000:01:00.0", AllowCPUFallback: true},
-			uuids: []string{uuid1080}, precision: "fp32", reason: "pinned by PCI bus id 0000:01:00.0: " + label1080, warnings: []string{cpuWarn}},
-		{name: "both, precision must hold on each", inv: nvml, req: Request{Devices: []string{"cuda:1", "cuda:0"}, Precision: "bf16", PrecisionFallback: true, AllowCPUFallback: true},
-			uuids: []string{uuidTitan, uuid1080}, precision: "fp16", lossScaling: true,
+			uuids: []string{uuid1080}, precision: amp.FP32, reason: "pinned by PCI bus id 0000:01:00.0: " + label1080, warnings: []string{cpuWarn}},
+		{name: "both, precision must hold on each", inv: nvml, req: Request{Devices: []string{"cuda:1", "cuda:0"}, Precision: amp.BF16, PrecisionFallback: true, AllowCPUFallback: true},
+			uuids: []string{uuidTitan, uuid1080}, precision: amp.FP16, lossScaling: true,
 			reason:   "pinned cuda:1 (nvidia-smi index 1): " + labelTi + "; cuda:0 (nvidia-smi index 0): " + label1080,
 			warnings: []string{cpuWarn, "bf16 needs compute capability 8.0 or newer, but " + labelTi + " has 7.5, " + label1080 + " has 6.1: using fp16 with loss scaling instead (precision_fallback)", warn61}},
-		{name: "cpu supports bf16", inv: nvml, req: Request{Device: "CPU", Precision: "bf16"},
-			precision: "bf16", reason: "device: cpu"},
+		{name: "cpu supports bf16", inv: nvml, req: Request{Device: "CPU", Precision: amp.BF16},
+			precision: amp.BF16, reason: "device: cpu"},
 		{name: "pinned GPU without allow_cpu_fallback is refused", inv: nvml, req: Request{Device: "cuda:1"},
 			wantErr: `device "cuda:1" resolves to ` + labelTi + ", but mixtune cannot run on a GPU yet: it has no GPU compute backend and would compute on the CPU; " +
 				"set allow_cpu_fallback: true to run on the CPU anyway, or device: cpu"},
@@ -131,9 +133,9 @@ func TestSelectTitanHost(t *testing.T) {
 		{name: "memory refusal by the run's estimate", inv: nvml, req: Request{Device: "cuda:1", MinFreeMemory: 1 * gib, NeedMemory: 30 * gib, AllowCPUFallback: true},
 			wantErr: `device "cuda:1" refused: ` + labelTi + " has 23.6 GiB free, needs at least 30.0 GiB (the run's estimated need)"},
 		{name: "auto skips a card that is too small", inv: nvml, req: Request{NeedMemory: 8 * gib, Policy: "FREE"},
-			uuids: []string{uuidTitan}, precision: "fp32", reason: "auto: most free VRAM (23.6 GiB) of 2 eligible GPUs: " + labelTi, warnings: []string{cpuWarn}},
+			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "auto: most free VRAM (23.6 GiB) of 2 eligible GPUs: " + labelTi, warnings: []string{cpuWarn}},
 		{name: "auto with no card big enough takes the CPU", inv: nvml, req: Request{MinFreeMemory: 30 * gib},
-			precision: "fp32", reason: "auto: no eligible GPU, using CPU: " + label1080 + " has 10.7 GiB free, needs at least 30.0 GiB (min_free_memory); " +
+			precision: amp.FP32, reason: "auto: no eligible GPU, using CPU: " + label1080 + " has 10.7 GiB free, needs at least 30.0 GiB (min_free_memory); " +
 				labelTi + " has 23.6 GiB free, needs at least 30.0 GiB (min_free_memory)"},
 	})
 }
@@ -142,13 +144,13 @@ func TestSelectEightGPUs(t *testing.T) {
 	inv := inventoryFromSMI(t, "eight_gpu.smi.csv")
 	runSelectCases(t, []selectCase{
 		{name: "total: the A6000 with the most free", inv: inv, req: Request{Policy: PolicyTotal},
-			uuids: []string{uuid8[1]}, precision: "fp32", warnings: []string{cpuWarn},
+			uuids: []string{uuid8[1]}, precision: amp.FP32, warnings: []string{cpuWarn},
 			reason: "auto: most total VRAM (48.0 GiB) of 8 eligible GPUs: " + a6000(1) + " (tie broken by free VRAM: 20.0 GiB)"},
 		{name: "free: an idle 3090", inv: inv, req: Request{Policy: PolicyFree},
-			uuids: []string{uuid8[6]}, precision: "fp32", warnings: []string{cpuWarn},
+			uuids: []string{uuid8[6]}, precision: amp.FP32, warnings: []string{cpuWarn},
 			reason: "auto: most free VRAM (23.6 GiB) of 8 eligible GPUs: " + r3090(6) + " (tie broken by lower index)"},
-		{name: "min_free_memory passes over the busy A6000s", inv: inv, req: Request{MinFreeMemory: 21 * gib, Precision: "bf16"},
-			uuids: []string{uuid8[6]}, precision: "bf16", warnings: []string{cpuWarn},
+		{name: "min_free_memory passes over the busy A6000s", inv: inv, req: Request{MinFreeMemory: 21 * gib, Precision: amp.BF16},
+			uuids: []string{uuid8[6]}, precision: amp.BF16, warnings: []string{cpuWarn},
 			reason: "auto: most total VRAM (24.0 GiB) of 3 eligible GPUs: " + r3090(6) + " (tie broken by lower index); passed over: " +
 				a6000(0) + " has 1.2 GiB free, needs at least 21.0 GiB (min_free_memory); " +
 				a6000(1) + " has 20.0 GiB free, needs at least 21.0 GiB (min_free_memory); " +
@@ -156,7 +158,7 @@ func TestSelectEightGPUs(t *testing.T) {
 				a6000(3) + " has 512.0 MiB free, needs at least 21.0 GiB (min_free_memory); " +
 				r3090(5) + " has 2.9 GiB free, needs at least 21.0 GiB (min_free_memory)"},
 		{name: "two pinned GPUs", inv: inv, req: Request{Devices: []string{"cuda:4", "GPU-e2f0"}, NeedMemory: 20 * gib, AllowCPUFallback: true},
-			uuids: []string{uuid8[4], uuid8[6]}, precision: "fp32", warnings: []string{cpuWarn},
+			uuids: []string{uuid8[4], uuid8[6]}, precision: amp.FP32, warnings: []string{cpuWarn},
 			reason: "pinned cuda:4 (nvidia-smi index 4): " + r3090(4) + "; by UUID GPU-e2f0: " + r3090(6)},
 		{name: "a busy one among pinned GPUs is refused", inv: inv, req: Request{Devices: []string{"cuda:4", "cuda:5"}, NeedMemory: 20 * gib, AllowCPUFallback: true},
 			wantErr: `device "cuda:5" refused: ` + r3090(5) + " has 2.9 GiB free, needs at least 20.0 GiB (the run's estimated need)"},
@@ -167,7 +169,7 @@ func TestSelectEightGPUs(t *testing.T) {
 				"\n  1  NVIDIA RTX A6000  " + uuid8[1] + "  00000000:1C:00.0  48.0 GiB total, 20.0 GiB free" +
 				"\n  2  NVIDIA RTX A6000  " + uuid8[2] + "  00000000:3D:00.0  48.0 GiB total, 7.8 GiB free"},
 		{name: "unique prefix", inv: inv, req: Request{Device: "GPU-8f2b", AllowCPUFallback: true},
-			uuids: []string{uuid8[2]}, precision: "fp32", warnings: []string{cpuWarn}, reason: "pinned by UUID GPU-8f2b: " + a6000(2)},
+			uuids: []string{uuid8[2]}, precision: amp.FP32, warnings: []string{cpuWarn}, reason: "pinned by UUID GPU-8f2b: " + a6000(2)},
 	})
 }
 
@@ -189,33 +191,33 @@ func TestSelectCUDAVisibleDevices(t *testing.T) {
 	fastestFirst.Policy, fastestFirst.CUDADeviceOrder = PolicyFree, ""
 	runSelectCases(t, []selectCase{
 		{name: "a full UUID and a prefix", inv: inv, req: cvd("GPU-c04d7f18-6e5d-4c3b-a291-8f7e6d5c4b04,GPU-5be9"),
-			uuids: []string{uuid8[3]}, precision: "fp32", warnings: []string{cpuWarn},
+			uuids: []string{uuid8[3]}, precision: amp.FP32, warnings: []string{cpuWarn},
 			reason: "auto: most total VRAM (48.0 GiB) of 2 eligible GPUs: " + a6000(3) + `; CUDA_VISIBLE_DEVICES="GPU-c04d7f18-6e5d-4c3b-a291-8f7e6d5c4b04,GPU-5be9" leaves 2 of 8 GPUs visible`},
 		{name: "an unknown UUID truncates the list", inv: inv, req: cvd("GPU-8f2a,GPU-zz,4"),
-			uuids: []string{uuid8[1]}, precision: "fp32",
+			uuids: []string{uuid8[1]}, precision: amp.FP32,
 			warnings: []string{cpuWarn, `CUDA_VISIBLE_DEVICES="GPU-8f2a,GPU-zz,4": entry 2 "GPU-zz" matches no device, so CUDA ignores it and every entry after it`},
 			reason:   "auto: most total VRAM (48.0 GiB) of 1 eligible GPU: " + a6000(1) + `; CUDA_VISIBLE_DEVICES="GPU-8f2a,GPU-zz,4" leaves 1 of 8 GPUs visible`},
 		{name: "an ambiguous prefix first hides everything", inv: inv, req: cvd("GPU-8f2,4"),
-			precision: "fp32", reason: `auto: CUDA_VISIBLE_DEVICES="GPU-8f2,4" hides all 8 GPUs, using CPU`,
+			precision: amp.FP32, reason: `auto: CUDA_VISIBLE_DEVICES="GPU-8f2,4" hides all 8 GPUs, using CPU`,
 			warnings: []string{`CUDA_VISIBLE_DEVICES="GPU-8f2,4": entry 1 "GPU-8f2" is ambiguous (a prefix of ` + a6000(1) + ", " + a6000(2) + "), so CUDA ignores it and every entry after it"}},
 		{name: "an index out of range truncates", inv: inv, req: cvd("4,9,5"),
-			uuids: []string{uuid8[4]}, precision: "fp32",
+			uuids: []string{uuid8[4]}, precision: amp.FP32,
 			warnings: []string{cpuWarn, `CUDA_VISIBLE_DEVICES="4,9,5": entry 2 "9" is out of range (8 GPUs), so CUDA ignores it and every entry after it`},
 			reason:   "auto: most total VRAM (24.0 GiB) of 1 eligible GPU: " + r3090(4) + `; CUDA_VISIBLE_DEVICES="4,9,5" leaves 1 of 8 GPUs visible`},
 		{name: "a repeat truncates", inv: inv, req: cvd("6,GPU-e2f0,0"),
-			uuids: []string{uuid8[6]}, precision: "fp32",
+			uuids: []string{uuid8[6]}, precision: amp.FP32,
 			warnings: []string{cpuWarn, `CUDA_VISIBLE_DEVICES="6,GPU-e2f0,0": entry 2 "GPU-e2f0" repeats an earlier entry (` + r3090(6) + "), so CUDA ignores it and every entry after it"},
 			reason:   "auto: most total VRAM (24.0 GiB) of 1 eligible GPU: " + r3090(6) + `; CUDA_VISIBLE_DEVICES="6,GPU-e2f0,0" leaves 1 of 8 GPUs visible`},
 		{name: "-1 hides everything", inv: inv, req: cvd("-1"),
-			precision: "fp32", reason: `auto: CUDA_VISIBLE_DEVICES="-1" hides all 8 GPUs, using CPU`,
+			precision: amp.FP32, reason: `auto: CUDA_VISIBLE_DEVICES="-1" hides all 8 GPUs, using CPU`,
 			warnings: []string{`CUDA_VISIBLE_DEVICES="-1": entry 1 "-1" is not an index, GPU-… UUID or MIG-… id, so CUDA ignores it and every entry after it`}},
 		{name: "empty hides everything", inv: inv, req: cvd(""),
-			precision: "fp32", reason: `auto: CUDA_VISIBLE_DEVICES="" hides all 8 GPUs, using CPU`},
+			precision: amp.FP32, reason: `auto: CUDA_VISIBLE_DEVICES="" hides all 8 GPUs, using CPU`},
 		{name: "indices in PCI order, warned about without PCI_BUS_ID", inv: inv, req: fastestFirst,
-			uuids: []string{uuid8[4]}, precision: "fp32", warnings: []string{cpuWarn, indicesWarn("5,4,0")},
+			uuids: []string{uuid8[4]}, precision: amp.FP32, warnings: []string{cpuWarn, indicesWarn("5,4,0")},
 			reason: "auto: most free VRAM (23.5 GiB) of 3 eligible GPUs: " + r3090(4) + `; CUDA_VISIBLE_DEVICES="5,4,0" leaves 3 of 8 GPUs visible`},
 		{name: "cuda:N stays the nvidia-smi index", inv: titan, req: pinVisible,
-			uuids: []string{uuidTitan}, precision: "fp32", warnings: []string{cpuWarn},
+			uuids: []string{uuidTitan}, precision: amp.FP32, warnings: []string{cpuWarn},
 			reason: "pinned cuda:1 (nvidia-smi index 1): " + labelTi + `; CUDA_VISIBLE_DEVICES="1" only limits the choice, indices stay nvidia-smi's`},
 		{name: "a pinned GPU hidden by CUDA_VISIBLE_DEVICES", inv: titan, req: pinHidden,
 			wantErr: `device "cuda:1" is ` + labelTi + `, but CUDA_VISIBLE_DEVICES="0" hides it (visible: ` + label1080 + "); cuda:N always counts in nvidia-smi order, not in CUDA_VISIBLE_DEVICES order"},
@@ -229,8 +231,8 @@ func TestSelectMIG(t *testing.T) {
 	labelA100 := "GPU 1 (NVIDIA A100-SXM4-40GB, " + uuidA100 + ")"
 	migOnly := Request{CUDAVisibleDevices: "MIG-4f8a", CUDAVisibleSet: true}
 	runSelectCases(t, []selectCase{
-		{name: "auto passes over the MIG-enabled card", inv: inv, req: Request{Precision: "bf16"},
-			uuids: []string{uuidA100}, precision: "bf16", warnings: []string{cpuWarn},
+		{name: "auto passes over the MIG-enabled card", inv: inv, req: Request{Precision: amp.BF16},
+			uuids: []string{uuidA100}, precision: amp.BF16, warnings: []string{cpuWarn},
 			reason: "auto: most total VRAM (40.0 GiB) of 1 eligible GPU: " + labelA100 + "; passed over: " + labelMIG0 + " has MIG enabled (pin one of its MIG-… instances)"},
 		{name: "whole MIG-enabled GPU by index", inv: inv, req: Request{Device: "cuda:0", AllowCPUFallback: true},
 			wantErr: `device "cuda:0" is ` + labelMIG0 + ", which has MIG enabled: CUDA cannot use it as a whole GPU; pin one of its MIG instances:" +
@@ -238,8 +240,8 @@ func TestSelectMIG(t *testing.T) {
 				"\n  " + uuid2g + "  NVIDIA A100-SXM4-40GB MIG 2g.10gb  9.8 GiB total, 9.7 GiB free"},
 		{name: "whole MIG-enabled GPU by UUID, nvidia-smi", inv: smi, req: Request{Device: "GPU-b7e4", AllowCPUFallback: true},
 			wantErr: `device "GPU-b7e4" is ` + labelMIG0 + ", which has MIG enabled: CUDA cannot use it as a whole GPU; pin one of its MIG instances (MIG-…, listed by nvidia-smi -L) or disable MIG"},
-		{name: "a MIG instance", inv: inv, req: Request{Device: "MIG-9b3c", Precision: "bf16", AllowCPUFallback: true},
-			uuids: []string{uuid2g}, precision: "bf16", warnings: []string{cpuWarn},
+		{name: "a MIG instance", inv: inv, req: Request{Device: "MIG-9b3c", Precision: amp.BF16, AllowCPUFallback: true},
+			uuids: []string{uuid2g}, precision: amp.BF16, warnings: []string{cpuWarn},
 			reason: "pinned by MIG id MIG-9b3c: MIG instance " + uuid2g + " (NVIDIA A100-SXM4-40GB MIG 2g.10gb) on GPU 0"},
 		{name: "a MIG instance too small", inv: inv, req: Request{Device: "MIG-9b3c", MinFreeMemory: 10 * gib, AllowCPUFallback: true},
 			wantErr: `device "MIG-9b3c" refused: MIG instance ` + uuid2g + " (NVIDIA A100-SXM4-40GB MIG 2g.10gb) on GPU 0 has 9.7 GiB free, needs at least 10.0 GiB (min_free_memory)"},
@@ -250,7 +252,7 @@ func TestSelectMIG(t *testing.T) {
 				"\n  0  NVIDIA A100-SXM4-40GB  " + uuidMIG0 + "  00000000:07:00.0  40.0 GiB total, 39.4 GiB free" +
 				"\n  1  NVIDIA A100-SXM4-40GB  " + uuidA100 + "  00000000:0F:00.0  40.0 GiB total, 28.0 GiB free"},
 		{name: "CUDA_VISIBLE_DEVICES naming a MIG instance: auto takes it", inv: inv, req: migOnly,
-			uuids: []string{uuid3g}, precision: "fp32", warnings: []string{cpuWarn},
+			uuids: []string{uuid3g}, precision: amp.FP32, warnings: []string{cpuWarn},
 			reason: "auto: most total VRAM (19.6 GiB) of 1 eligible GPU: MIG instance " + uuid3g + ` (NVIDIA A100-SXM4-40GB MIG 3g.20gb) on GPU 0; CUDA_VISIBLE_DEVICES="MIG-4f8a" leaves 1 of 2 GPUs visible`},
 	})
 }
@@ -258,8 +260,8 @@ func TestSelectMIG(t *testing.T) {
 func TestSelectNoGPU(t *testing.T) {
 	inv := Inventory{Source: "none", Note: noGPUNote}
 	runSelectCases(t, []selectCase{
-		{name: "auto takes the CPU and says why", inv: inv, req: Request{Precision: "fp16"},
-			precision: "fp16", lossScaling: true, reason: "auto: " + noGPUNote},
+		{name: "auto takes the CPU and says why", inv: inv, req: Request{Precision: amp.FP16},
+			precision: amp.FP16, lossScaling: true, reason: "auto: " + noGPUNote},
 		{name: "a pinned GPU is an error", inv: inv, req: Request{Device: "cuda:0", AllowCPUFallback: true},
 			wantErr: `device "cuda:0" not found: this host has no GPU (` + noGPUNote + ")"},
 	})
@@ -274,18 +276,18 @@ func TestSelectCapability(t *testing.T) {
 	}}
 	oldTi := "GPU 1 (TITAN RTX, " + uuidTitan + ")"
 	runSelectCases(t, []selectCase{
-		{name: "bf16 refused names the GPU that has it", inv: mixed, req: Request{Precision: "bf16"},
+		{name: "bf16 refused names the GPU that has it", inv: mixed, req: Request{Precision: amp.BF16},
 			wantErr: "precision bf16 needs compute capability 8.0 or newer (Ampere), but GPU 0 (Tesla V100-SXM2-32GB, GPU-a0) has 7.0; " +
 				"set precision: fp16 (with loss scaling) or fp32, or precision_fallback: true to fall back to fp16, or pin a GPU that has bf16: GPU 1 (NVIDIA A10, GPU-a1)"},
-		{name: "fp16 on 6.0: no tensor cores", inv: mixed, req: Request{Device: "cuda:2", Precision: "fp16", AllowCPUFallback: true},
-			uuids: []string{"GPU-a2"}, precision: "fp16", lossScaling: true,
+		{name: "fp16 on 6.0: no tensor cores", inv: mixed, req: Request{Device: "cuda:2", Precision: amp.FP16, AllowCPUFallback: true},
+			uuids: []string{"GPU-a2"}, precision: amp.FP16, lossScaling: true,
 			reason:   "pinned cuda:2 (nvidia-smi index 2): GPU 2 (Tesla P100-PCIE-16GB, GPU-a2)",
 			warnings: []string{cpuWarn, "GPU 2 (Tesla P100-PCIE-16GB, GPU-a2) has compute capability 6.0: no tensor cores (7.0 or newer), so fp16 mixed precision gains little there"}},
-		{name: "unknown capability: bf16 kept, with a warning", inv: old, req: Request{Precision: "bf16"},
-			uuids: []string{uuidTitan}, precision: "bf16", reason: "auto: most total VRAM (23.7 GiB) of 2 eligible GPUs: " + oldTi,
+		{name: "unknown capability: bf16 kept, with a warning", inv: old, req: Request{Precision: amp.BF16},
+			uuids: []string{uuidTitan}, precision: amp.BF16, reason: "auto: most total VRAM (23.7 GiB) of 2 eligible GPUs: " + oldTi,
 			warnings: []string{cpuWarn, oldTi + ": compute capability unknown (the driver does not report it), so bf16 support (8.0 or newer) is not checked"}},
-		{name: "unknown capability: fp16 kept, with a warning", inv: old, req: Request{Precision: "half"},
-			uuids: []string{uuidTitan}, precision: "fp16", lossScaling: true, reason: "auto: most total VRAM (23.7 GiB) of 2 eligible GPUs: " + oldTi,
+		{name: "unknown capability: fp16 kept, with a warning", inv: old, req: Request{Precision: amp.FP16},
+			uuids: []string{uuidTitan}, precision: amp.FP16, lossScaling: true, reason: "auto: most total VRAM (23.7 GiB) of 2 eligible GPUs: " + oldTi,
 			warnings: []string{cpuWarn, oldTi + ": compute capability unknown (the driver does not report it), so fp16 tensor-core support (7.0 or newer) is not checked"}},
 	})
 }
@@ -306,7 +308,6 @@ func TestSelectBadRequest(t *testing.T) {
 		{name: "bad entry in devices", inv: inv, req: Request{Devices: []string{"cuda:0", "titan"}},
 			wantErr: `devices[1]: device "titan": want auto, cpu, cuda:N (nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus id such as 0000:01:00.0`},
 		{name: "policy", inv: inv, req: Request{Policy: "fastest"}, wantErr: `unknown device selection policy "fastest" (want "total" or "free")`},
-		{name: "precision", inv: inv, req: Request{Precision: "fp8"}, wantErr: `unknown precision "fp8" (want fp32, bf16 or fp16)`},
 	})
 }
 

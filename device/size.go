@@ -91,3 +91,35 @@ func formatBytes(n uint64) string {
 	}
 	return fmt.Sprintf("%.1f %s", f, units[i])
 }
+
+// Size is a memory size in bytes that configs write as ParseSize reads it.
+type Size uint64
+
+// MarshalText writes the size in the largest binary unit that divides it
+// exactly ("20GiB"), or in bytes, so it reads back to the same number.
+func (s Size) MarshalText() ([]byte, error) {
+	n := uint64(s)
+	for _, u := range []struct {
+		name string
+		mult uint64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.mult == 0 {
+			return []byte(fmt.Sprintf("%d%s", n/u.mult, u.name)), nil
+		}
+	}
+	return []byte(strconv.FormatUint(n, 10)), nil
+}
+
+// UnmarshalText reads a size as ParseSize does; empty is 0.
+func (s *Size) UnmarshalText(b []byte) error {
+	if strings.TrimSpace(string(b)) == "" {
+		*s = 0
+		return nil
+	}
+	n, err := ParseSize(string(b))
+	if err != nil {
+		return err
+	}
+	*s = Size(n)
+	return nil
+}

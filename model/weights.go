@@ -72,28 +72,44 @@ func ModulePath(i int, short string) string {
 
 // Specs lists the weights of a model with config c in a fixed order.
 func Specs(c Config) []Spec {
-	d, f, hd := c.HiddenSize, c.IntermediateSize, c.HeadDimension()
+	var specs []Spec
+	eachSpec(c, func(s Spec) bool { specs = append(specs, s); return true })
+	return specs
+}
+
+// eachSpec calls f on each weight of a model with config c, in Specs'
+// order, until f returns false: checking a config against a file stops at
+// the first missing tensor rather than listing a million layers first.
+func eachSpec(c Config, f func(Spec) bool) {
+	d, ff, hd := c.HiddenSize, c.IntermediateSize, c.HeadDimension()
 	q, kv := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
-	specs := []Spec{{"model.embed_tokens.weight", []int{c.VocabSize, d}}}
+	if !f(Spec{"model.embed_tokens.weight", []int{c.VocabSize, d}}) {
+		return
+	}
 	for i := 0; i < c.NumHiddenLayers; i++ {
 		p := LayerPrefix(i)
-		specs = append(specs,
-			Spec{p + "input_layernorm.weight", []int{d}},
-			Spec{ModulePath(i, "q_proj") + ".weight", []int{q, d}},
-			Spec{ModulePath(i, "k_proj") + ".weight", []int{kv, d}},
-			Spec{ModulePath(i, "v_proj") + ".weight", []int{kv, d}},
-			Spec{ModulePath(i, "o_proj") + ".weight", []int{d, q}},
-			Spec{p + "post_attention_layernorm.weight", []int{d}},
-			Spec{ModulePath(i, "gate_proj") + ".weight", []int{f, d}},
-			Spec{ModulePath(i, "up_proj") + ".weight", []int{f, d}},
-			Spec{ModulePath(i, "down_proj") + ".weight", []int{d, f}},
-		)
+		for _, s := range []Spec{
+			{p + "input_layernorm.weight", []int{d}},
+			{ModulePath(i, "q_proj") + ".weight", []int{q, d}},
+			{ModulePath(i, "k_proj") + ".weight", []int{kv, d}},
+			{ModulePath(i, "v_proj") + ".weight", []int{kv, d}},
+			{ModulePath(i, "o_proj") + ".weight", []int{d, q}},
+			{p + "post_attention_layernorm.weight", []int{d}},
+			{ModulePath(i, "gate_proj") + ".weight", []int{ff, d}},
+			{ModulePath(i, "up_proj") + ".weight", []int{ff, d}},
+			{ModulePath(i, "down_proj") + ".weight", []int{d, ff}},
+		} {
+			if !f(s) {
+				return
+			}
+		}
 	}
-	specs = append(specs, Spec{"model.norm.weight", []int{d}})
+	if !f(Spec{"model.norm.weight", []int{d}}) {
+		return
+	}
 	if !c.TieWordEmbeddings {
-		specs = append(specs, Spec{"lm_head.weight", []int{c.VocabSize, d}})
+		f(Spec{"lm_head.weight", []int{c.VocabSize, d}})
 	}
-	return specs
 }
 
 // New initializes a model as HF's LlamaPreTrainedModel does: linear and
@@ -164,35 +180,46 @@ func (m *Model) WeightBytes() int {
 	return n
 }
 
-// Load reads an HF model directory: config.json and model.safetensors, or
-// shards listed in model.safetensors.index.json. F32, BF16, F16 and F64
-// weights are converted to fp32 here, once.
-func Load(dir string) (*Model, error) {
+// Inspect reads dir's config.json and checks the weight files' headers
+// against it: every tensor the config implies is there with its shape, and
+// nothing else is. It reads no tensor data, so it is the check to run
+// before allocating anything.
+func Inspect(dir string) (Config, error) {
 	c, err := ReadConfig(dir)
 	if err != nil {
-		return nil, err
+		return Config{}, err
 	}
 	ck, err := safetensors.OpenCheckpoint(dir)
 	if err != nil {
-		return nil, fmt.Errorf("load model %s: %w", dir, err)
+		return Config{}, fmt.Errorf("load model %s: %w", dir, err)
 	}
-	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
+	if err := checkTensors(c, ck); err != nil {
+		return Config{}, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+// checkTensors compares a checkpoint's tensor names and shapes with the
+// weights config c implies.
+func checkTensors(c Config, ck *safetensors.Checkpoint) error {
 	want := map[string]bool{}
-	for _, s := range Specs(c) {
-		want[s.Name] = true
+	var problem error
+	eachSpec(c, func(s Spec) bool {
 		info, ok := ck.Info(s.Name)
-		if !ok {
-			return nil, fmt.Errorf("load model %s: missing tensor %s", dir, s.Name)
+		switch {
+		case !ok:
+			problem = fmt.Errorf("missing tensor %s", s.Name)
+			if n := storedLayers(ck); strings.HasPrefix(s.Name, "model.layers.") && n < c.NumHiddenLayers {
+				problem = fmt.Errorf("config.json has num_hidden_layers %d, but the weights hold %d layers (missing tensor %s)", c.NumHiddenLayers, n, s.Name)
+			}
+		case !sameShape(info.Shape, s.Shape):
+			problem = fmt.Errorf("tensor %s has shape %v, config.json implies %v", s.Name, info.Shape, s.Shape)
 		}
-		if !sameShape(info.Shape, s.Shape) {
-			return nil, fmt.Errorf("load model %s: tensor %s has shape %v, config.json implies %v", dir, s.Name, info.Shape, s.Shape)
-		}
-		data, _, err := ck.Float32(s.Name)
-		if err != nil {
-			return nil, fmt.Errorf("load model %s: %w", dir, err)
-		}
-		m.Weights[s.Name] = &Tensor{Shape: s.Shape, Data: data}
-		m.Stored[s.Name] = info.Dtype
+		want[s.Name] = true
+		return problem == nil
+	})
+	if problem != nil {
+		return problem
 	}
 	for _, name := range ck.Names() {
 		switch {
@@ -203,10 +230,67 @@ func Load(dir string) (*Model, error) {
 		case name == "lm_head.weight" && c.TieWordEmbeddings:
 			// Tied: the head is the embedding, as in HF.
 		default:
-			return nil, fmt.Errorf("load model %s: unexpected tensor %s: not part of a Llama model with this config.json", dir, name)
+			return fmt.Errorf("unexpected tensor %s: not part of a Llama model with this config.json", name)
 		}
 	}
+	return nil
+}
+
+// storedLayers is one more than the highest layer number the checkpoint
+// has tensors for.
+func storedLayers(ck *safetensors.Checkpoint) int {
+	n := 0
+	for _, name := range ck.Names() {
+		var i int
+		if _, err := fmt.Sscanf(name, "model.layers.%d.", &i); err == nil && i+1 > n {
+			n = i + 1
+		}
+	}
+	return n
+}
+
+// Load reads an HF model directory: config.json and model.safetensors, or
+// shards listed in model.safetensors.index.json. F32, BF16, F16 and F64
+// weights are converted to fp32 here, once. The headers are checked
+// against the config before any tensor is read, and every value must be
+// finite: a NaN in a base weight is reported here, by tensor, rather than
+// later as a diverged loss.
+func Load(dir string) (*Model, error) {
+	c, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	if err := checkTensors(c, ck); err != nil {
+		return nil, fmt.Errorf("load model %s: %w", dir, err)
+	}
+	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
+	for _, s := range Specs(c) {
+		info, _ := ck.Info(s.Name)
+		data, _, err := ck.Float32(s.Name)
+		if err != nil {
+			return nil, fmt.Errorf("load model %s: %w", dir, err)
+		}
+		if i := firstNonFinite(data); i >= 0 {
+			return nil, fmt.Errorf("load model %s: tensor %s holds a non-finite value (%v at index %d)", dir, s.Name, data[i], i)
+		}
+		m.Weights[s.Name] = &Tensor{Shape: s.Shape, Data: data}
+		m.Stored[s.Name] = info.Dtype
+	}
 	return m, nil
+}
+
+// firstNonFinite is the index of the first NaN or ±Inf in xs, or -1.
+func firstNonFinite(xs []float32) int {
+	for i, x := range xs {
+		if x-x != 0 { // NaN - NaN and Inf - Inf are NaN; every finite x gives 0
+			return i
+		}
+	}
+	return -1
 }
 
 // StoredDtypes summarizes the on-disk formats, e.g. "BF16×34, F32×2".

@@ -42,13 +42,13 @@ type torchFixture struct {
 		Clipped     [][]float64 `json:"clipped"`
 	} `json:"clip"`
 	Schedules []struct {
-		Kind   string    `json:"kind"`
-		Peak   float64   `json:"peak"`
-		Min    float64   `json:"min"`
-		Warmup int       `json:"warmup"`
-		Total  int       `json:"total"`
-		Steps  []int     `json:"steps"`
-		LR     []float64 `json:"lr"`
+		Kind   ScheduleKind `json:"kind"`
+		Peak   float64      `json:"peak"`
+		Min    float64      `json:"min"`
+		Warmup int          `json:"warmup"`
+		Total  int          `json:"total"`
+		Steps  []int        `json:"steps"`
+		LR     []float64    `json:"lr"`
 	} `json:"schedules"`
 	BiasCorrection []struct {
 		Beta  float64 `json:"beta"`

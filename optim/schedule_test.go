@@ -78,7 +78,7 @@ func TestScheduleLR(t *testing.T) {
 // TestScheduleMonotone: warmup rises, decay never rises, the value stays in
 // [0, Peak].
 func TestScheduleMonotone(t *testing.T) {
-	for _, kind := range []string{Cosine, Linear, Constant} {
+	for _, kind := range []ScheduleKind{Cosine, Linear, Constant} {
 		s := Schedule{Kind: kind, Peak: 3e-4, Min: 3e-5, Warmup: 7, Total: 50}
 		prev := 0.0
 		for step := 1; step <= 60; step++ {
@@ -105,16 +105,16 @@ func TestScheduleValidate(t *testing.T) {
 		{"min == peak", func(s *Schedule) { s.Min = s.Peak }, ""},
 		{"warmup == total", func(s *Schedule) { s.Warmup = s.Total }, ""},
 		{"no warmup", func(s *Schedule) { s.Warmup = 0 }, ""},
-		{"empty kind", func(s *Schedule) { s.Kind = "" }, `optim: schedule: unknown kind "" (want "cosine", "linear" or "constant")`},
-		{"unknown kind", func(s *Schedule) { s.Kind = "Cosine" }, `optim: schedule: unknown kind "Cosine" (want "cosine", "linear" or "constant")`},
-		{"zero peak", func(s *Schedule) { s.Peak = 0 }, "optim: schedule: peak 0: must be finite and > 0"},
-		{"NaN peak", func(s *Schedule) { s.Peak = math.NaN() }, "optim: schedule: peak NaN: must be finite and > 0"},
-		{"Inf peak", func(s *Schedule) { s.Peak = math.Inf(1) }, "optim: schedule: peak +Inf: must be finite and > 0"},
-		{"negative min", func(s *Schedule) { s.Min = -1e-6 }, "optim: schedule: min -1e-06: must be in [0, peak 0.001]"},
-		{"min above peak", func(s *Schedule) { s.Min = 2e-3 }, "optim: schedule: min 0.002: must be in [0, peak 0.001]"},
-		{"zero total", func(s *Schedule) { s.Total, s.Warmup = 0, 0 }, "optim: schedule: total 0: must be >= 1"},
-		{"negative warmup", func(s *Schedule) { s.Warmup = -1 }, "optim: schedule: warmup -1: must be in [0, total 100]"},
-		{"warmup beyond total", func(s *Schedule) { s.Warmup = 101 }, "optim: schedule: warmup 101: must be in [0, total 100]"},
+		{"empty kind", func(s *Schedule) { s.Kind = "" }, `optim: schedule: kind: unknown kind "" (want "cosine", "linear" or "constant")`},
+		{"unknown kind", func(s *Schedule) { s.Kind = "Cosine" }, `optim: schedule: kind: unknown kind "Cosine" (want "cosine", "linear" or "constant")`},
+		{"zero peak", func(s *Schedule) { s.Peak = 0 }, "optim: schedule: peak: 0: must be finite and > 0"},
+		{"NaN peak", func(s *Schedule) { s.Peak = math.NaN() }, "optim: schedule: peak: NaN: must be finite and > 0"},
+		{"Inf peak", func(s *Schedule) { s.Peak = math.Inf(1) }, "optim: schedule: peak: +Inf: must be finite and > 0"},
+		{"negative min", func(s *Schedule) { s.Min = -1e-6 }, "optim: schedule: min: must be between 0 and the peak learning rate (0.001), got -1e-06"},
+		{"min above peak", func(s *Schedule) { s.Min = 2e-3 }, "optim: schedule: min: must be between 0 and the peak learning rate (0.001), got 0.002"},
+		{"zero total", func(s *Schedule) { s.Total, s.Warmup = 0, 0 }, "optim: schedule: total: 0 steps: must be >= 1"},
+		{"negative warmup", func(s *Schedule) { s.Warmup = -1 }, "optim: schedule: warmup: must be between 0 and the total steps (100), got -1"},
+		{"warmup beyond total", func(s *Schedule) { s.Warmup = 101 }, "optim: schedule: warmup: must be between 0 and the total steps (100), got 101"},
 	}
 	for _, tt := range tests {
 		s := ok

@@ -45,13 +45,8 @@ func TestDoRAGradients(t *testing.T) {
 // adapterParams lists the adapter tensors as the optimizer sees them.
 func adapterParams(l *peft.LoRA) []*optim.Param {
 	var ps []*optim.Param
-	for _, mod := range l.Modules {
-		ps = append(ps,
-			&optim.Param{Name: peft.KeyA(mod.Path), Shape: []int{l.Config.R, mod.In}, Value: mod.A, Grad: mod.GradA},
-			&optim.Param{Name: peft.KeyB(mod.Path), Shape: []int{mod.Out, l.Config.R}, Value: mod.B, Grad: mod.GradB})
-		if mod.M != nil {
-			ps = append(ps, &optim.Param{Name: peft.KeyM(mod.Path), Shape: []int{mod.Out}, Value: mod.M, Grad: mod.GradM})
-		}
+	for _, p := range l.Params() {
+		ps = append(ps, &optim.Param{Name: p.Name, Shape: p.Shape, Value: p.Value, Grad: p.Grad})
 	}
 	return ps
 }

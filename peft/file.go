@@ -258,11 +258,16 @@ func Load(dir string, targets []Target) (*LoRA, error) {
 	if len(used) == 0 {
 		return nil, fmt.Errorf("load adapter: %s: no lora_A tensors", wpath)
 	}
+	cpath := filepath.Join(dir, ConfigFile)
 	if len(cfg.TargetModules) == 0 && cfg.TargetRegex == "" {
 		cfg.TargetModules = shorts // target_modules null: the tensors say
+	} else if err := sameModules(cfg, targets, used); err != nil {
+		// PEFT builds the modules the config selects, then loads the
+		// tensors into them: a disagreement is missing or unexpected keys.
+		return nil, fmt.Errorf("load adapter: %s and %s disagree: %w", cpath, wpath, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("load adapter: %s: %w", filepath.Join(dir, ConfigFile), err)
+		return nil, fmt.Errorf("load adapter: %s: %w", cpath, err)
 	}
 	l := alloc(cfg, used)
 	for _, m := range l.Modules {
@@ -290,10 +295,53 @@ func Load(dir string, targets []Target) (*LoRA, error) {
 			if !slices.Equal(shape, w.shape) {
 				return nil, fmt.Errorf("load adapter: %s: %s has shape %v, want %v", wpath, w.key, shape, w.shape)
 			}
+			for i, v := range data {
+				if v-v != 0 { // NaN or ±Inf
+					return nil, fmt.Errorf("load adapter: %s: tensor %s holds a non-finite value (%v at index %d)", wpath, w.key, v, i)
+				}
+			}
 			copy(w.dst, data)
 		}
 	}
 	return l, nil
+}
+
+// sameModules checks that the modules adapter_config.json selects among
+// targets are exactly those the weights file has tensors for (used).
+func sameModules(cfg Config, targets, used []Target) error {
+	selected, err := Select(targets, cfg)
+	if err != nil {
+		return err
+	}
+	has := map[string]bool{}
+	for _, t := range used {
+		has[t.Path] = true
+	}
+	sel := map[string]bool{}
+	for _, t := range selected {
+		sel[t.Path] = true
+		if !has[t.Path] {
+			return fmt.Errorf("the config selects %s (%s), but the weights have no tensors for it", t.Path, describeTargets(cfg))
+		}
+	}
+	for _, t := range used {
+		if !sel[t.Path] {
+			return fmt.Errorf("the weights adapt %s, which the config does not select (%s)", t.Path, describeTargets(cfg))
+		}
+	}
+	return nil
+}
+
+// describeTargets says what a config selects, for an error message.
+func describeTargets(c Config) string {
+	if c.TargetRegex != "" {
+		return fmt.Sprintf("target_modules %q", c.TargetRegex)
+	}
+	s := fmt.Sprintf("target_modules %v", c.TargetModules)
+	if len(c.LayersToTransform) > 0 {
+		s += fmt.Sprintf(", layers_to_transform %v", c.LayersToTransform)
+	}
+	return s
 }
 
 // marshalSorted writes JSON with sorted keys and two-space indent, as PEFT

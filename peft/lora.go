@@ -259,6 +259,30 @@ func alloc(c Config, targets []Target) *LoRA {
 // Module returns the adapted module at path, or nil.
 func (l *LoRA) Module(path string) *Module { return l.byPath[path] }
 
+// Param is one trainable adapter tensor under its PEFT file key, with its
+// gradient buffer: what an optimizer updates.
+type Param struct {
+	Name        string
+	Shape       []int
+	Value, Grad []float32
+}
+
+// Params lists the adapter's trainable tensors, module by module: A, B,
+// and DoRA's magnitude. Value and Grad are the adapter's own buffers, not
+// copies, so an update through them is the adapter's.
+func (l *LoRA) Params() []Param {
+	var ps []Param
+	for _, m := range l.Modules {
+		ps = append(ps,
+			Param{Name: KeyA(m.Path), Shape: []int{l.Config.R, m.In}, Value: m.A, Grad: m.GradA},
+			Param{Name: KeyB(m.Path), Shape: []int{m.Out, l.Config.R}, Value: m.B, Grad: m.GradB})
+		if m.M != nil {
+			ps = append(ps, Param{Name: KeyM(m.Path), Shape: []int{m.Out}, Value: m.M, Grad: m.GradM})
+		}
+	}
+	return ps
+}
+
 // KeyA, KeyB and KeyM are the tensor names PEFT uses in
 // adapter_model.safetensors. The DoRA magnitude has no ".weight".
 func KeyA(path string) string { return "base_model.model." + path + ".lora_A.weight" }

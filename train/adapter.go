@@ -15,25 +15,48 @@ import (
 // building a fresh one, the trainable tensors, merging for generation and
 // loading a saved one.
 
+// AdapterKind is what a run trains: a LoRA or DoRA adapter on a frozen
+// base, or every weight.
+type AdapterKind string
+
+const (
+	LoRA         AdapterKind = "lora"
+	DoRA         AdapterKind = "dora"
+	FullFineTune AdapterKind = "none"
+)
+
+// UnmarshalText reads lora, dora or none.
+func (k *AdapterKind) UnmarshalText(b []byte) error {
+	switch s := AdapterKind(b); s {
+	case LoRA, DoRA, FullFineTune:
+		*k = s
+		return nil
+	}
+	return fmt.Errorf("must be lora, dora or none, got %q", b)
+}
+
+// MarshalText writes the kind's name.
+func (k AdapterKind) MarshalText() ([]byte, error) { return []byte(k), nil }
+
 // AdapterConfig chooses LoRA, DoRA or full fine-tuning, with PEFT's
 // hyperparameters (configs/reference.yaml documents each).
 type AdapterConfig struct {
-	Type              string   `yaml:"type"` // lora, dora or none
-	R                 int      `yaml:"r"`
-	Alpha             float64  `yaml:"alpha"`
-	Dropout           float64  `yaml:"dropout"`
-	UseRSLoRA         bool     `yaml:"use_rslora"`
-	Init              string   `yaml:"init"` // default, gaussian or pissa
-	TargetModules     []string `yaml:"target_modules"`
-	TargetRegex       string   `yaml:"target_regex"`
-	LayersToTransform []int    `yaml:"layers_to_transform"`
-	From              string   `yaml:"from"` // a PEFT adapter directory to continue training
+	Type              AdapterKind `yaml:"type"`
+	R                 int         `yaml:"r"`
+	Alpha             float64     `yaml:"alpha"`
+	Dropout           float64     `yaml:"dropout"`
+	UseRSLoRA         bool        `yaml:"use_rslora"`
+	Init              string      `yaml:"init"` // default, gaussian or pissa
+	TargetModules     []string    `yaml:"target_modules"`
+	TargetRegex       string      `yaml:"target_regex"`
+	LayersToTransform []int       `yaml:"layers_to_transform"`
+	From              string      `yaml:"from"` // a PEFT adapter directory to continue training
 }
 
 // peftConfig is the adapter's hyperparameters as the peft package takes them.
 func (a AdapterConfig) peftConfig() peft.Config {
 	return peft.Config{R: a.R, Alpha: a.Alpha, Dropout: a.Dropout, UseRSLoRA: a.UseRSLoRA,
-		UseDoRA: a.Type == "dora", Init: a.Init, TargetModules: a.TargetModules,
+		UseDoRA: a.Type == DoRA, Init: a.Init, TargetModules: a.TargetModules,
 		TargetRegex: a.TargetRegex, LayersToTransform: a.LayersToTransform}
 }
 
@@ -42,15 +65,10 @@ func (a AdapterConfig) peftConfig() peft.Config {
 // own hyperparameters.
 func (r *Recipe) validateAdapter(bad func(field, format string, args ...any)) {
 	a := &r.Config.Adapter
-	switch a.Type {
-	case "lora", "dora":
-	case "none":
+	if a.Type == FullFineTune {
 		if a.From != "" {
 			bad("adapter.from", "needs type lora or dora (type none trains every weight)")
 		}
-		return
-	default:
-		bad("adapter.type", "must be lora, dora or none, got %q", a.Type)
 		return
 	}
 	if a.Init == "" {
@@ -88,6 +106,16 @@ func (r *Recipe) validateAdapter(bad func(field, format string, args ...any)) {
 		for _, t := range ts {
 			if k := min(t.Out, t.In); a.R > k {
 				bad("adapter.r", "init pissa takes r singular vectors: r = %d exceeds min(out, in) = %d of %s", a.R, k, t.Path)
+				break
+			}
+		}
+	case a.R > 0:
+		// Legal, as in PEFT, but the update B·A of an out×in module has
+		// rank at most min(out, in): the extra rank only costs.
+		for _, t := range ts {
+			if k := min(t.Out, t.In); a.R > k {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("adapter.r = %d exceeds min(out, in) = %d of %s (and perhaps others): "+
+					"the update B·A cannot have rank above %d there, so r = %d trains the same updates with more parameters", a.R, k, t.Path, k, k))
 				break
 			}
 		}
@@ -152,7 +180,7 @@ func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
 			bad("adapter."+field, "%v differs from %v in the adapter of adapter.from (%s); leave it out to take the adapter's", recipe, file, a.From)
 		}
 	}
-	differs("type", a.Type, c.Kind())
+	differs("type", string(a.Type), c.Kind())
 	differs("r", a.R, c.R)
 	differs("alpha", a.Alpha, c.Alpha)
 	differs("use_rslora", a.UseRSLoRA, c.UseRSLoRA)
@@ -164,7 +192,7 @@ func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
 	if a.Init != peft.InitDefault {
 		bad("adapter.init", "does not apply with adapter.from: the weights are loaded, not initialized")
 	}
-	a.Type, a.R, a.Alpha, a.UseRSLoRA = c.Kind(), c.R, c.Alpha, c.UseRSLoRA
+	a.Type, a.R, a.Alpha, a.UseRSLoRA = AdapterKind(c.Kind()), c.R, c.Alpha, c.UseRSLoRA
 	a.TargetModules, a.TargetRegex, a.LayersToTransform = c.TargetModules, c.TargetRegex, c.LayersToTransform
 	if !has("dropout") {
 		a.Dropout = c.Dropout
@@ -195,7 +223,7 @@ func linearTargets(m *model.Model) []peft.Target { return peft.ModelTargets(m) }
 // (PiSSA rewrites the targeted base weights to their residuals); nil for
 // full fine-tuning.
 func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
-	if r.Adapter.Type != "lora" && r.Adapter.Type != "dora" {
+	if r.Adapter.Type == FullFineTune {
 		return nil, nil
 	}
 	if r.Adapter.From != "" {
@@ -220,13 +248,8 @@ func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
 func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
 	var ps []*optim.Param
 	if l != nil {
-		for _, mod := range l.Modules {
-			ps = append(ps,
-				&optim.Param{Name: peft.KeyA(mod.Path), Shape: []int{l.Config.R, mod.In}, Value: mod.A, Grad: mod.GradA},
-				&optim.Param{Name: peft.KeyB(mod.Path), Shape: []int{mod.Out, l.Config.R}, Value: mod.B, Grad: mod.GradB})
-			if mod.M != nil {
-				ps = append(ps, &optim.Param{Name: peft.KeyM(mod.Path), Shape: []int{mod.Out}, Value: mod.M, Grad: mod.GradM})
-			}
+		for _, p := range l.Params() {
+			ps = append(ps, &optim.Param{Name: p.Name, Shape: p.Shape, Value: p.Value, Grad: p.Grad})
 		}
 		return ps
 	}
@@ -239,23 +262,25 @@ func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
 
 // mergedWeights returns the base weights with each adapter merged in (LoRA
 // or DoRA, in fp32), for generation; unadapted weights are shared, not
-// copied. A merge that is not finite gives non-finite weights here; the
-// training loop has already stopped on a non-finite loss by then.
-func mergedWeights(m *model.Model, l *peft.LoRA) map[string][]float32 {
+// copied. A merge that is not finite (a DoRA row of norm 0, an overflow) is
+// an error naming the module.
+func mergedWeights(m *model.Model, l *peft.LoRA) (map[string][]float32, error) {
 	w := map[string][]float32{}
 	for name, t := range m.Weights {
 		w[name] = t.Float32()
 	}
 	if l == nil {
-		return w
+		return w, nil
 	}
 	for _, mod := range l.Modules {
 		name := mod.Path + ".weight"
-		if merged, _ := l.Merged(mod.Path, w[name]); merged != nil {
-			w[name] = merged
+		merged, err := l.Merged(mod.Path, w[name])
+		if err != nil {
+			return nil, fmt.Errorf("merge the adapter for generation: %w", err)
 		}
+		w[name] = merged
 	}
-	return w
+	return w, nil
 }
 
 // loadWithAdapter loads a model and, if adapterDir is set, a PEFT LoRA or

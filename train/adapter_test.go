@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
 )
@@ -139,7 +141,7 @@ func TestPiSSARunSavesAnAdapterOfTheOriginalModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := Eval(EvalConfig{Model: filepath.Join(dir, "model"), Adapter: filepath.Join(sum.RunDir, "adapter"),
-		Data: filepath.Join(dir, "val.jsonl"), SeqLen: 16, BatchSize: 4, Mode: "pad", BLAS: "gonum"})
+		Data: filepath.Join(dir, "val.jsonl"), SeqLen: 16, BatchSize: 4, Mode: data.Pad, BLAS: blas.KindGonum})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
@@ -17,33 +18,33 @@ import (
 // r=8 on q,k,v,o, fp32, AdamW; the same as ../shared/bench/torch_peer.py.
 type BenchConfig struct {
 	Vocab, Dim, Layers, Heads, FFN, SeqLen, Batch, Rank int
-	Adapter                                             string
-	BaseDtype                                           string // fp32, or bf16/fp16 to keep the frozen base in 16 bits
-	Precision                                           string // fp32, bf16 or fp16 (emulated)
+	Adapter                                             AdapterKind // lora, or none (full fine-tuning)
+	BaseDtype                                           amp.Format  // fp32, or bf16/fp16 to keep the frozen base in 16 bits
+	Precision                                           amp.Format  // fp32, bf16 or fp16 (emulated)
 	Steps, Warmup                                       int
-	BLAS                                                string
+	BLAS                                                blas.Kind
 	Threads                                             int
 }
 
 // DefaultBench is the benchmark configuration.
 func DefaultBench() BenchConfig {
 	return BenchConfig{Vocab: 512, Dim: 256, Layers: 4, Heads: 8, FFN: 688, SeqLen: 128, Batch: 8, Rank: 8,
-		Adapter: "lora", BaseDtype: "fp32", Precision: "fp32", Steps: 10, Warmup: 2, BLAS: "auto"}
+		Adapter: LoRA, BaseDtype: amp.FP32, Precision: amp.FP32, Steps: 10, Warmup: 2, BLAS: blas.KindAuto}
 }
 
 // BenchResult is one measurement.
 type BenchResult struct {
-	Backend      string  `json:"backend"`
-	Adapter      string  `json:"adapter"`
-	Precision    string  `json:"precision"`
-	BaseDtype    string  `json:"base_dtype"`
-	WeightBytes  int     `json:"base_weight_bytes"`
-	TokensPerSec float64 `json:"tokens_per_s"`
-	MsPerStep    float64 `json:"ms_per_step"`
-	PeakRSS      uint64  `json:"peak_rss_bytes"`
-	Params       int     `json:"params"`
-	Trainable    int     `json:"trainable"`
-	Loss         float64 `json:"loss"`
+	Backend      string      `json:"backend"`
+	Adapter      AdapterKind `json:"adapter"`
+	Precision    amp.Format  `json:"precision"`
+	BaseDtype    amp.Format  `json:"base_dtype"`
+	WeightBytes  int         `json:"base_weight_bytes"`
+	TokensPerSec float64     `json:"tokens_per_s"`
+	MsPerStep    float64     `json:"ms_per_step"`
+	PeakRSS      uint64      `json:"peak_rss_bytes"`
+	Params       int         `json:"params"`
+	Trainable    int         `json:"trainable"`
+	Loss         float64     `json:"loss"`
 }
 
 // Bench times full optimizer steps (forward, backward, AdamW) on random
@@ -66,16 +67,10 @@ func Bench(c BenchConfig) (BenchResult, error) {
 	if err != nil {
 		return BenchResult{}, err
 	}
-	if f, err := amp.ParseFormat(c.BaseDtype); err != nil {
-		return BenchResult{}, err
-	} else if f != amp.FP32 {
-		m.Compact(f, func(string) bool { return true })
+	if c.BaseDtype != amp.FP32 {
+		m.Compact(c.BaseDtype, func(string) bool { return true })
 	}
-	low, err := amp.ParseFormat(c.Precision)
-	if err != nil {
-		return BenchResult{}, err
-	}
-	policy := amp.DefaultPolicy(low)
+	policy := amp.DefaultPolicy(c.Precision)
 	params := trainables(m, lora)
 	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 	if err != nil {
@@ -115,7 +110,7 @@ func Bench(c BenchConfig) (BenchResult, error) {
 		}
 	}
 	dt := time.Since(t0).Seconds() / float64(c.Steps)
-	res := BenchResult{Backend: eng.BLAS.Name(), Adapter: c.Adapter, Precision: low.String(), BaseDtype: c.BaseDtype,
+	res := BenchResult{Backend: eng.BLAS.Name(), Adapter: c.Adapter, Precision: c.Precision, BaseDtype: c.BaseDtype,
 		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: m.NumParams(), WeightBytes: m.WeightBytes(), Loss: loss}
 	for _, p := range params {
 		res.Trainable += len(p.Value)

@@ -11,13 +11,160 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/peft"
 )
 
-// Small functions that build each component from the recipe.
+// Small functions that build each component from the recipe, and build,
+// which calls them in order.
+
+// components are everything a run computes with, built from the recipe
+// before anything is written.
+type components struct {
+	device      *DeviceChoice
+	eng         *nn.Engine
+	tok         data.Tokenizer
+	model       *model.Model
+	lora        *peft.LoRA // nil for full fine-tuning
+	params      []*optim.Param
+	optimizer   optim.Optimizer
+	schedule    optim.Schedule
+	policy      amp.Policy
+	scaler      *amp.LossScaler // nil without loss scaling
+	batch       int             // rows per micro-batch: train.batch_size, at most the rows there are
+	trainLoader *data.Loader
+	valBatches  []data.Batch
+	valExamples int
+	task        *taskSet // nil without a task file
+	trainer     *runner
+	evaluator   *runner // nil without validation data
+	warnings    []string
+}
+
+// build makes the run's components. Every input is read and checked here
+// (datasets, the task file, the model, a from: adapter), and the run's
+// memory estimated against the machine's, so that bad input is reported
+// before a run directory exists.
+func build(r *Recipe, choice *DeviceChoice) (*components, error) {
+	c := &components{device: choice, tok: data.NewByteTokenizer()}
+	sel := choice.Selection
+	c.policy = r.policyFor(sel.Precision)
+	var err error
+	if c.eng, err = openEngine(r.Compute); err != nil {
+		return nil, err
+	}
+	trainEx, valEx, err := datasets(r, c.tok)
+	if err != nil {
+		return nil, inputError(err)
+	}
+	c.valExamples = len(valEx)
+	if r.Task.EvalFile != "" {
+		if c.task, err = loadTask(r.Task.EvalFile, c.tok, r.Task.Limit); err != nil {
+			return nil, inputError(err)
+		}
+	}
+	if err := c.loaders(r, trainEx, valEx); err != nil {
+		return nil, err
+	}
+	if err := checkMemory(r, c.batch); err != nil {
+		return nil, err
+	}
+	if c.model, err = loadModel(r); err != nil {
+		return nil, inputError(err)
+	}
+	if c.lora, err = newAdapter(r, c.model); err != nil {
+		return nil, inputError(err)
+	}
+	c.params = trainables(c.model, c.lora)
+	if c.optimizer, err = newOptimizer(r.Optimizer); err != nil {
+		return nil, err
+	}
+	c.schedule = r.schedule()
+	if sel.LossScaling {
+		if c.scaler, err = amp.NewLossScaler(r.scalerConfig()); err != nil {
+			return nil, err
+		}
+	}
+	if c.trainer, err = newRunner(c.eng, c.model, c.lora, c.batch, r.Data.SeqLen, c.params, &c.policy); err != nil {
+		return nil, err
+	}
+	if len(c.valBatches) > 0 {
+		if c.evaluator, err = newRunner(c.eng, c.model, c.lora, c.batch, r.Data.SeqLen, nil, &c.policy); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// loaders batches the data. A batch larger than the training rows is
+// clamped to them; data that leaves no target token within seq_len is an
+// error, not a run that trains nothing.
+func (c *components) loaders(r *Recipe, trainEx, valEx []data.Example) error {
+	c.batch = r.Train.BatchSize
+	tl, err := newLoader(trainEx, r.Data, c.batch, r.Data.Shuffle, r.Seed, c.tok)
+	if err != nil {
+		return inputError(fmt.Errorf("training data: %w", err))
+	}
+	st := tl.Stats()
+	if st.Rows < c.batch {
+		c.warnings = append(c.warnings, fmt.Sprintf("train.batch_size %d is more than the %d rows of training data: using %d", c.batch, st.Rows, st.Rows))
+		c.batch = st.Rows
+		if tl, err = newLoader(trainEx, r.Data, c.batch, r.Data.Shuffle, r.Seed, c.tok); err != nil {
+			return inputError(fmt.Errorf("training data: %w", err))
+		}
+	}
+	if st.TargetTokens == 0 {
+		return inputError(fmt.Errorf("%s: no training example has a target token within data.seq_len %d (every completion is cut off); raise seq_len or shorten the prompts", r.Data.Train, r.Data.SeqLen))
+	}
+	if st.EmptyRows > 0 {
+		c.warnings = append(c.warnings, fmt.Sprintf("%d of %d training examples have no target token within data.seq_len %d and train nothing", st.EmptyRows, st.Examples, r.Data.SeqLen))
+	}
+	c.trainLoader = tl
+	if len(valEx) == 0 {
+		return nil
+	}
+	vl, err := newLoader(valEx, r.Data, c.batch, false, r.Seed, c.tok)
+	if err != nil {
+		return inputError(fmt.Errorf("validation data: %w", err))
+	}
+	if vl.Stats().TargetTokens == 0 {
+		return inputError(fmt.Errorf("validation data: no example has a target token within data.seq_len %d", r.Data.SeqLen))
+	}
+	c.valBatches = vl.Batches()
+	if r.Train.EvalBatches > 0 && len(c.valBatches) > r.Train.EvalBatches {
+		c.valBatches = c.valBatches[:r.Train.EvalBatches]
+	}
+	return nil
+}
+
+func (c *components) close() {
+	if c.trainer != nil {
+		c.trainer.close()
+	}
+	if c.evaluator != nil {
+		c.evaluator.close()
+	}
+}
+
+// checkMemory refuses a run whose estimated peak memory exceeds what the
+// machine (or its container) has, rather than letting the kernel kill it,
+// or the Go runtime crash, mid-run.
+func checkMemory(r *Recipe, batch int) error {
+	need := r.estimateMemory(batch)
+	have, ok := sysinfo.TotalMemory()
+	if !ok || need <= have {
+		return nil
+	}
+	return inputError(fmt.Errorf("the run needs an estimated %s of memory (weights, optimizer state and the activations of %d×%d tokens), more than this machine's %s; "+
+		"lower train.batch_size or data.seq_len, raise train.grad_accum instead, or keep the base in 16 bits (model.base_dtype: bf16)",
+		gib(need), batch, r.Data.SeqLen, gib(have)))
+}
+
+func gib(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 
 // openEngine picks the matmul backend and the kernels' thread count.
 func openEngine(c ComputeConfig) (*nn.Engine, error) {
@@ -25,7 +172,7 @@ func openEngine(c ComputeConfig) (*nn.Engine, error) {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	be, err := blas.Open(c.BLAS, threads)
+	be, err := blas.Open(string(c.BLAS), threads)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +184,7 @@ func openEngine(c ComputeConfig) (*nn.Engine, error) {
 func loadModel(r *Recipe) (*model.Model, error) {
 	var m *model.Model
 	var err error
-	if r.Model.Init == "random" {
+	if r.Model.Init == InitRandom {
 		m, err = model.New(r.Base, r.Seed)
 	} else {
 		m, err = model.Load(r.Model.Path)
@@ -45,7 +192,7 @@ func loadModel(r *Recipe) (*model.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f, _ := amp.ParseFormat(r.Model.BaseDtype); f != amp.FP32 {
+	if f := r.Model.BaseDtype; f != amp.FP32 {
 		m.Compact(f, func(string) bool { return true }) // validated: an adapter run, the base is frozen
 	}
 	return m, nil
@@ -68,25 +215,16 @@ func datasets(r *Recipe, tok data.Tokenizer) (trainEx, valEx []data.Example, err
 	return data.Split(trainEx, r.Data.ValidationSplit, r.Seed)
 }
 
-func newLoader(ex []data.Example, seqLen, batch int, mode string, shuffle bool, seed uint64, tok data.Tokenizer) (*data.Loader, error) {
-	md, err := data.ParseMode(mode)
-	if err != nil {
-		return nil, err
-	}
-	return data.NewLoader(ex, data.LoaderConfig{SeqLen: seqLen, BatchSize: batch,
-		Mode: md, Shuffle: shuffle, Seed: seed, PadID: tok.PAD()})
+func newLoader(ex []data.Example, d DataConfig, batch int, shuffle bool, seed uint64, tok data.Tokenizer) (*data.Loader, error) {
+	return data.NewLoader(ex, data.LoaderConfig{SeqLen: d.SeqLen, BatchSize: batch,
+		Mode: d.Mode, Shuffle: shuffle, Seed: seed, PadID: tok.PAD()})
 }
 
 func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
-	if c.Name == "sgd" {
+	if c.Name == SGD {
 		return optim.NewSGD(optim.SGDConfig{Momentum: c.Momentum, WeightDecay: c.WeightDecay, Nesterov: c.Nesterov})
 	}
 	return optim.NewAdamW(optim.AdamWConfig{Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay})
-}
-
-func newSchedule(r *Recipe) optim.Schedule {
-	return optim.Schedule{Kind: r.Schedule.Kind, Peak: r.Optimizer.LR, Min: r.Schedule.MinLR,
-		Warmup: r.Schedule.WarmupSteps, Total: r.Train.Steps}
 }
 
 // runner owns one compiled graph of fixed batch shape: a training graph

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
@@ -21,17 +22,39 @@ import (
 
 // A checkpoint is a directory checkpoints/step-NNNNNN/ holding everything
 // a run needs to continue bit-identically: the trainable fp32 weights, the
-// optimizer state, and state.json (step, data-loader position, loss-scaler
-// state, config hash, counters). checkpoint.json, written last, lists each
-// file's SHA-256; a checkpoint whose files do not match it is corrupt.
+// optimizer state, state.json (step, data-loader position, loss-scaler
+// state, config hash, counters) and a copy of metrics.jsonl as it stood at
+// that step. checkpoint.json, written last, lists each file's SHA-256; a
+// checkpoint whose files do not match it is corrupt.
+//
+// A good checkpoint is never removed before its replacement is in place:
+// a new one is written under a temporary name and renamed in; one of the
+// same step that already exists is first renamed aside. Whatever moment a
+// crash hits, each step has a whole checkpoint under its name or under one
+// of those two names, and recoverCheckpoints puts it back.
 
 const (
-	checkpointFormat = 1
+	checkpointFormat = 2
 	trainableFile    = "trainable.safetensors"
 	optimizerFile    = "optimizer.safetensors"
 	stateFile        = "state.json"
+	metricsCopyFile  = "metrics.jsonl"
 	manifestFile     = "checkpoint.json"
+	tmpPrefix        = ".tmp-"
+	asidePrefix      = ".old-"
 )
+
+// checkpointFiles lists the files a checkpoint of format holds; format 1,
+// before the copy of metrics.jsonl, is still read.
+func checkpointFiles(format int) ([]string, bool) {
+	switch format {
+	case 1:
+		return []string{trainableFile, optimizerFile, stateFile}, true
+	case 2:
+		return []string{trainableFile, optimizerFile, stateFile, metricsCopyFile}, true
+	}
+	return nil, false
+}
 
 // checkpointState is a checkpoint's state.json.
 type checkpointState struct {
@@ -59,14 +82,20 @@ type checkpointManifest struct {
 
 func checkpointName(step int) string { return fmt.Sprintf("step-%06d", step) }
 
-// writeCheckpoint writes a checkpoint atomically: files go to a temporary
-// directory, each fsynced, which is renamed into place and its parent
-// fsynced. A crash at any point leaves either no checkpoint or a whole one.
-func writeCheckpoint(root string, st checkpointState, params []*optim.Param, opt optim.Optimizer) (string, error) {
+// writeCheckpoint writes a checkpoint of st.Step: files go to a temporary
+// directory, each fsynced, with checkpoint.json last; a checkpoint of the
+// same step that already exists is renamed aside; the new one is renamed
+// into place and the directory fsynced; only then is the one aside
+// removed. stage, if set, is called after each of those moments (for
+// fault-injection tests).
+func writeCheckpoint(root string, st checkpointState, params []*optim.Param, opt optim.Optimizer, metrics []byte, stage func(string)) (string, error) {
+	if stage == nil {
+		stage = func(string) {}
+	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
-	tmp, err := os.MkdirTemp(root, ".tmp-"+checkpointName(st.Step)+"-")
+	tmp, err := os.MkdirTemp(root, tmpPrefix+checkpointName(st.Step)+"-")
 	if err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
@@ -75,10 +104,10 @@ func writeCheckpoint(root string, st checkpointState, params []*optim.Param, opt
 	for _, p := range params {
 		ws = append(ws, safetensors.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Value, Dtype: amp.FP32})
 	}
-	os_ := opt.State()
-	st.Format, st.OptimStep, st.OptimScalars = checkpointFormat, os_.Step, os_.Scalars
+	ostate := opt.State()
+	st.Format, st.OptimStep, st.OptimScalars = checkpointFormat, ostate.Step, ostate.Scalars
 	var ost []safetensors.Tensor
-	for name, v := range os_.Tensors {
+	for name, v := range ostate.Tensors {
 		ost = append(ost, safetensors.Tensor{Name: name, Shape: []int{len(v)}, Data: v, Dtype: amp.FP32})
 	}
 	if err := safetensors.WriteFile(filepath.Join(tmp, trainableFile), ws, nil); err != nil {
@@ -94,8 +123,12 @@ func writeCheckpoint(root string, st checkpointState, params []*optim.Param, opt
 	if err := atomicfile.WriteFile(filepath.Join(tmp, stateFile), append(b, '\n')); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
+	if err := atomicfile.WriteFile(filepath.Join(tmp, metricsCopyFile), metrics); err != nil {
+		return "", fmt.Errorf("write checkpoint: %w", err)
+	}
 	man := checkpointManifest{Format: checkpointFormat, Step: st.Step, SHA256: map[string]string{}}
-	for _, f := range []string{trainableFile, optimizerFile, stateFile} {
+	files, _ := checkpointFiles(checkpointFormat)
+	for _, f := range files {
 		if man.SHA256[f], err = fileSHA256(filepath.Join(tmp, f)); err != nil {
 			return "", fmt.Errorf("write checkpoint: %w", err)
 		}
@@ -104,19 +137,78 @@ func writeCheckpoint(root string, st checkpointState, params []*optim.Param, opt
 	if err := atomicfile.WriteFile(filepath.Join(tmp, manifestFile), append(b, '\n')); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
+	stage("files")
 	final := filepath.Join(root, checkpointName(st.Step))
-	os.RemoveAll(final) // a checkpoint of the same step from an abandoned attempt
+	var aside string
+	if _, err := os.Stat(final); err == nil {
+		aside = filepath.Join(root, asidePrefix+checkpointName(st.Step)+fmt.Sprintf("-%d", time.Now().UnixNano()))
+		if err := os.Rename(final, aside); err != nil {
+			return "", fmt.Errorf("write checkpoint: %w", err)
+		}
+		stage("aside")
+	}
 	if err := os.Rename(tmp, final); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
 	if err := atomicfile.SyncDir(root); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
+	stage("renamed")
+	if aside != "" {
+		os.RemoveAll(aside)
+	}
 	return final, nil
 }
 
+// recoverCheckpoints repairs what an interrupted writeCheckpoint can
+// leave: a whole checkpoint under a temporary or aside name whose step has
+// none in place is renamed into place (the temporary one first: it is the
+// newer); anything else under those names is removed. It returns what it
+// did, one line per directory, for the log.
+func recoverCheckpoints(root string) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var notes []string
+	for _, prefix := range []string{tmpPrefix, asidePrefix} {
+		for _, e := range ents {
+			name := e.Name()
+			if !e.IsDir() || !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			dir := filepath.Join(root, name)
+			var step int
+			_, serr := fmt.Sscanf(strings.TrimPrefix(name, prefix), "step-%06d-", &step)
+			final := filepath.Join(root, checkpointName(step))
+			_, exists := os.Stat(final)
+			if serr == nil && errors.Is(exists, os.ErrNotExist) {
+				if _, rerr := readCheckpoint(dir); rerr == nil {
+					if err := os.Rename(dir, final); err != nil {
+						return notes, fmt.Errorf("recover checkpoint %s: %w", dir, err)
+					}
+					notes = append(notes, fmt.Sprintf("recovered the whole checkpoint %s as %s", name, checkpointName(step)))
+					continue
+				}
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				return notes, fmt.Errorf("remove %s: %w", dir, err)
+			}
+			notes = append(notes, fmt.Sprintf("removed %s, left by an interrupted checkpoint write", name))
+		}
+	}
+	if len(notes) > 0 {
+		if err := atomicfile.SyncDir(root); err != nil {
+			return notes, err
+		}
+	}
+	return notes, nil
+}
+
 // pruneCheckpoints keeps the newest keep checkpoints and removes older
-// ones and leftovers of interrupted writes.
+// ones. It runs only after a new checkpoint is in place.
 func pruneCheckpoints(root string, keep int) error {
 	steps, err := listCheckpoints(root)
 	if err != nil {
@@ -125,12 +217,6 @@ func pruneCheckpoints(root string, keep int) error {
 	for i := 0; i+keep < len(steps); i++ {
 		if err := os.RemoveAll(filepath.Join(root, checkpointName(steps[i]))); err != nil {
 			return err
-		}
-	}
-	ents, _ := os.ReadDir(root)
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
-			os.RemoveAll(filepath.Join(root, e.Name()))
 		}
 	}
 	return nil
@@ -164,6 +250,7 @@ type loadedCheckpoint struct {
 	State   checkpointState
 	Weights *safetensors.File
 	Optim   optim.State
+	Metrics []byte // metrics.jsonl as it stood; nil for a format-1 checkpoint
 }
 
 // loadLatestCheckpoint returns the newest checkpoint that verifies. A
@@ -202,10 +289,11 @@ func readCheckpoint(dir string) (*loadedCheckpoint, error) {
 	if err := json.Unmarshal(b, &man); err != nil {
 		return nil, fmt.Errorf("%s is damaged: %v", manifestFile, err)
 	}
-	if man.Format != checkpointFormat {
-		return nil, fmt.Errorf("checkpoint format %d, this mixtune reads %d", man.Format, checkpointFormat)
+	files, ok := checkpointFiles(man.Format)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint format %d, this mixtune reads 1 and %d", man.Format, checkpointFormat)
 	}
-	for _, f := range []string{trainableFile, optimizerFile, stateFile} {
+	for _, f := range files {
 		want, ok := man.SHA256[f]
 		if !ok {
 			return nil, fmt.Errorf("%s lists no checksum for %s", manifestFile, f)
@@ -219,6 +307,11 @@ func readCheckpoint(dir string) (*loadedCheckpoint, error) {
 		}
 	}
 	ck := &loadedCheckpoint{Dir: dir}
+	if man.Format >= 2 {
+		if ck.Metrics, err = os.ReadFile(filepath.Join(dir, metricsCopyFile)); err != nil {
+			return nil, err
+		}
+	}
 	b, _ = os.ReadFile(filepath.Join(dir, stateFile))
 	if err := json.Unmarshal(b, &ck.State); err != nil {
 		return nil, fmt.Errorf("%s: %v", stateFile, err)

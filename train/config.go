@@ -4,11 +4,10 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/mixtune/mixtune/amp"
@@ -17,23 +16,26 @@ import (
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/yamlconf"
 	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/optim"
 )
 
-// Config is a training recipe. configs/reference.yaml documents every
-// field; TestReferenceDocumentsEveryField keeps the two in step.
+// Config is a training recipe as its YAML file spells it, parsed into
+// types at load (formats, modes, kinds): nothing later reads a string
+// back. configs/reference.yaml documents every field;
+// TestReferenceDocumentsEveryField keeps the two in step.
 type Config struct {
-	Name      string    `yaml:"name"`
-	Seed      uint64    `yaml:"seed"`
-	OutputDir string    `yaml:"output_dir"`
-	Precision string    `yaml:"precision"`
-	AMP       AMPConfig `yaml:"amp"`
+	Name      string     `yaml:"name"`
+	Seed      uint64     `yaml:"seed"`
+	OutputDir string     `yaml:"output_dir"`
+	Precision amp.Format `yaml:"precision"`
+	AMP       AMPConfig  `yaml:"amp"`
 
-	Device            string   `yaml:"device"`
-	Devices           []string `yaml:"devices"`
-	DevicePolicy      string   `yaml:"device_policy"`
-	MinFreeMemory     string   `yaml:"min_free_memory"`
-	PrecisionFallback bool     `yaml:"precision_fallback"`
-	AllowCPUFallback  bool     `yaml:"allow_cpu_fallback"`
+	Device            string        `yaml:"device"`
+	Devices           []string      `yaml:"devices"`
+	DevicePolicy      device.Policy `yaml:"device_policy"`
+	MinFreeMemory     device.Size   `yaml:"min_free_memory"`
+	PrecisionFallback bool          `yaml:"precision_fallback"`
+	AllowCPUFallback  bool          `yaml:"allow_cpu_fallback"`
 
 	Model     ModelConfig     `yaml:"model"`
 	Data      DataConfig      `yaml:"data"`
@@ -47,35 +49,58 @@ type Config struct {
 
 // AMPConfig tunes mixed precision: loss scaling and the op lists.
 type AMPConfig struct {
-	LossScaling     string   `yaml:"loss_scaling"`
-	InitScale       float64  `yaml:"init_scale"`
-	GrowthFactor    float64  `yaml:"growth_factor"`
-	BackoffFactor   float64  `yaml:"backoff_factor"`
-	GrowthInterval  int      `yaml:"growth_interval"`
-	MinScale        float64  `yaml:"min_scale"`
-	MaxScale        float64  `yaml:"max_scale"`
-	LowPrecisionOps []string `yaml:"low_precision_ops"`
-	FP32Ops         []string `yaml:"fp32_ops"`
-	PromoteOps      []string `yaml:"promote_ops"`
+	LossScaling     amp.ScalingMode `yaml:"loss_scaling"`
+	InitScale       float64         `yaml:"init_scale"`
+	GrowthFactor    float64         `yaml:"growth_factor"`
+	BackoffFactor   float64         `yaml:"backoff_factor"`
+	GrowthInterval  int             `yaml:"growth_interval"`
+	MinScale        float64         `yaml:"min_scale"`
+	MaxScale        float64         `yaml:"max_scale"`
+	LowPrecisionOps []string        `yaml:"low_precision_ops"`
+	FP32Ops         []string        `yaml:"fp32_ops"`
+	PromoteOps      []string        `yaml:"promote_ops"`
 }
+
+// ModelInit says where the base model's weights come from.
+type ModelInit string
+
+const (
+	InitPretrained ModelInit = "pretrained" // model.path
+	InitRandom     ModelInit = "random"     // model.architecture, seeded
+)
+
+// UnmarshalText reads pretrained or random.
+func (k *ModelInit) UnmarshalText(b []byte) error {
+	switch s := ModelInit(b); s {
+	case InitPretrained, InitRandom:
+		*k = s
+		return nil
+	}
+	return fmt.Errorf("must be pretrained or random, got %q", b)
+}
+
+// MarshalText writes pretrained or random.
+func (k ModelInit) MarshalText() ([]byte, error) { return []byte(k), nil }
 
 // ModelConfig chooses the base model.
 type ModelConfig struct {
 	Path         string        `yaml:"path"`
-	Init         string        `yaml:"init"`
+	Init         ModelInit     `yaml:"init"`
 	Architecture *Architecture `yaml:"architecture,omitempty"`
-	SaveDtype    string        `yaml:"save_dtype"`
-	BaseDtype    string        `yaml:"base_dtype"`
+	SaveDtype    amp.Format    `yaml:"save_dtype"`
+	BaseDtype    amp.Format    `yaml:"base_dtype"`
 }
 
 // Architecture defines a model trained from random initialisation, in HF's
-// config.json terms.
+// config.json terms. Fields left out take the defaults of
+// configs/reference.yaml (SetDefaults).
 type Architecture struct {
 	HiddenSize            int     `yaml:"hidden_size"`
 	IntermediateSize      int     `yaml:"intermediate_size"`
 	NumHiddenLayers       int     `yaml:"num_hidden_layers"`
 	NumAttentionHeads     int     `yaml:"num_attention_heads"`
 	NumKeyValueHeads      int     `yaml:"num_key_value_heads"`
+	HeadDim               int     `yaml:"head_dim"`
 	MaxPositionEmbeddings int     `yaml:"max_position_embeddings"`
 	RMSNormEps            float64 `yaml:"rms_norm_eps"`
 	RopeTheta             float64 `yaml:"rope_theta"`
@@ -83,15 +108,22 @@ type Architecture struct {
 	InitializerRange      float64 `yaml:"initializer_range"`
 }
 
+// SetDefaults fills an architecture section before the recipe's own keys
+// are read into it (the config decoder calls it when it allocates one).
+func (a *Architecture) SetDefaults() {
+	*a = Architecture{HiddenSize: 256, IntermediateSize: 688, NumHiddenLayers: 4, NumAttentionHeads: 8,
+		MaxPositionEmbeddings: 256, RMSNormEps: 1e-5, RopeTheta: 10000, InitializerRange: 0.02}
+}
+
 // DataConfig says what to train and validate on.
 type DataConfig struct {
-	Train           string  `yaml:"train"`
-	Validation      string  `yaml:"validation"`
-	ValidationSplit float64 `yaml:"validation_split"`
-	SeqLen          int     `yaml:"seq_len"`
-	Mode            string  `yaml:"mode"`
-	Shuffle         bool    `yaml:"shuffle"`
-	Tokenizer       string  `yaml:"tokenizer"`
+	Train           string    `yaml:"train"`
+	Validation      string    `yaml:"validation"`
+	ValidationSplit float64   `yaml:"validation_split"`
+	SeqLen          int       `yaml:"seq_len"`
+	Mode            data.Mode `yaml:"mode"`
+	Shuffle         bool      `yaml:"shuffle"`
+	Tokenizer       string    `yaml:"tokenizer"`
 }
 
 // LoopConfig shapes the training loop.
@@ -106,24 +138,45 @@ type LoopConfig struct {
 	KeepCheckpoints int `yaml:"keep_checkpoints"`
 }
 
+// OptimizerKind names the optimizer.
+type OptimizerKind string
+
+const (
+	AdamW OptimizerKind = "adamw"
+	SGD   OptimizerKind = "sgd"
+)
+
+// UnmarshalText reads adamw or sgd.
+func (k *OptimizerKind) UnmarshalText(b []byte) error {
+	switch s := OptimizerKind(b); s {
+	case AdamW, SGD:
+		*k = s
+		return nil
+	}
+	return fmt.Errorf("must be adamw or sgd, got %q", b)
+}
+
+// MarshalText writes adamw or sgd.
+func (k OptimizerKind) MarshalText() ([]byte, error) { return []byte(k), nil }
+
 // OptimizerConfig chooses the optimizer and gradient clipping.
 type OptimizerConfig struct {
-	Name        string  `yaml:"name"`
-	LR          float64 `yaml:"lr"`
-	WeightDecay float64 `yaml:"weight_decay"`
-	Beta1       float64 `yaml:"beta1"`
-	Beta2       float64 `yaml:"beta2"`
-	Eps         float64 `yaml:"eps"`
-	Momentum    float64 `yaml:"momentum"`
-	Nesterov    bool    `yaml:"nesterov"`
-	GradClip    float64 `yaml:"grad_clip"`
+	Name        OptimizerKind `yaml:"name"`
+	LR          float64       `yaml:"lr"`
+	WeightDecay float64       `yaml:"weight_decay"`
+	Beta1       float64       `yaml:"beta1"`
+	Beta2       float64       `yaml:"beta2"`
+	Eps         float64       `yaml:"eps"`
+	Momentum    float64       `yaml:"momentum"`
+	Nesterov    bool          `yaml:"nesterov"`
+	GradClip    float64       `yaml:"grad_clip"`
 }
 
 // ScheduleConfig shapes the learning rate over steps.
 type ScheduleConfig struct {
-	Kind        string  `yaml:"kind"`
-	WarmupSteps int     `yaml:"warmup_steps"`
-	MinLR       float64 `yaml:"min_lr"`
+	Kind        optim.ScheduleKind `yaml:"kind"`
+	WarmupSteps int                `yaml:"warmup_steps"`
+	MinLR       float64            `yaml:"min_lr"`
 }
 
 // TaskConfig is the generation benchmark: exact match of greedy answers.
@@ -137,24 +190,24 @@ type TaskConfig struct {
 
 // ComputeConfig chooses the matmul backend and thread count.
 type ComputeConfig struct {
-	BLAS    string `yaml:"blas"`
-	Threads int    `yaml:"threads"`
+	BLAS    blas.Kind `yaml:"blas"`
+	Threads int       `yaml:"threads"`
 }
 
 // Defaults is the recipe every config file starts from.
 func Defaults() Config {
 	return Config{
-		Name: "run", Seed: 0, OutputDir: "runs", Precision: "fp32",
-		AMP:   AMPConfig{LossScaling: "auto", InitScale: 65536, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2000},
-		Model: ModelConfig{Init: "pretrained", SaveDtype: "bf16", BaseDtype: "fp32"},
-		Data:  DataConfig{ValidationSplit: 0.05, SeqLen: 128, Mode: "pad", Shuffle: true, Tokenizer: "byte"},
-		Adapter: AdapterConfig{Type: "lora", R: 8, Alpha: 16,
+		Name: "run", Seed: 0, OutputDir: "runs", Precision: amp.FP32, DevicePolicy: device.PolicyTotal, AllowCPUFallback: true,
+		AMP:   AMPConfig{LossScaling: amp.ScalingAuto, InitScale: 65536, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2000},
+		Model: ModelConfig{Init: InitPretrained, SaveDtype: amp.BF16, BaseDtype: amp.FP32},
+		Data:  DataConfig{ValidationSplit: 0.05, SeqLen: 128, Mode: data.Pad, Shuffle: true, Tokenizer: "byte"},
+		Adapter: AdapterConfig{Type: LoRA, R: 8, Alpha: 16,
 			TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj"}},
 		Train:     LoopConfig{Steps: 100, BatchSize: 8, GradAccum: 1, EvalEvery: 50, LogEvery: 10, CheckpointEvery: 0, KeepCheckpoints: 3},
-		Optimizer: OptimizerConfig{Name: "adamw", LR: 2e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Momentum: 0.9, GradClip: 1.0},
-		Schedule:  ScheduleConfig{Kind: "cosine", WarmupSteps: 10},
+		Optimizer: OptimizerConfig{Name: AdamW, LR: 2e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Momentum: 0.9, GradClip: 1.0},
+		Schedule:  ScheduleConfig{Kind: optim.Cosine, WarmupSteps: 10},
 		Task:      TaskConfig{MaxNewTokens: 32, Before: true, After: true},
-		Compute:   ComputeConfig{BLAS: "auto"},
+		Compute:   ComputeConfig{BLAS: blas.KindAuto},
 	}
 }
 
@@ -168,6 +221,9 @@ type Recipe struct {
 	// Base is the base model's config: read from model.path, or built
 	// from model.architecture for a random initialisation.
 	Base model.Config
+	// Warnings are legal choices a user should hear about (an adapter
+	// rank above what a module can use); a run prints them at its start.
+	Warnings []string
 }
 
 // Load reads and validates a config file with --set overrides applied.
@@ -190,117 +246,34 @@ func Load(path string, sets []string) (*Recipe, error) {
 	return r, nil
 }
 
+// validName is what a run directory may be called: one path element of
+// at most maxNameLen characters that every file system accepts.
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
+const maxNameLen = 100
+
 // validate checks every value before any work starts; it collects all
-// problems rather than stopping at the first.
+// problems rather than stopping at the first. Values of a single field
+// were checked when they were parsed; what is left are ranges and the
+// fields that depend on each other or on files.
 func (r *Recipe) validate() yamlconf.Errors {
 	var errs yamlconf.Errors
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, r.doc.Errorf(field, format, args...))
 	}
 	c := &r.Config
-	if !validName.MatchString(c.Name) {
-		bad("name", "must be letters, digits, '.', '_' or '-' (it names the run directory), got %q", c.Name)
-	}
-	if _, err := amp.ParseFormat(c.Precision); err != nil {
-		bad("precision", "%v", err)
-	}
-	if _, err := device.ParsePolicy(c.DevicePolicy); err != nil {
-		bad("device_policy", "must be total or free, got %q", c.DevicePolicy)
-	}
-	if c.MinFreeMemory != "" {
-		if _, err := device.ParseSize(c.MinFreeMemory); err != nil {
-			bad("min_free_memory", "%v", err)
-		}
+	if !validName.MatchString(c.Name) || len(c.Name) > maxNameLen {
+		bad("name", "must be 1 to %d letters, digits, '.', '_' or '-' (it names the run directory), got %q", maxNameLen, c.Name)
 	}
 	if len(c.Devices) > 0 && c.Device != "auto" && c.Device != "" {
 		bad("devices", "set device or devices, not both")
 	}
-	switch c.AMP.LossScaling {
-	case "auto", "on", "off":
-	default:
-		bad("amp.loss_scaling", "must be auto (on for fp16), on or off, got %q", c.AMP.LossScaling)
-	}
 	if err := r.scalerConfig().Validate(); err != nil {
 		bad("amp", "%v", err)
 	}
-	movedTo := map[string]string{}
-	for _, l := range []struct {
-		field string
-		ops   []string
-	}{{"amp.low_precision_ops", c.AMP.LowPrecisionOps}, {"amp.fp32_ops", c.AMP.FP32Ops}, {"amp.promote_ops", c.AMP.PromoteOps}} {
-		for i, op := range l.ops {
-			field := fmt.Sprintf("%s[%d]", l.field, i)
-			if _, ok := amp.Ops[op]; !ok {
-				bad(field, "unknown op %q (known: %s)", op, strings.Join(amp.OpNames(), ", "))
-			} else if prev, dup := movedTo[op]; dup {
-				bad(field, "op %q is already moved by %s", op, prev)
-			}
-			movedTo[op] = l.field
-		}
-	}
-
-	// model
-	switch c.Model.Init {
-	case "pretrained":
-		if c.Model.Path == "" {
-			bad("model.path", "required with init: pretrained")
-		} else if base, err := model.ReadConfig(c.Model.Path); err != nil {
-			bad("model.path", "%v", err)
-		} else {
-			r.Base = base
-		}
-		if c.Model.Architecture != nil {
-			bad("model.architecture", "only used with init: random (the pretrained model's config.json defines it)")
-		}
-	case "random":
-		if c.Model.Architecture == nil {
-			bad("model.architecture", "required with init: random")
-		} else {
-			r.Base = r.archConfig()
-			if err := r.Base.Validate(); err != nil {
-				bad("model.architecture", "%v", err)
-			}
-		}
-	default:
-		bad("model.init", "must be pretrained or random, got %q", c.Model.Init)
-	}
-	if _, err := amp.ParseFormat(c.Model.SaveDtype); err != nil {
-		bad("model.save_dtype", "%v", err)
-	}
-	if f, err := amp.ParseFormat(c.Model.BaseDtype); err != nil {
-		bad("model.base_dtype", "%v", err)
-	} else if f != amp.FP32 && c.Adapter.Type == "none" {
-		bad("model.base_dtype", "%s storage is for frozen base weights; full fine-tuning (adapter: none) updates fp32 master weights", f)
-	}
-
-	// data
-	if c.Data.Tokenizer != "byte" {
-		bad("data.tokenizer", "must be byte (the only tokenizer so far), got %q", c.Data.Tokenizer)
-	}
-	if c.Data.Train == "" {
-		bad("data.train", "required: a JSONL file of training rows")
-	} else {
-		r.checkFile(&errs, "data.train", c.Data.Train)
-	}
-	if c.Data.Validation != "" {
-		r.checkFile(&errs, "data.validation", c.Data.Validation)
-	} else if c.Data.ValidationSplit < 0 || c.Data.ValidationSplit >= 1 {
-		bad("data.validation_split", "must be in [0, 1), got %g", c.Data.ValidationSplit)
-	}
-	if c.Data.SeqLen <= 0 {
-		bad("data.seq_len", "must be > 0, got %d", c.Data.SeqLen)
-	} else if r.Base.MaxPositionEmbeddings > 0 && c.Data.SeqLen > r.Base.MaxPositionEmbeddings {
-		bad("data.seq_len", "%d exceeds the model's max_position_embeddings (%d)", c.Data.SeqLen, r.Base.MaxPositionEmbeddings)
-	}
-	if _, err := data.ParseMode(c.Data.Mode); err != nil {
-		bad("data.mode", "must be pad or pack, got %q", c.Data.Mode)
-	}
-	if r.Base.VocabSize > 0 && r.Base.VocabSize < data.NewByteTokenizer().VocabSize() {
-		bad("model.path", "the model's vocabulary (%d) is smaller than the byte tokenizer's (%d)", r.Base.VocabSize, data.NewByteTokenizer().VocabSize())
-	}
-
+	r.validateOpLists(bad)
+	r.validateModel(bad)
+	r.validateData(&errs, bad)
 	r.validateAdapter(bad)
 
 	// loop
@@ -326,9 +299,6 @@ func (r *Recipe) validate() yamlconf.Errors {
 
 	// optimizer and schedule
 	o := c.Optimizer
-	if o.Name != "adamw" && o.Name != "sgd" {
-		bad("optimizer.name", "must be adamw or sgd, got %q", o.Name)
-	}
 	if o.LR <= 0 {
 		bad("optimizer.lr", "must be > 0, got %g", o.LR)
 	}
@@ -349,14 +319,17 @@ func (r *Recipe) validate() yamlconf.Errors {
 	if o.GradClip < 0 {
 		bad("optimizer.grad_clip", "must be >= 0 (0: no clipping), got %g", o.GradClip)
 	}
-	if !slices.Contains([]string{"cosine", "linear", "constant"}, c.Schedule.Kind) {
-		bad("schedule.kind", "must be cosine, linear or constant, got %q", c.Schedule.Kind)
-	}
-	if c.Schedule.WarmupSteps < 0 || c.Schedule.WarmupSteps > c.Train.Steps {
-		bad("schedule.warmup_steps", "must be between 0 and train.steps (%d), got %d", c.Train.Steps, c.Schedule.WarmupSteps)
-	}
-	if c.Schedule.MinLR < 0 || (o.LR > 0 && c.Schedule.MinLR > o.LR) {
-		bad("schedule.min_lr", "must be between 0 and optimizer.lr (%g), got %g", o.LR, c.Schedule.MinLR)
+	if o.LR > 0 && c.Train.Steps > 0 {
+		var se *optim.ScheduleError
+		if err := r.schedule().Validate(); errors.As(err, &se) {
+			field := map[string]string{"warmup": "schedule.warmup_steps", "min": "schedule.min_lr", "kind": "schedule.kind"}[se.Field]
+			if field == "" {
+				field = "schedule"
+			}
+			bad(field, "%s", se.Msg)
+		} else if err != nil {
+			bad("schedule", "%v", err)
+		}
 	}
 
 	// task and compute
@@ -369,21 +342,97 @@ func (r *Recipe) validate() yamlconf.Errors {
 	if c.Task.Limit < 0 {
 		bad("task.limit", "must be >= 0 (0: every row), got %d", c.Task.Limit)
 	}
-	if _, err := blas.Open(c.Compute.BLAS, 0); err != nil && c.Compute.BLAS != "openblas" {
-		bad("compute.blas", "must be auto, openblas, native or gonum, got %q", c.Compute.BLAS)
-	}
 	if c.Compute.Threads < 0 {
 		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)
 	}
 	return errs
 }
 
+// validateOpLists checks that each op the recipe moves exists and is
+// moved once.
+func (r *Recipe) validateOpLists(bad func(field, format string, args ...any)) {
+	movedTo := map[string]string{}
+	a := r.AMP
+	for _, l := range []struct {
+		field string
+		ops   []string
+	}{{"amp.low_precision_ops", a.LowPrecisionOps}, {"amp.fp32_ops", a.FP32Ops}, {"amp.promote_ops", a.PromoteOps}} {
+		for i, op := range l.ops {
+			field := fmt.Sprintf("%s[%d]", l.field, i)
+			if _, ok := amp.Ops[op]; !ok {
+				bad(field, "unknown op %q (known: %s)", op, strings.Join(amp.OpNames(), ", "))
+			} else if prev, dup := movedTo[op]; dup {
+				bad(field, "op %q is already moved by %s", op, prev)
+			}
+			movedTo[op] = l.field
+		}
+	}
+}
+
+// validateModel reads the base model's config, and checks it against the
+// weight files' headers before anything is allocated, so a config that
+// claims a million layers is refused at once.
+func (r *Recipe) validateModel(bad func(field, format string, args ...any)) {
+	m := r.Model
+	switch m.Init {
+	case InitPretrained:
+		if m.Path == "" {
+			bad("model.path", "required with init: pretrained")
+		} else if base, err := model.Inspect(m.Path); err != nil {
+			bad("model.path", "%v", err)
+		} else {
+			r.Base = base
+		}
+		if r.doc.Has("model.architecture") {
+			bad("model.architecture", "only used with init: random (the pretrained model's config.json defines it)")
+		}
+		r.Model.Architecture = nil
+	case InitRandom:
+		if m.Architecture == nil {
+			bad("model.architecture", "required with init: random")
+		} else {
+			r.Base = r.archConfig()
+			if err := r.Base.Validate(); err != nil {
+				bad("model.architecture", "%v", err)
+			}
+		}
+	}
+	if m.BaseDtype != amp.FP32 && r.Adapter.Type == FullFineTune {
+		bad("model.base_dtype", "%s storage is for frozen base weights; full fine-tuning (adapter: none) updates fp32 master weights", m.BaseDtype)
+	}
+}
+
+// validateData checks the data section: files exist, lengths fit the model.
+// The rows themselves are read when the run sets up, before it writes
+// anything.
+func (r *Recipe) validateData(errs *yamlconf.Errors, bad func(field, format string, args ...any)) {
+	d := r.Data
+	if d.Tokenizer != "byte" {
+		bad("data.tokenizer", "must be byte (the only tokenizer so far), got %q", d.Tokenizer)
+	}
+	if d.Train == "" {
+		bad("data.train", "required: a JSONL file of training rows")
+	} else {
+		r.checkFile(errs, "data.train", d.Train)
+	}
+	if d.Validation != "" {
+		r.checkFile(errs, "data.validation", d.Validation)
+	} else if d.ValidationSplit < 0 || d.ValidationSplit >= 1 {
+		bad("data.validation_split", "must be in [0, 1), got %g", d.ValidationSplit)
+	}
+	if d.SeqLen <= 0 {
+		bad("data.seq_len", "must be > 0, got %d", d.SeqLen)
+	} else if r.Base.MaxPositionEmbeddings > 0 && d.SeqLen > r.Base.MaxPositionEmbeddings {
+		bad("data.seq_len", "%d exceeds the model's max_position_embeddings (%d)", d.SeqLen, r.Base.MaxPositionEmbeddings)
+	}
+	if tv := data.NewByteTokenizer().VocabSize(); r.Base.VocabSize > 0 && r.Base.VocabSize < tv {
+		bad("model.path", "the model's vocabulary (%d) is smaller than the byte tokenizer's (%d)", r.Base.VocabSize, tv)
+	}
+}
+
 // Policy is the precision policy: autocast's default lists for the
 // recipe's precision, with the recipe's moves applied.
-func (r *Recipe) Policy() amp.Policy {
-	f, _ := amp.ParseFormat(r.Precision)
-	return r.policyFor(f)
-}
+func (r *Recipe) Policy() amp.Policy { return r.policyFor(r.Precision) }
 
 // policyFor is Policy for a precision the device resolved (bf16 may fall
 // back to fp16).
@@ -400,26 +449,21 @@ func (r *Recipe) policyFor(f amp.Format) amp.Policy {
 	return p
 }
 
-// LossScaling reports whether the run scales its loss: auto means fp16 only.
-func (r *Recipe) LossScaling() bool {
-	f, _ := amp.ParseFormat(r.Precision)
-	return r.lossScalingFor(f)
-}
-
-func (r *Recipe) lossScalingFor(f amp.Format) bool {
-	switch r.AMP.LossScaling {
-	case "on":
-		return true
-	case "off":
-		return false
-	}
-	return f == amp.FP16
-}
+// LossScaling reports whether the run scales its loss at the recipe's
+// precision; a run whose device changed the precision asks its
+// device.Selection, which applies the same rule.
+func (r *Recipe) LossScaling() bool { return r.AMP.LossScaling.For(r.Precision) }
 
 func (r *Recipe) scalerConfig() amp.ScalerConfig {
 	a := r.AMP
 	return amp.ScalerConfig{Init: a.InitScale, Growth: a.GrowthFactor, Backoff: a.BackoffFactor,
 		Interval: a.GrowthInterval, Min: a.MinScale, Max: a.MaxScale}
+}
+
+// schedule is the learning-rate schedule of the recipe.
+func (r *Recipe) schedule() optim.Schedule {
+	return optim.Schedule{Kind: r.Schedule.Kind, Peak: r.Optimizer.LR, Min: r.Schedule.MinLR,
+		Warmup: r.Schedule.WarmupSteps, Total: r.Train.Steps}
 }
 
 func (r *Recipe) checkFile(errs *yamlconf.Errors, field, path string) {
@@ -448,33 +492,11 @@ func (r *Recipe) archConfig() model.Config {
 	if kv == 0 {
 		kv = a.NumAttentionHeads
 	}
-	eps, theta, std := a.RMSNormEps, a.RopeTheta, a.InitializerRange
-	if eps == 0 {
-		eps = 1e-5
-	}
-	if theta == 0 {
-		theta = 10000
-	}
-	if std == 0 {
-		std = 0.02
-	}
 	return model.Config{
 		VocabSize: tok.VocabSize(), HiddenSize: a.HiddenSize, IntermediateSize: a.IntermediateSize,
 		NumHiddenLayers: a.NumHiddenLayers, NumAttentionHeads: a.NumAttentionHeads, NumKeyValueHeads: kv,
-		MaxPositionEmbeddings: a.MaxPositionEmbeddings, RMSNormEps: eps, RopeTheta: theta,
-		TieWordEmbeddings: a.TieWordEmbeddings, InitializerRange: std,
+		HeadDim: a.HeadDim, MaxPositionEmbeddings: a.MaxPositionEmbeddings, RMSNormEps: a.RMSNormEps, RopeTheta: a.RopeTheta,
+		TieWordEmbeddings: a.TieWordEmbeddings, InitializerRange: a.InitializerRange,
 		BOSTokenID: tok.BOS(), EOSTokenID: tok.EOS(), PadTokenID: tok.PAD(),
-	}
-}
-
-// RunDir picks runs/<name>, or runs/<name>-2, -3... if taken, so a new run
-// never writes into an old one.
-func (r *Recipe) RunDir() string {
-	dir := filepath.Join(r.OutputDir, r.Name)
-	for i := 2; ; i++ {
-		if _, err := os.Stat(dir); os.IsNotExist(err) {
-			return dir
-		}
-		dir = filepath.Join(r.OutputDir, fmt.Sprintf("%s-%d", r.Name, i))
 	}
 }

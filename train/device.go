@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 
-	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/device"
 )
 
@@ -12,10 +11,9 @@ import (
 // CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER as this process sees them.
 func (r *Recipe) DeviceRequest() device.Request {
 	vis, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
-	minFree, _ := device.ParseSize(r.MinFreeMemory) // validated by Load
 	return device.Request{
-		Device: r.Device, Devices: r.Devices, MinFreeMemory: minFree, NeedMemory: r.EstimateMemory(),
-		Policy: device.Policy(r.DevicePolicy), Precision: r.Precision,
+		Device: r.Device, Devices: r.Devices, MinFreeMemory: uint64(r.MinFreeMemory), NeedMemory: r.EstimateMemory(),
+		Policy: r.DevicePolicy, Precision: r.Precision, LossScaling: r.AMP.LossScaling,
 		PrecisionFallback: r.PrecisionFallback, AllowCPUFallback: r.AllowCPUFallback,
 		CUDAVisibleDevices: vis, CUDAVisibleSet: set, CUDADeviceOrder: os.Getenv("CUDA_DEVICE_ORDER"),
 	}
@@ -39,7 +37,10 @@ func (r *Recipe) SelectDevice(inv device.Inventory) (device.Selection, error) {
 // EstimateMemory is a rough upper estimate, in bytes, of what the run
 // needs: weights, trainable state (value, gradient, two moments) and the
 // activations one micro-batch keeps for its backward pass.
-func (r *Recipe) EstimateMemory() uint64 {
+func (r *Recipe) EstimateMemory() uint64 { return r.estimateMemory(r.Train.BatchSize) }
+
+// estimateMemory is EstimateMemory for micro-batches of batch rows.
+func (r *Recipe) estimateMemory(batch int) uint64 {
 	c := r.Base
 	if c.HiddenSize == 0 {
 		return 0
@@ -47,12 +48,9 @@ func (r *Recipe) EstimateMemory() uint64 {
 	hd := c.HeadDimension()
 	perLayer := 4*c.HiddenSize*c.HiddenSize + 2*c.HiddenSize*c.NumKeyValueHeads*hd + 3*c.HiddenSize*c.IntermediateSize
 	params := c.NumHiddenLayers*perLayer + 2*c.VocabSize*c.HiddenSize
-	weightBytes := 4
-	if f, _ := amp.ParseFormat(r.Model.BaseDtype); f != amp.FP32 {
-		weightBytes = 2
-	}
+	weightBytes := r.Model.BaseDtype.Bytes()
 	trainable := params
-	if r.Adapter.Type != "none" {
+	if r.Adapter.Type != FullFineTune {
 		// every module, when a regex picks them: an upper estimate;
 		// DoRA's magnitudes (one value per output row) are included in it
 		modules := len(r.Adapter.TargetModules)
@@ -61,9 +59,9 @@ func (r *Recipe) EstimateMemory() uint64 {
 		}
 		trainable = c.NumHiddenLayers * modules * (r.Adapter.R*2 + 1) * max(c.HiddenSize, c.IntermediateSize)
 	}
-	rows := r.Train.BatchSize * r.Data.SeqLen
+	rows := batch * r.Data.SeqLen
 	// forward and backward buffers per row and layer, and the attention probabilities
-	act := c.NumHiddenLayers * (rows*(30*c.HiddenSize+8*c.IntermediateSize) + 2*r.Train.BatchSize*c.NumAttentionHeads*r.Data.SeqLen*r.Data.SeqLen)
+	act := c.NumHiddenLayers * (rows*(30*c.HiddenSize+8*c.IntermediateSize) + 2*batch*c.NumAttentionHeads*r.Data.SeqLen*r.Data.SeqLen)
 	act += 3 * rows * c.VocabSize
 	return uint64(params*weightBytes + trainable*16 + 4*act)
 }

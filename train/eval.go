@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -57,38 +58,49 @@ type Attempt struct {
 	Got    string `json:"got"`
 }
 
-// taskAccuracy generates a greedy answer to each prompt/completion row of
-// the task file and counts exact matches of the decoded text.
-func taskAccuracy(m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, path string, limit, maxNew int) (TaskReport, error) {
+// taskSet is a task file's questions: prompt ids and expected answers.
+type taskSet struct {
+	prompts [][]int
+	wants   []string
+}
+
+// loadTask reads a task file of prompt/completion rows, the first limit of
+// them (0: all).
+func loadTask(path string, tok data.Tokenizer, limit int) (*taskSet, error) {
 	rows, err := data.LoadJSONL(path, tok)
 	if err != nil {
-		return TaskReport{}, err
+		return nil, err
 	}
 	if limit > 0 && limit < len(rows) {
 		rows = rows[:limit]
 	}
-	var prompts [][]int
-	var wants []string
+	ts := &taskSet{}
 	for _, ex := range rows {
 		first := slices.Index(ex.Target, true)
 		if first <= 0 || ex.IDs[len(ex.IDs)-1] != tok.EOS() {
-			return TaskReport{}, fmt.Errorf("%s:%d: task rows must be {\"prompt\": ..., \"completion\": ...}", path, ex.Line)
+			return nil, &data.LineError{File: path, Line: ex.Line, Err: errors.New(`task rows must be {"prompt": ..., "completion": ...}`)}
 		}
-		prompts = append(prompts, ex.IDs[:first])
-		wants = append(wants, tok.Decode(ex.IDs[first:len(ex.IDs)-1]))
+		ts.prompts = append(ts.prompts, ex.IDs[:first])
+		ts.wants = append(ts.wants, tok.Decode(ex.IDs[first:len(ex.IDs)-1]))
 	}
-	outs, err := model.NewDecoder(m, weights, be).Generate(prompts, maxNew, model.Sampling{})
+	return ts, nil
+}
+
+// accuracy generates a greedy answer to each prompt and counts exact
+// matches of the decoded text.
+func (ts *taskSet) accuracy(m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, maxNew int) (TaskReport, error) {
+	outs, err := model.NewDecoder(m, weights, be).Generate(ts.prompts, maxNew, model.Sampling{})
 	if err != nil {
-		return TaskReport{}, fmt.Errorf("%s: %w", path, err)
+		return TaskReport{}, err
 	}
-	rep := TaskReport{Total: len(rows)}
+	rep := TaskReport{Total: len(ts.prompts)}
 	for i, out := range outs {
 		got := tok.Decode(out)
-		if got == wants[i] {
+		if got == ts.wants[i] {
 			rep.Correct++
 		}
 		if len(rep.Samples) < 3 {
-			rep.Samples = append(rep.Samples, Attempt{Prompt: tok.Decode(prompts[i]), Want: wants[i], Got: got})
+			rep.Samples = append(rep.Samples, Attempt{Prompt: tok.Decode(ts.prompts[i]), Want: ts.wants[i], Got: got})
 		}
 	}
 	rep.Accuracy = float64(rep.Correct) / float64(max(rep.Total, 1))
@@ -102,12 +114,13 @@ func taskAccuracy(m *model.Model, weights map[string][]float32, be blas.Backend,
 type EvalConfig struct {
 	Model, Adapter, Data string
 	SeqLen, BatchSize    int
-	Mode                 string
-	BLAS                 string
+	Mode                 data.Mode
+	BLAS                 blas.Kind
 	Threads              int
 }
 
-// Eval computes the mean loss per target token and the perplexity.
+// Eval computes the mean loss per target token and the perplexity. A
+// batch size above the rows there are is clamped to them.
 func Eval(c EvalConfig) (LossReport, error) {
 	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
 	if err != nil {
@@ -115,19 +128,29 @@ func Eval(c EvalConfig) (LossReport, error) {
 	}
 	m, lora, err := loadWithAdapter(c.Model, c.Adapter)
 	if err != nil {
-		return LossReport{}, err
+		return LossReport{}, inputError(err)
 	}
 	if c.SeqLen > m.Config.MaxPositionEmbeddings {
-		return LossReport{}, fmt.Errorf("--seq-len %d exceeds the model's max_position_embeddings (%d)", c.SeqLen, m.Config.MaxPositionEmbeddings)
+		return LossReport{}, inputError(fmt.Errorf("--seq-len %d exceeds the model's max_position_embeddings (%d)", c.SeqLen, m.Config.MaxPositionEmbeddings))
 	}
 	tok := data.NewByteTokenizer()
 	ex, err := data.LoadJSONL(c.Data, tok)
 	if err != nil {
-		return LossReport{}, err
+		return LossReport{}, inputError(err)
 	}
-	l, err := newLoader(ex, c.SeqLen, c.BatchSize, c.Mode, false, 0, tok)
+	d := DataConfig{SeqLen: c.SeqLen, Mode: c.Mode}
+	l, err := newLoader(ex, d, c.BatchSize, false, 0, tok)
 	if err != nil {
-		return LossReport{}, err
+		return LossReport{}, inputError(err)
+	}
+	if rows := l.Stats().Rows; rows < c.BatchSize {
+		if l, err = newLoader(ex, d, rows, false, 0, tok); err != nil {
+			return LossReport{}, inputError(err)
+		}
+		c.BatchSize = rows
+	}
+	if l.Stats().TargetTokens == 0 {
+		return LossReport{}, inputError(fmt.Errorf("%s: no row has a target token within --seq-len %d", c.Data, c.SeqLen))
 	}
 	ru, err := newRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil, nil)
 	if err != nil {
@@ -142,7 +165,7 @@ type GenerateConfig struct {
 	Model, Adapter, Prompt string
 	MaxNewTokens           int
 	Sampling               model.Sampling
-	BLAS                   string
+	BLAS                   blas.Kind
 }
 
 // Generate continues a prompt and returns the new text.
@@ -153,11 +176,15 @@ func Generate(c GenerateConfig) (string, error) {
 	}
 	m, lora, err := loadWithAdapter(c.Model, c.Adapter)
 	if err != nil {
+		return "", inputError(err)
+	}
+	w, err := mergedWeights(m, lora)
+	if err != nil {
 		return "", err
 	}
 	tok := data.NewByteTokenizer()
 	prompt := append([]int{tok.BOS()}, tok.Encode(c.Prompt)...)
-	out, err := model.NewDecoder(m, mergedWeights(m, lora), eng.BLAS).Generate([][]int{prompt}, c.MaxNewTokens, c.Sampling)
+	out, err := model.NewDecoder(m, w, eng.BLAS).Generate([][]int{prompt}, c.MaxNewTokens, c.Sampling)
 	if err != nil {
 		return "", err
 	}

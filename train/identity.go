@@ -5,10 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mixtune/mixtune/internal/yamlconf"
 )
 
 // Resolved renders the config with every default filled in and every
@@ -77,4 +81,18 @@ func show(v any) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// readResolved reads a run directory's resolved.yaml as a Config, without
+// validating it against the files it names: to list what a new recipe
+// changes.
+func readResolved(dir string) (Config, error) {
+	path := filepath.Join(dir, resolvedFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	c := Defaults()
+	_, err = yamlconf.Decode(path, raw, nil, &c)
+	return c, err
 }

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/atomicfile"
 )
@@ -55,14 +54,15 @@ type PolicyRecord struct {
 	Promote      []string `json:"promote"`
 }
 
-func newManifest(r *Recipe, blasName string, threads int, inv device.Inventory, sel device.Selection, p amp.Policy, scaling bool) Manifest {
+func newManifest(r *Recipe, c *components) Manifest {
 	host, _ := os.Hostname()
+	inv, sel, p := c.device.Inventory, c.device.Selection, c.policy
 	m := Manifest{
 		Mixtune: Version, GitRevision: gitRevision(), GoVersion: runtime.Version(), Modules: map[string]string{},
 		Created: time.Now().UTC().Format(time.RFC3339), Seed: r.Seed, ConfigHash: r.Hash(),
 		Host: Host{Name: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUFeatures: cpuFeatures()},
-		BLAS: blasName, Threads: threads, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
-		Precision: p.Low.String(), LossScaling: scaling,
+		BLAS: c.eng.BLAS.Name(), Threads: c.eng.Workers, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
+		Precision: p.Low.String(), LossScaling: c.scaler != nil,
 		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
 		Inputs: map[string]string{},
 	}
@@ -72,7 +72,7 @@ func newManifest(r *Recipe, blasName string, threads int, inv device.Inventory, 
 		}
 	}
 	files := []string{r.Data.Train, r.Data.Validation, r.Task.EvalFile}
-	if r.Model.Init == "pretrained" {
+	if r.Model.Init == InitPretrained {
 		if ents, err := os.ReadDir(r.Model.Path); err == nil {
 			for _, e := range ents {
 				if n := e.Name(); n == "config.json" || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, ".index.json") {

@@ -38,17 +38,15 @@ func (m *metricsLog) write(rec map[string]any) {
 	m.err = err
 }
 
-// size is the file's length after everything written so far.
-func (m *metricsLog) size() int64 {
-	if err := m.w.Flush(); err != nil {
+// contents is the file as written so far, for a checkpoint to keep.
+func (m *metricsLog) contents() ([]byte, error) {
+	if err := m.w.Flush(); err != nil && m.err == nil {
 		m.err = err
 	}
-	st, err := m.f.Stat()
-	if err != nil {
-		m.err = err
-		return 0
+	if m.err != nil {
+		return nil, m.err
 	}
-	return st.Size()
+	return os.ReadFile(m.f.Name())
 }
 
 func (m *metricsLog) Close() error {

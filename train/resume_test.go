@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/mixtune/mixtune/blas"
 )
 
 // wallClock are the metrics fields that measure time, not the computation.
@@ -194,7 +196,7 @@ func TestResumeRefusesAnotherConfig(t *testing.T) {
 }
 
 func openBLASAvailable() bool {
-	_, err := openEngine(ComputeConfig{BLAS: "openblas"})
+	_, err := openEngine(ComputeConfig{BLAS: blas.KindOpenBLAS})
 	return err == nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/flock"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/report"
@@ -31,13 +32,26 @@ type Options struct {
 	// checkpoint instead of starting a new run.
 	ResumeDir string
 	// Force resumes even though the checkpoint was written under a
-	// different config (the CLI lists the differing keys first).
+	// different recipe; the change is recorded in config_changes.jsonl and
+	// resolved.yaml becomes the new recipe.
 	Force bool
 	// Device is the device selection when the caller already made it
 	// (the CLI does, to set the CUDA environment first); nil selects here.
 	Device *DeviceChoice
+	// Faults are fault-injection points for crash-safety tests.
+	Faults Faults
 
 	afterStep func(step int) // tests: called after each step, to interrupt at a chosen one
+}
+
+// Faults let a test stop a training process at a chosen moment. Each hook,
+// when set, is called at that moment; a real run leaves them nil.
+type Faults struct {
+	// CheckpointStage is called inside every checkpoint write: "files"
+	// once the temporary directory is complete, "aside" once an older
+	// checkpoint of the same step is renamed aside, "renamed" once the new
+	// one is in place.
+	CheckpointStage func(stage string)
 }
 
 // Summary is what a finished (or interrupted) run reports.
@@ -50,351 +64,519 @@ type Summary struct {
 	ValAfter     *LossReport `json:"val_after,omitempty"`
 	TaskBefore   *TaskReport `json:"task_before,omitempty"`
 	TaskAfter    *TaskReport `json:"task_after,omitempty"`
-	Tokens       int64       `json:"tokens"`
-	Seconds      float64     `json:"seconds"`
-	TokensPerSec float64     `json:"tokens_per_s"`
+	Tokens       int64       `json:"tokens"`       // trained, over every leg of a resumed run
+	Seconds      float64     `json:"seconds"`      // this process, start to end
+	TokensPerSec float64     `json:"tokens_per_s"` // Tokens over the training loop's time, every leg
 	PeakRSS      uint64      `json:"peak_rss_bytes"`
 	Saved        string      `json:"saved"`
 	Precision    string      `json:"precision"`
 	SkippedSteps int         `json:"skipped_steps"`
 }
 
-// Run trains as the recipe says and writes the run directory: config.yaml
-// (as given), metrics.jsonl, the adapter (or the full model) and
-// summary.json. Cancelling ctx stops after the current step and still
-// saves what was trained.
-func Run(ctx context.Context, r *Recipe, opt Options) (sum *Summary, err error) {
-	out := opt.Out
-	start := time.Now()
+// ErrInterrupted reports a run stopped early by a signal; what it trained
+// was saved.
+var ErrInterrupted = errors.New("interrupted")
 
-	// --- the device and precision, resolved before any work
+// Run trains as the recipe says and writes the run directory: config.yaml
+// (as given), resolved.yaml, run.json, metrics.jsonl, checkpoints, the
+// adapter (or the full model) and summary.json. Every component is built,
+// and every input read and checked, before anything is written.
+// Cancelling ctx stops after the current step and still saves what was
+// trained.
+func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
+	s, err := setup(ctx, r, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if err := s.openRunDir(); err != nil {
+		return nil, err
+	}
+	if s.complete != nil {
+		fmt.Fprintf(s.out, "%s is complete (step %d of %d); nothing to do\n", s.dir, s.step, r.Train.Steps)
+		return s.complete, nil
+	}
+	s.printHeader()
+	if err := s.measureBefore(); err != nil {
+		return nil, err
+	}
+	if err := s.loop(ctx, opt.afterStep); err != nil {
+		return nil, err
+	}
+	return s.finish()
+}
+
+// session is one training process's state: the components built from the
+// recipe, the run directory, and the loop's position.
+type session struct {
+	r      *Recipe
+	opt    Options
+	out    io.Writer
+	start  time.Time
+	parts  *components
+	dir    string
+	lock   *flock.Lock
+	logger *metricsLog
+	ck     *loadedCheckpoint // the checkpoint resumed from, if any
+
+	step         int     // optimizer steps done
+	checkpointed int     // the step the newest checkpoint holds
+	lastLoss     float64 // the last step's loss
+	priorSeconds float64 // loop time of earlier legs of a resumed run
+	legStart     time.Time
+	legFirstStep int
+	sum          Summary
+	complete     *Summary // set when resuming a run that has finished
+}
+
+// setup builds every component and reads every input; it writes nothing.
+func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 	choice := opt.Device
 	if choice == nil {
+		var err error
 		if choice, err = r.ChooseDevice(ctx); err != nil {
 			return nil, err
 		}
 	}
-	inv, sel := choice.Inventory, choice.Selection
-	resolved, err := amp.ParseFormat(sel.Precision)
+	parts, err := build(r, choice)
 	if err != nil {
 		return nil, err
 	}
+	out := opt.Out
+	if out == nil {
+		out = io.Discard
+	}
+	return &session{r: r, opt: opt, out: out, start: time.Now(), parts: parts,
+		sum: Summary{Precision: parts.policy.Low.String()}}, nil
+}
 
-	// --- components, each built from its section of the recipe
-	eng, err := openEngine(r.Compute)
-	if err != nil {
-		return nil, err
+func (s *session) close() {
+	s.parts.close()
+	if s.logger != nil {
+		s.logger.Close()
 	}
-	tok := data.NewByteTokenizer()
-	trainEx, valEx, err := datasets(r, tok)
-	if err != nil {
-		return nil, err
-	}
-	m, err := loadModel(r)
-	if err != nil {
-		return nil, err
-	}
-	lora, err := newAdapter(r, m)
-	if err != nil {
-		return nil, err
-	}
-	params := trainables(m, lora)
-	opt_, err := newOptimizer(r.Optimizer)
-	if err != nil {
-		return nil, err
-	}
-	sched := newSchedule(r)
-	trainLoader, err := newLoader(trainEx, r.Data.SeqLen, r.Train.BatchSize, r.Data.Mode, r.Data.Shuffle, r.Seed, tok)
-	if err != nil {
-		return nil, fmt.Errorf("training data: %w", err)
-	}
-	var valBatches []data.Batch
-	if len(valEx) > 0 {
-		vl, err := newLoader(valEx, r.Data.SeqLen, r.Train.BatchSize, r.Data.Mode, false, r.Seed, tok)
+	s.lock.Unlock()
+}
+
+// openRunDir creates and locks a new run directory, or locks the one
+// being resumed and restores the loop's state from its newest good
+// checkpoint.
+func (s *session) openRunDir() error {
+	r, p := s.r, s.parts
+	if s.opt.ResumeDir == "" {
+		dir, err := createRunDir(r.OutputDir, r.Name)
 		if err != nil {
-			return nil, fmt.Errorf("validation data: %w", err)
+			return err
 		}
-		valBatches = vl.Batches()
-		if r.Train.EvalBatches > 0 && len(valBatches) > r.Train.EvalBatches {
-			valBatches = valBatches[:r.Train.EvalBatches]
+		s.dir = dir
+		if s.lock, err = lockRunDir(dir); err != nil {
+			return err
 		}
-	}
-	policy := r.policyFor(resolved)
-	var scaler *amp.LossScaler
-	if r.lossScalingFor(resolved) {
-		if scaler, err = amp.NewLossScaler(r.scalerConfig()); err != nil {
-			return nil, err
+		if err := writeRecipe(dir, r); err != nil {
+			return err
 		}
-	}
-	trainer, err := newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, params, &policy)
-	if err != nil {
-		return nil, err
-	}
-	defer trainer.close()
-	var evaluator *runner
-	if len(valBatches) > 0 {
-		if evaluator, err = newRunner(eng, m, lora, r.Train.BatchSize, r.Data.SeqLen, nil, &policy); err != nil {
-			return nil, err
+		if err := newManifest(r, p).write(dir); err != nil {
+			return err
 		}
-		defer evaluator.close()
+		s.logger, err = newMetricsLog(filepath.Join(dir, "metrics.jsonl"))
+		return err
 	}
 
-	// --- the run directory: a new one (nothing earlier is ever
-	// overwritten), or the one being resumed with its state restored
-	dir, ck, err := prepareRunDir(r, opt, out)
+	s.dir = s.opt.ResumeDir
+	var err error
+	if s.lock, err = lockRunDir(s.dir); err != nil {
+		return err
+	}
+	root := filepath.Join(s.dir, "checkpoints")
+	notes, err := recoverCheckpoints(root)
+	for _, n := range notes {
+		fmt.Fprintln(s.out, "note: "+n)
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if ck != nil {
-		if err := ck.restore(params); err != nil {
-			return nil, err
-		}
-		if err := opt_.Load(ck.Optim); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
-		}
-		if err := trainLoader.Restore(ck.State.Loader); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
-		}
-		if scaler != nil && ck.State.Scaler != nil {
-			if err := scaler.Load(*ck.State.Scaler); err != nil {
-				return nil, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
-			}
-		}
-		eng.WeightVersion = ck.State.WeightVer
-		// metrics after the checkpoint are redone by this run
-		if err := os.Truncate(filepath.Join(dir, "metrics.jsonl"), ck.State.MetricsBytes); err != nil {
-			return nil, fmt.Errorf("resume: %w", err)
-		}
-	}
-	if ck == nil {
-		if err := newManifest(r, eng.BLAS.Name(), eng.Workers, inv, sel, policy, scaler != nil).write(dir); err != nil {
-			return nil, err
-		}
-	}
-	metrics, err := newMetricsLog(filepath.Join(dir, "metrics.jsonl"))
+	ck, err := loadLatestCheckpoint(root, func(w string) { fmt.Fprintln(s.out, "warning: "+w) })
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("resume %s: %w", s.dir, err)
 	}
-	defer metrics.Close()
+	if err := s.checkRecipe(ck); err != nil {
+		return err
+	}
+	s.ck = ck
+	s.step, s.checkpointed = ck.State.Step, ck.State.Step
+	if sum, ok := readSummary(s.dir); ok && s.step >= r.Train.Steps {
+		s.complete = sum
+		return nil
+	}
+	if err := s.restore(ck); err != nil {
+		return err
+	}
+	s.logger, err = newMetricsLog(filepath.Join(s.dir, "metrics.jsonl"))
+	return err
+}
 
-	st := trainLoader.Stats()
-	fmt.Fprintf(out, "device: %s · compute on %s · precision %s%s\n", sel.Reason, sel.Compute, policy.Low, precisionNote(policy, scaler))
-	for _, w := range sel.Warnings {
+// checkRecipe refuses to continue a checkpoint under another recipe unless
+// --force says so, or an earlier forced change already made this recipe
+// the run's; a forced change is recorded.
+func (s *session) checkRecipe(ck *loadedCheckpoint) error {
+	hash := s.r.Hash()
+	if ck.State.ConfigHash == hash || approvedChange(s.dir, ck.State.ConfigHash, hash) {
+		return nil
+	}
+	if !s.opt.Force {
+		return fmt.Errorf("resume %s: %s was written under a different config; pass --force to resume anyway", s.dir, ck.Dir)
+	}
+	var changes []string
+	if old, err := readResolved(s.dir); err == nil {
+		changes = Diff(old, s.r.Config)
+	}
+	return recordConfigChange(s.dir, ck.State.Step, ck.State.ConfigHash, s.r, changes)
+}
+
+// restore puts the checkpoint's state back: weights, optimizer, data
+// position, loss scale, and metrics.jsonl as it stood at that step.
+func (s *session) restore(ck *loadedCheckpoint) error {
+	p := s.parts
+	if err := ck.restore(p.params); err != nil {
+		return err
+	}
+	if err := p.optimizer.Load(ck.Optim); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+	}
+	if err := p.trainLoader.Restore(ck.State.Loader); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+	}
+	if p.scaler != nil && ck.State.Scaler != nil {
+		if err := p.scaler.Load(*ck.State.Scaler); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+		}
+	}
+	p.eng.WeightVersion = ck.State.WeightVer
+	s.lastLoss, s.priorSeconds = ck.State.LastLoss, ck.State.LoopSeconds
+	s.sum.SkippedSteps, s.sum.ValBefore, s.sum.TaskBefore = ck.State.Skipped, ck.State.ValBefore, ck.State.TaskBefore
+	return restoreMetrics(filepath.Join(s.dir, "metrics.jsonl"), ck)
+}
+
+// restoreMetrics rewrites metrics.jsonl as it stood at the checkpoint: the
+// lines written after it are redone by this run. A checkpoint holds a copy
+// of the file, so a file cut short or damaged since is rebuilt whole; a
+// format-1 checkpoint holds only its length, so the file is cut back to
+// that length, and refused if it is shorter.
+func restoreMetrics(path string, ck *loadedCheckpoint) error {
+	if ck.Metrics != nil {
+		return atomicfile.WriteFile(path, ck.Metrics)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	if st.Size() < ck.State.MetricsBytes {
+		return fmt.Errorf("resume: %s has %d bytes, fewer than the %d it had at %s: it was cut, and that checkpoint (an older format) holds no copy to rebuild it from",
+			path, st.Size(), ck.State.MetricsBytes, ck.Dir)
+	}
+	return os.Truncate(path, ck.State.MetricsBytes)
+}
+
+func (s *session) printHeader() {
+	r, p, out := s.r, s.parts, s.out
+	sel := p.device.Selection
+	fmt.Fprintf(out, "device: %s · compute on %s · precision %s%s\n", sel.Reason, sel.Compute, p.policy.Low, precisionNote(p.policy, p.scaler))
+	for _, w := range append(append(sel.Warnings, r.Warnings...), p.warnings...) {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}
-	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), eng.BLAS.Name(), eng.Workers)
+	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers)
+	m := p.model
 	fmt.Fprintf(out, "model: %s · %s params · %d layers, hidden %d, heads %d/%d kv%s\n", modelName(r), human(m.NumParams()),
 		m.Config.NumHiddenLayers, m.Config.HiddenSize, m.Config.NumAttentionHeads, m.Config.NumKeyValueHeads, storedNote(m.StoredDtypes()))
-	if lora != nil {
-		fmt.Fprintf(out, "adapter: %s · %d modules · %s trainable (%.2f%%)\n", lora.Config, len(lora.Modules),
-			human(lora.NumParams()), 100*float64(lora.NumParams())/float64(m.NumParams()))
+	if l := p.lora; l != nil {
+		fmt.Fprintf(out, "adapter: %s · %d modules · %s trainable (%.2f%%)\n", l.Config, len(l.Modules),
+			human(l.NumParams()), 100*float64(l.NumParams())/float64(m.NumParams()))
 	} else {
 		fmt.Fprintf(out, "adapter: none · full fine-tuning of %s params\n", human(m.NumParams()))
 	}
+	st := p.trainLoader.Stats()
 	fmt.Fprintf(out, "data: %d train examples (%d truncated), %d validation · seq_len %d · batch %d×%d · %s\n",
-		st.Examples, st.Truncated, len(valEx), r.Data.SeqLen, r.Train.BatchSize, r.Train.GradAccum, r.Data.Mode)
-	fmt.Fprintf(out, "run: %s\n", dir)
+		st.Examples, st.Truncated, p.valExamples, r.Data.SeqLen, p.batch, r.Train.GradAccum, r.Data.Mode)
+	fmt.Fprintf(out, "run: %s\n", s.dir)
+	if s.ck != nil {
+		fmt.Fprintf(out, "resuming from %s (step %d of %d)\n", s.ck.Dir, s.step, r.Train.Steps)
+	}
+}
 
-	sum = &Summary{RunDir: dir, Precision: policy.Low.String()}
-	weights := func() map[string][]float32 { return mergedWeights(m, lora) }
-	step := 0
-	var lastLoss, priorSeconds float64
-	if ck != nil {
-		step, lastLoss, priorSeconds = ck.State.Step, ck.State.LastLoss, ck.State.LoopSeconds
-		sum.SkippedSteps, sum.ValBefore, sum.TaskBefore = ck.State.Skipped, ck.State.ValBefore, ck.State.TaskBefore
-		fmt.Fprintf(out, "resuming from %s (step %d of %d)\n", ck.Dir, step, r.Train.Steps)
-	}
-	if r.Task.EvalFile != "" && r.Task.Before && ck == nil {
-		rep, err := taskAccuracy(m, weights(), eng.BLAS, tok, r.Task.EvalFile, r.Task.Limit, r.Task.MaxNewTokens)
-		if err != nil {
-			return nil, err
-		}
-		sum.TaskBefore = &rep
-		fmt.Fprintf(out, "task accuracy before: %s\n", rep)
-	}
-	if evaluator != nil && ck == nil {
-		rep, err := evaluate(evaluator, valBatches)
-		if err != nil {
-			return nil, err
-		}
-		sum.ValBefore = &rep
-		metrics.write(map[string]any{"step": 0, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
-	}
-
-	loopStart := time.Now()
-	// checkpoint saves everything needed to continue after this step.
-	checkpoint := func() error {
-		st := checkpointState{Step: step, ConfigHash: r.Hash(), Loader: trainLoader.State(),
-			WeightVer: eng.WeightVersion, MetricsBytes: metrics.size(), Skipped: sum.SkippedSteps,
-			LoopSeconds: priorSeconds + time.Since(loopStart).Seconds(), LastLoss: lastLoss,
-			ValBefore: sum.ValBefore, TaskBefore: sum.TaskBefore}
-		if scaler != nil {
-			s := scaler.State()
-			st.Scaler = &s
-		}
-		root := filepath.Join(dir, "checkpoints")
-		if _, err := writeCheckpoint(root, st, params, opt_); err != nil {
-			return err
-		}
-		if err := pruneCheckpoints(root, r.Train.KeepCheckpoints); err != nil {
-			return err
-		}
-		writeReports(dir, out)
+// measureBefore measures the untrained model: task accuracy and validation
+// loss. A resumed run has them from its checkpoint.
+func (s *session) measureBefore() error {
+	if s.ck != nil {
 		return nil
 	}
+	p := s.parts
+	if p.task != nil && s.r.Task.Before {
+		rep, err := s.taskAccuracy()
+		if err != nil {
+			return err
+		}
+		s.sum.TaskBefore = &rep
+		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
+	}
+	if p.evaluator != nil {
+		rep, err := evaluate(p.evaluator, p.valBatches)
+		if err != nil {
+			return err
+		}
+		s.sum.ValBefore = &rep
+		s.logger.write(map[string]any{"step": 0, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
+	}
+	return nil
+}
 
-	// --- the training loop
-	bar := newProgress(out, r.Train.Steps, opt.Progress)
-	bar.update(step, lastLoss, 0, 0)
-	tokensPerStep := int64(r.Train.BatchSize * r.Data.SeqLen * r.Train.GradAccum)
-	loopStart = time.Now()
-	startStep := step
-	for step < r.Train.Steps {
+// loop runs optimizer steps until the recipe's count, or until ctx is
+// cancelled, logging, validating and checkpointing as the recipe says.
+func (s *session) loop(ctx context.Context, afterStep func(int)) error {
+	r, p := s.r, s.parts
+	bar := newProgress(s.out, r.Train.Steps, s.opt.Progress)
+	bar.update(s.step, s.lastLoss, 0, 0)
+	s.legStart, s.legFirstStep = time.Now(), s.step
+	for s.step < r.Train.Steps {
 		if ctx.Err() != nil {
-			sum.Interrupted = true
+			s.sum.Interrupted = true
 			break
 		}
-		step++
-		// One optimizer step: GradAccum micro-batches, each weighted by its
-		// share of the step's target tokens, so the step's loss is the mean
-		// over all of them whatever the padding.
-		micro := make([]data.Batch, r.Train.GradAccum)
-		total := 0
-		for i := range micro {
-			micro[i] = trainLoader.Next()
-			total += micro[i].NumTargets
-		}
-		// With loss scaling the gradient flowing out of the loss is
-		// multiplied by the scale (constant within the step), so small
-		// fp16 gradients do not underflow on their way back.
-		scale := float32(1)
-		if scaler != nil {
-			scale = scaler.Scale()
-		}
-		var lossSum float64
-		for i, bt := range micro {
-			w := scale * float32(bt.NumTargets) / float32(max(total, 1))
-			loss, err := trainer.run(bt, w, i == 0, noiseKey(r.Seed, step, i))
-			if err != nil {
-				return nil, fmt.Errorf("step %d: %w", step, err)
-			}
-			lossSum += loss * float64(bt.NumTargets)
-		}
-		lastLoss = lossSum / float64(max(total, 1))
-
-		lr := sched.LR(step)
-		upd, err := applyStep(params, opt_, scaler, r.Optimizer.GradClip, lr, total > 0)
+		s.step++
+		res, err := s.trainStep()
 		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", step, err)
-		}
-		stepped, gradNorm, zeroFrac := upd.stepped, upd.gradNorm, upd.zeroFrac
-		rounded, underflowed := eng.Grads.Take()
-		if stepped {
-			eng.WeightVersion++ // low-precision copies of the weights are now stale
-		} else {
-			sum.SkippedSteps++
-		}
-
-		elapsed := priorSeconds + time.Since(loopStart).Seconds()
-		tps := float64(tokensPerStep) * float64(step-startStep) / time.Since(loopStart).Seconds()
-		bar.update(step, lastLoss, lr, tps)
-		if step%r.Train.LogEvery == 0 || step == r.Train.Steps {
-			rec := map[string]any{"step": step, "loss": lastLoss, "lr": lr, "grad_norm": gradNorm,
-				"tokens_per_s": tps, "elapsed_s": elapsed, "skipped": !stepped, "grad_zero_frac": zeroFrac}
-			if rounded > 0 { // low precision: the share of gradient values between ops that rounding sent to zero
-				rec["grad_underflow_frac"] = float64(underflowed) / float64(rounded)
-			}
-			if scaler != nil {
-				rec["loss_scale"] = scale
-			}
-			metrics.write(rec)
-			if !opt.Progress {
-				msg := fmt.Sprintf("step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %s tok/s", step, r.Train.Steps, lastLoss, lr, gradNorm, human(int(tps)))
-				if scaler != nil {
-					msg += fmt.Sprintf("  scale %g", scale)
-				}
-				if !stepped {
-					msg += "  (skipped: non-finite gradients)"
-				}
-				bar.line(msg)
-			}
-		}
-		if math.IsNaN(lastLoss) || math.IsInf(lastLoss, 0) {
 			bar.finish()
-			return nil, fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", step, lastLoss)
+			return fmt.Errorf("step %d: %w", s.step, err)
 		}
-		if evaluator != nil && r.Train.EvalEvery > 0 && step%r.Train.EvalEvery == 0 && step < r.Train.Steps {
-			rep, err := evaluate(evaluator, valBatches)
+		tps := s.tokensPerSecond()
+		bar.update(s.step, res.loss, res.lr, tps)
+		if s.step%r.Train.LogEvery == 0 || s.step == r.Train.Steps {
+			s.logger.write(res.record(s.step, tps, s.elapsed()))
+			if !s.opt.Progress {
+				bar.line(res.line(s.step, r.Train.Steps, tps))
+			}
+		}
+		if !res.finiteLoss && p.scaler == nil {
+			// With loss scaling a non-finite loss is an overflow the
+			// scaler handles (the step was skipped); without, it diverged.
+			bar.finish()
+			return fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss)
+		}
+		if p.evaluator != nil && r.Train.EvalEvery > 0 && s.step%r.Train.EvalEvery == 0 && s.step < r.Train.Steps {
+			rep, err := evaluate(p.evaluator, p.valBatches)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			metrics.write(map[string]any{"step": step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
-			bar.line(fmt.Sprintf("step %d: val_loss %.4f (perplexity %.3f)", step, rep.Loss, rep.Perplexity))
+			s.logger.write(map[string]any{"step": s.step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
+			bar.line(fmt.Sprintf("step %d: val_loss %.4f (perplexity %.3f)", s.step, rep.Loss, rep.Perplexity))
 		}
-		if r.Train.CheckpointEvery > 0 && step%r.Train.CheckpointEvery == 0 && step < r.Train.Steps {
-			if err := checkpoint(); err != nil {
-				return nil, err
+		if r.Train.CheckpointEvery > 0 && s.step%r.Train.CheckpointEvery == 0 && s.step < r.Train.Steps {
+			if err := s.checkpoint(); err != nil {
+				return err
 			}
 		}
-		if opt.afterStep != nil {
-			opt.afterStep(step)
+		if afterStep != nil {
+			afterStep(s.step)
 		}
 	}
 	bar.finish()
-	// the last state is always checkpointed: at the end, or where a signal stopped the run
-	if err := checkpoint(); err != nil {
-		return nil, err
+	// The last state is checkpointed, at the end or where a signal
+	// stopped the run, unless the newest checkpoint already holds it.
+	if s.step > s.checkpointed {
+		if err := s.checkpoint(); err != nil {
+			return err
+		}
 	}
-	loopSeconds := time.Since(loopStart).Seconds()
-	sum.Steps, sum.FinalLoss = step, lastLoss
-	sum.Tokens = tokensPerStep * int64(step-startStep)
+	return nil
+}
+
+// stepResult is what one optimizer step did.
+type stepResult struct {
+	loss, lr   float64
+	finiteLoss bool
+	update
+	rounded, underflowed int64 // low precision: gradient values rounded between ops, and those sent to zero
+	scale                float32
+	scaled               bool
+}
+
+// trainStep is one optimizer step: GradAccum micro-batches, each weighted
+// by its share of the step's target tokens (so the step's loss is the mean
+// over all of them whatever the padding), then the update.
+func (s *session) trainStep() (stepResult, error) {
+	r, p := s.r, s.parts
+	micro := make([]data.Batch, r.Train.GradAccum)
+	total := 0
+	for i := range micro {
+		micro[i] = p.trainLoader.Next()
+		total += micro[i].NumTargets
+	}
+	// With loss scaling the gradient flowing out of the loss is multiplied
+	// by the scale (constant within the step), so small fp16 gradients do
+	// not underflow on their way back.
+	res := stepResult{scale: 1, scaled: p.scaler != nil}
+	if p.scaler != nil {
+		res.scale = p.scaler.Scale()
+	}
+	var lossSum float64
+	for i, bt := range micro {
+		w := res.scale * float32(bt.NumTargets) / float32(max(total, 1))
+		loss, err := p.trainer.run(bt, w, i == 0, noiseKey(r.Seed, s.step, i))
+		if err != nil {
+			return res, err
+		}
+		lossSum += loss * float64(bt.NumTargets)
+	}
+	res.loss = lossSum / float64(max(total, 1))
+	s.lastLoss = res.loss
+	res.finiteLoss = !math.IsNaN(res.loss) && !math.IsInf(res.loss, 0)
+	res.lr = p.schedule.LR(s.step)
+	var err error
+	res.update, err = applyStep(p.params, p.optimizer, p.scaler, r.Optimizer.GradClip, res.lr, total > 0, res.finiteLoss)
+	if err != nil {
+		return res, err
+	}
+	res.rounded, res.underflowed = p.eng.Grads.Take()
+	if res.stepped {
+		p.eng.WeightVersion++ // low-precision copies of the weights are now stale
+	} else {
+		s.sum.SkippedSteps++
+	}
+	return res, nil
+}
+
+// record is the step's metrics.jsonl line.
+func (res stepResult) record(step int, tps, elapsed float64) map[string]any {
+	rec := map[string]any{"step": step, "loss": res.loss, "lr": res.lr, "grad_norm": res.gradNorm,
+		"tokens_per_s": tps, "elapsed_s": elapsed, "skipped": !res.stepped, "grad_zero_frac": res.zeroFrac}
+	if res.rounded > 0 { // the share of gradient values between ops that rounding sent to zero
+		rec["grad_underflow_frac"] = float64(res.underflowed) / float64(res.rounded)
+	}
+	if res.scaled {
+		rec["loss_scale"] = res.scale
+	}
+	return rec
+}
+
+// line is the step's log line when there is no progress bar.
+func (res stepResult) line(step, steps int, tps float64) string {
+	msg := fmt.Sprintf("step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %s tok/s", step, steps, res.loss, res.lr, res.gradNorm, human(int(tps)))
+	if res.scaled {
+		msg += fmt.Sprintf("  scale %g", res.scale)
+	}
+	if !res.stepped {
+		msg += "  (skipped: non-finite loss or gradients)"
+	}
+	return msg
+}
+
+func (s *session) tokensPerStep() int64 {
+	return int64(s.parts.batch * s.r.Data.SeqLen * s.r.Train.GradAccum)
+}
+
+// tokensPerSecond is this leg's training throughput so far.
+func (s *session) tokensPerSecond() float64 {
+	return float64(s.tokensPerStep()) * float64(s.step-s.legFirstStep) / time.Since(s.legStart).Seconds()
+}
+
+// elapsed is the training loop's time over every leg of the run.
+func (s *session) elapsed() float64 { return s.priorSeconds + time.Since(s.legStart).Seconds() }
+
+// checkpoint saves everything needed to continue after the current step,
+// then prunes old checkpoints and redraws the reports.
+func (s *session) checkpoint() error {
+	p := s.parts
+	metrics, err := s.logger.contents()
+	if err != nil {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
+		WeightVer: p.eng.WeightVersion, MetricsBytes: int64(len(metrics)), Skipped: s.sum.SkippedSteps,
+		LoopSeconds: s.elapsed(), LastLoss: s.lastLoss, ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
+	if p.scaler != nil {
+		sc := p.scaler.State()
+		st.Scaler = &sc
+	}
+	root := filepath.Join(s.dir, "checkpoints")
+	if _, err := writeCheckpoint(root, st, p.params, p.optimizer, metrics, s.opt.Faults.CheckpointStage); err != nil {
+		return err
+	}
+	s.checkpointed = s.step
+	if err := pruneCheckpoints(root, s.r.Train.KeepCheckpoints); err != nil {
+		return err
+	}
+	writeReports(s.dir, s.out)
+	return nil
+}
+
+// finish measures the trained model, saves it and writes summary.json. An
+// interrupted run saves what it trained and skips the measurements.
+func (s *session) finish() (*Summary, error) {
+	r, p, sum := s.r, s.parts, &s.sum
+	sum.RunDir, sum.Steps, sum.FinalLoss = s.dir, s.step, s.lastLoss
+	loopSeconds := s.elapsed()
+	sum.Tokens = s.tokensPerStep() * int64(s.step)
 	if loopSeconds > 0 {
 		sum.TokensPerSec = float64(sum.Tokens) / loopSeconds
 	}
 	if sum.Interrupted {
-		fmt.Fprintf(out, "interrupted after step %d; checkpoint saved. Resume with:\n  mixtune train --resume %s\n", step, dir)
-	}
-
-	// --- after training: validation, task accuracy, save
-	if evaluator != nil && !sum.Interrupted {
-		rep, err := evaluate(evaluator, valBatches)
-		if err != nil {
-			return nil, err
+		fmt.Fprintf(s.out, "interrupted after step %d; checkpoint saved. Resume with:\n  mixtune train --resume %s\n", s.step, s.dir)
+	} else {
+		if p.evaluator != nil {
+			rep, err := evaluate(p.evaluator, p.valBatches)
+			if err != nil {
+				return nil, err
+			}
+			sum.ValAfter = &rep
+			s.logger.write(map[string]any{"step": s.step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
 		}
-		sum.ValAfter = &rep
-		metrics.write(map[string]any{"step": step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
-	}
-	if r.Task.EvalFile != "" && r.Task.After && !sum.Interrupted {
-		rep, err := taskAccuracy(m, weights(), eng.BLAS, tok, r.Task.EvalFile, r.Task.Limit, r.Task.MaxNewTokens)
-		if err != nil {
-			return nil, err
+		if p.task != nil && r.Task.After {
+			rep, err := s.taskAccuracy()
+			if err != nil {
+				return nil, err
+			}
+			sum.TaskAfter = &rep
 		}
-		sum.TaskAfter = &rep
 	}
-	if lora != nil {
-		sum.Saved = filepath.Join(dir, "adapter")
-		if err := lora.Save(sum.Saved, modelName(r)); err != nil {
+	if p.lora != nil {
+		sum.Saved = filepath.Join(s.dir, "adapter")
+		if err := p.lora.Save(sum.Saved, modelName(r)); err != nil {
 			return nil, err
 		}
 	} else {
-		sum.Saved = filepath.Join(dir, "model")
-		f, _ := amp.ParseFormat(r.Model.SaveDtype)
-		if err := m.Save(sum.Saved, f, 0); err != nil {
+		sum.Saved = filepath.Join(s.dir, "model")
+		if err := p.model.Save(sum.Saved, r.Model.SaveDtype, 0); err != nil {
 			return nil, err
 		}
 	}
-	sum.Seconds = time.Since(start).Seconds()
+	sum.Seconds = time.Since(s.start).Seconds()
 	sum.PeakRSS, _ = sysinfo.PeakRSS()
-	b, _ := json.MarshalIndent(sum, "", "  ")
-	if err := atomicfile.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n')); err != nil {
+	b, err := json.MarshalIndent(sum, "", "  ")
+	if err != nil {
 		return nil, err
 	}
-	writeReports(dir, out)
-	writeSummary(out, sum)
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, summaryFile), append(b, '\n')); err != nil {
+		return nil, err
+	}
+	if err := s.logger.Close(); err != nil {
+		return nil, fmt.Errorf("write metrics: %w", err)
+	}
+	s.logger = nil
+	writeReports(s.dir, s.out)
+	writeSummary(s.out, sum)
 	if sum.Interrupted {
 		return sum, ErrInterrupted
 	}
 	return sum, nil
+}
+
+// taskAccuracy generates greedy answers with the adapter merged in.
+func (s *session) taskAccuracy() (TaskReport, error) {
+	p := s.parts
+	w, err := mergedWeights(p.model, p.lora)
+	if err != nil {
+		return TaskReport{}, err
+	}
+	return p.task.accuracy(p.model, w, p.eng.BLAS, p.tok, s.r.Task.MaxNewTokens)
 }
 
 // writeReports refreshes metrics.csv and the plots from metrics.jsonl. A
@@ -412,34 +594,6 @@ func writeReports(dir string, out io.Writer) {
 	}
 }
 
-// prepareRunDir creates a new run directory with the recipe as given and
-// resolved, or, resuming, loads the run's latest good checkpoint.
-func prepareRunDir(r *Recipe, opt Options, out io.Writer) (string, *loadedCheckpoint, error) {
-	if opt.ResumeDir == "" {
-		dir := r.RunDir()
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", nil, fmt.Errorf("create run directory: %w", err)
-		}
-		if err := atomicfile.WriteFile(filepath.Join(dir, "config.yaml"), r.Raw); err != nil {
-			return "", nil, err
-		}
-		res, err := r.Config.Resolved()
-		if err != nil {
-			return "", nil, err
-		}
-		return dir, nil, atomicfile.WriteFile(filepath.Join(dir, "resolved.yaml"), res)
-	}
-	dir := opt.ResumeDir
-	ck, err := loadLatestCheckpoint(filepath.Join(dir, "checkpoints"), func(w string) { fmt.Fprintln(out, "warning: "+w) })
-	if err != nil {
-		return "", nil, fmt.Errorf("resume %s: %w", dir, err)
-	}
-	if ck.State.ConfigHash != r.Hash() && !opt.Force {
-		return "", nil, fmt.Errorf("resume %s: %s was written under a different config; pass --force to resume anyway", dir, ck.Dir)
-	}
-	return dir, ck, nil
-}
-
 // update is what one optimizer step did.
 type update struct {
 	stepped  bool
@@ -449,15 +603,18 @@ type update struct {
 
 // applyStep finishes a step whose gradients are in params: unscale them
 // (before clipping, so the clip threshold means unscaled norms), skip the
-// step if any is non-finite, leaving weights and optimizer state
-// untouched, else clip and update; then adjust the loss scale.
-func applyStep(params []*optim.Param, opt optim.Optimizer, scaler *amp.LossScaler, clip, lr float64, anyTargets bool) (update, error) {
+// step if the loss or any gradient is non-finite, leaving weights and
+// optimizer state untouched, else clip and update; then adjust the loss
+// scale, which treats a non-finite loss as GradScaler treats a non-finite
+// gradient: skip and back off.
+func applyStep(params []*optim.Param, opt optim.Optimizer, scaler *amp.LossScaler, clip, lr float64, anyTargets, finiteLoss bool) (update, error) {
 	finite := true
 	if scaler != nil {
 		finite = scaler.Unscale(gradsOf(params))
 	} else {
 		finite = allFinite(params)
 	}
+	finite = finite && finiteLoss
 	u := update{zeroFrac: zeroFraction(params)}
 	if finite && anyTargets {
 		u.gradNorm = optim.ClipGlobalNorm(params, clip)
@@ -517,12 +674,8 @@ func precisionNote(p amp.Policy, s *amp.LossScaler) string {
 	return " (emulated on the CPU) · no loss scaling"
 }
 
-// ErrInterrupted reports a run stopped early by a signal; what it trained
-// was saved.
-var ErrInterrupted = errors.New("interrupted")
-
 func modelName(r *Recipe) string {
-	if r.Model.Init == "random" {
+	if r.Model.Init == InitRandom {
 		return "random init (seed " + fmt.Sprint(r.Seed) + ")"
 	}
 	return r.Model.Path

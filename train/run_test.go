@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/peft"
 )
@@ -90,7 +91,7 @@ func TestTrainEndToEnd(t *testing.T) {
 
 	// mixtune eval with the recipe's batching reproduces the final validation loss exactly
 	rep, err := Eval(EvalConfig{Model: r.Model.Path, Adapter: filepath.Join(sum.RunDir, "adapter"), Data: r.Data.Validation,
-		SeqLen: r.Data.SeqLen, BatchSize: r.Train.BatchSize, Mode: r.Data.Mode, BLAS: "gonum"})
+		SeqLen: r.Data.SeqLen, BatchSize: r.Train.BatchSize, Mode: r.Data.Mode, BLAS: blas.KindGonum})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestSkippedStepLeavesStateBitIdentical(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ { // real steps first, so the moments are not zero
 		setGrads(1024*0.1, -1024*0.2, 1024*0.3, 1024*float32(i))
-		if u, err := applyStep(params, opt, scaler, 1, 1e-2, true); err != nil || !u.stepped {
+		if u, err := applyStep(params, opt, scaler, 1, 1e-2, true, true); err != nil || !u.stepped {
 			t.Fatalf("step %d: %+v, %v", i, u, err)
 		}
 	}
@@ -166,7 +167,7 @@ func TestSkippedStepLeavesStateBitIdentical(t *testing.T) {
 	}
 	before, stBefore := snapshot()
 	setGrads(1, float32(math.Inf(1)), 2, 3)
-	u, err := applyStep(params, opt, scaler, 1, 1e-2, true)
+	u, err := applyStep(params, opt, scaler, 1, 1e-2, true, true)
 	if err != nil || u.stepped {
 		t.Fatalf("a step with an Inf gradient was taken: %+v, %v", u, err)
 	}

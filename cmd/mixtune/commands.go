@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -16,8 +19,8 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.Data, "data", "", "JSONL file: text, prompt/completion or input_ids rows")
 	fs.IntVar(&c.SeqLen, "seq-len", 128, "sequence length (use the recipe's data.seq_len to match its validation)")
 	fs.IntVar(&c.BatchSize, "batch-size", 8, "rows per batch (the recipe's train.batch_size)")
-	fs.StringVar(&c.Mode, "mode", "pad", "pad (one row per example) or pack (the recipe's data.mode)")
-	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas, native or gonum")
+	fs.TextVar(&c.Mode, "mode", data.Pad, "pad (one row per example) or pack (the recipe's data.mode)")
+	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, native or gonum")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -49,15 +52,18 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&c.Sampling.Temperature, "temperature", 0, "0: greedy; otherwise sample from softmax(logits/temperature)")
 	fs.IntVar(&c.Sampling.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
 	fs.Uint64Var(&c.Sampling.Seed, "seed", 0, "sampling seed")
-	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas, native or gonum")
+	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, native or gonum")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if c.Model == "" || c.Prompt == "" {
 		return usageError{"--model and --prompt are required"}
 	}
-	if c.MaxNewTokens < 1 || c.Sampling.Temperature < 0 || c.Sampling.TopK < 0 {
-		return usageError{"--max-new-tokens must be positive, --temperature and --top-k not negative"}
+	if t := c.Sampling.Temperature; !(t >= 0) || math.IsInf(t, 0) { // !(t >= 0) catches NaN
+		return usageError{fmt.Sprintf("--temperature must be a finite number >= 0, got %v", t)}
+	}
+	if c.MaxNewTokens < 1 || c.Sampling.TopK < 0 {
+		return usageError{"--max-new-tokens must be positive and --top-k not negative"}
 	}
 	out, err := train.Generate(c)
 	if err != nil {
@@ -80,12 +86,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.SeqLen, "seq", c.SeqLen, "sequence length")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "sequences per step")
 	fs.IntVar(&c.Rank, "rank", c.Rank, "LoRA rank")
-	fs.StringVar(&c.BLAS, "blas", "auto", "matmul backend: auto, openblas, native or gonum")
+	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, native or gonum")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
-	fs.StringVar(&c.Adapter, "adapter", c.Adapter, "lora or none (full fine-tuning)")
-	fs.StringVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
-	fs.StringVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
+	fs.TextVar(&c.Adapter, "adapter", c.Adapter, "lora or none (full fine-tuning)")
+	fs.TextVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
+	fs.TextVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -97,6 +103,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		if f.v <= 0 {
 			return usageError{fmt.Sprintf("--%s must be positive, got %d", f.name, f.v)}
 		}
+	}
+	if c.Adapter == train.DoRA {
+		return usageError{"--adapter: lora or none (the benchmark has no DoRA), got dora"}
 	}
 	if c.Dim%c.Heads != 0 {
 		return usageError{fmt.Sprintf("--dim %d is not divisible by --heads %d", c.Dim, c.Heads)}

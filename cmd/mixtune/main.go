@@ -31,7 +31,6 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/mixtune/mixtune/internal/yamlconf"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -40,9 +39,15 @@ type command struct {
 	run           func(args []string, stdout, stderr io.Writer) error
 }
 
-func commands() []command {
+// app is the command line. Its faults reach the training loop only from
+// the test binary, which uses them to kill a run at a chosen moment.
+type app struct {
+	faults train.Faults
+}
+
+func (a app) commands() []command {
 	return []command{
-		{"train", "fine-tune a model from a YAML recipe", cmdTrain},
+		{"train", "fine-tune a model from a YAML recipe", a.cmdTrain},
 		{"eval", "mean loss per token and perplexity of a model on a JSONL file", cmdEval},
 		{"generate", "continue a prompt with a model (and adapter)", cmdGenerate},
 		{"bench", "measure training throughput on the fixed benchmark model", cmdBench},
@@ -51,15 +56,15 @@ func commands() []command {
 		{"devices", "list GPUs ranked by VRAM and show which one a recipe would use", cmdDevices},
 		{"plot", "plot runs' loss, learning rate and loss scale, overlaid", cmdPlot},
 		{"compare", "a markdown table comparing runs", cmdCompare},
-		{"version", "print the version", func([]string, io.Writer, io.Writer) error {
-			fmt.Println("mixtune", train.Version)
-			return nil
+		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
+			_, err := fmt.Fprintln(stdout, "mixtune", train.Version)
+			return err
 		}},
 	}
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(app{}.run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // usageError marks a bad command line: exit status 2.
@@ -67,7 +72,11 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-func run(args []string, stdout, stderr io.Writer) (code int) {
+// run executes one command and returns the exit status: 0 success, 1 a
+// failure while running, 2 a bad command line or bad input (recipe,
+// dataset, model directory), 130 interrupted. No panic reaches the user as
+// a stack dump.
+func (a app) run(args []string, stdout, stderr io.Writer) (code int) {
 	defer func() {
 		if p := recover(); p != nil {
 			fmt.Fprintf(stderr, "mixtune: internal error: %v\n", p)
@@ -80,13 +89,13 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		}
 	}()
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
+		a.usage(stderr)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
 	}
-	for _, c := range commands() {
+	for _, c := range a.commands() {
 		if c.name != args[0] {
 			continue
 		}
@@ -99,22 +108,21 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		case errors.Is(err, train.ErrInterrupted):
 			return 130
 		}
+		fmt.Fprintf(stderr, "mixtune %s: %v\n", c.name, err)
 		var ue usageError
-		if errors.As(err, &ue) || yamlconf.IsConfigError(err) {
-			fmt.Fprintf(stderr, "mixtune %s: %v\n", c.name, err)
+		if errors.As(err, &ue) || train.IsInputError(err) {
 			return 2
 		}
-		fmt.Fprintf(stderr, "mixtune %s: %v\n", c.name, err)
 		return 1
 	}
 	fmt.Fprintf(stderr, "mixtune: unknown command %q\n\n", args[0])
-	usage(stderr)
+	a.usage(stderr)
 	return 2
 }
 
-func usage(w io.Writer) {
+func (a app) usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: mixtune <command> [flags]\n\ncommands:")
-	for _, c := range commands() {
+	for _, c := range a.commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'mixtune <command> --help' for a command's flags.")
@@ -155,7 +163,7 @@ type multi []string
 func (m *multi) String() string     { return strings.Join(*m, " ") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-func cmdTrain(args []string, stdout, stderr io.Writer) error {
+func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train", "train -c CONFIG [--set key.path=value]...  |  train --resume RUN_DIR [-c CONFIG [--force]]", stderr)
 	cfg := fs.String("c", "", "the YAML recipe (see configs/reference.yaml)")
 	resume := fs.String("resume", "", "continue this run directory from its latest good checkpoint")
@@ -192,7 +200,8 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 		k, v, _ := strings.Cut(kv, "=")
 		os.Setenv(k, v)
 	}
-	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr), ResumeDir: *resume, Force: *force, Device: choice})
+	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr), ResumeDir: *resume, Force: *force,
+		Device: choice, Faults: a.faults})
 	return err
 }
 

@@ -20,10 +20,16 @@ import (
 )
 
 // The test binary doubles as mixtune: with MIXTUNE_TEST_MAIN=1 it runs the
-// command line, so tests can start, signal and kill real processes.
+// command line, so tests can start, signal and kill real processes. With
+// MIXTUNE_TEST_CHECKPOINT_PAUSE=d it also pauses for d at each stage of
+// every checkpoint write, so that a test can kill it there on purpose.
 func TestMain(m *testing.M) {
 	if os.Getenv("MIXTUNE_TEST_MAIN") == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+		var a app
+		if d, err := time.ParseDuration(os.Getenv("MIXTUNE_TEST_CHECKPOINT_PAUSE")); err == nil {
+			a.faults.CheckpointStage = func(string) { time.Sleep(d) }
+		}
+		os.Exit(a.run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -246,7 +252,7 @@ func verifyNewestCheckpoint(t *testing.T, root string) {
 		t.Fatalf("newest checkpoint %s: %v", newest, err)
 	}
 	var man struct{ SHA256 map[string]string }
-	if err := json.Unmarshal(b, &man); err != nil || len(man.SHA256) != 3 {
+	if err := json.Unmarshal(b, &man); err != nil || len(man.SHA256) != 4 {
 		t.Fatalf("checkpoint.json: %v %v", err, man)
 	}
 	for f, want := range man.SHA256 {
@@ -273,7 +279,7 @@ func TestExitStatus(t *testing.T) {
 		{[]string{"bench", "--dim", "100", "--heads", "8"}, 2},
 	} {
 		var out bytes.Buffer
-		if got := run(tc.args, &out, &out); got != tc.code {
+		if got := (app{}).run(tc.args, &out, &out); got != tc.code {
 			t.Errorf("mixtune %v: exit %d, want %d\n%s", tc.args, got, tc.code, out.String())
 		}
 	}

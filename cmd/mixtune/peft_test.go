@@ -46,7 +46,7 @@ func tinyBase(t *testing.T, dir string) (string, *model.Model) {
 func runIn(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(args, &out, &errb)
+	code := app{}.run(args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -5,12 +5,24 @@
 //
 // Fields are matched by their `yaml:"name"` tags. Supported field kinds:
 // string, bool, signed and unsigned integers, floats, structs, pointers to
-// structs (allocated when the key is present), and slices of those scalars.
+// structs (allocated when the key is present, and filled by a SetDefaults
+// method if the type has one), slices of those scalars, and
+// any type implementing encoding.TextUnmarshaler, which is how a config is
+// parsed into its types (formats, modes, kinds) once, here, with its errors
+// located like any other.
+//
+// A config is one YAML document: a second one (after "---") is refused
+// rather than ignored. YAML merge keys ("<<: *base") are honoured with
+// YAML 1.1's semantics: keys written in the mapping win over merged ones,
+// and earlier merged mappings win over later ones.
 package yamlconf
 
 import (
+	"bytes"
+	"encoding"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"reflect"
@@ -102,9 +114,9 @@ func DecodeFile(path string, overrides []string, dst any) (*Doc, error) {
 
 // Decode is DecodeFile on bytes already read; name is used in errors.
 func Decode(name string, src []byte, overrides []string, dst any) (*Doc, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(src, &root); err != nil {
-		return nil, syntaxError(name, err)
+	root, err := oneDocument(src)
+	if err != nil {
+		return nil, locate(name, err)
 	}
 	var doc *yaml.Node
 	switch {
@@ -131,6 +143,39 @@ func Decode(name string, src []byte, overrides []string, dst any) (*Doc, error) 
 		return d, dec.errs
 	}
 	return d, nil
+}
+
+// errSecondDocument reports a stream of more than one YAML document.
+type errSecondDocument struct{ line int }
+
+func (e errSecondDocument) Error() string {
+	return "a second YAML document (after \"---\") is not allowed: a config is one document"
+}
+
+// oneDocument parses src as exactly one YAML document (or none: an empty
+// or comment-only input gives a zero node).
+func oneDocument(src []byte) (yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	var root, next yaml.Node
+	if err := dec.Decode(&root); err != nil && err != io.EOF {
+		return root, err
+	}
+	switch err := dec.Decode(&next); {
+	case err == io.EOF:
+		return root, nil
+	case err != nil:
+		return root, err
+	}
+	return root, errSecondDocument{line: next.Line}
+}
+
+// locate turns a parse error of oneDocument into an *Error of file name.
+func locate(name string, err error) error {
+	var sd errSecondDocument
+	if errors.As(err, &sd) {
+		return &Error{File: name, Line: sd.line, Msg: sd.Error()}
+	}
+	return syntaxError(name, err)
 }
 
 type decoder struct {
@@ -166,10 +211,23 @@ func (dc *decoder) value(n *yaml.Node, v reflect.Value, field string) {
 		dc.fail(n, field, "no value given")
 		return
 	}
+	if v.CanAddr() {
+		if tu, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+			if n.Kind != yaml.ScalarNode {
+				dc.fail(n, field, "expected a single value, got %s", describe(n))
+			} else if err := tu.UnmarshalText([]byte(n.Value)); err != nil {
+				dc.fail(n, field, "%v", err)
+			}
+			return
+		}
+	}
 	switch v.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
 			v.Set(reflect.New(v.Type().Elem()))
+			if d, ok := v.Interface().(interface{ SetDefaults() }); ok {
+				d.SetDefaults() // a section given in the file starts from its defaults
+			}
 		}
 		dc.value(n, v.Elem(), field)
 	case reflect.Struct:
@@ -209,9 +267,17 @@ func (dc *decoder) mapping(n *yaml.Node, v reflect.Value, field string) {
 			names = append(names, tag)
 		}
 	}
+	pairs, perr := mergedPairs(n)
+	if perr != nil {
+		dc.fail(perr.node, field, "%s", perr.msg)
+		return
+	}
 	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, val := n.Content[i], n.Content[i+1]
+	for _, p := range pairs {
+		k, val := p.key, p.val
+		if _, dup := seen[k.Value]; dup && p.merged {
+			continue // written in the mapping itself, or by an earlier merge
+		}
 		sub := k.Value
 		if field != "" {
 			sub = field + "." + k.Value
@@ -243,6 +309,52 @@ func (dc *decoder) mapping(n *yaml.Node, v reflect.Value, field string) {
 		}
 		dc.value(val, v.Field(idx), sub)
 	}
+}
+
+// pair is one key and value of a mapping; merged marks one brought in by a
+// merge key, which loses to the same key written in the mapping.
+type pair struct {
+	key, val *yaml.Node
+	merged   bool
+}
+
+// mergeError is a malformed merge key.
+type mergeError struct {
+	node *yaml.Node
+	msg  string
+}
+
+// mergedPairs lists a mapping's own keys first, then those its merge keys
+// ("<<") bring in, in YAML 1.1's order of precedence.
+func mergedPairs(n *yaml.Node) ([]pair, *mergeError) {
+	var own, merged []pair
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Tag != "!!merge" {
+			own = append(own, pair{key: k, val: val})
+			continue
+		}
+		sources := []*yaml.Node{val}
+		if val.Kind == yaml.SequenceNode {
+			sources = val.Content
+		}
+		for _, src := range sources {
+			if src.Kind == yaml.AliasNode {
+				src = src.Alias
+			}
+			if src.Kind != yaml.MappingNode {
+				return nil, &mergeError{k, fmt.Sprintf("a merge key (<<) takes a mapping or a list of mappings, got %s", describe(src))}
+			}
+			inner, err := mergedPairs(src)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range inner {
+				merged = append(merged, pair{key: p.key, val: p.val, merged: true})
+			}
+		}
+	}
+	return append(own, merged...), nil
 }
 
 func setScalar(n *yaml.Node, v reflect.Value) error {
@@ -365,8 +477,12 @@ func applyOverride(doc *yaml.Node, o string, setBy map[*yaml.Node]string) error 
 	if !ok || path == "" {
 		return &Error{File: "--set " + o, Msg: "expected key.path=value"}
 	}
-	var vn yaml.Node
-	if err := yaml.Unmarshal([]byte(val), &vn); err != nil || (vn.Kind == yaml.DocumentNode && len(vn.Content) != 1) {
+	vn, err := oneDocument([]byte(val))
+	var sd errSecondDocument
+	switch {
+	case errors.As(err, &sd):
+		return &Error{File: "--set " + o, Msg: "the value holds a second YAML document (after \"---\"): give one value"}
+	case err != nil || (vn.Kind == yaml.DocumentNode && len(vn.Content) != 1):
 		return &Error{File: "--set " + o, Msg: "the value is not valid YAML"}
 	}
 	// key= with nothing after it sets an empty string (clearing a path),

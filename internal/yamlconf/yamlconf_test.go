@@ -1,6 +1,7 @@
 package yamlconf
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -93,5 +94,93 @@ func TestSuggest(t *testing.T) {
 	}
 	if d := editDistance("ab", "ba"); d != 1 {
 		t.Errorf("a transposition costs %d, want 1", d)
+	}
+}
+
+// A second document is refused, never silently dropped; in a --set value too.
+func TestOneDocument(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		sets []string
+		want string
+	}{
+		{"name: a\n---\nname: b\n", nil, `c.yaml:2: a second YAML document (after "---") is not allowed: a config is one document`},
+		{"name: a\n---\n", nil, `c.yaml:2: a second YAML document (after "---") is not allowed: a config is one document`},
+		{"name: a\n", []string{"name=x\n---\ny"}, "--set name=x\n---\ny: the value holds a second YAML document (after \"---\"): give one value"},
+	} {
+		var v outer
+		if _, err := Decode("c.yaml", []byte(tc.src), tc.sets, &v); err == nil || err.Error() != tc.want {
+			t.Errorf("%q %q: error %v, want %q", tc.src, tc.sets, err, tc.want)
+		}
+	}
+	var v outer
+	if _, err := Decode("c.yaml", []byte("---\nname: a\n"), nil, &v); err != nil || v.Name != "a" {
+		t.Errorf("a document with a leading ---: %v %+v", err, v)
+	}
+}
+
+// Merge keys follow YAML 1.1: the mapping's own keys win, then earlier
+// merged mappings over later ones; a duplicate written twice is still one.
+func TestMergeKeys(t *testing.T) {
+	src := "base: &b {n: 1, s: base, f: 0.5}\nmore: &m {n: 7, b: true}\ninner:\n  <<: [*b, *m]\n  s: own\nopt:\n  <<: *m\n"
+	var v struct {
+		Base  inner  `yaml:"base"`
+		More  inner  `yaml:"more"`
+		Inner inner  `yaml:"inner"`
+		Opt   *inner `yaml:"opt"`
+	}
+	d, err := Decode("c.yaml", []byte(src), nil, &v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Inner.N != 1 || v.Inner.S != "own" || v.Inner.F != 0.5 || !v.Inner.B || v.Opt == nil || v.Opt.N != 7 || !v.Opt.B {
+		t.Fatalf("merged %+v, opt %+v", v.Inner, v.Opt)
+	}
+	if got := d.Errorf("inner.s", "x").Error(); got != "c.yaml:5: inner.s: x" {
+		t.Errorf("origin of an own key: %q", got)
+	}
+	var bad outer
+	if _, err := Decode("c.yaml", []byte("inner:\n  <<: 3\n"), nil, &bad); err == nil ||
+		err.Error() != "c.yaml:2: inner: a merge key (<<) takes a mapping or a list of mappings, got 3" {
+		t.Errorf("merge of a scalar: %v", err)
+	}
+	if _, err := Decode("c.yaml", []byte("x: &a {zz: 1}\ninner:\n  <<: *a\n"), nil, &bad); err == nil ||
+		err.Error() != `c.yaml:1: (top level): unknown field "x" (known: inner, name, opt)`+"\n"+`c.yaml:1: inner: unknown field "zz" (did you mean "n"?)` {
+		t.Errorf("merged unknown key: %v", err)
+	}
+}
+
+// color is a TextUnmarshaler: the decoder hands it the scalar and
+// locates its error.
+type color int
+
+func (c *color) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "red":
+		*c = 1
+	case "blue":
+		*c = 2
+	default:
+		return fmt.Errorf("unknown color %q (want red or blue)", b)
+	}
+	return nil
+}
+
+func TestTextUnmarshaler(t *testing.T) {
+	var v struct {
+		C  color   `yaml:"c"`
+		Cs []color `yaml:"cs"`
+	}
+	if _, err := Decode("c.yaml", []byte("c: blue\ncs: [red, blue]\n"), nil, &v); err != nil || v.C != 2 || len(v.Cs) != 2 || v.Cs[0] != 1 {
+		t.Fatalf("%v %+v", err, v)
+	}
+	for src, want := range map[string]string{
+		"c: green\n":   `c.yaml:1: c: unknown color "green" (want red or blue)`,
+		"c: [red]\n":   "c.yaml:1: c: expected a single value, got a list",
+		"cs: [red, 3]": `c.yaml:1: cs[1]: unknown color "3" (want red or blue)`,
+	} {
+		if _, err := Decode("c.yaml", []byte(src), nil, &v); err == nil || err.Error() != want {
+			t.Errorf("%q: %v, want %q", src, err, want)
+		}
 	}
 }
