@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Example is one tokenized training sequence. Target[i] reports whether
@@ -89,6 +91,9 @@ func parseJSONL(name string, r io.Reader, tok Tokenizer, maxLine int) ([]Example
 		if len(bytes.TrimSpace(b)) == 0 {
 			continue
 		}
+		if err := checkText(b); err != nil {
+			return nil, &LineError{name, line, err}
+		}
 		ex, err := parseRow(b, tok)
 		if err != nil {
 			return nil, &LineError{name, line, err}
@@ -106,6 +111,54 @@ func parseJSONL(name string, r io.Reader, tok Tokenizer, maxLine int) ([]Example
 		return nil, fmt.Errorf("%s: no examples", name)
 	}
 	return out, nil
+}
+
+// checkText refuses a line that is not valid UTF-8, or that escapes half of
+// a UTF-16 surrogate pair ("\ud800"): encoding/json would turn either into
+// U+FFFD, and the model would train on replacement characters the data
+// never had.
+func checkText(line []byte) error {
+	if !utf8.Valid(line) {
+		i := 0
+		for i < len(line) {
+			r, n := utf8.DecodeRune(line[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		return fmt.Errorf("invalid UTF-8 at byte %d of the line (the file must be UTF-8 text)", i+1)
+	}
+	for i := 0; i+1 < len(line); i++ {
+		if line[i] != '\\' {
+			continue
+		}
+		if line[i+1] != 'u' {
+			i++ // an escaped character, possibly a backslash
+			continue
+		}
+		r, ok := hex4(line[i+2:])
+		if !ok || !utf16.IsSurrogate(r) {
+			continue
+		}
+		if r < 0xDC00 && i+11 < len(line) && line[i+6] == '\\' && line[i+7] == 'u' {
+			if lo, ok := hex4(line[i+8:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+				i += 11 // a whole pair
+				continue
+			}
+		}
+		return fmt.Errorf("%s at byte %d escapes half of a UTF-16 surrogate pair, which is no character", line[i:i+6], i+1)
+	}
+	return nil
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	return rune(v), err == nil
 }
 
 // byteSize formats n for an error message.

@@ -151,6 +151,11 @@ func TestParseJSONLErrors(t *testing.T) {
 		{"blank file", "\n  \r\n\t\n", `train.jsonl: no examples`},
 		{"only a byte order mark", "\uFEFF\n", `train.jsonl: no examples`},
 		{"byte order mark only at the start", ok + "\uFEFF" + ok, `train.jsonl:2: invalid JSON: invalid character 'ï' looking for beginning of value`},
+		{"invalid UTF-8 (Latin-1 é)", `{"text": "caf` + "\xe9" + `"}`, `train.jsonl:1: invalid UTF-8 at byte 14 of the line (the file must be UTF-8 text)`},
+		{"a truncated UTF-8 sequence", ok + `{"text": "` + "\xe2\x82" + `"}`, `train.jsonl:2: invalid UTF-8 at byte 11 of the line (the file must be UTF-8 text)`},
+		{"a lone high surrogate", `{"text": "a\ud83d b"}`, `train.jsonl:1: \ud83d at byte 12 escapes half of a UTF-16 surrogate pair, which is no character`},
+		{"a lone low surrogate", `{"text": "\uDE00"}`, `train.jsonl:1: \uDE00 at byte 11 escapes half of a UTF-16 surrogate pair, which is no character`},
+		{"a reversed pair", `{"text": "\ude00\ud83d"}`, `train.jsonl:1: \ude00 at byte 11 escapes half of a UTF-16 surrogate pair, which is no character`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,5 +273,21 @@ func TestLoadJSONL(t *testing.T) {
 	_, err = LoadJSONL(filepath.Join(dir, "missing.jsonl"), tok)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: error %v, want fs.ErrNotExist", err)
+	}
+}
+
+// Escapes that are text stay text: a whole surrogate pair, an escaped
+// backslash before "u", and U+FFFD written on purpose.
+func TestParseJSONLEscapesThatAreText(t *testing.T) {
+	rows := `{"text": "\ud83d\ude00"}` + "\n" + `{"text": "\\ud800"}` + "\n" + `{"text": "\ufffd"}` + "\n"
+	ex, err := ParseJSONL("t.jsonl", strings.NewReader(rows), NewByteTokenizer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := NewByteTokenizer()
+	for i, want := range []string{"😀", `\ud800`, "\uFFFD"} {
+		if got := tok.Decode(ex[i].IDs); got != want {
+			t.Errorf("row %d: %q, want %q", i+1, got, want)
+		}
 	}
 }

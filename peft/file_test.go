@@ -192,3 +192,54 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("bad target_modules: %v", err)
 	}
 }
+
+// adapter_config.json and the weights must describe the same modules, as
+// PEFT requires (it would report missing or unexpected keys); a weight
+// that is not finite is named. Both used to load silently.
+func TestLoadRefusesDisagreementAndNonFinite(t *testing.T) {
+	m := tinyModel(t)
+	ts, _ := peft.Select(linearTargets(m), peft.Config{TargetModules: []string{"q_proj", "v_proj"}})
+	l, err := peft.New(peft.Config{R: 2, Alpha: 2, TargetModules: []string{"q_proj", "v_proj"}}, ts, 1, m.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := func(t *testing.T) string {
+		dir := t.TempDir()
+		if err := l.Save(dir, "b"); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	edit := func(dir, old, new string) {
+		p := filepath.Join(dir, peft.ConfigFile)
+		raw, _ := os.ReadFile(p)
+		if !strings.Contains(string(raw), old) {
+			t.Fatalf("adapter_config.json lacks %q", old)
+		}
+		os.WriteFile(p, []byte(strings.Replace(string(raw), old, new, 1)), 0o644)
+	}
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"config names a module without tensors", `"target_modules": [`, `"target_modules": ["k_proj", `,
+			"the config selects model.layers.0.self_attn.k_proj (target_modules [k_proj q_proj v_proj]), but the weights have no tensors for it"},
+		{"tensors for a module the config lacks", `"v_proj"`, `"q_proj"`,
+			"the weights adapt model.layers.0.self_attn.v_proj, which the config does not select (target_modules [q_proj q_proj])"},
+		{"layers_to_transform leaving out adapted layers", `"layers_to_transform": null`, `"layers_to_transform": [0]`,
+			"the weights adapt model.layers.1.self_attn.q_proj, which the config does not select (target_modules [q_proj v_proj], layers_to_transform [0])"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := save(t)
+			edit(dir, tc.old, tc.new)
+			_, err := peft.Load(dir, linearTargets(m))
+			if err == nil || !strings.Contains(err.Error(), "disagree: "+tc.want) {
+				t.Fatalf("error %v\nwant one ending %q", err, tc.want)
+			}
+		})
+	}
+	l.Modules[1].B[3] = float32(math.NaN())
+	dir := save(t)
+	_, err = peft.Load(dir, linearTargets(m))
+	want := "tensor base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight holds a non-finite value (NaN at index 3)"
+	if err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("NaN weight: %v", err)
+	}
+}

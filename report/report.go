@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mixtune/mixtune/internal/jsonfloat"
 )
 
 // Run is one run directory's record.
@@ -49,10 +51,12 @@ func Read(dir string) (*Run, error) {
 		p := Point{Fields: map[string]float64{}}
 		for k, v := range raw {
 			switch x := v.(type) {
-			case float64:
-				p.Fields[k] = x
 			case bool:
 				p.Fields[k] = b2f(x)
+			default:
+				if f, ok := jsonfloat.Parse(x); ok {
+					p.Fields[k] = f
+				}
 			}
 		}
 		p.Step = int(p.Fields["step"])

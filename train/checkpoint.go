@@ -16,6 +16,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/jsonfloat"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/safetensors"
 )
@@ -69,7 +70,7 @@ type checkpointState struct {
 	MetricsBytes int64              `json:"metrics_bytes"` // metrics.jsonl's length at this step
 	Skipped      int                `json:"skipped_steps"`
 	LoopSeconds  float64            `json:"loop_seconds"`
-	LastLoss     float64            `json:"last_loss"`
+	LastLoss     jsonfloat.Float    `json:"last_loss"`
 	ValBefore    *LossReport        `json:"val_before,omitempty"`
 	TaskBefore   *TaskReport        `json:"task_before,omitempty"`
 }

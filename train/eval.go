@@ -8,13 +8,14 @@ import (
 
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/internal/jsonfloat"
 	"github.com/mixtune/mixtune/model"
 )
 
 // LossReport is a mean loss per target token.
 type LossReport struct {
-	Loss       float64 `json:"loss"`
-	Perplexity float64 `json:"perplexity"`
+	Loss       jsonfloat.Float `json:"loss"`
+	Perplexity jsonfloat.Float `json:"perplexity"`
 	Tokens     int     `json:"tokens"`
 	Batches    int     `json:"batches"`
 }
@@ -40,7 +41,7 @@ func evaluate(ru *runner, batches []data.Batch) (LossReport, error) {
 		return LossReport{}, fmt.Errorf("no target tokens to evaluate")
 	}
 	mean := sum / float64(n)
-	return LossReport{Loss: mean, Perplexity: math.Exp(mean), Tokens: n, Batches: len(batches)}, nil
+	return LossReport{Loss: jsonfloat.Float(mean), Perplexity: jsonfloat.Float(math.Exp(mean)), Tokens: n, Batches: len(batches)}, nil
 }
 
 // TaskReport is the exact-match accuracy of greedy answers.

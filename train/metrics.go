@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/mixtune/mixtune/internal/jsonfloat"
 )
 
 // metricsLog appends one JSON object per line to metrics.jsonl, flushed
@@ -29,6 +31,11 @@ func newMetricsLog(path string) (*metricsLog, error) {
 func (m *metricsLog) write(rec map[string]any) {
 	if m.err != nil {
 		return
+	}
+	for k, v := range rec {
+		if f, ok := v.(float64); ok {
+			rec[k] = jsonfloat.Value(f) // a NaN loss is written "NaN", not lost
+		}
 	}
 	b, err := json.Marshal(rec)
 	if err == nil {

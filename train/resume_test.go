@@ -102,7 +102,7 @@ func TestThreadCountDoesNotChangeResults(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	for _, blas := range []string{"gonum", "native", "openblas"} {
 		if blas == "openblas" && !openBLASAvailable() {
-			t.Log("OpenBLAS not installed: only gonum checked")
+			t.Log("OpenBLAS not installed: gonum and native checked")
 			continue
 		}
 		var runs []string

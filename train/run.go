@@ -16,6 +16,7 @@ import (
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/internal/atomicfile"
 	"github.com/mixtune/mixtune/internal/flock"
+	"github.com/mixtune/mixtune/internal/jsonfloat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/report"
@@ -59,7 +60,7 @@ type Summary struct {
 	RunDir       string      `json:"run_dir"`
 	Steps        int         `json:"steps"`
 	Interrupted  bool        `json:"interrupted,omitempty"`
-	FinalLoss    float64     `json:"final_loss"`
+	FinalLoss    jsonfloat.Float `json:"final_loss"`
 	ValBefore    *LossReport `json:"val_before,omitempty"`
 	ValAfter     *LossReport `json:"val_after,omitempty"`
 	TaskBefore   *TaskReport `json:"task_before,omitempty"`
@@ -252,7 +253,7 @@ func (s *session) restore(ck *loadedCheckpoint) error {
 		}
 	}
 	p.eng.WeightVersion = ck.State.WeightVer
-	s.lastLoss, s.priorSeconds = ck.State.LastLoss, ck.State.LoopSeconds
+	s.lastLoss, s.priorSeconds = float64(ck.State.LastLoss), ck.State.LoopSeconds
 	s.sum.SkippedSteps, s.sum.ValBefore, s.sum.TaskBefore = ck.State.Skipped, ck.State.ValBefore, ck.State.TaskBefore
 	return restoreMetrics(filepath.Join(s.dir, "metrics.jsonl"), ck)
 }
@@ -491,7 +492,7 @@ func (s *session) checkpoint() error {
 	}
 	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
 		WeightVer: p.eng.WeightVersion, MetricsBytes: int64(len(metrics)), Skipped: s.sum.SkippedSteps,
-		LoopSeconds: s.elapsed(), LastLoss: s.lastLoss, ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
+		LoopSeconds: s.elapsed(), LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
 	if p.scaler != nil {
 		sc := p.scaler.State()
 		st.Scaler = &sc
@@ -512,7 +513,7 @@ func (s *session) checkpoint() error {
 // interrupted run saves what it trained and skips the measurements.
 func (s *session) finish() (*Summary, error) {
 	r, p, sum := s.r, s.parts, &s.sum
-	sum.RunDir, sum.Steps, sum.FinalLoss = s.dir, s.step, s.lastLoss
+	sum.RunDir, sum.Steps, sum.FinalLoss = s.dir, s.step, jsonfloat.Float(s.lastLoss)
 	loopSeconds := s.elapsed()
 	sum.Tokens = s.tokensPerStep() * int64(s.step)
 	if loopSeconds > 0 {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -282,5 +283,63 @@ func TestExitStatus(t *testing.T) {
 		if got := (app{}).run(tc.args, &out, &out); got != tc.code {
 			t.Errorf("mixtune %v: exit %d, want %d\n%s", tc.args, got, tc.code, out.String())
 		}
+	}
+}
+
+// Bad input of every kind exits 2 with a message naming what is wrong and
+// where, and leaves no run directory; a failure while running exits 1.
+// (Dataset errors, bad flag values and the NaN temperature used to exit 1
+// or be accepted.)
+func TestBadInputExitsTwo(t *testing.T) {
+	dir, recipe := workdir(t, 5)
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	badJSON := write("bad.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": 3, \"completion\": \"b\"}\n")
+	latin1 := write("latin1.jsonl", "{\"text\": \"caf\xe9\"}\n")
+	empty := write("empty.jsonl", "\n")
+	modelDir := filepath.Join(dir, "model")
+	nanModel, _ := tinyBase(t, filepath.Join(dir, "nan"))
+	m, err := model.Load(nanModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Weights["model.layers.0.self_attn.v_proj.weight"].Data[0] = float32(math.NaN())
+	if err := m.Save(nanModel, amp.FP32, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train", "-c", recipe, "--set", "data.train=" + badJSON}, `bad.jsonl:2: "prompt" must be a string`},
+		{[]string{"train", "-c", recipe, "--set", "data.train=" + latin1}, "latin1.jsonl:1: invalid UTF-8 at byte 14 of the line"},
+		{[]string{"train", "-c", recipe, "--set", "data.train=" + empty}, "empty.jsonl: no examples"},
+		{[]string{"train", "-c", recipe, "--set", "data.seq_len=2"}, "no training example has a target token within data.seq_len 2"},
+		{[]string{"train", "-c", recipe, "--set", "task.eval_file=" + badJSON}, `bad.jsonl:2: "prompt" must be a string`},
+		{[]string{"train", "-c", recipe, "--set", "model.path=" + nanModel}, "tensor model.layers.0.self_attn.v_proj.weight holds a non-finite value (NaN at index 0)"},
+		{[]string{"train", "-c", recipe, "--set", "precision=fp8"}, `precision: unknown precision "fp8"`},
+		{[]string{"train", "-c", recipe, "--set", "name=a\n---\nname: b"}, "second YAML document"},
+		{[]string{"eval", "--model", modelDir, "--data", badJSON, "--seq-len", "16"}, `bad.jsonl:2: "prompt" must be a string`},
+		{[]string{"eval", "--model", modelDir, "--data", empty, "--mode", "bogus"}, `invalid value "bogus" for flag -mode: must be pad or pack`},
+		{[]string{"eval", "--model", modelDir, "--data", empty, "--blas", "cuda"}, `invalid value "cuda" for flag -blas: unknown matmul backend "cuda"`},
+		{[]string{"bench", "--precision", "fp8"}, `invalid value "fp8" for flag -precision: unknown precision "fp8"`},
+		{[]string{"generate", "--model", modelDir, "--prompt", "x", "--temperature", "NaN"}, "--temperature must be a finite number >= 0, got NaN"},
+		{[]string{"extract-lora", "--base", modelDir, "--tuned", nanModel, "--rank", "2", "--out", filepath.Join(dir, "x")}, "tensor model.layers.0.self_attn.v_proj.weight holds a non-finite value"},
+	} {
+		code, _, stderr := runIn(t, tc.args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("mixtune %q: exit %d, want 2 with %q\n%s", tc.args, code, tc.want, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs")); !os.IsNotExist(err) {
+		t.Error("a run directory was created by a run that could not start")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
+		t.Error("extract-lora wrote its output for a NaN model")
 	}
 }

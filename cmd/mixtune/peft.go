@@ -12,6 +12,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
+	"github.com/mixtune/mixtune/train"
 )
 
 // The adapter commands: folding an adapter into its base model, and
@@ -41,14 +42,14 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	}
 	m, err := model.Load(*modelDir)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	if *dtype == "" {
 		f = storedFormat(m)
 	}
 	l, err := peft.Load(*adapterDir, peft.ModelTargets(m))
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	// fp32 merge of every module, then one check at the output dtype,
 	// before anything is written
@@ -87,10 +88,14 @@ func storedFormat(m *model.Model) amp.Format {
 func freshDir(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err == nil && len(entries) > 0 {
-		return fmt.Errorf("--out %s already exists and is not empty; choose a new directory", dir)
+		return usageError{fmt.Sprintf("--out %s already exists and is not empty; choose a new directory", dir)}
 	}
 	return nil
 }
+
+// badInput marks an error in a model or adapter directory the user named:
+// exit status 2, like a bad recipe.
+func badInput(err error) error { return &train.InputError{Err: err} }
 
 // extractRow is one module of `mixtune extract-lora --json`.
 type extractRow struct {
@@ -126,14 +131,14 @@ func cmdExtractLoRA(args []string, stdout, stderr io.Writer) error {
 	}
 	base, err := model.Load(*baseDir)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	tuned, err := model.Load(*tunedDir)
 	if err != nil {
-		return err
+		return badInput(err)
 	}
 	if err := sameArchitecture(base, tuned); err != nil {
-		return err
+		return badInput(err)
 	}
 	targets, err := peft.Targets(peft.ModelTargets(base), strings.Split(*targetsFlag, ","))
 	if err != nil {

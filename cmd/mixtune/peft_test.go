@@ -149,7 +149,7 @@ func TestMergeCommandBF16ExportReloadsAndEvaluates(t *testing.T) {
 	}
 
 	code, _, stderr = runIn(t, "merge", "--model", baseDir, "--adapter", adapterDir, "--out", out)
-	if code != 1 || !strings.Contains(stderr, "--out "+out+" already exists and is not empty; choose a new directory") {
+	if code != 2 || !strings.Contains(stderr, "--out "+out+" already exists and is not empty; choose a new directory") {
 		t.Errorf("merge over an existing model: exit %d: %s", code, stderr)
 	}
 	code, _, stderr = runIn(t, "merge", "--model", baseDir, "--out", filepath.Join(dir, "x"))
