@@ -16,8 +16,8 @@ import (
 type LossReport struct {
 	Loss       jsonfloat.Float `json:"loss"`
 	Perplexity jsonfloat.Float `json:"perplexity"`
-	Tokens     int     `json:"tokens"`
-	Batches    int     `json:"batches"`
+	Tokens     int             `json:"tokens"`
+	Batches    int             `json:"batches"`
 }
 
 // evaluate returns the token-weighted mean loss over batches: each batch's

@@ -57,21 +57,21 @@ type Faults struct {
 
 // Summary is what a finished (or interrupted) run reports.
 type Summary struct {
-	RunDir       string      `json:"run_dir"`
-	Steps        int         `json:"steps"`
-	Interrupted  bool        `json:"interrupted,omitempty"`
+	RunDir       string          `json:"run_dir"`
+	Steps        int             `json:"steps"`
+	Interrupted  bool            `json:"interrupted,omitempty"`
 	FinalLoss    jsonfloat.Float `json:"final_loss"`
-	ValBefore    *LossReport `json:"val_before,omitempty"`
-	ValAfter     *LossReport `json:"val_after,omitempty"`
-	TaskBefore   *TaskReport `json:"task_before,omitempty"`
-	TaskAfter    *TaskReport `json:"task_after,omitempty"`
-	Tokens       int64       `json:"tokens"`       // trained, over every leg of a resumed run
-	Seconds      float64     `json:"seconds"`      // this process, start to end
-	TokensPerSec float64     `json:"tokens_per_s"` // Tokens over the training loop's time, every leg
-	PeakRSS      uint64      `json:"peak_rss_bytes"`
-	Saved        string      `json:"saved"`
-	Precision    string      `json:"precision"`
-	SkippedSteps int         `json:"skipped_steps"`
+	ValBefore    *LossReport     `json:"val_before,omitempty"`
+	ValAfter     *LossReport     `json:"val_after,omitempty"`
+	TaskBefore   *TaskReport     `json:"task_before,omitempty"`
+	TaskAfter    *TaskReport     `json:"task_after,omitempty"`
+	Tokens       int64           `json:"tokens"`       // trained, over every leg of a resumed run
+	Seconds      float64         `json:"seconds"`      // this process, start to end
+	TokensPerSec float64         `json:"tokens_per_s"` // Tokens over the training loop's time, every leg
+	PeakRSS      uint64          `json:"peak_rss_bytes"`
+	Saved        string          `json:"saved"`
+	Precision    string          `json:"precision"`
+	SkippedSteps int             `json:"skipped_steps"`
 }
 
 // ErrInterrupted reports a run stopped early by a signal; what it trained
