@@ -25,9 +25,9 @@ func TestWrite(t *testing.T) {
 		policy Policy
 	}{
 		{"report_titan_bf16_fallback.txt", titan, &Request{Precision: amp.BF16, PrecisionFallback: true}, ""},
-		{"report_titan_cuda0.txt", titan, &Request{Device: "cuda:0", Precision: amp.FP16, AllowCPUFallback: true}, PolicyTotal},
+		{"report_titan_cuda0.txt", titan, &Request{Device: MustSpec("cuda:0"), Precision: amp.FP16, AllowCPUFallback: true}, PolicyTotal},
 		{"report_eight_free.txt", inventoryFromSMI(t, "eight_gpu.smi.csv"), &Request{Policy: PolicyFree, MinFreeMemory: 24000 * mib}, PolicyFree},
-		{"report_mig.txt", mig, &Request{Device: "MIG-4f8a", AllowCPUFallback: true}, PolicyFree},
+		{"report_mig.txt", mig, &Request{Device: MustSpec("MIG-4f8a"), AllowCPUFallback: true}, PolicyFree},
 		{"report_old_driver.txt", inventoryFromSMI(t, "old_driver.smi.csv"), nil, ""},
 		{"report_none.txt", none, &Request{}, ""},
 	}

@@ -20,11 +20,11 @@ type Request struct {
 	//	GPU-<uuid>    a GPU by UUID or by a prefix that only one UUID has
 	//	MIG-<uuid>    a MIG instance by UUID or unique prefix (NVML discovery only)
 	//	<PCI bus id>  "00000000:01:00.0", "0000:01:00.0" or "01:00.0" (domain 0)
-	// "" means auto. Case does not matter.
-	Device string
+	// The zero Spec means auto. Case does not matter.
+	Device Spec
 	// Devices pins several GPUs, each in cuda:N, UUID, MIG or PCI bus id form;
 	// it excludes Device.
-	Devices []string
+	Devices []Spec
 	// MinFreeMemory and NeedMemory are in bytes, 0 for no requirement. A GPU
 	// with less free memory than either is refused (pinned) or passed over
 	// (auto). NeedMemory is the run's estimate (parameters, optimizer state,
@@ -95,7 +95,7 @@ func Select(inv Inventory, req Request) (Selection, error) {
 	if err != nil {
 		return Selection{}, err
 	}
-	specs, err := parseSpecs(req)
+	specs, err := requestSpecs(req)
 	if err != nil {
 		return Selection{}, err
 	}
@@ -156,42 +156,81 @@ const (
 	specPCI
 )
 
-type spec struct {
+// Spec is one device as a recipe names it: auto, cpu, cuda:N (the
+// nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus
+// id. Its zero value is auto. It is parsed once, when a recipe is read.
+type Spec struct {
 	raw   string
 	kind  specKind
 	index int     // specIndex
 	pci   pciAddr // specPCI
 }
 
-func parseSpecs(req Request) ([]spec, error) {
-	if strings.TrimSpace(req.Device) != "" && len(req.Devices) > 0 {
-		return nil, fmt.Errorf("device %q and devices %q are both set: use one", req.Device, req.Devices)
-	}
+// requestSpecs lists the devices a request names: Device, or Devices,
+// which name GPUs only.
+func requestSpecs(req Request) ([]Spec, error) {
 	if len(req.Devices) == 0 {
-		s, err := parseSpec(req.Device)
-		if err != nil {
-			return nil, err
+		d := req.Device
+		if d.kind == specAuto {
+			d.raw = "auto"
 		}
-		return []spec{s}, nil
+		return []Spec{d}, nil
 	}
-	specs := make([]spec, len(req.Devices))
-	for i, d := range req.Devices {
-		s, err := parseSpec(d)
-		if err != nil {
-			return nil, fmt.Errorf("devices[%d]: %w", i, err)
-		}
+	if req.Device.kind != specAuto {
+		return nil, fmt.Errorf("device %q and devices %q are both set: use one", req.Device.raw, rawSpecs(req.Devices))
+	}
+	for i, s := range req.Devices {
 		if s.kind == specAuto || s.kind == specCPU {
-			return nil, fmt.Errorf("devices[%d] is %q: devices lists GPUs only; use device: %s instead", i, d, s.raw)
+			return nil, fmt.Errorf("devices[%d] is %q: devices lists GPUs only; use device: %s instead", i, s.raw, s.raw)
 		}
-		specs[i] = s
 	}
-	return specs, nil
+	return req.Devices, nil
 }
 
-func parseSpec(s string) (spec, error) {
+func rawSpecs(specs []Spec) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.raw
+	}
+	return out
+}
+
+// UnmarshalText reads a device as ParseSpec does.
+func (s *Spec) UnmarshalText(b []byte) error {
+	sp, err := ParseSpec(string(b))
+	if err != nil {
+		return err
+	}
+	*s = sp
+	return nil
+}
+
+// MarshalText writes the device as it was given ("auto" for the zero Spec).
+func (s Spec) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// String is the device as it was given.
+func (s Spec) String() string {
+	if s.kind == specAuto {
+		return "auto"
+	}
+	return s.raw
+}
+
+// MustSpec is ParseSpec for devices written in code; it panics on a
+// malformed one.
+func MustSpec(s string) Spec {
+	sp, err := ParseSpec(s)
+	if err != nil {
+		panic(err)
+	}
+	return sp
+}
+
+// ParseSpec reads a device as a recipe writes it.
+func ParseSpec(s string) (Spec, error) {
 	raw := strings.TrimSpace(s)
 	low := strings.ToLower(raw)
-	sp := spec{raw: raw}
+	sp := Spec{raw: raw}
 	switch {
 	case low == "" || low == "auto":
 		sp.raw, sp.kind = "auto", specAuto
@@ -200,7 +239,7 @@ func parseSpec(s string) (spec, error) {
 	case strings.HasPrefix(low, "cuda:"):
 		n, err := strconv.Atoi(low[len("cuda:"):])
 		if err != nil || n < 0 || !isDigits(low[len("cuda:"):]) {
-			return spec{}, fmt.Errorf("device %q: want cuda:N with N the GPU's index as nvidia-smi shows it", raw)
+			return Spec{}, fmt.Errorf("device %q: want cuda:N with N the GPU's index as nvidia-smi shows it", raw)
 		}
 		sp.kind, sp.index = specIndex, n
 	case strings.HasPrefix(low, "gpu-") && len(low) > len("gpu-"):
@@ -213,9 +252,9 @@ func parseSpec(s string) (spec, error) {
 			break
 		}
 		if isDigits(low) {
-			return spec{}, fmt.Errorf("device %q: write cuda:%s for the GPU that nvidia-smi shows as %s", raw, raw, raw)
+			return Spec{}, fmt.Errorf("device %q: write cuda:%s for the GPU that nvidia-smi shows as %s", raw, raw, raw)
 		}
-		return spec{}, fmt.Errorf("device %q: want auto, cpu, cuda:N (nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus id such as 0000:01:00.0", raw)
+		return Spec{}, fmt.Errorf("device %q: want auto, cpu, cuda:N (nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus id such as 0000:01:00.0", raw)
 	}
 	return sp, nil
 }
@@ -470,7 +509,7 @@ func memoryShortfall(g GPU, req Request) string {
 }
 
 // pin resolves pinned devices and checks each of them.
-func (v *view) pin(specs []spec, req Request) ([]GPU, string, error) {
+func (v *view) pin(specs []Spec, req Request) ([]GPU, string, error) {
 	var out []GPU
 	var how []string
 	for _, s := range specs {
@@ -506,7 +545,7 @@ func (v *view) pin(specs []spec, req Request) ([]GPU, string, error) {
 	return out, reason, nil
 }
 
-func describePin(s spec) string {
+func describePin(s Spec) string {
 	switch s.kind {
 	case specIndex:
 		return fmt.Sprintf("%s (nvidia-smi index %d)", s.raw, s.index)
@@ -523,7 +562,7 @@ func describePin(s spec) string {
 // resolve finds the device a pin names among all devices, then checks that
 // CUDA_VISIBLE_DEVICES lets it through, so that a hidden device gets a
 // better message than "not found".
-func (v *view) resolve(s spec) (GPU, error) {
+func (v *view) resolve(s Spec) (GPU, error) {
 	var g GPU
 	switch s.kind {
 	case specIndex:
@@ -575,7 +614,7 @@ func (v *view) resolve(s spec) (GPU, error) {
 	return g, nil
 }
 
-func (v *view) notFound(s spec, what string) error {
+func (v *view) notFound(s Spec, what string) error {
 	if len(v.all) == 0 {
 		note := v.inv.Note
 		if note == "" {
@@ -586,7 +625,7 @@ func (v *view) notFound(s spec, what string) error {
 	return fmt.Errorf("device %q not found: no GPU has %s; the GPUs here, in nvidia-smi order:%s", s.raw, what, listGPUs(v.all))
 }
 
-func (v *view) migError(s spec, g GPU) error {
+func (v *view) migError(s Spec, g GPU) error {
 	if len(g.MIGDevices) == 0 {
 		return fmt.Errorf("device %q is %s, which has MIG enabled: CUDA cannot use it as a whole GPU; pin one of its MIG instances (MIG-…, listed by nvidia-smi -L) or disable MIG", s.raw, g.label())
 	}
@@ -620,7 +659,7 @@ func labels(gpus []GPU) string {
 	return strings.Join(s, ", ")
 }
 
-func quoteSpecs(specs []spec) string {
+func quoteSpecs(specs []Spec) string {
 	if len(specs) == 1 {
 		return fmt.Sprintf("device %q", specs[0].raw)
 	}

@@ -86,51 +86,51 @@ func TestSelectTitanHost(t *testing.T) {
 	bf16Err := "precision bf16 needs compute capability 8.0 or newer (Ampere), but " + labelTi +
 		" has 7.5; set precision: fp16 (with loss scaling) or fp32, or precision_fallback: true to fall back to fp16"
 	runSelectCases(t, []selectCase{
-		{name: "auto picks the TITAN", inv: nvml, req: Request{Device: "auto"},
+		{name: "auto picks the TITAN", inv: nvml, req: Request{Device: MustSpec("auto")},
 			uuids: []string{uuidTitan}, precision: amp.FP32, reason: autoReason, warnings: []string{cpuWarn}},
 		{name: "auto picks the TITAN from nvidia-smi too", inv: smi, req: Request{},
 			uuids: []string{uuidTitan}, precision: amp.FP32, reason: autoReason, warnings: []string{cpuWarn}},
 		{name: "auto by free memory picks the TITAN too", inv: nvml, req: Request{Policy: PolicyFree},
 			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "auto: most free VRAM (23.6 GiB) of 2 eligible GPUs: " + labelTi, warnings: []string{cpuWarn}},
 		{name: "bf16 refused on the 7.5 card", inv: nvml, req: Request{Precision: amp.BF16}, wantErr: bf16Err},
-		{name: "bf16 refused on the pinned TITAN", inv: nvml, req: Request{Device: "cuda:1", Precision: amp.BF16, AllowCPUFallback: true}, wantErr: bf16Err},
+		{name: "bf16 refused on the pinned TITAN", inv: nvml, req: Request{Device: MustSpec("cuda:1"), Precision: amp.BF16, AllowCPUFallback: true}, wantErr: bf16Err},
 		{name: "bf16 falls back to fp16 with loss scaling", inv: nvml, req: Request{Precision: amp.BF16, PrecisionFallback: true},
 			uuids: []string{uuidTitan}, precision: amp.FP16, lossScaling: true, reason: autoReason,
 			warnings: []string{cpuWarn, "bf16 needs compute capability 8.0 or newer, but " + labelTi + " has 7.5: using fp16 with loss scaling instead (precision_fallback)"}},
 		{name: "fp16 on the TITAN: tensor cores, no warning", inv: nvml, req: Request{Precision: amp.FP16},
 			uuids: []string{uuidTitan}, precision: amp.FP16, lossScaling: true, reason: autoReason, warnings: []string{cpuWarn}},
-		{name: "cuda:0 is the 1080 Ti, as nvidia-smi shows it", inv: nvml, req: Request{Device: "cuda:0", Precision: amp.FP16, AllowCPUFallback: true},
+		{name: "cuda:0 is the 1080 Ti, as nvidia-smi shows it", inv: nvml, req: Request{Device: MustSpec("cuda:0"), Precision: amp.FP16, AllowCPUFallback: true},
 			uuids: []string{uuid1080}, precision: amp.FP16, lossScaling: true,
 			reason: "pinned cuda:0 (nvidia-smi index 0): " + label1080, warnings: []string{cpuWarn, warn61}},
-		{name: "by UUID prefix", inv: nvml, req: Request{Device: "gpu-8F2A", AllowCPUFallback: true},
+		{name: "by UUID prefix", inv: nvml, req: Request{Device: MustSpec("gpu-8F2A"), AllowCPUFallback: true},
 			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "pinned by UUID gpu-8F2A: " + labelTi, warnings: []string{cpuWarn}},
-		{name: "by full UUID", inv: nvml, req: Request{Device: uuid1080, AllowCPUFallback: true},
+		{name: "by full UUID", inv: nvml, req: Request{Device: MustSpec(uuid1080), AllowCPUFallback: true},
 			uuids: []string{uuid1080}, precision: amp.FP32, reason: "pinned by UUID " + uuid1080 + ": " + label1080, warnings: []string{cpuWarn}},
-		{name: "by short PCI bus id", inv: nvml, req: Request{Device: "02:00.0", AllowCPUFallback: true},
+		{name: "by short PCI bus id", inv: nvml, req: Request{Device: MustSpec("02:00.0"), AllowCPUFallback: true},
 			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "pinned by PCI bus id 02:00.0: " + labelTi, warnings: []string{cpuWarn}},
-		{name: "by lspci-style PCI bus id", inv: smi, req: Request{Device: "0000:01:00.0", AllowCPUFallback: true},
+		{name: "by lspci-style PCI bus id", inv: smi, req: Request{Device: MustSpec("0000:01:00.0"), AllowCPUFallback: true},
 			uuids: []string{uuid1080}, precision: amp.FP32, reason: "pinned by PCI bus id 0000:01:00.0: " + label1080, warnings: []string{cpuWarn}},
-		{name: "both, precision must hold on each", inv: nvml, req: Request{Devices: []string{"cuda:1", "cuda:0"}, Precision: amp.BF16, PrecisionFallback: true, AllowCPUFallback: true},
+		{name: "both, precision must hold on each", inv: nvml, req: Request{Devices: []Spec{MustSpec("cuda:1"), MustSpec("cuda:0")}, Precision: amp.BF16, PrecisionFallback: true, AllowCPUFallback: true},
 			uuids: []string{uuidTitan, uuid1080}, precision: amp.FP16, lossScaling: true,
 			reason:   "pinned cuda:1 (nvidia-smi index 1): " + labelTi + "; cuda:0 (nvidia-smi index 0): " + label1080,
 			warnings: []string{cpuWarn, "bf16 needs compute capability 8.0 or newer, but " + labelTi + " has 7.5, " + label1080 + " has 6.1: using fp16 with loss scaling instead (precision_fallback)", warn61}},
-		{name: "cpu supports bf16", inv: nvml, req: Request{Device: "CPU", Precision: amp.BF16},
+		{name: "cpu supports bf16", inv: nvml, req: Request{Device: MustSpec("CPU"), Precision: amp.BF16},
 			precision: amp.BF16, reason: "device: cpu"},
-		{name: "pinned GPU without allow_cpu_fallback is refused", inv: nvml, req: Request{Device: "cuda:1"},
+		{name: "pinned GPU without allow_cpu_fallback is refused", inv: nvml, req: Request{Device: MustSpec("cuda:1")},
 			wantErr: `device "cuda:1" resolves to ` + labelTi + ", but mixtune cannot run on a GPU yet: it has no GPU compute backend and would compute on the CPU; " +
 				"set allow_cpu_fallback: true to run on the CPU anyway, or device: cpu"},
-		{name: "several pinned without allow_cpu_fallback", inv: nvml, req: Request{Devices: []string{"cuda:0", "cuda:1"}},
+		{name: "several pinned without allow_cpu_fallback", inv: nvml, req: Request{Devices: []Spec{MustSpec("cuda:0"), MustSpec("cuda:1")}},
 			wantErr: `devices ["cuda:0", "cuda:1"] resolves to ` + label1080 + ", " + labelTi + ", but mixtune cannot run on a GPU yet: it has no GPU compute backend and would compute on the CPU; " +
 				"set allow_cpu_fallback: true to run on the CPU anyway, or device: cpu"},
-		{name: "nonexistent index lists the GPUs", inv: nvml, req: Request{Device: "cuda:2", AllowCPUFallback: true},
+		{name: "nonexistent index lists the GPUs", inv: nvml, req: Request{Device: MustSpec("cuda:2"), AllowCPUFallback: true},
 			wantErr: `device "cuda:2" not found: no GPU has nvidia-smi index 2; the GPUs here, in nvidia-smi order:` + listTitan},
-		{name: "nonexistent UUID lists the GPUs", inv: nvml, req: Request{Device: "GPU-deadbeef"},
+		{name: "nonexistent UUID lists the GPUs", inv: nvml, req: Request{Device: MustSpec("GPU-deadbeef")},
 			wantErr: `device "GPU-deadbeef" not found: no GPU has a UUID starting with GPU-deadbeef; the GPUs here, in nvidia-smi order:` + listTitan},
-		{name: "nonexistent PCI bus id lists the GPUs", inv: nvml, req: Request{Device: "0000:03:00.0"},
+		{name: "nonexistent PCI bus id lists the GPUs", inv: nvml, req: Request{Device: MustSpec("0000:03:00.0")},
 			wantErr: `device "0000:03:00.0" not found: no GPU has PCI bus id 0000:03:00.0; the GPUs here, in nvidia-smi order:` + listTitan},
-		{name: "memory refusal with the figures", inv: nvml, req: Request{Device: "01:00.0", MinFreeMemory: 12 * gib, AllowCPUFallback: true},
+		{name: "memory refusal with the figures", inv: nvml, req: Request{Device: MustSpec("01:00.0"), MinFreeMemory: 12 * gib, AllowCPUFallback: true},
 			wantErr: `device "01:00.0" refused: ` + label1080 + " has 10.7 GiB free, needs at least 12.0 GiB (min_free_memory)"},
-		{name: "memory refusal by the run's estimate", inv: nvml, req: Request{Device: "cuda:1", MinFreeMemory: 1 * gib, NeedMemory: 30 * gib, AllowCPUFallback: true},
+		{name: "memory refusal by the run's estimate", inv: nvml, req: Request{Device: MustSpec("cuda:1"), MinFreeMemory: 1 * gib, NeedMemory: 30 * gib, AllowCPUFallback: true},
 			wantErr: `device "cuda:1" refused: ` + labelTi + " has 23.6 GiB free, needs at least 30.0 GiB (the run's estimated need)"},
 		{name: "auto skips a card that is too small", inv: nvml, req: Request{NeedMemory: 8 * gib, Policy: "FREE"},
 			uuids: []string{uuidTitan}, precision: amp.FP32, reason: "auto: most free VRAM (23.6 GiB) of 2 eligible GPUs: " + labelTi, warnings: []string{cpuWarn}},
@@ -157,18 +157,18 @@ func TestSelectEightGPUs(t *testing.T) {
 				a6000(2) + " has 7.8 GiB free, needs at least 21.0 GiB (min_free_memory); " +
 				a6000(3) + " has 512.0 MiB free, needs at least 21.0 GiB (min_free_memory); " +
 				r3090(5) + " has 2.9 GiB free, needs at least 21.0 GiB (min_free_memory)"},
-		{name: "two pinned GPUs", inv: inv, req: Request{Devices: []string{"cuda:4", "GPU-e2f0"}, NeedMemory: 20 * gib, AllowCPUFallback: true},
+		{name: "two pinned GPUs", inv: inv, req: Request{Devices: []Spec{MustSpec("cuda:4"), MustSpec("GPU-e2f0")}, NeedMemory: 20 * gib, AllowCPUFallback: true},
 			uuids: []string{uuid8[4], uuid8[6]}, precision: amp.FP32, warnings: []string{cpuWarn},
 			reason: "pinned cuda:4 (nvidia-smi index 4): " + r3090(4) + "; by UUID GPU-e2f0: " + r3090(6)},
-		{name: "a busy one among pinned GPUs is refused", inv: inv, req: Request{Devices: []string{"cuda:4", "cuda:5"}, NeedMemory: 20 * gib, AllowCPUFallback: true},
+		{name: "a busy one among pinned GPUs is refused", inv: inv, req: Request{Devices: []Spec{MustSpec("cuda:4"), MustSpec("cuda:5")}, NeedMemory: 20 * gib, AllowCPUFallback: true},
 			wantErr: `device "cuda:5" refused: ` + r3090(5) + " has 2.9 GiB free, needs at least 20.0 GiB (the run's estimated need)"},
-		{name: "the same GPU twice", inv: inv, req: Request{Devices: []string{"cuda:4", "B1:00.0", "GPU-5be9"}, AllowCPUFallback: true},
+		{name: "the same GPU twice", inv: inv, req: Request{Devices: []Spec{MustSpec("cuda:4"), MustSpec("B1:00.0"), MustSpec("GPU-5be9")}, AllowCPUFallback: true},
 			wantErr: "devices lists " + r3090(4) + " twice"},
-		{name: "ambiguous UUID prefix lists the matches", inv: inv, req: Request{Device: "GPU-8f2", AllowCPUFallback: true},
+		{name: "ambiguous UUID prefix lists the matches", inv: inv, req: Request{Device: MustSpec("GPU-8f2"), AllowCPUFallback: true},
 			wantErr: `device "GPU-8f2" is ambiguous: it begins 2 UUIDs; give more of it:` +
 				"\n  1  NVIDIA RTX A6000  " + uuid8[1] + "  00000000:1C:00.0  48.0 GiB total, 20.0 GiB free" +
 				"\n  2  NVIDIA RTX A6000  " + uuid8[2] + "  00000000:3D:00.0  48.0 GiB total, 7.8 GiB free"},
-		{name: "unique prefix", inv: inv, req: Request{Device: "GPU-8f2b", AllowCPUFallback: true},
+		{name: "unique prefix", inv: inv, req: Request{Device: MustSpec("GPU-8f2b"), AllowCPUFallback: true},
 			uuids: []string{uuid8[2]}, precision: amp.FP32, warnings: []string{cpuWarn}, reason: "pinned by UUID GPU-8f2b: " + a6000(2)},
 	})
 }
@@ -184,9 +184,9 @@ func TestSelectCUDAVisibleDevices(t *testing.T) {
 			"so other CUDA programs started from this environment count fastest-first and may mean other GPUs: list UUIDs instead"
 	}
 	pinHidden := cvd("0")
-	pinHidden.Device, pinHidden.AllowCPUFallback = "cuda:1", true
+	pinHidden.Device, pinHidden.AllowCPUFallback = MustSpec("cuda:1"), true
 	pinVisible := cvd("1")
-	pinVisible.Device, pinVisible.AllowCPUFallback = "cuda:1", true
+	pinVisible.Device, pinVisible.AllowCPUFallback = MustSpec("cuda:1"), true
 	fastestFirst := cvd("5,4,0")
 	fastestFirst.Policy, fastestFirst.CUDADeviceOrder = PolicyFree, ""
 	runSelectCases(t, []selectCase{
@@ -234,20 +234,20 @@ func TestSelectMIG(t *testing.T) {
 		{name: "auto passes over the MIG-enabled card", inv: inv, req: Request{Precision: amp.BF16},
 			uuids: []string{uuidA100}, precision: amp.BF16, warnings: []string{cpuWarn},
 			reason: "auto: most total VRAM (40.0 GiB) of 1 eligible GPU: " + labelA100 + "; passed over: " + labelMIG0 + " has MIG enabled (pin one of its MIG-… instances)"},
-		{name: "whole MIG-enabled GPU by index", inv: inv, req: Request{Device: "cuda:0", AllowCPUFallback: true},
+		{name: "whole MIG-enabled GPU by index", inv: inv, req: Request{Device: MustSpec("cuda:0"), AllowCPUFallback: true},
 			wantErr: `device "cuda:0" is ` + labelMIG0 + ", which has MIG enabled: CUDA cannot use it as a whole GPU; pin one of its MIG instances:" +
 				"\n  " + uuid3g + "  NVIDIA A100-SXM4-40GB MIG 3g.20gb  19.6 GiB total, 19.5 GiB free" +
 				"\n  " + uuid2g + "  NVIDIA A100-SXM4-40GB MIG 2g.10gb  9.8 GiB total, 9.7 GiB free"},
-		{name: "whole MIG-enabled GPU by UUID, nvidia-smi", inv: smi, req: Request{Device: "GPU-b7e4", AllowCPUFallback: true},
+		{name: "whole MIG-enabled GPU by UUID, nvidia-smi", inv: smi, req: Request{Device: MustSpec("GPU-b7e4"), AllowCPUFallback: true},
 			wantErr: `device "GPU-b7e4" is ` + labelMIG0 + ", which has MIG enabled: CUDA cannot use it as a whole GPU; pin one of its MIG instances (MIG-…, listed by nvidia-smi -L) or disable MIG"},
-		{name: "a MIG instance", inv: inv, req: Request{Device: "MIG-9b3c", Precision: amp.BF16, AllowCPUFallback: true},
+		{name: "a MIG instance", inv: inv, req: Request{Device: MustSpec("MIG-9b3c"), Precision: amp.BF16, AllowCPUFallback: true},
 			uuids: []string{uuid2g}, precision: amp.BF16, warnings: []string{cpuWarn},
 			reason: "pinned by MIG id MIG-9b3c: MIG instance " + uuid2g + " (NVIDIA A100-SXM4-40GB MIG 2g.10gb) on GPU 0"},
-		{name: "a MIG instance too small", inv: inv, req: Request{Device: "MIG-9b3c", MinFreeMemory: 10 * gib, AllowCPUFallback: true},
+		{name: "a MIG instance too small", inv: inv, req: Request{Device: MustSpec("MIG-9b3c"), MinFreeMemory: 10 * gib, AllowCPUFallback: true},
 			wantErr: `device "MIG-9b3c" refused: MIG instance ` + uuid2g + " (NVIDIA A100-SXM4-40GB MIG 2g.10gb) on GPU 0 has 9.7 GiB free, needs at least 10.0 GiB (min_free_memory)"},
-		{name: "two MIG instances", inv: inv, req: Request{Devices: []string{"MIG-9b3c", "MIG-4f8a"}, AllowCPUFallback: true},
+		{name: "two MIG instances", inv: inv, req: Request{Devices: []Spec{MustSpec("MIG-9b3c"), MustSpec("MIG-4f8a")}, AllowCPUFallback: true},
 			wantErr: "devices lists MIG instance " + uuid2g + " (NVIDIA A100-SXM4-40GB MIG 2g.10gb) on GPU 0 with other devices: a CUDA process can use only one MIG instance"},
-		{name: "MIG instance unknown to the nvidia-smi fallback", inv: smi, req: Request{Device: "MIG-9b3c", AllowCPUFallback: true},
+		{name: "MIG instance unknown to the nvidia-smi fallback", inv: smi, req: Request{Device: MustSpec("MIG-9b3c"), AllowCPUFallback: true},
 			wantErr: `device "MIG-9b3c" not found: no GPU has a MIG instance with a UUID starting with MIG-9b3c (the nvidia-smi fallback does not list MIG instances); the GPUs here, in nvidia-smi order:` +
 				"\n  0  NVIDIA A100-SXM4-40GB  " + uuidMIG0 + "  00000000:07:00.0  40.0 GiB total, 39.4 GiB free" +
 				"\n  1  NVIDIA A100-SXM4-40GB  " + uuidA100 + "  00000000:0F:00.0  40.0 GiB total, 28.0 GiB free"},
@@ -262,7 +262,7 @@ func TestSelectNoGPU(t *testing.T) {
 	runSelectCases(t, []selectCase{
 		{name: "auto takes the CPU and says why", inv: inv, req: Request{Precision: amp.FP16},
 			precision: amp.FP16, lossScaling: true, reason: "auto: " + noGPUNote},
-		{name: "a pinned GPU is an error", inv: inv, req: Request{Device: "cuda:0", AllowCPUFallback: true},
+		{name: "a pinned GPU is an error", inv: inv, req: Request{Device: MustSpec("cuda:0"), AllowCPUFallback: true},
 			wantErr: `device "cuda:0" not found: this host has no GPU (` + noGPUNote + ")"},
 	})
 }
@@ -279,7 +279,7 @@ func TestSelectCapability(t *testing.T) {
 		{name: "bf16 refused names the GPU that has it", inv: mixed, req: Request{Precision: amp.BF16},
 			wantErr: "precision bf16 needs compute capability 8.0 or newer (Ampere), but GPU 0 (Tesla V100-SXM2-32GB, GPU-a0) has 7.0; " +
 				"set precision: fp16 (with loss scaling) or fp32, or precision_fallback: true to fall back to fp16, or pin a GPU that has bf16: GPU 1 (NVIDIA A10, GPU-a1)"},
-		{name: "fp16 on 6.0: no tensor cores", inv: mixed, req: Request{Device: "cuda:2", Precision: amp.FP16, AllowCPUFallback: true},
+		{name: "fp16 on 6.0: no tensor cores", inv: mixed, req: Request{Device: MustSpec("cuda:2"), Precision: amp.FP16, AllowCPUFallback: true},
 			uuids: []string{"GPU-a2"}, precision: amp.FP16, lossScaling: true,
 			reason:   "pinned cuda:2 (nvidia-smi index 2): GPU 2 (Tesla P100-PCIE-16GB, GPU-a2)",
 			warnings: []string{cpuWarn, "GPU 2 (Tesla P100-PCIE-16GB, GPU-a2) has compute capability 6.0: no tensor cores (7.0 or newer), so fp16 mixed precision gains little there"}},
@@ -295,20 +295,35 @@ func TestSelectCapability(t *testing.T) {
 func TestSelectBadRequest(t *testing.T) {
 	inv := inventoryFromNVML(t, "titan_1080ti.nvml.json")
 	runSelectCases(t, []selectCase{
-		{name: "bare index", inv: inv, req: Request{Device: "1"}, wantErr: `device "1": write cuda:1 for the GPU that nvidia-smi shows as 1`},
-		{name: "cuda without index", inv: inv, req: Request{Device: "cuda"},
-			wantErr: `device "cuda": want auto, cpu, cuda:N (nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus id such as 0000:01:00.0`},
-		{name: "negative index", inv: inv, req: Request{Device: "cuda:-1"}, wantErr: `device "cuda:-1": want cuda:N with N the GPU's index as nvidia-smi shows it`},
-		{name: "bare GPU- prefix", inv: inv, req: Request{Device: "GPU-"},
-			wantErr: `device "GPU-": want auto, cpu, cuda:N (nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus id such as 0000:01:00.0`},
-		{name: "device and devices", inv: inv, req: Request{Device: "cuda:0", Devices: []string{"cuda:1"}},
+		{name: "device and devices", inv: inv, req: Request{Device: MustSpec("cuda:0"), Devices: []Spec{MustSpec("cuda:1")}},
 			wantErr: `device "cuda:0" and devices ["cuda:1"] are both set: use one`},
-		{name: "auto in devices", inv: inv, req: Request{Devices: []string{"cuda:0", "auto"}},
+		{name: "auto in devices", inv: inv, req: Request{Devices: []Spec{MustSpec("cuda:0"), MustSpec("auto")}},
 			wantErr: `devices[1] is "auto": devices lists GPUs only; use device: auto instead`},
-		{name: "bad entry in devices", inv: inv, req: Request{Devices: []string{"cuda:0", "titan"}},
-			wantErr: `devices[1]: device "titan": want auto, cpu, cuda:N (nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus id such as 0000:01:00.0`},
 		{name: "policy", inv: inv, req: Request{Policy: "fastest"}, wantErr: `unknown device selection policy "fastest" (want "total" or "free")`},
 	})
+}
+
+// A malformed device is refused when the recipe is read, by ParseSpec.
+func TestParseSpecErrors(t *testing.T) {
+	syntax := "want auto, cpu, cuda:N (nvidia-smi index), GPU-<uuid or unique prefix>, MIG-<uuid> or a PCI bus id such as 0000:01:00.0"
+	for in, want := range map[string]string{
+		"1":       `device "1": write cuda:1 for the GPU that nvidia-smi shows as 1`,
+		"cuda":    `device "cuda": ` + syntax,
+		"cuda:-1": `device "cuda:-1": want cuda:N with N the GPU's index as nvidia-smi shows it`,
+		"GPU-":    `device "GPU-": ` + syntax,
+		"titan":   `device "titan": ` + syntax,
+	} {
+		if _, err := ParseSpec(in); errString(err) != want {
+			t.Errorf("ParseSpec(%q): %v, want %q", in, err, want)
+		}
+	}
+	for in, want := range map[string]string{"": "auto", " AUTO ": "auto", "cpu": "cpu", "cuda:1": "cuda:1", "GPU-8f2a": "GPU-8f2a", "01:00.0": "01:00.0"} {
+		var s Spec
+		b, _ := MustSpec(in).MarshalText()
+		if err := s.UnmarshalText(b); err != nil || s.String() != want || string(b) != want {
+			t.Errorf("%q round trip: %q %v", in, b, err)
+		}
+	}
 }
 
 // TestSelectKeepsInventory: the chosen GPU is the inventory's own record,
@@ -316,7 +331,7 @@ func TestSelectBadRequest(t *testing.T) {
 func TestSelectKeepsInventory(t *testing.T) {
 	inv := inventoryFromNVML(t, "mig_a100.nvml.json")
 	before := inventoryFromNVML(t, "mig_a100.nvml.json")
-	sel, err := Select(inv, Request{Device: "MIG-4f8a", AllowCPUFallback: true})
+	sel, err := Select(inv, Request{Device: MustSpec("MIG-4f8a"), AllowCPUFallback: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ import (
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/optim"
+	"github.com/mixtune/mixtune/peft"
 )
 
 // BenchConfig is the fixed benchmark model of the performance target:
@@ -47,28 +49,37 @@ type BenchResult struct {
 	Loss         float64     `json:"loss"`
 }
 
-// Bench times full optimizer steps (forward, backward, AdamW) on random
-// tokens, after Warmup untimed steps, like the PyTorch peer.
-func Bench(c BenchConfig) (BenchResult, error) {
+// benchModel builds the benchmark's engine, random model and adapter.
+func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.LoRA, error) {
 	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
 	if err != nil {
-		return BenchResult{}, err
+		return nil, nil, nil, err
 	}
 	m, err := model.New(model.Config{VocabSize: c.Vocab, HiddenSize: c.Dim, IntermediateSize: c.FFN,
 		NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: c.Heads,
 		MaxPositionEmbeddings: c.SeqLen, RMSNormEps: 1e-5, RopeTheta: 10000, BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2}, 0)
 	if err != nil {
-		return BenchResult{}, err
+		return nil, nil, nil, err
 	}
 	r := &Recipe{Config: Defaults()}
 	r.Adapter.Type, r.Adapter.R, r.Adapter.Alpha = c.Adapter, c.Rank, float64(2*c.Rank)
 	r.Adapter.TargetModules = []string{"q_proj", "k_proj", "v_proj", "o_proj"}
 	lora, err := newAdapter(r, m)
 	if err != nil {
-		return BenchResult{}, err
+		return nil, nil, nil, err
 	}
 	if c.BaseDtype != amp.FP32 {
 		m.Compact(c.BaseDtype, func(string) bool { return true })
+	}
+	return eng, m, lora, nil
+}
+
+// Bench times full optimizer steps (forward, backward, AdamW) on random
+// tokens, after Warmup untimed steps, like the PyTorch peer.
+func Bench(c BenchConfig) (BenchResult, error) {
+	eng, m, lora, err := benchModel(c)
+	if err != nil {
+		return BenchResult{}, err
 	}
 	policy := amp.DefaultPolicy(c.Precision)
 	params := trainables(m, lora)

@@ -101,41 +101,7 @@ func writeCheckpoint(root string, st checkpointState, params []*optim.Param, opt
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op after the rename
-	var ws []safetensors.Tensor
-	for _, p := range params {
-		ws = append(ws, safetensors.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Value, Dtype: amp.FP32})
-	}
-	ostate := opt.State()
-	st.Format, st.OptimStep, st.OptimScalars = checkpointFormat, ostate.Step, ostate.Scalars
-	var ost []safetensors.Tensor
-	for name, v := range ostate.Tensors {
-		ost = append(ost, safetensors.Tensor{Name: name, Shape: []int{len(v)}, Data: v, Dtype: amp.FP32})
-	}
-	if err := safetensors.WriteFile(filepath.Join(tmp, trainableFile), ws, nil); err != nil {
-		return "", fmt.Errorf("write checkpoint: %w", err)
-	}
-	if err := safetensors.WriteFile(filepath.Join(tmp, optimizerFile), ost, map[string]string{"optimizer": opt.Name()}); err != nil {
-		return "", fmt.Errorf("write checkpoint: %w", err)
-	}
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	if err := atomicfile.WriteFile(filepath.Join(tmp, stateFile), append(b, '\n')); err != nil {
-		return "", fmt.Errorf("write checkpoint: %w", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(tmp, metricsCopyFile), metrics); err != nil {
-		return "", fmt.Errorf("write checkpoint: %w", err)
-	}
-	man := checkpointManifest{Format: checkpointFormat, Step: st.Step, SHA256: map[string]string{}}
-	files, _ := checkpointFiles(checkpointFormat)
-	for _, f := range files {
-		if man.SHA256[f], err = fileSHA256(filepath.Join(tmp, f)); err != nil {
-			return "", fmt.Errorf("write checkpoint: %w", err)
-		}
-	}
-	b, _ = json.MarshalIndent(man, "", "  ")
-	if err := atomicfile.WriteFile(filepath.Join(tmp, manifestFile), append(b, '\n')); err != nil {
+	if err := writeCheckpointFiles(tmp, st, params, opt, metrics); err != nil {
 		return "", fmt.Errorf("write checkpoint: %w", err)
 	}
 	stage("files")
@@ -159,6 +125,46 @@ func writeCheckpoint(root string, st checkpointState, params []*optim.Param, opt
 		os.RemoveAll(aside)
 	}
 	return final, nil
+}
+
+// writeCheckpointFiles writes a checkpoint's files into dir, each
+// fsynced, checkpoint.json last.
+func writeCheckpointFiles(dir string, st checkpointState, params []*optim.Param, opt optim.Optimizer, metrics []byte) error {
+	var ws []safetensors.Tensor
+	for _, p := range params {
+		ws = append(ws, safetensors.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Value, Dtype: amp.FP32})
+	}
+	ostate := opt.State()
+	st.Format, st.OptimStep, st.OptimScalars = checkpointFormat, ostate.Step, ostate.Scalars
+	var ost []safetensors.Tensor
+	for name, v := range ostate.Tensors {
+		ost = append(ost, safetensors.Tensor{Name: name, Shape: []int{len(v)}, Data: v, Dtype: amp.FP32})
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, trainableFile), ws, nil); err != nil {
+		return err
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, optimizerFile), ost, map[string]string{"optimizer": opt.Name()}); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, stateFile), append(b, '\n')); err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, metricsCopyFile), metrics); err != nil {
+		return err
+	}
+	man := checkpointManifest{Format: checkpointFormat, Step: st.Step, SHA256: map[string]string{}}
+	files, _ := checkpointFiles(checkpointFormat)
+	for _, f := range files {
+		if man.SHA256[f], err = fileSHA256(filepath.Join(dir, f)); err != nil {
+			return err
+		}
+	}
+	b, _ = json.MarshalIndent(man, "", "  ")
+	return atomicfile.WriteFile(filepath.Join(dir, manifestFile), append(b, '\n'))
 }
 
 // recoverCheckpoints repairs what an interrupted writeCheckpoint can

@@ -30,8 +30,8 @@ type Config struct {
 	Precision amp.Format `yaml:"precision"`
 	AMP       AMPConfig  `yaml:"amp"`
 
-	Device            string        `yaml:"device"`
-	Devices           []string      `yaml:"devices"`
+	Device            device.Spec   `yaml:"device"`
+	Devices           []device.Spec `yaml:"devices"`
 	DevicePolicy      device.Policy `yaml:"device_policy"`
 	MinFreeMemory     device.Size   `yaml:"min_free_memory"`
 	PrecisionFallback bool          `yaml:"precision_fallback"`
@@ -265,7 +265,7 @@ func (r *Recipe) validate() yamlconf.Errors {
 	if !validName.MatchString(c.Name) || len(c.Name) > maxNameLen {
 		bad("name", "must be 1 to %d letters, digits, '.', '_' or '-' (it names the run directory), got %q", maxNameLen, c.Name)
 	}
-	if len(c.Devices) > 0 && c.Device != "auto" && c.Device != "" {
+	if len(c.Devices) > 0 && c.Device.String() != "auto" {
 		bad("devices", "set device or devices, not both")
 	}
 	if err := r.scalerConfig().Validate(); err != nil {
@@ -275,30 +275,51 @@ func (r *Recipe) validate() yamlconf.Errors {
 	r.validateModel(bad)
 	r.validateData(&errs, bad)
 	r.validateAdapter(bad)
+	r.validateLoop(bad)
+	r.validateOptimizer(bad)
+	if c.Task.EvalFile != "" {
+		r.checkFile(&errs, "task.eval_file", c.Task.EvalFile)
+	}
+	if c.Task.MaxNewTokens <= 0 {
+		bad("task.max_new_tokens", "must be > 0, got %d", c.Task.MaxNewTokens)
+	}
+	if c.Task.Limit < 0 {
+		bad("task.limit", "must be >= 0 (0: every row), got %d", c.Task.Limit)
+	}
+	if c.Compute.Threads < 0 {
+		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)
+	}
+	return errs
+}
 
-	// loop
+// validateLoop checks the train section's counts.
+func (r *Recipe) validateLoop(bad func(field, format string, args ...any)) {
+	t := r.Train
 	positive := func(field string, v int) {
 		if v <= 0 {
 			bad(field, "must be > 0, got %d", v)
 		}
 	}
-	positive("train.steps", c.Train.Steps)
-	positive("train.batch_size", c.Train.BatchSize)
-	positive("train.grad_accum", c.Train.GradAccum)
-	positive("train.log_every", c.Train.LogEvery)
-	if c.Train.EvalEvery < 0 {
-		bad("train.eval_every", "must be >= 0 (0: only at the end), got %d", c.Train.EvalEvery)
+	positive("train.steps", t.Steps)
+	positive("train.batch_size", t.BatchSize)
+	positive("train.grad_accum", t.GradAccum)
+	positive("train.log_every", t.LogEvery)
+	positive("train.keep_checkpoints", t.KeepCheckpoints)
+	for _, f := range []struct {
+		field, zero string
+		v           int
+	}{{"train.eval_every", "only at the end", t.EvalEvery}, {"train.checkpoint_every", "only at the end and on interrupt", t.CheckpointEvery},
+		{"train.eval_batches", "the whole validation set", t.EvalBatches}} {
+		if f.v < 0 {
+			bad(f.field, "must be >= 0 (0: %s), got %d", f.zero, f.v)
+		}
 	}
-	if c.Train.CheckpointEvery < 0 {
-		bad("train.checkpoint_every", "must be >= 0 (0: only at the end and on interrupt), got %d", c.Train.CheckpointEvery)
-	}
-	positive("train.keep_checkpoints", c.Train.KeepCheckpoints)
-	if c.Train.EvalBatches < 0 {
-		bad("train.eval_batches", "must be >= 0 (0: the whole validation set), got %d", c.Train.EvalBatches)
-	}
+}
 
-	// optimizer and schedule
-	o := c.Optimizer
+// validateOptimizer checks the optimizer's ranges and the schedule, whose
+// own Validate says which of its fields is wrong.
+func (r *Recipe) validateOptimizer(bad func(field, format string, args ...any)) {
+	o := r.Optimizer
 	if o.LR <= 0 {
 		bad("optimizer.lr", "must be > 0, got %g", o.LR)
 	}
@@ -319,33 +340,19 @@ func (r *Recipe) validate() yamlconf.Errors {
 	if o.GradClip < 0 {
 		bad("optimizer.grad_clip", "must be >= 0 (0: no clipping), got %g", o.GradClip)
 	}
-	if o.LR > 0 && c.Train.Steps > 0 {
-		var se *optim.ScheduleError
-		if err := r.schedule().Validate(); errors.As(err, &se) {
-			field := map[string]string{"warmup": "schedule.warmup_steps", "min": "schedule.min_lr", "kind": "schedule.kind"}[se.Field]
-			if field == "" {
-				field = "schedule"
-			}
-			bad(field, "%s", se.Msg)
-		} else if err != nil {
-			bad("schedule", "%v", err)
+	if o.LR <= 0 || r.Train.Steps <= 0 {
+		return // already reported; the schedule would repeat it
+	}
+	var se *optim.ScheduleError
+	if err := r.schedule().Validate(); errors.As(err, &se) {
+		field := map[string]string{"warmup": "schedule.warmup_steps", "min": "schedule.min_lr", "kind": "schedule.kind"}[se.Field]
+		if field == "" {
+			field = "schedule"
 		}
+		bad(field, "%s", se.Msg)
+	} else if err != nil {
+		bad("schedule", "%v", err)
 	}
-
-	// task and compute
-	if c.Task.EvalFile != "" {
-		r.checkFile(&errs, "task.eval_file", c.Task.EvalFile)
-	}
-	if c.Task.MaxNewTokens <= 0 {
-		bad("task.max_new_tokens", "must be > 0, got %d", c.Task.MaxNewTokens)
-	}
-	if c.Task.Limit < 0 {
-		bad("task.limit", "must be >= 0 (0: every row), got %d", c.Task.Limit)
-	}
-	if c.Compute.Threads < 0 {
-		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)
-	}
-	return errs
 }
 
 // validateOpLists checks that each op the recipe moves exists and is

@@ -104,25 +104,59 @@ func metricsWithoutClock(t *testing.T, runDir string) []string {
 	return out
 }
 
+// TestKillAndResumeMatchesUninterrupted SIGKILLs training processes again
+// and again, half the time at a random moment and half the time on purpose
+// inside a checkpoint write (the process pauses there), resumes each time,
+// and requires the metrics and the adapter of an uninterrupted run, bit
+// for bit: for fp32 LoRA, and for bf16 DoRA on a bf16 base. The random
+// seed is logged; MIXTUNE_KILL_SEED=N replays a failure.
 func TestKillAndResumeMatchesUninterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills training processes")
 	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("MIXTUNE_KILL_SEED"); s != "" {
+		fmt.Sscan(s, &seed)
+	}
+	t.Logf("kill schedule seed %d (rerun with MIXTUNE_KILL_SEED=%d)", seed, seed)
+	for _, variant := range []struct {
+		name string
+		sets []string
+	}{
+		{"fp32 lora", nil},
+		{"bf16 dora on a bf16 base", []string{"precision=bf16", "model.base_dtype=bf16", "adapter.type=dora"}},
+	} {
+		t.Run(variant.name, func(t *testing.T) {
+			killAndResume(t, seed, variant.sets)
+		})
+	}
+}
+
+func killAndResume(t *testing.T, seed uint64, sets []string) {
 	dir, recipe := workdir(t, 120)
-	if out, err := mixtune("train", "-c", recipe, "--set", "name=full").CombinedOutput(); err != nil {
-		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	var setArgs []string
+	for _, s := range sets {
+		setArgs = append(setArgs, "--set", s)
 	}
 	full := filepath.Join(dir, "runs", "full")
+	if out, err := mixtune(append([]string{"train", "-c", recipe, "--set", "name=full"}, setArgs...)...).CombinedOutput(); err != nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, out)
+	}
 
 	run := filepath.Join(dir, "runs", "k")
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	kills := 0
+	ckRoot := filepath.Join(run, "checkpoints")
+	rng := rand.New(rand.NewPCG(seed, 7))
+	randomKills, checkpointKills := 0, 0
 	for attempt := 0; ; attempt++ {
-		args := []string{"train", "-c", recipe}
+		args := append([]string{"train", "-c", recipe}, setArgs...)
 		if attempt > 0 {
 			args = []string{"train", "--resume", run}
 		}
 		cmd := mixtune(args...)
+		inCheckpoint := attempt%2 == 1 // every other leg dies inside a checkpoint write
+		if inCheckpoint {
+			cmd.Env = append(cmd.Env, "MIXTUNE_TEST_CHECKPOINT_PAUSE=150ms")
+		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -130,24 +164,32 @@ func TestKillAndResumeMatchesUninterrupted(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
+		kill := func() {
+			cmd.Process.Signal(syscall.SIGKILL)
+			<-done
+		}
 		var err error
-		finished := false
-		if kills < 4 {
-			// let the first leg reach a checkpoint, then kill at a random moment
-			if attempt == 0 {
-				waitFor(t, filepath.Join(run, "checkpoints", "step-000007", "checkpoint.json"), done)
-			}
+		switch {
+		case randomKills+checkpointKills >= 6:
+			err = <-done // enough: let it finish
+		case attempt == 0:
+			// the first leg reaches a checkpoint, then dies at a random moment
+			waitFor(t, filepath.Join(ckRoot, "step-000007", "checkpoint.json"), done)
+			fallthrough
+		case !inCheckpoint:
 			select {
 			case err = <-done:
-				finished = true
 			case <-time.After(time.Duration(20+rng.IntN(250)) * time.Millisecond):
-				cmd.Process.Signal(syscall.SIGKILL)
-				<-done
-				kills++
+				kill()
+				randomKills++
 				continue
 			}
-		}
-		if !finished {
+		default:
+			if waitForCheckpointWrite(ckRoot, done) {
+				kill()
+				checkpointKills++
+				continue
+			}
 			err = <-done
 		}
 		if err != nil {
@@ -157,10 +199,10 @@ func TestKillAndResumeMatchesUninterrupted(t *testing.T) {
 			break
 		}
 	}
-	if kills < 3 {
-		t.Fatalf("only %d kills landed; the run is too short to test", kills)
+	t.Logf("killed %d times at random and %d times inside a checkpoint write", randomKills, checkpointKills)
+	if randomKills < 2 || checkpointKills < 2 {
+		t.Fatalf("only %d random and %d checkpoint kills landed; the run is too short to test", randomKills, checkpointKills)
 	}
-	t.Logf("killed %d times", kills)
 	a, b := metricsWithoutClock(t, full), metricsWithoutClock(t, run)
 	if strings.Join(a, "\n") != strings.Join(b, "\n") {
 		t.Fatalf("metrics differ after kill and resume:\n%d lines vs %d", len(a), len(b))
@@ -170,6 +212,26 @@ func TestKillAndResumeMatchesUninterrupted(t *testing.T) {
 		y, _ := os.ReadFile(filepath.Join(run, f))
 		if len(x) == 0 || !bytes.Equal(x, y) {
 			t.Fatalf("%s differs after kill and resume", f)
+		}
+	}
+}
+
+// waitForCheckpointWrite waits until a checkpoint write is under way (a
+// temporary or set-aside checkpoint directory exists); false if the
+// process ended first.
+func waitForCheckpointWrite(root string, done chan error) bool {
+	for {
+		ents, _ := os.ReadDir(root)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".tmp-") || strings.HasPrefix(e.Name(), ".old-") {
+				return true
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err // for the caller to read
+			return false
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
