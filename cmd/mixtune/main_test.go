@@ -18,6 +18,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/train"
 )
 
 // The test binary doubles as mixtune: with MIXTUNE_TEST_MAIN=1 it runs the
@@ -323,6 +324,15 @@ func verifyNewestCheckpoint(t *testing.T, root string) {
 		if err != nil || fmt.Sprintf("%x", sha256.Sum256(data)) != want {
 			t.Fatalf("%s/%s does not match its checksum", newest, f)
 		}
+	}
+}
+
+// version writes to the stdout it is given (it used to print to the
+// process's own).
+func TestVersionWritesToItsStdout(t *testing.T) {
+	code, out, _ := runIn(t, "version")
+	if code != 0 || out != "mixtune "+train.Version+"\n" {
+		t.Fatalf("exit %d, stdout %q", code, out)
 	}
 }
 
