@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"sort"
 	"strings"
 )
 
@@ -16,11 +15,13 @@ const (
 	// Pad puts each example in its own row, truncated to SeqLen+1 tokens
 	// and padded with PadID.
 	Pad Mode = iota
-	// Pack concatenates examples into one stream and cuts it into rows,
-	// wasting no compute on padding. Tokens may attend across example
-	// boundaries within a row; the targets still never ask the model to
-	// predict the first token of an example from the previous one unless
-	// that token is marked as a target.
+	// Pack puts as many examples in a row as fit, in order, and pads the
+	// rest. Each example attends only to itself (Batch.Positions restart
+	// at 0 for it), so a packed row computes exactly what its examples
+	// would in rows of their own, with less padding. An example longer
+	// than a row is cut into pieces of SeqLen+1 tokens that overlap by
+	// one, so that every token but its first is still a target once; each
+	// piece attends only to itself.
 	Pack
 )
 
@@ -49,11 +50,16 @@ func ParseMode(s string) (Mode, error) {
 // Batch is one [Rows x SeqLen] micro-batch in row-major order:
 // Inputs[r*SeqLen+t] predicts Targets[r*SeqLen+t]; Targets is IgnoreIndex
 // where there is no loss. NumTargets counts the non-ignored targets, the
-// divisor of a mean loss over the batch.
+// divisor of a mean loss over the batch. Positions[i] is the position of
+// input i in its example: the model's rotary position, and the number of
+// tokens before it that it may attend to (a packed row holds several
+// examples, each attending only to itself; padding after them forms a
+// document of its own).
 type Batch struct {
 	Rows, SeqLen int
 	Inputs       []int
 	Targets      []int
+	Positions    []int
 	NumTargets   int
 }
 
@@ -101,9 +107,8 @@ type Stats struct {
 type Loader struct {
 	ex    []Example
 	cfg   LoaderConfig
-	rows  int // rows per epoch
-	steps int // batches per epoch yielded by Next
-	total int // tokens in all examples
+	rows  [][]piece // what each row holds, in order
+	steps int       // batches per epoch yielded by Next
 	stats Stats
 	fp    uint64
 
@@ -111,13 +116,15 @@ type Loader struct {
 	plan        *plan // order of l.epoch; nil until needed
 }
 
-// plan is the row layout of one epoch.
+// piece is the tokens [off, off+n) of example ex, laid out in a row:
+// inputs ids[off..off+n-2], targets ids[off+1..off+n-1].
+type piece struct{ ex, off, n int }
+
+// plan is the row order of one epoch: rows are fixed when the loader is
+// made, and an epoch shuffles them.
 type plan struct {
 	epoch int
-	order []int // example indices in epoch order
-	// offsets[i] is where example order[i] starts in the packed stream;
-	// offsets[len(order)] is the stream length. Pack mode only.
-	offsets []int
+	order []int // row indices in epoch order
 }
 
 // NewLoader checks cfg and ex and returns a Loader positioned at the start of
@@ -146,28 +153,48 @@ func NewLoader(ex []Example, cfg LoaderConfig) (*Loader, error) {
 		total += len(e.IDs)
 	}
 
-	l := &Loader{ex: append([]Example(nil), ex...), cfg: cfg, total: total}
-	L := cfg.SeqLen
-	if cfg.Mode == Pad {
-		l.rows = len(ex)
-	} else {
-		// Rows overlap by one token, so the stream's total-1
-		// predictions fill ceil((total-1)/L) rows.
-		l.rows = (total - 1 + L - 1) / L
-		if l.rows == 0 {
-			return nil, errors.New("data: Pack mode needs at least 2 tokens in all")
-		}
-	}
-	l.steps = (l.rows + cfg.BatchSize - 1) / cfg.BatchSize
+	l := &Loader{ex: append([]Example(nil), ex...), cfg: cfg}
+	l.rows = layoutRows(l.ex, cfg)
+	l.steps = (len(l.rows) + cfg.BatchSize - 1) / cfg.BatchSize
 	if cfg.DropLast {
-		l.steps = l.rows / cfg.BatchSize
+		l.steps = len(l.rows) / cfg.BatchSize
 		if l.steps == 0 {
-			return nil, fmt.Errorf("data: %d rows are fewer than BatchSize %d and DropLast is set", l.rows, cfg.BatchSize)
+			return nil, fmt.Errorf("data: %d rows are fewer than BatchSize %d and DropLast is set", len(l.rows), cfg.BatchSize)
 		}
 	}
-	l.stats = l.computeStats()
+	l.stats = l.computeStats(total)
 	l.fp = l.fingerprint()
 	return l, nil
+}
+
+// layoutRows decides what each row holds. In Pad mode: one example, its
+// first SeqLen+1 tokens. In Pack mode: pieces of at most SeqLen+1 tokens
+// (a whole example, or a cut of a longer one), in order, as many as fit;
+// a piece of n tokens fills n-1 input slots, its last token being only a
+// target.
+func layoutRows(ex []Example, cfg LoaderConfig) [][]piece {
+	L := cfg.SeqLen
+	rows := make([][]piece, 0, len(ex))
+	if cfg.Mode == Pad {
+		for i, e := range ex {
+			rows = append(rows, []piece{{i, 0, min(len(e.IDs), L+1)}})
+		}
+		return rows
+	}
+	used := L // slots taken in the last row: none open yet
+	for i, e := range ex {
+		for off := 0; off == 0 || off+1 < len(e.IDs); off += L {
+			p := piece{i, off, min(len(e.IDs)-off, L+1)}
+			slots := max(p.n-1, 1)
+			if used+slots > L {
+				rows = append(rows, nil)
+				used = 0
+			}
+			rows[len(rows)-1] = append(rows[len(rows)-1], p)
+			used += slots
+		}
+	}
+	return rows
 }
 
 func describe(i int, e Example) string {
@@ -177,37 +204,26 @@ func describe(i int, e Example) string {
 	return fmt.Sprintf("example %d", i)
 }
 
-func (l *Loader) computeStats() Stats {
-	s := Stats{Examples: len(l.ex), Rows: l.rows, Tokens: l.total}
-	L := l.cfg.SeqLen
-	if l.cfg.Mode == Pad {
-		for _, e := range l.ex {
-			if len(e.IDs) > L+1 {
-				s.Truncated++
-			}
-			n := 0
-			for _, t := range e.Target[1:min(len(e.Target), L+1)] {
+func (l *Loader) computeStats(total int) Stats {
+	s := Stats{Examples: len(l.ex), Rows: len(l.rows), Tokens: total}
+	targets := make([]int, len(l.ex))
+	for _, row := range l.rows {
+		for _, p := range row {
+			for _, t := range l.ex[p.ex].Target[p.off+1 : p.off+p.n] {
 				if t {
-					n++
+					targets[p.ex]++
 				}
 			}
-			if n == 0 {
-				s.EmptyRows++
-			}
-			s.TargetTokens += n
-		}
-		return s
-	}
-	for _, e := range l.ex {
-		for _, t := range e.Target {
-			if t {
-				s.TargetTokens++
-			}
 		}
 	}
-	// The first token of the stream is never predicted.
-	if l.ex[0].Target[0] {
-		s.TargetTokens--
+	for i, e := range l.ex {
+		if l.cfg.Mode == Pad && len(e.IDs) > l.cfg.SeqLen+1 {
+			s.Truncated++
+		}
+		if targets[i] == 0 {
+			s.EmptyRows++
+		}
+		s.TargetTokens += targets[i]
 	}
 	return s
 }
@@ -295,13 +311,13 @@ func (l *Loader) Restore(s LoaderState) error {
 	return nil
 }
 
-// Batches returns one pass over the examples in their given order, without
+// Batches returns one pass over the rows in their given order, without
 // shuffling and without dropping the last batch, which is filled with
 // padding rows if short. It is meant for validation and does not move the
 // loader.
 func (l *Loader) Batches() []Batch {
-	p := l.layout(identity(len(l.ex)))
-	n := (l.rows + l.cfg.BatchSize - 1) / l.cfg.BatchSize
+	p := &plan{order: identity(len(l.rows))}
+	n := (len(l.rows) + l.cfg.BatchSize - 1) / l.cfg.BatchSize
 	out := make([]Batch, n)
 	for i := range out {
 		out[i] = l.batch(p, i)
@@ -317,87 +333,40 @@ func identity(n int) []int {
 	return p
 }
 
-// makePlan returns the layout of the given epoch.
+// makePlan returns the row order of the given epoch.
 func (l *Loader) makePlan(epoch int) *plan {
-	var order []int
+	order := identity(len(l.rows))
 	if l.cfg.Shuffle {
-		order = permutation(len(l.ex), l.cfg.Seed, splitmix64(loaderSalt^uint64(epoch)))
-	} else {
-		order = identity(len(l.ex))
+		order = permutation(len(l.rows), l.cfg.Seed, splitmix64(loaderSalt^uint64(epoch)))
 	}
-	p := l.layout(order)
-	p.epoch = epoch
-	return p
+	return &plan{epoch: epoch, order: order}
 }
 
-func (l *Loader) layout(order []int) *plan {
-	p := &plan{order: order}
-	if l.cfg.Mode == Pack {
-		p.offsets = make([]int, len(order)+1)
-		for i, k := range order {
-			p.offsets[i+1] = p.offsets[i] + len(l.ex[k].IDs)
-		}
-	}
-	return p
-}
-
-// batch builds batch step of the layout p.
+// batch builds batch step of the order p.
 func (l *Loader) batch(p *plan, step int) Batch {
 	B, L := l.cfg.BatchSize, l.cfg.SeqLen
-	b := Batch{
-		Rows:    B,
-		SeqLen:  L,
-		Inputs:  make([]int, B*L),
-		Targets: make([]int, B*L),
-	}
-	var ids []int
-	var flags []bool
-	if l.cfg.Mode == Pack {
-		ids, flags = make([]int, L+1), make([]bool, L+1)
-	}
+	b := Batch{Rows: B, SeqLen: L, Inputs: make([]int, B*L), Targets: make([]int, B*L), Positions: make([]int, B*L)}
 	for r := range B {
-		in, tg := b.Inputs[r*L:(r+1)*L], b.Targets[r*L:(r+1)*L]
-		row := step*B + r
-		var n int // tokens of the row, at most L+1
-		switch {
-		case row >= l.rows:
-			n = 0
-		case l.cfg.Mode == Pad:
-			e := l.ex[p.order[row]]
-			n = min(len(e.IDs), L+1)
-			ids, flags = e.IDs[:n], e.Target[:n]
-		default:
-			n = l.packedRow(p, row*L, ids, flags)
+		in, tg, pos := b.Inputs[r*L:(r+1)*L], b.Targets[r*L:(r+1)*L], b.Positions[r*L:(r+1)*L]
+		slot := 0
+		if row := step*B + r; row < len(l.rows) {
+			for _, pc := range l.rows[p.order[row]] {
+				ids, flags := l.ex[pc.ex].IDs[pc.off:pc.off+pc.n], l.ex[pc.ex].Target[pc.off:pc.off+pc.n]
+				for t := 0; t < max(pc.n-1, 1); t++ {
+					in[slot], tg[slot], pos[slot] = ids[t], IgnoreIndex, t
+					if t+1 < pc.n && flags[t+1] {
+						tg[slot] = ids[t+1]
+						b.NumTargets++
+					}
+					slot++
+				}
+			}
 		}
-		for t := range L {
-			in[t], tg[t] = l.cfg.PadID, IgnoreIndex
-			if t < n {
-				in[t] = ids[t]
-			}
-			if t+1 < n && flags[t+1] {
-				tg[t] = ids[t+1]
-				b.NumTargets++
-			}
+		for t := slot; t < L; t++ { // padding: a document of its own
+			in[t], tg[t], pos[t] = l.cfg.PadID, IgnoreIndex, t-slot
 		}
 	}
 	return b
-}
-
-// packedRow copies up to len(ids) tokens of the packed stream of p, starting
-// at position start, into ids and flags and returns how many it copied.
-func (l *Loader) packedRow(p *plan, start int, ids []int, flags []bool) int {
-	// k is the example holding position start: the last offset <= start.
-	k := sort.SearchInts(p.offsets, start+1) - 1
-	n := 0
-	for pos := start; n < len(ids) && k < len(p.order); k++ {
-		e := l.ex[p.order[k]]
-		j := pos - p.offsets[k]
-		c := copy(ids[n:], e.IDs[j:])
-		copy(flags[n:], e.Target[j:j+c])
-		n += c
-		pos += c
-	}
-	return n
 }
 
 // MarshalText writes "pad" or "pack".

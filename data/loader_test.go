@@ -32,12 +32,14 @@ func TestLoaderLayout(t *testing.T) {
 			},
 			want: []Batch{
 				{Rows: 2, SeqLen: 4,
-					Inputs:     []int{1, 2, 3, P /**/, 10, 11, 12, 13},
+					Inputs:     []int{1, 2, P, P /**/, 10, 11, 12, 13},
 					Targets:    []int{2, 3, I, I /**/, 11, 12, I, 14},
+					Positions:  []int{0, 1, 0, 1 /**/, 0, 1, 2, 3},
 					NumTargets: 5},
 				{Rows: 2, SeqLen: 4,
-					Inputs:     []int{20, 21, P, P /**/, P, P, P, P},
+					Inputs:     []int{20, P, P, P /**/, P, P, P, P},
 					Targets:    []int{21, I, I, I /**/, I, I, I, I},
+					Positions:  []int{0, 0, 1, 2 /**/, 0, 1, 2, 3},
 					NumTargets: 1},
 			},
 			stats: Stats{Examples: 3, Rows: 3, Truncated: 1, Tokens: 12, TargetTokens: 6},
@@ -50,56 +52,54 @@ func TestLoaderLayout(t *testing.T) {
 				ex([]int{4, 5, 6, 7}, "ffft"),
 			},
 			want: []Batch{
-				{Rows: 1, SeqLen: 2, Inputs: []int{1, 2}, Targets: []int{2, 3}, NumTargets: 2},
-				{Rows: 1, SeqLen: 2, Inputs: []int{4, 5}, Targets: []int{I, I}, NumTargets: 0},
+				{Rows: 1, SeqLen: 2, Inputs: []int{1, 2}, Targets: []int{2, 3}, Positions: []int{0, 1}, NumTargets: 2},
+				{Rows: 1, SeqLen: 2, Inputs: []int{4, 5}, Targets: []int{I, I}, Positions: []int{0, 1}, NumTargets: 0},
 			},
 			stats: Stats{Examples: 2, Rows: 2, Truncated: 1, EmptyRows: 1, Tokens: 7, TargetTokens: 2},
 		},
 		{
-			name: "pack: rows overlap by one token, remainder padded",
-			cfg:  LoaderConfig{SeqLen: 3, BatchSize: 2, Mode: Pack, PadID: P},
+			name: "pack: whole examples while they fit, each from position 0, the rest padded",
+			cfg:  LoaderConfig{SeqLen: 5, BatchSize: 2, Mode: Pack, PadID: P},
 			ex: []Example{
 				ex([]int{1, 2, 3}, "ftt"),
 				ex([]int{4, 5, 6, 7}, "fftt"),
 				ex([]int{8, 9}, "ft"),
 			},
-			// stream 1 2 3 4 5 6 7 8 9, targets f t t f f t t f t
+			// rows: [1 2 | 4 5 6]: 2+3 input slots; [8 | pad]
 			want: []Batch{
-				{Rows: 2, SeqLen: 3,
-					Inputs:     []int{1, 2, 3 /**/, 4, 5, 6},
-					Targets:    []int{2, 3, I /**/, I, 6, 7},
-					NumTargets: 4},
-				{Rows: 2, SeqLen: 3,
-					Inputs:     []int{7, 8, 9 /**/, P, P, P},
-					Targets:    []int{I, 9, I /**/, I, I, I},
-					NumTargets: 1},
-			},
-			stats: Stats{Examples: 3, Rows: 3, Tokens: 9, TargetTokens: 5},
-		},
-		{
-			name: "pack: exact fit; a target first token is predicted across the boundary",
-			cfg:  LoaderConfig{SeqLen: 2, BatchSize: 1, Mode: Pack, PadID: P},
-			ex: []Example{
-				ex([]int{1, 2, 3}, "ttt"), // the stream's first token is never predicted
-				ex([]int{4, 5}, "tt"),
-			},
-			want: []Batch{
-				{Rows: 1, SeqLen: 2, Inputs: []int{1, 2}, Targets: []int{2, 3}, NumTargets: 2},
-				{Rows: 1, SeqLen: 2, Inputs: []int{3, 4}, Targets: []int{4, 5}, NumTargets: 2},
-			},
-			stats: Stats{Examples: 2, Rows: 2, Tokens: 5, TargetTokens: 4},
-		},
-		{
-			name: "pack: one long example spans several rows",
-			cfg:  LoaderConfig{SeqLen: 2, BatchSize: 3, Mode: Pack, PadID: P},
-			ex:   []Example{ex([]int{1, 2, 3, 4, 5, 6}, "fttttt")},
-			want: []Batch{
-				{Rows: 3, SeqLen: 2,
-					Inputs:     []int{1, 2 /**/, 3, 4 /**/, 5, 6},
-					Targets:    []int{2, 3 /**/, 4, 5 /**/, 6, I},
+				{Rows: 2, SeqLen: 5,
+					Inputs:     []int{1, 2, 4, 5, 6 /**/, 8, P, P, P, P},
+					Targets:    []int{2, 3, I, 6, 7 /**/, 9, I, I, I, I},
+					Positions:  []int{0, 1, 0, 1, 2 /**/, 0, 0, 1, 2, 3},
 					NumTargets: 5},
 			},
-			stats: Stats{Examples: 1, Rows: 3, Tokens: 6, TargetTokens: 5},
+			stats: Stats{Examples: 3, Rows: 2, Tokens: 9, TargetTokens: 5},
+		},
+		{
+			name: "pack: no example is predicted from the one before it",
+			cfg:  LoaderConfig{SeqLen: 2, BatchSize: 1, Mode: Pack, PadID: P},
+			ex: []Example{
+				ex([]int{1, 2}, "tt"), // a first token is never predicted
+				ex([]int{4, 5, 6}, "ttt"),
+			},
+			want: []Batch{
+				{Rows: 1, SeqLen: 2, Inputs: []int{1, P}, Targets: []int{2, I}, Positions: []int{0, 0}, NumTargets: 1},
+				{Rows: 1, SeqLen: 2, Inputs: []int{4, 5}, Targets: []int{5, 6}, Positions: []int{0, 1}, NumTargets: 2},
+			},
+			stats: Stats{Examples: 2, Rows: 2, Tokens: 5, TargetTokens: 3},
+		},
+		{
+			name: "pack: a long example is cut into pieces that overlap by one token",
+			cfg:  LoaderConfig{SeqLen: 2, BatchSize: 4, Mode: Pack, PadID: P},
+			ex:   []Example{ex([]int{1, 2, 3, 4, 5, 6}, "fttttt"), ex([]int{7, 8}, "ft")},
+			want: []Batch{
+				{Rows: 4, SeqLen: 2,
+					Inputs:     []int{1, 2 /**/, 3, 4 /**/, 5, 7 /**/, P, P},
+					Targets:    []int{2, 3 /**/, 4, 5 /**/, 6, 8 /**/, I, I},
+					Positions:  []int{0, 1 /**/, 0, 1 /**/, 0, 0 /**/, 0, 1},
+					NumTargets: 6},
+			},
+			stats: Stats{Examples: 2, Rows: 3, Tokens: 8, TargetTokens: 6},
 		},
 	}
 	for _, tt := range tests {
@@ -232,9 +232,8 @@ func rowHeads(bs []Batch, pad int) []int {
 	return out
 }
 
-// streamOf returns the token stream a pass of Pack batches covers: row r's
-// inputs are stream[r*SeqLen : (r+1)*SeqLen].
-func streamOf(bs []Batch, pad int) []int {
+// inputsOf returns every non-padding input token of a pass of batches.
+func inputsOf(bs []Batch, pad int) []int {
 	var out []int
 	for _, b := range bs {
 		for _, id := range b.Inputs {
@@ -282,7 +281,7 @@ func TestLoaderShuffle(t *testing.T) {
 				if mode == Pad {
 					got, want = rowHeads(epoch, pad), rowHeads(ordered, pad)
 				} else {
-					got, want = streamOf(epoch, pad), streamOf(ordered, pad)
+					got, want = inputsOf(epoch, pad), inputsOf(ordered, pad)
 				}
 				slices.Sort(got)
 				slices.Sort(want)
@@ -391,15 +390,27 @@ func TestLoaderBatchesCoverEveryExampleOnce(t *testing.T) {
 					t.Errorf("rows start with %v, want %v", got, want)
 				}
 			} else {
+				// every target token of every example, once, however
+				// the examples were cut and packed
 				for _, e := range exs {
-					want = append(want, e.IDs...)
+					for j := 1; j < len(e.IDs); j++ {
+						if e.Target[j] {
+							want = append(want, e.IDs[j])
+						}
+					}
 				}
-				// Rows overlap by one token: their inputs cover the
-				// stream up to Rows*SeqLen, which may leave out its
-				// last token.
-				want = want[:min(len(want), l.Stats().Rows*3)]
-				if got := streamOf(bs, pad); !slices.Equal(got, want) {
-					t.Errorf("rows cover %v, want %v", got, want)
+				var got []int
+				for _, b := range bs {
+					for _, tg := range b.Targets {
+						if tg != IgnoreIndex {
+							got = append(got, tg)
+						}
+					}
+				}
+				slices.Sort(want)
+				slices.Sort(got)
+				if !slices.Equal(got, want) {
+					t.Errorf("targets %v, want %v", got, want)
 				}
 			}
 			n := 0
@@ -452,7 +463,6 @@ func TestNewLoaderErrors(t *testing.T) {
 		{"empty example", []Example{good[0], {Line: 7}}, ok, "data: example 1 (line 7) has no tokens"},
 		{"length mismatch", []Example{{IDs: []int{1, 2}, Target: flags("f")}}, ok, "data: example 0 has 2 IDs but 1 Target flags"},
 		{"DropLast with too few rows", good, with(func(c *LoaderConfig) { c.BatchSize = 3; c.DropLast = true }), "data: 2 rows are fewer than BatchSize 3 and DropLast is set"},
-		{"Pack with one token", []Example{ex([]int{1}, "f")}, with(func(c *LoaderConfig) { c.Mode = Pack }), "data: Pack mode needs at least 2 tokens in all"},
 	}
 	for _, tt := range tests {
 		l, err := NewLoader(tt.ex, tt.cfg)

@@ -20,6 +20,11 @@ type GraphConfig struct {
 	Batch, SeqLen int
 	Trainable     func(name string) bool // nil: every base weight frozen
 	Linear        LinearFunc             // nil: plain matmul
+	// Positions, when set, is the caller's buffer of each token's position
+	// in its document (Batch·SeqLen values, refilled per micro-batch):
+	// packed rows, whose documents each attend only to themselves with
+	// rotary positions from 0. nil: one document per row.
+	Positions []int
 }
 
 // Graph is a built model graph. Inputs are set per micro-batch; Loss is
@@ -73,7 +78,11 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	}
 	n := gc.Batch * gc.SeqLen
 	hd := c.HeadDimension()
-	attn := nn.AttentionShape{Batch: gc.Batch, SeqLen: gc.SeqLen, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd}
+	if gc.Positions != nil && len(gc.Positions) != n {
+		return nil, fmt.Errorf("build graph: %d positions for %d tokens", len(gc.Positions), n)
+	}
+	attn := nn.AttentionShape{Batch: gc.Batch, SeqLen: gc.SeqLen, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd,
+		Positions: gc.Positions}
 
 	g.IDs = b.IntInput("input_ids", n)
 	g.Targets = b.IntInput("targets", n)
@@ -86,8 +95,8 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 			return linear(b, mod, in, param(mod+".weight"))
 		}
 		h := b.RMSNorm(x, param(p+"input_layernorm.weight"), c.RMSNormEps)
-		q := b.Rope(lin("q_proj", h), c.NumAttentionHeads, hd, gc.SeqLen, c.RopeTheta)
-		k := b.Rope(lin("k_proj", h), c.NumKeyValueHeads, hd, gc.SeqLen, c.RopeTheta)
+		q := b.RopeAt(lin("q_proj", h), c.NumAttentionHeads, hd, gc.SeqLen, c.RopeTheta, gc.Positions)
+		k := b.RopeAt(lin("k_proj", h), c.NumKeyValueHeads, hd, gc.SeqLen, c.RopeTheta, gc.Positions)
 		v := lin("v_proj", h)
 		x = b.Add(x, lin("o_proj", b.Attention(q, k, v, attn)))
 

@@ -16,6 +16,24 @@ type AttentionShape struct {
 	Batch, SeqLen  int
 	Heads, KVHeads int // grouped-query attention: Heads/KVHeads query heads share one key/value head
 	HeadDim        int
+	// Positions, when set, holds each token's position in its document
+	// (Batch·SeqLen values, which may change between runs of the graph):
+	// a token attends only to the tokens of its own document, which are
+	// the Positions[i] tokens before it. Packed rows hold several
+	// documents; nil is one document per row.
+	Positions []int
+}
+
+// starts fills start[i] with the first key row i of batch row bi may
+// attend to: 0, or the first token of its document.
+func (s AttentionShape) starts(start []int, bi int) {
+	for i := range start {
+		if s.Positions != nil {
+			start[i] = i - s.Positions[bi*s.SeqLen+i]
+		} else {
+			start[i] = 0
+		}
+	}
 }
 
 // Attention computes causal softmax(Q·Kᵀ/√d)·V per head. q is [B·T,
@@ -29,6 +47,7 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	check(len(qs) == 2 && qs[0] == n && qs[1] == s.Heads*s.HeadDim, "attention: q %v does not fit %+v", qs, s)
 	check(len(ks) == 2 && ks[0] == n && ks[1] == s.KVHeads*s.HeadDim, "attention: k %v does not fit %+v", ks, s)
 	check(len(vs) == 2 && vs[0] == n && vs[1] == s.KVHeads*s.HeadDim, "attention: v %v does not fit %+v", vs, s)
+	check(s.Positions == nil || len(s.Positions) == n, "attention: %d positions for %d tokens", len(s.Positions), n)
 	// autocast's view of attention: two matmuls around a softmax, each
 	// with its own place in the op lists.
 	fs, fv := b.formatOf("attention_scores", q, k), b.formatOf("attention_values", v)
@@ -81,15 +100,17 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	be := o.eng.BLAS
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		pv := o.valuesScratch()
+		start := make([]int, T_)
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
+			s.starts(start, bi)
 			kOff := bi*T_*kw + kh*s.HeadDim
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
 				blas.Gemm(be, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
 				round(o.f.scores, p)
-				causalSoftmax(p, T_)
+				causalSoftmax(p, T_, start)
 				round(o.f.softmax, p)
 				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, o.asValues(p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
@@ -119,24 +140,26 @@ func (o *attentionOp[T]) asValues(p, scratch []T) []T {
 }
 
 // causalSoftmax turns each row i of scores [t, t] into softmax over
-// columns 0..i and zeroes the rest.
-func causalSoftmax[T Float](p []T, t int) {
+// columns start[i]..i (its document's tokens up to itself) and zeroes the
+// rest.
+func causalSoftmax[T Float](p []T, t int, start []int) {
 	for i := 0; i < t; i++ {
-		row := p[i*t : (i+1)*t]
-		m := row[0]
-		for _, x := range row[1 : i+1] {
+		row, s0 := p[i*t:(i+1)*t], start[i]
+		m := row[s0]
+		for _, x := range row[s0+1 : i+1] {
 			m = max(m, x)
 		}
 		var sum T
-		for j := 0; j <= i; j++ {
+		for j := s0; j <= i; j++ {
 			e := exp(row[j] - m)
 			row[j] = e
 			sum += e
 		}
 		inv := 1 / sum
-		for j := 0; j <= i; j++ {
+		for j := s0; j <= i; j++ {
 			row[j] *= inv
 		}
+		clear(row[:s0])
 		clear(row[i+1:])
 	}
 }
@@ -162,8 +185,10 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
 		pv := o.valuesScratch()
+		start := make([]int, T_)
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
+			s.starts(start, bi)
 			kOff := bi*T_*kw + kh*s.HeadDim
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
@@ -184,14 +209,15 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				round(o.f.values, ds)
 				round(o.f.softmax, ds)
 				for i := 0; i < T_; i++ {
-					pr, dr := p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_]
+					pr, dr, s0 := p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_], start[i]
 					var d T
-					for j := 0; j <= i; j++ {
+					for j := s0; j <= i; j++ {
 						d += pr[j] * dr[j]
 					}
-					for j := 0; j <= i; j++ {
+					for j := s0; j <= i; j++ {
 						dr[j] = pr[j] * (dr[j] - d)
 					}
+					clear(dr[:s0])
 					clear(dr[i+1:])
 				}
 				round(o.f.scores, ds)

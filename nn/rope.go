@@ -62,18 +62,26 @@ func (t RopeTable[T]) RotateRows(x []T, heads int, pos func(r int) int, sign T) 
 
 // Rope rotates x [B·T, heads·headDim]; row r is position r mod T.
 func (b *Builder) Rope(x *G.Node, heads, headDim, seqLen int, theta float64) *G.Node {
+	return b.RopeAt(x, heads, headDim, seqLen, theta, nil)
+}
+
+// RopeAt is Rope with row r at position positions[r] (< seqLen), which the
+// caller may change between runs of the graph: packed rows restart the
+// positions of each document at 0. nil means r mod T.
+func (b *Builder) RopeAt(x *G.Node, heads, headDim, seqLen int, theta float64, positions []int) *G.Node {
 	xs := shapeOf(x)
 	check(len(xs) == 2 && xs[1] == heads*headDim && xs[0]%seqLen == 0 && headDim%2 == 0,
 		"rope: x %v does not fit %d heads of dim %d and sequence length %d", xs, heads, headDim, seqLen)
 	base := b.newBase("rope", x)
+	check(positions == nil || len(positions) == xs[0], "rope: %d positions for %d rows", len(positions), xs[0])
 	if b.Dtype == tensor.Float64 {
-		return b.apply(newRopeOp[float64](base, xs, heads, headDim, seqLen, theta), x)
+		return b.apply(newRopeOp[float64](base, xs, heads, headDim, seqLen, theta, positions), x)
 	}
-	return b.apply(newRopeOp[float32](base, xs, heads, headDim, seqLen, theta), x)
+	return b.apply(newRopeOp[float32](base, xs, heads, headDim, seqLen, theta, positions), x)
 }
 
-func newRopeOp[T Float](base opBase, shape []int, heads, headDim, seqLen int, theta float64) *ropeOp[T] {
-	return &ropeOp[T]{opBase: base, shape: shape, heads: heads, seqLen: seqLen,
+func newRopeOp[T Float](base opBase, shape []int, heads, headDim, seqLen int, theta float64, positions []int) *ropeOp[T] {
+	return &ropeOp[T]{opBase: base, shape: shape, heads: heads, seqLen: seqLen, positions: positions,
 		table: NewRopeTable[T](seqLen, headDim, theta), buf: newBuffer[T](shape...)}
 }
 
@@ -81,6 +89,7 @@ type ropeOp[T Float] struct {
 	opBase
 	shape         []int
 	heads, seqLen int
+	positions     []int // nil: row mod seqLen
 	table         RopeTable[T]
 	buf           buffer[T]
 }
@@ -102,7 +111,11 @@ func (o *ropeOp[T]) rotate(y, x []T, sign T) {
 	width := o.shape[1]
 	o.eng.parallel(o.shape[0], 16, func(lo, hi int) {
 		copy(y[lo*width:hi*width], x[lo*width:hi*width])
-		o.table.RotateRows(y[lo*width:hi*width], o.heads, func(r int) int { return (lo + r) % o.seqLen }, sign)
+		pos := func(r int) int { return (lo + r) % o.seqLen }
+		if o.positions != nil {
+			pos = func(r int) int { return o.positions[lo+r] }
+		}
+		o.table.RotateRows(y[lo*width:hi*width], o.heads, pos, sign)
 	})
 }
 

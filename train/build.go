@@ -236,6 +236,7 @@ type runner struct {
 	g        *model.Graph
 	vm       G.VM
 	ids, tgt []int   // the input tensors' backing arrays, refilled per batch
+	pos      []int   // each token's position in its document, refilled per batch
 	lossGrad *G.Node // d(step loss)/d(this micro-batch's loss): its share of the step's targets
 	grads    G.Nodes // aligned with params
 	params   []*optim.Param
@@ -249,7 +250,8 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 		b.Policy = policy
 	}
 	nodes := map[string]*G.Node{}
-	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen}
+	pos := make([]int, batch*seqLen)
+	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen, Positions: pos}
 	if l != nil {
 		gc.Linear = l.Linear(nodes)
 	} else if params != nil {
@@ -262,7 +264,7 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 	for name, n := range g.Params {
 		nodes[name] = n
 	}
-	ru := &runner{eng: eng, g: g, params: params, ids: make([]int, batch*seqLen), tgt: make([]int, batch*seqLen)}
+	ru := &runner{eng: eng, g: g, params: params, ids: make([]int, batch*seqLen), tgt: make([]int, batch*seqLen), pos: pos}
 	if err := G.Let(g.IDs, tensor.New(tensor.WithShape(len(ru.ids)), tensor.WithBacking(ru.ids))); err != nil {
 		return nil, err
 	}
@@ -293,6 +295,13 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 	ru.eng.NoiseKey = noise
 	copy(ru.ids, bt.Inputs)
 	copy(ru.tgt, bt.Targets)
+	if bt.Positions != nil {
+		copy(ru.pos, bt.Positions)
+	} else { // one document per row
+		for i := range ru.pos {
+			ru.pos[i] = i % bt.SeqLen
+		}
+	}
 	if ru.lossGrad != nil {
 		if err := G.Let(ru.lossGrad, weight); err != nil {
 			return 0, err
