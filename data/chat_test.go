@@ -105,3 +105,76 @@ func TestTargetsFromSpans(t *testing.T) {
 		}
 	}
 }
+
+// Conversation rows of each kind: rendered through the template, tokenized
+// once, trained on the assistant turns and their end-of-turn tokens.
+func TestConversationRows(t *testing.T) {
+	f := ByteFormat()
+	f.Chat = chatML{}
+	rows := strings.Join([]string{
+		`{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}`,
+		`{"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo"}]}`,
+		`{"instruction": "Add", "input": "1 2", "output": "3"}`,
+		`{"instruction": "Greet", "output": "Yo"}`,
+	}, "\n")
+	ex, err := ParseJSONL("c.jsonl", strings.NewReader(rows), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := NewByteTokenizer()
+	for i, want := range []struct{ text, targets string }{
+		{"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n", "Yo<|im_end|>"},
+		{"<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n", "Yo<|im_end|>"},
+		{"<|im_start|>user\nAdd\n\n1 2<|im_end|>\n<|im_start|>assistant\n3<|im_end|>\n", "3<|im_end|>"},
+		{"<|im_start|>user\nGreet<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n", "Yo<|im_end|>"},
+	} {
+		e := ex[i]
+		if e.IDs[0] != tok.BOS() || tok.Decode(e.IDs) != want.text {
+			t.Errorf("row %d: %q", i+1, tok.Decode(e.IDs))
+		}
+		var tg []int
+		for j, isT := range e.Target {
+			if isT {
+				tg = append(tg, e.IDs[j])
+			}
+		}
+		if got := tok.Decode(tg); got != want.targets {
+			t.Errorf("row %d trains on %q, want %q", i+1, got, want.targets)
+		}
+	}
+	// the Alpaca prompt instead of the template: loss on the output and EOS
+	f.Alpaca = StanfordAlpaca
+	ex, err = ParseJSONL("a.jsonl", strings.NewReader(`{"instruction": "Add", "input": "", "output": "3"}`), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Decode(ex[0].IDs); !strings.HasSuffix(got, "### Instruction:\nAdd\n\n### Response:\n3") || !ex[0].Target[len(ex[0].IDs)-1] || ex[0].Target[len(ex[0].IDs)-3] {
+		t.Errorf("alpaca prompt: %q %v", got, ex[0].Target)
+	}
+}
+
+func TestConversationRowErrors(t *testing.T) {
+	f := ByteFormat()
+	f.Chat = chatML{}
+	for _, tc := range []struct{ row, want string }{
+		{`{"messages": []}`, `c.jsonl:1: "messages" is empty: the conversation has no turns`},
+		{`{"messages": [{"role": "bot", "content": "x"}]}`, `c.jsonl:1: messages[0]: unknown role "bot" (want system, user or assistant)`},
+		{`{"messages": [{"role": "user", "content": ["x"]}]}`, `c.jsonl:1: messages[0]: "content" must be a string`},
+		{`{"messages": [{"role": "user", "content": null}]}`, `c.jsonl:1: messages[0]: "content" must be a string`},
+		{`{"messages": [{"role": "user", "content": "x", "name": "n"}]}`, `c.jsonl:1: messages[0]: unknown field "name" (want "role" and "content")`},
+		{`{"messages": [{"role": "user", "content": "x"}]}`, `c.jsonl:1: the conversation has no assistant turn to train on`},
+		{`{"messages": {"role": "user"}}`, `c.jsonl:1: "messages" must be a list of {"role", "content"} objects`},
+		{`{"conversations": [{"from": "robot", "value": "x"}]}`, `c.jsonl:1: conversations[0]: unknown "from" "robot" (want human, gpt or system)`},
+		{`{"instruction": "x"}`, `c.jsonl:1: "instruction" without "output"`},
+		{`{"instruction": "x", "output": ""}`, `c.jsonl:1: "output" is empty`},
+		{`{"messages": [{"role": "user", "content": "x"}], "text": "y"}`, `c.jsonl:1: both "text" and "messages"`},
+	} {
+		if _, err := ParseJSONL("c.jsonl", strings.NewReader(tc.row), f); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", tc.row, err, tc.want)
+		}
+	}
+	if _, err := ParseJSONL("c.jsonl", strings.NewReader(`{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}`), ByteFormat()); err == nil ||
+		!strings.Contains(err.Error(), "needs a chat template") {
+		t.Errorf("no template: %v", err)
+	}
+}

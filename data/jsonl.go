@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -41,24 +42,35 @@ func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.L
 func (e *LineError) Unwrap() error { return e.Err }
 
 // LoadJSONL reads the JSONL file at path; see ParseJSONL. Errors name path.
-func LoadJSONL(path string, tok Tokenizer) ([]Example, error) {
-	f, err := os.Open(path)
+func LoadJSONL(path string, f Format) ([]Example, error) {
+	file, err := os.Open(path)
 	if err != nil {
 		return nil, err // *fs.PathError already names the path and the operation
 	}
-	defer f.Close()
-	return ParseJSONL(path, f, tok)
+	defer file.Close()
+	return ParseJSONL(path, file, f)
 }
 
 // ParseJSONL reads one Example per non-blank line of r. name is used in error
 // messages only.
 //
-// Each line is a JSON object of exactly one of three kinds:
+// Each line is a JSON object of exactly one of these kinds:
 //
-//	{"text": "..."}                         BOS + Encode(text) + EOS; every token but BOS is a target
-//	{"prompt": "...", "completion": "..."}  BOS + Encode(prompt) + Encode(completion) + EOS;
+//	{"text": "..."}                         BOS + text + EOS; every token but BOS is a target
+//	{"prompt": "...", "completion": "..."}  BOS + prompt + completion + EOS;
 //	                                        only the completion and EOS are targets
 //	{"input_ids": [...]}                    used as given; every token but the first is a target
+//	{"messages": [{"role": ..., "content": ...}, ...]}
+//	                                        a conversation through the chat template
+//	{"conversations": [{"from": ..., "value": ...}, ...]}
+//	                                        ShareGPT: from human, gpt or system
+//	{"instruction": ..., "input": ..., "output": ...}
+//	                                        Alpaca: through the chat template (or
+//	                                        Format.Alpaca's prompt), loss on the output
+//
+// Conversations are trained on as Format.LossOn says (by default, every
+// assistant turn with its end-of-turn token), with the loss mask taken from
+// the rendered text's byte spans (see RenderConversation).
 //
 // Unknown and duplicate keys are rejected, as are an empty "text" or
 // "completion" and fewer than two input_ids, since such rows train nothing.
@@ -66,13 +78,13 @@ func LoadJSONL(path string, tok Tokenizer) ([]Example, error) {
 // blank lines are skipped, and kinds may be mixed across lines. Errors are
 // *LineError values, except for a stream with no rows, which is reported as
 // "name: no examples".
-func ParseJSONL(name string, r io.Reader, tok Tokenizer) ([]Example, error) {
-	return parseJSONL(name, r, tok, MaxLineBytes)
+func ParseJSONL(name string, r io.Reader, f Format) ([]Example, error) {
+	return parseJSONL(name, r, f, MaxLineBytes)
 }
 
 // parseJSONL is ParseJSONL with the line limit as a parameter, so that tests
 // can exercise the limit without 64 MiB inputs.
-func parseJSONL(name string, r io.Reader, tok Tokenizer, maxLine int) ([]Example, error) {
+func parseJSONL(name string, r io.Reader, f Format, maxLine int) ([]Example, error) {
 	sc := bufio.NewScanner(r)
 	// +2 leaves room for the "\r\n" that the scanner needs to see in its
 	// buffer to end a line of exactly maxLine bytes.
@@ -94,7 +106,7 @@ func parseJSONL(name string, r io.Reader, tok Tokenizer, maxLine int) ([]Example
 		if err := checkText(b); err != nil {
 			return nil, &LineError{name, line, err}
 		}
-		ex, err := parseRow(b, tok)
+		ex, err := parseRow(b, f)
 		if err != nil {
 			return nil, &LineError{name, line, err}
 		}
@@ -171,15 +183,60 @@ func byteSize(n int) string {
 
 // Field names of a JSONL row.
 const (
-	fText       = "text"
-	fPrompt     = "prompt"
-	fCompletion = "completion"
-	fInputIDs   = "input_ids"
+	fText          = "text"
+	fPrompt        = "prompt"
+	fCompletion    = "completion"
+	fInputIDs      = "input_ids"
+	fMessages      = "messages"
+	fConversations = "conversations"
+	fInstruction   = "instruction"
+	fInput         = "input"
+	fOutput        = "output"
 )
+
+// rowKinds are the kinds of row, each by the fields that make it, the
+// first one naming it; the others must come with it.
+func rowKinds() [][]string {
+	return [][]string{{fText}, {fPrompt, fCompletion}, {fInputIDs}, {fMessages}, {fConversations}, {fInstruction, fOutput, fInput}}
+}
+
+// kindOf names the row's kind by its fields, or says what is wrong.
+func kindOf(fields map[string]json.RawMessage) (string, error) {
+	var present []string // the kinds with any of their fields, in rowKinds order
+	for _, k := range rowKinds() {
+		for _, f := range k {
+			if _, ok := fields[f]; ok {
+				present = append(present, f)
+				break
+			}
+		}
+	}
+	switch {
+	case len(present) == 0:
+		return "", errors.New(`a row needs "text", "prompt"+"completion", "input_ids", "messages", "conversations" or "instruction"+"output"`)
+	case len(present) > 1:
+		return "", fmt.Errorf("both %q and %q", present[0], present[1])
+	}
+	for _, k := range rowKinds() {
+		for _, f := range k {
+			if f != present[0] {
+				continue
+			}
+			// the kind's required fields: all but Alpaca's optional input
+			for _, req := range k[:min(len(k), 2)] {
+				if _, ok := fields[req]; !ok {
+					return "", fmt.Errorf("%q without %q", present[0], req)
+				}
+			}
+			return k[0], nil
+		}
+	}
+	return "", nil
+}
 
 // parseRow turns one JSONL line into an Example. Its errors carry no
 // position; the caller adds it.
-func parseRow(line []byte, tok Tokenizer) (Example, error) {
+func parseRow(line []byte, f Format) (Example, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(line, &fields); err != nil {
 		var te *json.UnmarshalTypeError
@@ -194,39 +251,12 @@ func parseRow(line []byte, tok Tokenizer) (Example, error) {
 	if err := checkKeys(line); err != nil {
 		return Example{}, err
 	}
-
-	_, hasText := fields[fText]
-	_, hasPrompt := fields[fPrompt]
-	_, hasCompletion := fields[fCompletion]
-	_, hasIDs := fields[fInputIDs]
-
-	// Name the first two kinds present, in a fixed order, so that the
-	// message does not depend on map iteration.
-	var kinds []string
-	if hasText {
-		kinds = append(kinds, fText)
+	kind, err := kindOf(fields)
+	if err != nil {
+		return Example{}, err
 	}
-	if hasPrompt {
-		kinds = append(kinds, fPrompt)
-	} else if hasCompletion {
-		kinds = append(kinds, fCompletion)
-	}
-	if hasIDs {
-		kinds = append(kinds, fInputIDs)
-	}
-	switch {
-	case len(kinds) == 0:
-		return Example{}, errors.New(`a row needs "text", "prompt"+"completion" or "input_ids"`)
-	case len(kinds) > 1:
-		return Example{}, fmt.Errorf("both %q and %q", kinds[0], kinds[1])
-	case hasPrompt && !hasCompletion:
-		return Example{}, errors.New(`"prompt" without "completion"`)
-	case hasCompletion && !hasPrompt:
-		return Example{}, errors.New(`"completion" without "prompt"`)
-	}
-
-	switch {
-	case hasText:
+	switch kind {
+	case fText:
 		text, err := stringField(fields, fText)
 		if err != nil {
 			return Example{}, err
@@ -234,18 +264,8 @@ func parseRow(line []byte, tok Tokenizer) (Example, error) {
 		if text == "" {
 			return Example{}, errors.New(`"text" is empty`)
 		}
-		body := tok.Encode(text)
-		ids := make([]int, 0, len(body)+2)
-		ids = append(ids, tok.BOS())
-		ids = append(ids, body...)
-		ids = append(ids, tok.EOS())
-		target := make([]bool, len(ids))
-		for i := 1; i < len(target); i++ {
-			target[i] = true
-		}
-		return Example{IDs: ids, Target: target}, nil
-
-	case hasPrompt:
+		return f.document("", text), nil
+	case fPrompt:
 		prompt, err := stringField(fields, fPrompt)
 		if err != nil {
 			return Example{}, err
@@ -257,22 +277,9 @@ func parseRow(line []byte, tok Tokenizer) (Example, error) {
 		if completion == "" {
 			return Example{}, errors.New(`"completion" is empty`)
 		}
-		// Prompt and completion are encoded separately so that the
-		// target boundary falls on a token boundary for any tokenizer.
-		p, c := tok.Encode(prompt), tok.Encode(completion)
-		ids := make([]int, 0, len(p)+len(c)+2)
-		ids = append(ids, tok.BOS())
-		ids = append(ids, p...)
-		ids = append(ids, c...)
-		ids = append(ids, tok.EOS())
-		target := make([]bool, len(ids))
-		for i := 1 + len(p); i < len(target); i++ {
-			target[i] = true
-		}
-		return Example{IDs: ids, Target: target}, nil
-
-	default:
-		ids, err := idsField(fields[fInputIDs], tok.VocabSize())
+		return f.document(prompt, completion), nil
+	case fInputIDs:
+		ids, err := idsField(fields[fInputIDs], f.vocab())
 		if err != nil {
 			return Example{}, err
 		}
@@ -281,7 +288,14 @@ func parseRow(line []byte, tok Tokenizer) (Example, error) {
 			target[i] = true
 		}
 		return Example{IDs: ids, Target: target}, nil
+	case fInstruction:
+		return f.alpaca(fields)
 	}
+	msgs, err := conversationField(fields, kind)
+	if err != nil {
+		return Example{}, err
+	}
+	return f.conversation(msgs)
 }
 
 // checkKeys rejects unknown and duplicate keys of the (already validated)
@@ -299,9 +313,11 @@ func checkKeys(line []byte) error {
 			return fmt.Errorf("invalid JSON: %w", err)
 		}
 		key, _ := t.(string)
-		switch key {
-		case fText, fPrompt, fCompletion, fInputIDs:
-		default:
+		known := false
+		for _, k := range rowKinds() {
+			known = known || slices.Contains(k, key)
+		}
+		if !known {
 			return fmt.Errorf("unknown field %q", key)
 		}
 		if seen[key] {

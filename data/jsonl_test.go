@@ -21,7 +21,7 @@ func flags(s string) []bool {
 }
 
 // bytesOf returns the byte tokenizer ids of s.
-func bytesOf(s string) []int { return NewByteTokenizer().Encode(s) }
+func bytesOf(s string) []int { ids, _ := NewByteTokenizer().Encode(s); return ids }
 
 // seq concatenates id lists.
 func seq(parts ...[]int) []int {
@@ -93,7 +93,7 @@ func TestParseJSONLKinds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseJSONL("train.jsonl", strings.NewReader(tt.input), NewByteTokenizer())
+			got, err := ParseJSONL("train.jsonl", strings.NewReader(tt.input), ByteFormat())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +117,7 @@ func TestParseJSONLErrors(t *testing.T) {
 		{"array row", `[1, 2]`, `train.jsonl:1: a row must be a JSON object, not array`},
 		{"string row", `"text"`, `train.jsonl:1: a row must be a JSON object, not string`},
 		{"null row", `null`, `train.jsonl:1: a row must be a JSON object, not null`},
-		{"empty object", `{}`, `train.jsonl:1: a row needs "text", "prompt"+"completion" or "input_ids"`},
+		{"empty object", `{}`, `train.jsonl:1: a row needs "text", "prompt"+"completion", "input_ids", "messages", "conversations" or "instruction"+"output"`},
 		{"unknown field", ok + ok + `{"promt": "a", "completion": "b"}`, `train.jsonl:3: unknown field "promt"`},
 		{"unknown field beside a valid row", `{"text": "a", "meta": 1}`, `train.jsonl:1: unknown field "meta"`},
 		{"field names are case-sensitive", `{"Text": "a"}`, `train.jsonl:1: unknown field "Text"`},
@@ -159,7 +159,7 @@ func TestParseJSONLErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseJSONL("train.jsonl", strings.NewReader(tt.input), NewByteTokenizer())
+			got, err := ParseJSONL("train.jsonl", strings.NewReader(tt.input), ByteFormat())
 			if err == nil {
 				t.Fatalf("no error; got %d examples", len(got))
 			}
@@ -174,7 +174,7 @@ func TestParseJSONLErrors(t *testing.T) {
 }
 
 func TestParseJSONLLineErrorType(t *testing.T) {
-	_, err := ParseJSONL("d/x.jsonl", strings.NewReader("{}\n"), NewByteTokenizer())
+	_, err := ParseJSONL("d/x.jsonl", strings.NewReader("{}\n"), ByteFormat())
 	var le *LineError
 	if !errors.As(err, &le) {
 		t.Fatalf("error %v (%T) is not a *LineError", err, err)
@@ -185,7 +185,6 @@ func TestParseJSONLLineErrorType(t *testing.T) {
 }
 
 func TestParseJSONLLongLines(t *testing.T) {
-	tok := NewByteTokenizer()
 	long := strings.Repeat("abcdefgh", 1<<18) // 2 MiB, far past bufio.Scanner's default
 	tests := []struct {
 		name    string
@@ -202,7 +201,7 @@ func TestParseJSONLLongLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseJSONL("x.jsonl", strings.NewReader(tt.input), tok, tt.maxLine)
+			got, err := parseJSONL("x.jsonl", strings.NewReader(tt.input), ByteFormat(), tt.maxLine)
 			if tt.want != "" {
 				if err == nil || err.Error() != tt.want {
 					t.Fatalf("error %v, want %s", err, tt.want)
@@ -232,7 +231,7 @@ func TestParseJSONL64MiBLine(t *testing.T) {
 	row := `{"text": "ok"}`
 	line := append(bytes.Repeat([]byte(" "), MaxLineBytes-len(row)), row...)
 	input := append(line, "\n{\"text\": \"b\"}\n"...)
-	got, err := ParseJSONL("big.jsonl", bytes.NewReader(input), NewByteTokenizer())
+	got, err := ParseJSONL("big.jsonl", bytes.NewReader(input), ByteFormat())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,9 +250,8 @@ func TestLoadJSONL(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("\n"+`{"text": "a"`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tok := NewByteTokenizer()
 
-	ex, err := LoadJSONL(good, tok)
+	ex, err := LoadJSONL(good, ByteFormat())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,12 +263,12 @@ func TestLoadJSONL(t *testing.T) {
 		t.Errorf("got %+v, want %+v", ex, want)
 	}
 
-	_, err = LoadJSONL(bad, tok)
+	_, err = LoadJSONL(bad, ByteFormat())
 	if wantErr := bad + ":2: invalid JSON: unexpected end of JSON input"; err == nil || err.Error() != wantErr {
 		t.Errorf("error %v, want %s", err, wantErr)
 	}
 
-	_, err = LoadJSONL(filepath.Join(dir, "missing.jsonl"), tok)
+	_, err = LoadJSONL(filepath.Join(dir, "missing.jsonl"), ByteFormat())
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: error %v, want fs.ErrNotExist", err)
 	}
@@ -280,7 +278,7 @@ func TestLoadJSONL(t *testing.T) {
 // backslash before "u", and U+FFFD written on purpose.
 func TestParseJSONLEscapesThatAreText(t *testing.T) {
 	rows := `{"text": "\ud83d\ude00"}` + "\n" + `{"text": "\\ud800"}` + "\n" + `{"text": "\ufffd"}` + "\n"
-	ex, err := ParseJSONL("t.jsonl", strings.NewReader(rows), NewByteTokenizer())
+	ex, err := ParseJSONL("t.jsonl", strings.NewReader(rows), ByteFormat())
 	if err != nil {
 		t.Fatal(err)
 	}

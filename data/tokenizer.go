@@ -5,17 +5,18 @@ package data
 const IgnoreIndex = -100
 
 // Tokenizer maps text to token ids and back.
-//
-// Implementations reserve three special ids (BOS, EOS, PAD) inside
-// [0, VocabSize()); Encode never produces them, so that text cannot smuggle a
-// document boundary into a training row.
 type Tokenizer interface {
-	// Encode returns the ids of s, without BOS or EOS.
-	Encode(s string) []int
+	// Encode returns the ids of s, without adding BOS or EOS, and each
+	// token's byte range in s. Special tokens written in s are recognized
+	// as Hugging Face tokenizers recognize them (the byte tokenizer has
+	// none that text can name).
+	Encode(s string) ([]int, []Span)
 	// Decode returns the text of ids. Special tokens are dropped.
 	Decode(ids []int) string
 	// VocabSize is the number of ids, specials included.
 	VocabSize() int
+	// BOS is the id a sequence starts with, -1 when the model adds none;
+	// EOS ends a document, -1 for none; PAD fills padding.
 	BOS() int
 	EOS() int
 	PAD() int
@@ -41,12 +42,12 @@ type ByteTokenizer struct{}
 func NewByteTokenizer() *ByteTokenizer { return &ByteTokenizer{} }
 
 // Encode returns one id per byte of s.
-func (*ByteTokenizer) Encode(s string) []int {
-	ids := make([]int, len(s))
+func (*ByteTokenizer) Encode(s string) ([]int, []Span) {
+	ids, spans := make([]int, len(s)), make([]Span, len(s))
 	for i := 0; i < len(s); i++ {
-		ids[i] = int(s[i])
+		ids[i], spans[i] = int(s[i]), Span{i, i + 1}
 	}
-	return ids
+	return ids, spans
 }
 
 // Decode returns the bytes named by ids. Special tokens (BOS, EOS, PAD) and

@@ -26,6 +26,7 @@ import (
 type components struct {
 	device      *DeviceChoice
 	eng         *nn.Engine
+	format      data.Format // how rows become tokens: tokenizer, chat template, loss mask
 	tok         data.Tokenizer
 	model       *model.Model
 	lora        *peft.LoRA // nil for full fine-tuning
@@ -49,20 +50,22 @@ type components struct {
 // memory estimated against the machine's, so that bad input is reported
 // before a run directory exists.
 func build(r *Recipe, choice *DeviceChoice) (*components, error) {
-	c := &components{device: choice, tok: data.NewByteTokenizer()}
+	c := &components{device: choice, format: data.ByteFormat()}
+	c.format.VocabSize = r.Base.VocabSize
+	c.tok = c.format.Tok
 	sel := choice.Selection
 	c.policy = r.policyFor(sel.Precision)
 	var err error
 	if c.eng, err = openEngine(r.Compute); err != nil {
 		return nil, err
 	}
-	trainEx, valEx, err := datasets(r, c.tok)
+	trainEx, valEx, err := datasets(r, c.format)
 	if err != nil {
 		return nil, inputError(err)
 	}
 	c.valExamples = len(valEx)
 	if r.Task.EvalFile != "" {
-		if c.task, err = loadTask(r.Task.EvalFile, c.tok, r.Task.Limit); err != nil {
+		if c.task, err = loadTask(r.Task.EvalFile, c.format, r.Task.Limit); err != nil {
 			return nil, inputError(err)
 		}
 	}
@@ -200,13 +203,13 @@ func loadModel(r *Recipe) (*model.Model, error) {
 
 // datasets tokenizes the training rows and the validation rows (a file,
 // or a seeded split of the training rows).
-func datasets(r *Recipe, tok data.Tokenizer) (trainEx, valEx []data.Example, err error) {
-	trainEx, err = data.LoadJSONL(r.Data.Train, tok)
+func datasets(r *Recipe, f data.Format) (trainEx, valEx []data.Example, err error) {
+	trainEx, err = data.LoadJSONL(r.Data.Train, f)
 	if err != nil {
 		return nil, nil, err
 	}
 	if r.Data.Validation != "" {
-		valEx, err = data.LoadJSONL(r.Data.Validation, tok)
+		valEx, err = data.LoadJSONL(r.Data.Validation, f)
 		return trainEx, valEx, err
 	}
 	if r.Data.ValidationSplit == 0 {

@@ -67,8 +67,9 @@ type taskSet struct {
 
 // loadTask reads a task file of prompt/completion rows, the first limit of
 // them (0: all).
-func loadTask(path string, tok data.Tokenizer, limit int) (*taskSet, error) {
-	rows, err := data.LoadJSONL(path, tok)
+func loadTask(path string, f data.Format, limit int) (*taskSet, error) {
+	tok := f.Tok
+	rows, err := data.LoadJSONL(path, f)
 	if err != nil {
 		return nil, err
 	}
@@ -134,8 +135,10 @@ func Eval(c EvalConfig) (LossReport, error) {
 	if c.SeqLen > m.Config.MaxPositionEmbeddings {
 		return LossReport{}, inputError(fmt.Errorf("--seq-len %d exceeds the model's max_position_embeddings (%d)", c.SeqLen, m.Config.MaxPositionEmbeddings))
 	}
-	tok := data.NewByteTokenizer()
-	ex, err := data.LoadJSONL(c.Data, tok)
+	f := data.ByteFormat()
+	f.VocabSize = m.Config.VocabSize
+	tok := f.Tok
+	ex, err := data.LoadJSONL(c.Data, f)
 	if err != nil {
 		return LossReport{}, inputError(err)
 	}
@@ -184,7 +187,8 @@ func Generate(c GenerateConfig) (string, error) {
 		return "", err
 	}
 	tok := data.NewByteTokenizer()
-	prompt := append([]int{tok.BOS()}, tok.Encode(c.Prompt)...)
+	ids, _ := tok.Encode(c.Prompt)
+	prompt := append([]int{tok.BOS()}, ids...)
 	out, err := model.NewDecoder(m, w, eng.BLAS).Generate([][]int{prompt}, c.MaxNewTokens, c.Sampling)
 	if err != nil {
 		return "", err

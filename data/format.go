@@ -1,0 +1,201 @@
+package data
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Format says how JSONL rows become token sequences: the tokenizer, the
+// chat template conversations go through, and what they are trained on.
+type Format struct {
+	Tok Tokenizer
+	// Chat renders conversations (messages, conversations and Alpaca rows);
+	// nil refuses them, naming what is missing.
+	Chat   Renderer
+	LossOn LossOn
+	// Markers are the texts of the tokenizer's special tokens: a turn that
+	// a template renders differently once later turns follow is closed at
+	// the first of these after it (see RenderConversation).
+	Markers []string
+	// Alpaca, when set, renders Alpaca rows with this prompt instead of the
+	// chat template: the text before the output (the output and EOS are
+	// the targets).
+	Alpaca func(instruction, input string) string
+	// VocabSize bounds input_ids rows: the model's vocabulary, which may
+	// be larger than the tokenizer's. 0 means the tokenizer's.
+	VocabSize int
+}
+
+// ByteFormat is the format of the byte tokenizer with no chat template.
+func ByteFormat() Format { return Format{Tok: NewByteTokenizer()} }
+
+func (f Format) vocab() int {
+	if f.VocabSize > 0 {
+		return f.VocabSize
+	}
+	return f.Tok.VocabSize()
+}
+
+// document is BOS + prompt + body + EOS with the body and EOS as targets.
+// Prompt and body are encoded separately, so that the target boundary
+// falls on a token boundary for any tokenizer.
+func (f Format) document(prompt, body string) Example {
+	tok := f.Tok
+	var ids []int
+	if tok.BOS() >= 0 {
+		ids = append(ids, tok.BOS())
+	}
+	p, _ := tok.Encode(prompt)
+	ids = append(ids, p...)
+	first := len(ids)
+	b, _ := tok.Encode(body)
+	ids = append(ids, b...)
+	if tok.EOS() >= 0 {
+		ids = append(ids, tok.EOS())
+	}
+	target := make([]bool, len(ids))
+	for i := max(first, 1); i < len(target); i++ {
+		target[i] = true
+	}
+	return Example{IDs: ids, Target: target}
+}
+
+// alpaca renders an Alpaca row: through Format.Alpaca's prompt, or as a
+// user turn (the instruction, then the input after a blank line) answered
+// by the output.
+func (f Format) alpaca(fields map[string]json.RawMessage) (Example, error) {
+	instruction, err := stringField(fields, fInstruction)
+	if err != nil {
+		return Example{}, err
+	}
+	output, err := stringField(fields, fOutput)
+	if err != nil {
+		return Example{}, err
+	}
+	var input string
+	if _, ok := fields[fInput]; ok {
+		if input, err = stringField(fields, fInput); err != nil {
+			return Example{}, err
+		}
+	}
+	if output == "" {
+		return Example{}, errors.New(`"output" is empty`)
+	}
+	if f.Alpaca != nil {
+		return f.document(f.Alpaca(instruction, input), output), nil
+	}
+	user := instruction
+	if input != "" {
+		user += "\n\n" + input
+	}
+	return f.conversation([]Message{{RoleUser, user}, {RoleAssistant, output}})
+}
+
+// conversation tokenizes a rendered conversation once and takes the
+// targets from the byte spans of its trained turns. BOS is added unless
+// the template already wrote it.
+func (f Format) conversation(msgs []Message) (Example, error) {
+	if f.Chat == nil {
+		return Example{}, errors.New("a conversation row needs a chat template: the model has none; set data.chat_template (a built-in name such as chatml, or a template)")
+	}
+	text, spans, err := RenderConversation(f.Chat, msgs, f.LossOn, f.Markers)
+	if err != nil {
+		return Example{}, err
+	}
+	ids, tokSpans := f.Tok.Encode(text)
+	target := targetsFromSpans(tokSpans, spans)
+	if bos := f.Tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
+		ids = append([]int{bos}, ids...)
+		target = append([]bool{false}, target...)
+	}
+	n := 0
+	for _, t := range target[1:] {
+		if t {
+			n++
+		}
+	}
+	if n == 0 {
+		return Example{}, errors.New("the conversation has no token to train on")
+	}
+	return Example{IDs: ids, Target: target}, nil
+}
+
+// shareGPTRoles maps ShareGPT's "from" to roles.
+func shareGPTRole(from string) (string, bool) {
+	switch from {
+	case "human", "user":
+		return RoleUser, true
+	case "gpt", "assistant":
+		return RoleAssistant, true
+	case "system":
+		return RoleSystem, true
+	}
+	return "", false
+}
+
+// conversationField decodes a messages or ShareGPT conversations list:
+// objects with exactly the role and content keys of their kind, content a
+// string.
+func conversationField(fields map[string]json.RawMessage, kind string) ([]Message, error) {
+	roleKey, contentKey := "role", "content"
+	if kind == fConversations {
+		roleKey, contentKey = "from", "value"
+	}
+	raw := bytes.TrimSpace(fields[kind])
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, fmt.Errorf("%q must be a list of {%q, %q} objects", kind, roleKey, contentKey)
+	}
+	var items []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("%q must be a list of {%q, %q} objects", kind, roleKey, contentKey)
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("%q is empty: the conversation has no turns", kind)
+	}
+	msgs := make([]Message, len(items))
+	for i, it := range items {
+		at := fmt.Sprintf("%s[%d]", kind, i)
+		if it == nil {
+			return nil, fmt.Errorf("%s must be an object", at)
+		}
+		for k := range it {
+			if k != roleKey && k != contentKey {
+				return nil, fmt.Errorf("%s: unknown field %q (want %q and %q)", at, k, roleKey, contentKey)
+			}
+		}
+		role, err := stringField(it, roleKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		content, err := stringField(it, contentKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		if kind == fConversations {
+			r, ok := shareGPTRole(role)
+			if !ok {
+				return nil, fmt.Errorf("%s: unknown %q %q (want human, gpt or system)", at, roleKey, role)
+			}
+			role = r
+		} else if role != RoleSystem && role != RoleUser && role != RoleAssistant {
+			return nil, fmt.Errorf("%s: unknown role %q (want system, user or assistant)", at, role)
+		}
+		msgs[i] = Message{Role: role, Content: content}
+	}
+	return msgs, nil
+}
+
+// StanfordAlpaca is the prompt of the Stanford Alpaca release, for
+// Format.Alpaca: with an input, and without.
+func StanfordAlpaca(instruction, input string) string {
+	if strings.TrimSpace(input) == "" {
+		return "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n" +
+			"### Instruction:\n" + instruction + "\n\n### Response:\n"
+	}
+	return "Below is an instruction that describes a task, paired with an input that provides further context. " +
+		"Write a response that appropriately completes the request.\n\n" +
+		"### Instruction:\n" + instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n"
+}
