@@ -143,7 +143,7 @@ func TestConversationRows(t *testing.T) {
 		}
 	}
 	// the Alpaca prompt instead of the template: loss on the output and EOS
-	f.Alpaca = StanfordAlpaca
+	f.Alpaca = true
 	ex, err = ParseJSONL("a.jsonl", strings.NewReader(`{"instruction": "Add", "input": "", "output": "3"}`), f)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package data
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,10 +22,10 @@ type Format struct {
 	// a template renders differently once later turns follow is closed at
 	// the first of these after it (see RenderConversation).
 	Markers []string
-	// Alpaca, when set, renders Alpaca rows with this prompt instead of the
-	// chat template: the text before the output (the output and EOS are
-	// the targets).
-	Alpaca func(instruction, input string) string
+	// Alpaca renders Alpaca rows with the Stanford Alpaca prompt
+	// (StanfordAlpaca) instead of the chat template; the output and EOS are
+	// the targets.
+	Alpaca bool
 	// VocabSize bounds input_ids rows: the model's vocabulary, which may
 	// be larger than the tokenizer's. 0 means the tokenizer's.
 	VocabSize int
@@ -31,6 +33,23 @@ type Format struct {
 
 // ByteFormat is the format of the byte tokenizer with no chat template.
 func ByteFormat() Format { return Format{Tok: NewByteTokenizer()} }
+
+// Fingerprint identifies everything that decides the tokens of a row:
+// the tokenizer, the template, the loss mode, the Alpaca prompt, the
+// vocabulary bound and the turn markers. Tokenizer and Renderer names must
+// change with their content.
+func (f Format) Fingerprint() string {
+	h := sha256.New()
+	chat := "none"
+	if f.Chat != nil {
+		chat = f.Chat.Name()
+	}
+	fmt.Fprintf(h, "tok=%s\nchat=%s\nloss=%s\nalpaca=%v\nvocab=%d\n", f.Tok.Name(), chat, f.LossOn, f.Alpaca, f.vocab())
+	for _, m := range f.Markers {
+		fmt.Fprintf(h, "marker=%q\n", m)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 func (f Format) vocab() int {
 	if f.VocabSize > 0 {
@@ -84,8 +103,8 @@ func (f Format) alpaca(fields map[string]json.RawMessage) (Example, error) {
 	if output == "" {
 		return Example{}, errors.New(`"output" is empty`)
 	}
-	if f.Alpaca != nil {
-		return f.document(f.Alpaca(instruction, input), output), nil
+	if f.Alpaca {
+		return f.document(StanfordAlpaca(instruction, input), output), nil
 	}
 	user := instruction
 	if input != "" {

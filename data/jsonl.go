@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -85,44 +88,140 @@ func ParseJSONL(name string, r io.Reader, f Format) ([]Example, error) {
 // parseJSONL is ParseJSONL with the line limit as a parameter, so that tests
 // can exercise the limit without 64 MiB inputs.
 func parseJSONL(name string, r io.Reader, f Format, maxLine int) ([]Example, error) {
-	sc := bufio.NewScanner(r)
-	// +2 leaves room for the "\r\n" that the scanner needs to see in its
-	// buffer to end a line of exactly maxLine bytes.
-	sc.Buffer(make([]byte, 0, min(64<<10, maxLine+2)), maxLine+2)
-	var out []Example
-	line := 0
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if len(b) > maxLine {
-			return nil, &LineError{name, line, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
-		}
-		if line == 1 {
-			b = bytes.TrimPrefix(b, []byte("\uFEFF"))
-		}
-		if len(bytes.TrimSpace(b)) == 0 {
-			continue
-		}
-		if err := checkText(b); err != nil {
-			return nil, &LineError{name, line, err}
-		}
-		ex, err := parseRow(b, f)
-		if err != nil {
-			return nil, &LineError{name, line, err}
-		}
-		ex.Line = line
-		out = append(out, ex)
+	return parseLines(name, r, f, maxLine, LoadOptions{})
+}
+
+// LoadOptions tune how a large file is read: rows are tokenized by Workers
+// goroutines (0: GOMAXPROCS), with the same result whatever their number,
+// and Progress, if set, is told how many of the file's bytes are done.
+type LoadOptions struct {
+	Workers  int
+	Progress func(done, total int64)
+}
+
+// Load is LoadJSONL with options.
+func Load(path string, f Format, opt LoadOptions) ([]Example, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, &LineError{name, line + 1, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
+	defer file.Close()
+	return parseLines(path, file, f, MaxLineBytes, opt)
+}
+
+// block is a run of lines parsed by one worker, and what came of them.
+type block struct {
+	first int      // the 1-based number of lines[0]
+	lines [][]byte // nil for a blank line
+	size  int64
+	ex    []Example
+	err   error
+}
+
+// parseLines reads r's lines and parses them in blocks, on several
+// goroutines; the examples keep the file's order, and the error reported
+// is the first line's.
+func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions) ([]Example, error) {
+	blocks, total, err := splitLines(name, r, maxLine)
+	if err != nil {
+		return nil, err
+	}
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, len(blocks)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(blocks)); i = next.Add(1) - 1 {
+				blocks[i].parse(name, f)
+				if d := done.Add(blocks[i].size); opt.Progress != nil {
+					opt.Progress(d, total)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var out []Example
+	for _, b := range blocks {
+		if b.err != nil {
+			return nil, b.err
 		}
-		return nil, &LineError{name, line + 1, err}
+		out = append(out, b.ex...)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no examples", name)
 	}
 	return out, nil
+}
+
+// linesPerBlock balances the cost of handing out work against keeping
+// every core busy to the end.
+const linesPerBlock = 256
+
+// splitLines reads every line of r (copying it) into blocks, checking the
+// line limit and dropping a byte order mark at the start.
+func splitLines(name string, r io.Reader, maxLine int) ([]*block, int64, error) {
+	sc := bufio.NewScanner(r)
+	// +2 leaves room for the "\r\n" that the scanner needs to see in its
+	// buffer to end a line of exactly maxLine bytes.
+	sc.Buffer(make([]byte, 0, min(64<<10, maxLine+2)), maxLine+2)
+	var blocks []*block
+	var total int64
+	line := 0
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if len(b) > maxLine {
+			return nil, 0, &LineError{name, line, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
+		}
+		if line == 1 {
+			b = bytes.TrimPrefix(b, []byte("\uFEFF"))
+		}
+		if len(blocks) == 0 || len(blocks[len(blocks)-1].lines) == linesPerBlock {
+			blocks = append(blocks, &block{first: line})
+		}
+		cur := blocks[len(blocks)-1]
+		if len(bytes.TrimSpace(b)) == 0 {
+			cur.lines = append(cur.lines, nil)
+		} else {
+			cur.lines = append(cur.lines, bytes.Clone(b))
+		}
+		cur.size += int64(len(b)) + 1
+		total += int64(len(b)) + 1
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, 0, &LineError{name, line + 1, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
+		}
+		return nil, 0, &LineError{name, line + 1, err}
+	}
+	return blocks, total, nil
+}
+
+// parse parses the block's lines, stopping at the first error.
+func (b *block) parse(name string, f Format) {
+	for i, l := range b.lines {
+		if l == nil {
+			continue
+		}
+		n := b.first + i
+		if err := checkText(l); err != nil {
+			b.err = &LineError{name, n, err}
+			return
+		}
+		ex, err := parseRow(l, f)
+		if err != nil {
+			b.err = &LineError{name, n, err}
+			return
+		}
+		ex.Line = n
+		b.ex = append(b.ex, ex)
+	}
+	b.lines = nil // done with the text
 }
 
 // checkText refuses a line that is not valid UTF-8, or that escapes half of

@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -286,6 +287,52 @@ func TestParseJSONLEscapesThatAreText(t *testing.T) {
 	for i, want := range []string{"😀", `\ud800`, "\uFFFD"} {
 		if got := tok.Decode(ex[i].IDs); got != want {
 			t.Errorf("row %d: %q, want %q", i+1, got, want)
+		}
+	}
+}
+
+// Rows parsed by several goroutines come out in file order, the same for
+// any worker count, and the error reported is the first line's; Progress
+// ends at the file's size.
+func TestLoadInParallel(t *testing.T) {
+	var b strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&b, "{\"prompt\": \"q%d\", \"completion\": \"a%d\"}\n", i, i*7)
+		if i%500 == 0 {
+			b.WriteString("\n")
+		}
+	}
+	path := filepath.Join(t.TempDir(), "d.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var last, total int64
+	one, err := Load(path, ByteFormat(), LoadOptions{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	many, err := Load(path, ByteFormat(), LoadOptions{Workers: 7, Progress: func(d, n int64) {
+		if d > last { // calls may arrive out of order from the workers
+			last = d
+		}
+		total = n
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(one, many) || len(one) != 3000 || one[2999].Line != 3006 {
+		t.Fatalf("parallel parse differs: %d vs %d examples", len(one), len(many))
+	}
+	if last != total || total != int64(b.Len()) {
+		t.Fatalf("progress %d of %d, file %d bytes", last, total, b.Len())
+	}
+	bad := b.String() + `{"text": 1}` + "\n" + strings.Repeat(`{"text": 2}`+"\n", 2000)
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{1, 8} {
+		if _, err := Load(path, ByteFormat(), LoadOptions{Workers: w}); err == nil || !strings.HasSuffix(err.Error(), `d.jsonl:3007: "text" must be a string`) {
+			t.Fatalf("%d workers: %v", w, err)
 		}
 	}
 }
