@@ -19,6 +19,11 @@ type Decoder struct {
 	w    map[string][]float32
 	be   blas.Backend
 	rope nn.RopeTable[float32]
+	// Stop are the ids that end a generation (not returned): the config's
+	// eos_token_id, or every end-of-sequence id generation_config.json
+	// lists (Llama 3 ends a turn with <|eot_id|> and a document with
+	// <|end_of_text|>).
+	Stop []int
 }
 
 // NewDecoder prepares generation with weights w, by HF name; a nil w uses
@@ -31,7 +36,8 @@ func NewDecoder(m *Model, w map[string][]float32, be blas.Backend) *Decoder {
 		}
 	}
 	c := m.Config
-	return &Decoder{cfg: c, w: w, be: be, rope: nn.NewRopeTable[float32](c.MaxPositionEmbeddings, c.HeadDimension(), c.RopeTheta)}
+	return &Decoder{cfg: c, w: w, be: be, rope: nn.NewRopeTable[float32](c.MaxPositionEmbeddings, c.HeadDimension(), c.RopeTheta),
+		Stop: []int{c.EOSTokenID}}
 }
 
 // Sampling chooses the next token: greedy when Temperature is 0, else
@@ -50,8 +56,9 @@ type sequence struct {
 	done   bool
 }
 
-// Generate continues every prompt until EOS, maxNew new tokens, or the
-// model's context length, and returns the new tokens (EOS excluded).
+// Generate continues every prompt until a Stop id, maxNew new tokens, or
+// the model's context length, and returns the new tokens (the stop id
+// excluded).
 func (d *Decoder) Generate(prompts [][]int, maxNew int, s Sampling) ([][]int, error) {
 	c := d.cfg
 	seqs := make([]*sequence, len(prompts))
@@ -85,10 +92,11 @@ func (d *Decoder) Generate(prompts [][]int, maxNew int, s Sampling) ([][]int, er
 				continue
 			}
 			next := pick(logits[i], s, rng)
-			if next == c.EOSTokenID || len(q.tokens)+1 >= c.MaxPositionEmbeddings {
+			stop := slices.Contains(d.Stop, next)
+			if stop || len(q.tokens)+1 >= c.MaxPositionEmbeddings {
 				q.done = true
 			}
-			if next != c.EOSTokenID {
+			if !stop {
 				out[i] = append(out[i], next)
 				q.tokens = append(q.tokens, next)
 			}

@@ -277,6 +277,18 @@ func TestGenerateGreedyStopsAtEOS(t *testing.T) {
 	if _, err := d.Generate([][]int{{1, 99}}, 3, Sampling{}); err == nil {
 		t.Fatal("a prompt outside the vocabulary generated")
 	}
+	// any of several stop ids ends a generation: stopping at the first
+	// token greedy decoding would produce leaves nothing
+	full, _ := d.Generate([][]int{{1, 5, 9}}, 6, Sampling{})
+	if len(full[0]) < 2 {
+		t.Fatalf("greedy run too short to test stopping: %v", full[0])
+	}
+	d.Stop = []int{m.Config.EOSTokenID, full[0][1]}
+	cut, _ := d.Generate([][]int{{1, 5, 9}}, 6, Sampling{})
+	if !slices.Equal(cut[0], full[0][:1]) {
+		t.Fatalf("with stop ids %v: %v, want %v", d.Stop, cut[0], full[0][:1])
+	}
+	d.Stop = []int{m.Config.EOSTokenID}
 	a, _ := d.Generate([][]int{{1, 5}}, 8, Sampling{Temperature: 1, TopK: 5, Seed: 3})
 	b, _ := d.Generate([][]int{{1, 5}}, 8, Sampling{Temperature: 1, TopK: 5, Seed: 3})
 	if !slices.Equal(a[0], b[0]) {
