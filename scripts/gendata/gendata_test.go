@@ -19,6 +19,7 @@ var dataFiles = []string{
 	"corpus/pretrain.jsonl", "corpus/README.md",
 	"tasks/dates/train.jsonl", "tasks/dates/val.jsonl", "tasks/dates/test.jsonl",
 	"tasks/dates/prompts.txt", "tasks/dates/README.md",
+	"tasks/dates-chat/train.jsonl", "tasks/dates-chat/val.jsonl", "tasks/dates-chat/test.jsonl", "tasks/dates-chat/README.md",
 }
 
 // generate writes the data for seed into a fresh directory and returns it.

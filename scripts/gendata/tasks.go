@@ -72,6 +72,35 @@ func generateTasks(seed uint64, nTrain, nVal, nTest int) (splits, error) {
 	return s, nil
 }
 
+// chatRow is one conversation of the chat variant of the dates task.
+type chatRow struct {
+	Messages []chatMessage `json:"messages"`
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// The user's request and the assistant's answer in the chat variant: the
+// same dates, asked for in a sentence, answered without the leading space
+// the completion form needs.
+func chatRequest(d date) string { return "Write the date " + d.iso() + " in words." }
+func chatAnswer(d date) string  { return d.us() }
+
+func chatJSONL(ds []date) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for _, d := range ds {
+		row := chatRow{[]chatMessage{{"user", chatRequest(d)}, {"assistant", chatAnswer(d)}}}
+		if err := enc.Encode(row); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), nil
+}
+
 func taskJSONL(ds []date) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
