@@ -1,6 +1,7 @@
 package data
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -176,5 +177,44 @@ func TestConversationRowErrors(t *testing.T) {
 	if _, err := ParseJSONL("c.jsonl", strings.NewReader(`{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}`), ByteFormat()); err == nil ||
 		!strings.Contains(err.Error(), "needs a chat template") {
 		t.Errorf("no template: %v", err)
+	}
+}
+
+// A task row asks what precedes the answer and wants the answer: a
+// prompt/completion pair, or a conversation through the template with
+// the generation prompt.
+func TestLoadTasks(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/t.jsonl"
+	rows := `{"prompt": "Q:", "completion": " A"}` + "\n" +
+		`{"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}` + "\n" +
+		`{"instruction": "Add", "input": "1 2", "output": "3"}` + "\n"
+	if err := os.WriteFile(path, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := ByteFormat()
+	f.Chat = chatML{}
+	tasks, err := LoadTasks(path, f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := NewByteTokenizer()
+	for i, want := range []struct{ prompt, answer string }{
+		{"Q:", " A"},
+		{"<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", "Yo"},
+		{"<|im_start|>user\nAdd\n\n1 2<|im_end|>\n<|im_start|>assistant\n", "3"},
+	} {
+		if tasks[i].Prompt[0] != tok.BOS() || tok.Decode(tasks[i].Prompt) != want.prompt || tasks[i].Want != want.answer || tasks[i].Line != i+1 {
+			t.Errorf("task %d: %q wants %q", i, tok.Decode(tasks[i].Prompt), tasks[i].Want)
+		}
+	}
+	if tasks, _ := LoadTasks(path, f, 2); len(tasks) != 2 {
+		t.Errorf("limit 2 gave %d", len(tasks))
+	}
+	if err := os.WriteFile(path, []byte(`{"messages": [{"role": "user", "content": "Hi"}]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadTasks(path, f, 0); err == nil || !strings.HasSuffix(err.Error(), "t.jsonl:1: a task conversation must end with the assistant's answer") {
+		t.Errorf("%v", err)
 	}
 }

@@ -333,24 +333,30 @@ func kindOf(fields map[string]json.RawMessage) (string, error) {
 	return "", nil
 }
 
-// parseRow turns one JSONL line into an Example. Its errors carry no
-// position; the caller adds it.
-func parseRow(line []byte, f Format) (Example, error) {
+// decodeRow decodes a row's fields and names its kind.
+func decodeRow(line []byte) (map[string]json.RawMessage, string, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(line, &fields); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return Example{}, fmt.Errorf("a row must be a JSON object, not %s", te.Value)
+			return nil, "", fmt.Errorf("a row must be a JSON object, not %s", te.Value)
 		}
-		return Example{}, fmt.Errorf("invalid JSON: %w", err)
+		return nil, "", fmt.Errorf("invalid JSON: %w", err)
 	}
 	if fields == nil {
-		return Example{}, errors.New("a row must be a JSON object, not null")
+		return nil, "", errors.New("a row must be a JSON object, not null")
 	}
 	if err := checkKeys(line); err != nil {
-		return Example{}, err
+		return nil, "", err
 	}
 	kind, err := kindOf(fields)
+	return fields, kind, err
+}
+
+// parseRow turns one JSONL line into an Example. Its errors carry no
+// position; the caller adds it.
+func parseRow(line []byte, f Format) (Example, error) {
+	fields, kind, err := decodeRow(line)
 	if err != nil {
 		return Example{}, err
 	}

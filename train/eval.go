@@ -1,10 +1,8 @@
 package train
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
@@ -65,25 +63,17 @@ type taskSet struct {
 	wants   []string
 }
 
-// loadTask reads a task file of prompt/completion rows, the first limit of
-// them (0: all).
+// loadTask reads the first limit (0: all) questions of a task file:
+// prompt/completion rows, or conversations ending with the answer.
 func loadTask(path string, f data.Format, limit int) (*taskSet, error) {
-	tok := f.Tok
-	rows, err := data.LoadJSONL(path, f)
+	tasks, err := data.LoadTasks(path, f, limit)
 	if err != nil {
 		return nil, err
 	}
-	if limit > 0 && limit < len(rows) {
-		rows = rows[:limit]
-	}
 	ts := &taskSet{}
-	for _, ex := range rows {
-		first := slices.Index(ex.Target, true)
-		if first <= 0 || ex.IDs[len(ex.IDs)-1] != tok.EOS() {
-			return nil, &data.LineError{File: path, Line: ex.Line, Err: errors.New(`task rows must be {"prompt": ..., "completion": ...}`)}
-		}
-		ts.prompts = append(ts.prompts, ex.IDs[:first])
-		ts.wants = append(ts.wants, tok.Decode(ex.IDs[first:len(ex.IDs)-1]))
+	for _, t := range tasks {
+		ts.prompts = append(ts.prompts, t.Prompt)
+		ts.wants = append(ts.wants, t.Want)
 	}
 	return ts, nil
 }

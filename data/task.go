@@ -1,0 +1,137 @@
+package data
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Task is one question of a generation benchmark: the prompt's token ids
+// and the reply expected by exact match.
+type Task struct {
+	Line   int
+	Prompt []int
+	Want   string
+}
+
+// LoadTasks reads the first limit (0: all) questions of a task file. A
+// prompt/completion row asks BOS + prompt and wants the completion; a
+// conversation (messages, ShareGPT or Alpaca) ending with an assistant turn
+// asks the conversation before that turn, rendered with the generation
+// prompt, and wants the turn's content, as a chat model is used.
+func LoadTasks(path string, f Format, limit int) ([]Task, error) {
+	blocks, _, err := readLines(path)
+	if err != nil {
+		return nil, err
+	}
+	var tasks []Task
+	for _, b := range blocks {
+		for i, line := range b.lines {
+			if line == nil {
+				continue
+			}
+			n := b.first + i
+			if err := checkText(line); err != nil {
+				return nil, &LineError{path, n, err}
+			}
+			t, err := f.task(line)
+			if err != nil {
+				return nil, &LineError{path, n, err}
+			}
+			t.Line = n
+			tasks = append(tasks, t)
+			if limit > 0 && len(tasks) == limit {
+				return tasks, nil
+			}
+		}
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("%s: no examples", path)
+	}
+	return tasks, nil
+}
+
+// task turns one row into a question.
+func (f Format) task(line []byte) (Task, error) {
+	fields, kind, err := decodeRow(line)
+	if err != nil {
+		return Task{}, err
+	}
+	var msgs []Message
+	switch kind {
+	case fPrompt:
+		prompt, err := stringField(fields, fPrompt)
+		if err != nil {
+			return Task{}, err
+		}
+		want, err := stringField(fields, fCompletion)
+		if err != nil {
+			return Task{}, err
+		}
+		return Task{Prompt: f.prompt(prompt), Want: want}, nil
+	case fInstruction:
+		instruction, err1 := stringField(fields, fInstruction)
+		output, err2 := stringField(fields, fOutput)
+		var input string
+		var err3 error
+		if _, ok := fields[fInput]; ok {
+			input, err3 = stringField(fields, fInput)
+		}
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return Task{}, err
+		}
+		if f.Alpaca {
+			return Task{Prompt: f.prompt(StanfordAlpaca(instruction, input)), Want: output}, nil
+		}
+		user := instruction
+		if input != "" {
+			user += "\n\n" + input
+		}
+		msgs = []Message{{RoleUser, user}, {RoleAssistant, output}}
+	case fMessages, fConversations:
+		if msgs, err = conversationField(fields, kind); err != nil {
+			return Task{}, err
+		}
+	default:
+		return Task{}, errors.New(`task rows must be {"prompt", "completion"} or a conversation ending with the assistant's answer`)
+	}
+	last := len(msgs) - 1
+	if msgs[last].Role != RoleAssistant {
+		return Task{}, errors.New("a task conversation must end with the assistant's answer")
+	}
+	if f.Chat == nil {
+		return Task{}, errors.New("a conversation row needs a chat template: the model has none; set data.chat_template (a built-in name such as chatml, or a template)")
+	}
+	if err := checkConversation(msgs); err != nil {
+		return Task{}, err
+	}
+	text, err := f.Chat.Render(msgs[:last], true)
+	if err != nil {
+		return Task{}, err
+	}
+	ids, _ := f.Tok.Encode(text)
+	if bos := f.Tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
+		ids = append([]int{bos}, ids...)
+	}
+	return Task{Prompt: ids, Want: msgs[last].Content}, nil
+}
+
+// prompt is BOS + the encoded text.
+func (f Format) prompt(text string) []int {
+	var ids []int
+	if bos := f.Tok.BOS(); bos >= 0 {
+		ids = append(ids, bos)
+	}
+	p, _ := f.Tok.Encode(text)
+	return append(ids, p...)
+}
+
+// readLines reads a whole file into blocks of lines.
+func readLines(path string) ([]*block, int64, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer file.Close()
+	return splitLines(path, file, MaxLineBytes)
+}
