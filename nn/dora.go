@@ -19,6 +19,16 @@ import (
 // where the magnitude m [out] is trained and the norm is detached, as in
 // PEFT: no gradient flows through it. Two ops make it: DoRANorm computes the
 // norms, DoRA joins the branches.
+//
+// A row whose norm is below DoRANormFloor (real checkpoints have rows of
+// zeros: Llama-3.1-8B's o_proj has hundreds, which give PEFT NaN, its issue
+// #2049) is divided by the floor instead. Its magnitude starts at the floor,
+// so g is 1 and the row is W's own, zero for a zero row; it then trains as
+// DoRA does, direction through A and B, size through m. Rows above the
+// floor are computed exactly as PEFT computes them.
+
+// DoRANormFloor is the least norm DoRA divides by.
+const DoRANormFloor = 1e-6
 
 // DoRANorm returns ‖W[o] + s·B[o]·A‖₂ for every row o of W [out, in], with
 // A [r, in] and B [out, r], as an [out] vector. It is computed in float64
@@ -29,8 +39,7 @@ import (
 // The result is detached: it never needs or passes a gradient. It depends
 // only on weights, which change only at optimizer steps, so it is
 // recomputed only when the engine's WeightVersion changes, not once per
-// micro-batch. module names the adapted module in the error a zero norm
-// gives, which would otherwise be an Inf or NaN in every later value.
+// micro-batch. module names the adapted module in errors.
 func (b *Builder) DoRANorm(w, a, bm *G.Node, s float64, module string) *G.Node {
 	ws, as, bs := shapeOf(w), shapeOf(a), shapeOf(bm)
 	check(len(ws) == 2 && len(as) == 2 && len(bs) == 2 && as[1] == ws[1] && bs[0] == ws[0] && bs[1] == as[0],
@@ -108,18 +117,14 @@ func (o *doraNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	o.eng.parallel(o.out, 16, func(lo, hi int) {
 		rowNorms(norms, row, a, bm, lo, hi, o.in, o.r, o.s)
 	})
-	if zero := firstZero(norms); zero >= 0 {
-		o.valid = false
-		return nil, fmt.Errorf("dora %s: row %d of W + s·B·A has norm 0, so its magnitude cannot be rescaled (DoRA divides by this norm)", o.module, zero)
-	}
 	o.version, o.valid = o.eng.WeightVersion, true
 	return t, nil
 }
 
-// rowNorms writes ‖W[o] + s·B[o]·A‖₂ into dst[o] for rows o in [lo, hi).
-// row(o, buf) fills buf with row o of W. Everything is summed in float64
-// in column order and rounded once; with B = 0 the result is exactly the
-// norm of W's values.
+// rowNorms writes max(‖W[o] + s·B[o]·A‖₂, DoRANormFloor) into dst[o] for
+// rows o in [lo, hi). row(o, buf) fills buf with row o of W. Everything is
+// summed in float64 in column order and rounded once; with B = 0 the
+// result is exactly the norm of W's values (or the floor).
 func rowNorms[T Float](dst []T, row func(o int, buf []float64), a, bm []T, lo, hi, in, r int, s float64) {
 	buf := make([]float64, in)
 	for o := lo; o < hi; o++ {
@@ -137,24 +142,15 @@ func rowNorms[T Float](dst []T, row func(o int, buf []float64), a, bm []T, lo, h
 		for _, v := range buf {
 			acc += v * v
 		}
-		dst[o] = T(math.Sqrt(acc))
+		dst[o] = T(max(math.Sqrt(acc), DoRANormFloor))
 	}
 }
 
-// firstZero is the index of the first zero norm, or -1.
-func firstZero[T Float](norms []T) int {
-	for i, v := range norms {
-		if v == 0 {
-			return i
-		}
-	}
-	return -1
-}
-
-// DoRARowNorms writes ‖W[o] + s·B[o]·A‖₂ for every row of W [len(dst), in]
-// into dst exactly as the DoRANorm op computes it: W is fp32 values w, or,
-// when w is nil, 16-bit bits of format f. It returns the first row whose
-// norm is 0, or -1. A DoRA magnitude initialized with it makes g exactly 1.
+// DoRARowNorms writes max(‖W[o] + s·B[o]·A‖₂, DoRANormFloor) for every row
+// of W [len(dst), in] into dst exactly as the DoRANorm op computes it: W is
+// fp32 values w, or, when w is nil, 16-bit bits of format f. It returns how
+// many rows are at the floor. A DoRA magnitude initialized with it makes g
+// exactly 1.
 func DoRARowNorms(dst, w []float32, bits []uint16, f amp.Format, a, bm []float32, in, r int, s float64) int {
 	row := func(o int, buf []float64) {
 		if w != nil {
@@ -168,7 +164,13 @@ func DoRARowNorms(dst, w []float32, bits []uint16, f amp.Format, a, bm []float32
 		}
 	}
 	rowNorms(dst, row, a, bm, 0, len(dst), in, r, s)
-	return firstZero(dst)
+	floored := 0
+	for _, v := range dst {
+		if v == DoRANormFloor {
+			floored++
+		}
+	}
+	return floored
 }
 
 // DoRA joins a DoRA module's branches with g = m / norm, as PEFT's

@@ -24,7 +24,7 @@ import (
 // computing the base model. For DoRA the magnitude starts as
 // ‖W + s·B·A‖ per row, computed in float64 from the base weight's stored
 // values (fp32 or 16-bit) exactly as the forward pass computes the norm,
-// so g = 1 exactly; a row of norm 0 is an error.
+// so g = 1 exactly, zero rows included (see nn.DoRANormFloor).
 //
 // weights holds the base weights by HF name (model.Model.Weights); only
 // PiSSA and DoRA read it. Each A draws from its own stream keyed by seed
@@ -77,11 +77,10 @@ func moduleRNG(seed uint64, path string) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, h.Sum64()))
 }
 
-// initMagnitude sets m.M to the row norms of W + s·B·A.
+// initMagnitude sets m.M to the row norms of W + s·B·A (at least
+// nn.DoRANormFloor: a zero row starts at the floor, with g = 1).
 func (l *LoRA) initMagnitude(m *Module, w *model.Tensor) error {
-	if row := nn.DoRARowNorms(m.M, w.Data, w.Bits, w.Format, m.A, m.B, m.In, l.Config.R, l.Config.Scaling()); row >= 0 {
-		return fmt.Errorf("%s: row %d of the base weight has norm 0: DoRA's magnitude would divide by zero", m.Path, row)
-	}
+	nn.DoRARowNorms(m.M, w.Data, w.Bits, w.Format, m.A, m.B, m.In, l.Config.R, l.Config.Scaling())
 	return nil
 }
 

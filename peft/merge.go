@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/nn"
 )
 
 // Merging folds an adapter into its base weights, as PEFT's merge does:
@@ -18,7 +19,7 @@ import (
 
 // Merged returns module path's weight with the adapter folded in, for its
 // base weight w [out, in], leaving w and the adapter as they are. A merged
-// value that is not finite, or a DoRA row of norm 0, is an error naming the
+// value that is not finite is an error naming the
 // module; the values are returned regardless.
 func (l *LoRA) Merged(path string, w []float32) ([]float32, error) {
 	m, err := l.module(path, w)
@@ -104,7 +105,6 @@ func (l *LoRA) merge(m *Module, w, dst []float32) ([]float64, error) {
 		d[i] += float64(w[i]) // W + ΔW
 	}
 	var norms []float64
-	var errRow = -1
 	if l.Config.UseDoRA {
 		norms = make([]float64, m.Out)
 		for o := range norms {
@@ -112,10 +112,7 @@ func (l *LoRA) merge(m *Module, w, dst []float32) ([]float64, error) {
 			for _, v := range d[o*m.In : (o+1)*m.In] {
 				acc += v * v
 			}
-			norms[o] = math.Sqrt(acc)
-			if norms[o] == 0 && errRow < 0 {
-				errRow = o
-			}
+			norms[o] = max(math.Sqrt(acc), nn.DoRANormFloor) // as the forward pass divides
 			f := float64(m.M[o]) / norms[o]
 			for j := o * m.In; j < (o+1)*m.In; j++ {
 				d[j] *= f
@@ -124,9 +121,6 @@ func (l *LoRA) merge(m *Module, w, dst []float32) ([]float64, error) {
 	}
 	for i, v := range d {
 		dst[i] = float32(v)
-	}
-	if errRow >= 0 {
-		return nil, fmt.Errorf("%s: row %d of W + s·B·A has norm 0: the DoRA merge would divide by zero", m.Path, errRow)
 	}
 	return norms, CheckFinite(m.Path, dst, m.In, amp.FP32)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/model"
@@ -148,5 +149,46 @@ func TestPiSSARunSavesAnAdapterOfTheOriginalModel(t *testing.T) {
 	t.Logf("run's final val loss %.6f, eval of base + saved adapter %.6f", sum.ValAfter.Loss, rep.Loss)
 	if d := rep.Loss - sum.ValAfter.Loss; d > 1e-4 || d < -1e-4 {
 		t.Errorf("eval of the saved PiSSA adapter on the original model gives %.6f, the run ended at %.6f", rep.Loss, sum.ValAfter.Loss)
+	}
+}
+
+// DoRA on a base whose o_proj and q_proj have rows of zeros (as
+// Llama-3.1-8B's o_proj does): it trains without NaN in every precision,
+// from the base model's validation loss.
+func TestDoRATrainsOnZeroRows(t *testing.T) {
+	dir := fixture(t)
+	m, err := model.Load(filepath.Join(dir, "model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"model.layers.0.self_attn.o_proj.weight", "model.layers.1.self_attn.q_proj.weight"} {
+		w := m.Weights[name]
+		for _, row := range []int{0, 3, 7} {
+			clear(w.Data[row*w.Shape[1] : (row+1)*w.Shape[1]])
+		}
+	}
+	if err := m.Save(filepath.Join(dir, "model"), amp.BF16, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, precision := range []string{"fp32", "bf16", "fp16"} {
+		r, err := Load(writeConfig(t, dir, goodConfig), []string{"compute.blas=gonum", "adapter.type=dora", "precision=" + precision,
+			"adapter.target_modules=[q_proj, o_proj, v_proj]", "name=dora-" + precision, "task.eval_file=", "train.log_every=1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+		if err != nil {
+			t.Fatalf("%s: %v", precision, err)
+		}
+		var losses []float64
+		for _, rec := range readMetrics(t, sum.RunDir) {
+			if l, ok := rec["loss"]; ok {
+				losses = append(losses, l)
+			}
+		}
+		t.Logf("%s: val loss %.4f → %.4f, step losses %.4f", precision, float64(sum.ValBefore.Loss), float64(sum.ValAfter.Loss), losses)
+		if len(losses) != 6 || !(float64(sum.ValAfter.Loss) < float64(sum.ValBefore.Loss)) {
+			t.Fatalf("%s: losses %v, validation %v → %v", precision, losses, sum.ValBefore.Loss, sum.ValAfter.Loss)
+		}
 	}
 }
