@@ -571,7 +571,7 @@ func filterInt(_ *renderer, v any, args []any, kw *dict) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if i, err := strconv.ParseInt(s, int(base), 64); err == nil && base >= 2 && base <= 36 {
+		if i, ok := parsePyInt(s, base); ok {
 			return i, nil
 		}
 		if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) && math.Abs(f) < 1<<63 {
@@ -579,6 +579,27 @@ func filterInt(_ *renderer, v any, args []any, kw *dict) (any, error) {
 		}
 	}
 	return a[0], nil
+}
+
+// parsePyInt is Python's int(s, base): base 0 reads the 0x/0o/0b prefix,
+// and bases 16, 8 and 2 accept their own prefix.
+func parsePyInt(s string, base int64) (int64, bool) {
+	if base != 0 && (base < 2 || base > 36) {
+		return 0, false
+	}
+	neg := strings.HasPrefix(s, "-")
+	body := strings.TrimPrefix(strings.TrimPrefix(s, "-"), "+")
+	if len(body) > 2 && body[0] == '0' {
+		p := unicode.ToLower(rune(body[1]))
+		if (p == 'x' && base == 16) || (p == 'o' && base == 8) || (p == 'b' && base == 2) {
+			body = body[2:]
+		}
+	}
+	if neg {
+		body = "-" + body
+	}
+	i, err := strconv.ParseInt(body, int(base), 64)
+	return i, err == nil
 }
 
 func filterFloat(_ *renderer, v any, args []any, kw *dict) (any, error) {

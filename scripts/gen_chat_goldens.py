@@ -422,6 +422,173 @@ def render_js(npm_dir, templates_by_name, convs_by_id, cases):
         return json.load(f)
 
 
+
+# ----------------------------------------------------------------- snippets
+
+def snippets():
+    """Small templates that pin down one Jinja or Python behaviour each:
+    whitespace control, operators, filters, tests, methods, scoping and
+    errors. Real templates use these constructs; the goldens above cover
+    them only where a real template happens to."""
+    V = {"s": "  Hello World  ", "n": 7, "f": 2.5, "l": [3, 1, 2], "d": {"b": 1, "a": 2},
+         "m": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "x": None}],
+         "u": "héllo wörld ß ǆ", "e": "", "z": None, "t": True}
+    cases = [
+        # whitespace control, trim_blocks, lstrip_blocks
+        ("ws_trim_blocks", "{% if t %}\nyes\n{% endif %}\nend\n", V),
+        ("ws_lstrip", "a\n    {% if t %}\n    x\n    {% endif %}\n  b", V),
+        ("ws_lstrip_tabs", "\t\t{% if t %}x{% endif %}\n\t{# c #}\ny", V),
+        ("ws_minus", "a  \n  {%- if t -%}  \n  x  \n  {%- endif -%}  \n  b", V),
+        ("ws_plus", "a\n  {%+ if t +%}\nx\n  {%+ endif %}\nb", V),
+        ("ws_var_minus", "a \n {{- s -}} \n b {{ n }}\n c", V),
+        ("ws_text_before_tag", "a {% if t %}\nb{% endif %}\n c", V),
+        ("ws_comment_trim", "a\n{# comment #}\nb\n  {#- c2 -#}  \nc", V),
+        ("ws_raw", "{% raw %}\n{{ not parsed }} {% if %}\n{% endraw %}\nafter", V),
+        ("ws_raw_minus", "x  {%- raw -%}  {{ y }}  {%- endraw -%}  z", V),
+        ("ws_crlf", "a\r\n{% if t %}\r\nb\r\n{% endif %}\r\nc\r\n", V),
+        ("ws_trailing_newline", "x\n\n", V),
+        ("ws_for_lines", "{% for i in l %}\n  - {{ i }}\n{% endfor %}\n", V),
+        ("ws_set_block", "{% set x %}\n  a {{ n }}\n{% endset %}[{{ x }}]", V),
+        ("ws_lstrip_after_var", "{{ n }}  {% if t %}x{% endif %}", V),
+        ("ws_lstrip_after_minus_var", "{{ n -}}\n  {% if t %}x{% endif %}", V),
+        ("ws_unicode_space_strip", "a\u3000{%- if t %}x{% endif %}\u00a0\n\u2003{% if t %}y{% endif %}", V),
+        # literals and operators
+        ("lit_strings", "{{ 'a\\tb' }}|{{ \"q'\\\"\" }}|{{ '\\u00e9\\x41\\101\\n' }}|{{ 'a' 'b' }}|{{ '\\q' }}", V),
+        ("lit_numbers", "{{ 1_000 }} {{ 0x1F }} {{ 0o17 }} {{ 0b101 }} {{ 1.5e3 }} {{ 1e-7 }} {{ 2.0 }} {{ 3 if false }}|", V),
+        ("arith", "{{ 7 / 2 }} {{ 6 / 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 2 ** 10 }} {{ 2 ** -1 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }}", V),
+        ("arith_mixed", "{{ 1 + 2.5 }} {{ true + 1 }} {{ 3 * 'ab' }} {{ [1] * 3 }} {{ 'ab' * 0 }} {{ [1, 2] + [3] }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 123456789.0 * 10 }} {{ -0.0 }} {{ 1/3 }}", V),
+        ("precedence", "{{ 1 + 2 * 3 ** 2 }} {{ (1 + 2) * 3 }} {{ -2 ** 2 }} {{ not 1 == 2 }} {{ 1 ~ (2 + 3) }} {{ (1 + 2) ~ 3 }} {{ 'x' ~ n|string ~ 'y' }} {{ -n|abs }}", V),
+        ("compare_chain", "{{ 1 < 2 < 3 }} {{ 1 < 3 < 2 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ 1 == 1.0 }} {{ true == 1 }} {{ none == none }} {{ 'a' != 'a' }}", V),
+        ("in_operator", "{{ 'ell' in s }} {{ 3 in l }} {{ 'a' in d }} {{ 'zz' not in s }} {{ 'x' in u2 }} {{ (1, 2) in [(1, 2)] }}", V),
+        ("and_or_values", "{{ 0 or 'x' }} {{ 'a' and 'b' }} {{ e or none }} {{ l and l|length }} {{ none or e }}|", V),
+        ("cond_expr", "{{ 'y' if t else 'n' }} {{ 'y' if e else 'n' }} [{{ 'y' if e }}] {{ 1 if false else 2 if false else 3 }}", V),
+        ("concat_undefined", "{{ 'a' ~ nothing ~ 'b' }} {{ 'a' ~ none ~ 1.0 ~ [1, 'x'] ~ d }}", V),
+        ("print_values", "{{ none }} {{ true }} {{ [1, 'a', none, 1.5, [true]] }} {{ {'k': 'v', 1: 2} }} {{ ('a',) }} {{ (1, 2) }} {{ \"it's\" }} {{ ['it\\'s', 'q\"'] }}", V),
+        ("print_repr_escapes", "{{ ['a\\nb', 'tab\\t', '\\x00', 'é', '\\u200b', '😀'] }}", V),
+        # subscripts and slices
+        ("subscript", "{{ l[0] }} {{ l[-1] }} {{ l[5] }}|{{ s[2] }} {{ d['a'] }} {{ d.a }} {{ m[0].role }} {{ m[1]['content'] }} {{ l.0 }}", V),
+        ("slices", "{{ l[::-1] }} {{ l[1:] }} {{ l[:-1] }} {{ l[::2] }} {{ s[2:7] }} {{ s[::-1] }} {{ l[5:] }} {{ l[-10:2] }} {{ u[1:4] }} {{ l[2:0:-1] }}", V),
+        ("dict_methods", "{{ d.items() | list }} {{ d.keys() | list }} {{ d.values() | list }} {{ d.get('a') }} {{ d.get('q') }} {{ d.get('q', 5) }} {% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", V),
+        ("missing_attr_prints_empty", "[{{ d.zz }}][{{ m[0].nothing }}][{{ z.attr }}][{{ l[9] }}][{{ s.nomethod }}]", V),
+        ("dict_key_shadowed_by_method", "{{ dd.items is defined }} {{ dd['items'] }} {{ dd.get('keys') }}", {"dd": {"items": "I", "keys": "K"}}),
+        # string methods
+        ("str_strip", "[{{ s.strip() }}][{{ s.lstrip() }}][{{ s.rstrip() }}][{{ 'xxhixx'.strip('x') }}][{{ '\\n\\nA\\n'.lstrip('\\n') }}][{{ '\\u3000a\\x1f'.strip() }}][{{ '\\u200bb\\u200b'.strip() }}]", V),
+        ("str_split", "{{ s.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a b c'.split(' ', 1) }} {{ 'a</think>b</think>c'.split('</think>') }} {{ ''.split() }} {{ ''.split(',') }} {{ 'a b  c'.rsplit(None, 1) }} {{ 'l1\\nl2\\r\\nl3'.splitlines() }}", V),
+        ("str_predicates", "{{ s.startswith('  He') }} {{ s.endswith(('x', '  ')) }} {{ s.find('World') }} {{ s.count('l') }} {{ 'ab'.isalpha() }} {{ '12'.isdigit() }} {{ ' '.isspace() }} {{ 'abc'.islower() }}", V),
+        ("str_case", "{{ u.upper() }}|{{ u.title() }}|{{ 'HELLO wOrLd'.lower() }}|{{ 'hELLO wORLD'.capitalize() }}|{{ \"they're bill's\".title() }}|{{ 'ΣΑΣ ΟΔΟΣ'.lower() }}", V),
+        ("str_replace_join", "{{ s.replace('l', 'L') }} {{ s.replace('l', 'L', 1) }} {{ '-'.join(['a', 'b']) }} {{ 'ab'.replace('', '.') }}", V),
+        # filters
+        ("f_trim_length", "[{{ s|trim }}][{{ s|length }}][{{ u|length }}][{{ l|count }}][{{ d|length }}][{{ nothing|length }}][{{ 'xxhixx'|trim('x') }}]", V),
+        ("f_default", "{{ nothing|default('d') }} {{ e|default('d') }} {{ e|default('d', true) }} {{ z|default('d') }} {{ nothing|d }}|", V),
+        ("f_first_last", "{{ l|first }} {{ l|last }} {{ s|first }} {{ 'abc'|last }} [{{ []|first }}] {{ d|first }}", V),
+        ("f_join_map", "{{ l|join }} {{ l|join(', ') }} {{ m|map(attribute='role')|join('/') }} {{ ['a', 'b']|map('upper')|list }} {{ m|map(attribute='x', default='-')|list }}", V),
+        ("f_select", "{{ m|selectattr('role', 'equalto', 'user')|list|length }} {{ m|rejectattr('role', 'eq', 'user')|map(attribute='content')|list }} {{ l|select('odd')|list }} {{ l|reject('even')|list }} {{ [0, 1, '', 'a']|select|list }} {{ m|selectattr('x', 'none')|list|length }}", V),
+        ("f_list_items", "{{ s|list|length }} {{ d|list }} {{ d|items|list }} {{ 'ab'|list }} {{ nothing|items|list }}", V),
+        ("f_string_case", "{{ n|string }} {{ l|string }} {{ 'hELLO wORLD'|capitalize }} {{ 'hello big-world (x)'|title }} {{ u|upper }} {{ 'ABC'|lower }}", V),
+        ("f_replace_indent", "{{ s|replace('l', '_') }}|{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent('> ', blank=true) }}|{{ 'x'|indent }}", V),
+        ("f_int_float", "{{ '42'|int }} {{ 'x'|int }} {{ 'x'|int(7) }} {{ 3.9|int }} {{ ' 12 '|int }} {{ '1.5'|float }} {{ 2|float }} {{ 'q'|float }} {{ '0x1A'|int(0, 16) }} {{ '1e3'|int }}", V),
+        ("f_numbers", "{{ -3|abs }} {{ 2.567|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 2.4|round(0, 'ceil') }} {{ 2.6|round(0, 'floor') }} {{ l|sum }} {{ l|max }} {{ l|min }} {{ [1.5, 2]|sum }}", V),
+        ("f_sort_unique", "{{ l|sort }} {{ l|sort(reverse=true) }} {{ ['b', 'A', 'a', 'B']|sort }} {{ ['b', 'A', 'a', 'B']|unique|list }} {{ m|sort(attribute='role')|map(attribute='role')|list }} {{ d|dictsort }} {{ d|dictsort(by='value') }} {{ l|reverse|list }} {{ 'abc'|reverse }}", V),
+        ("f_misc", "{{ '<a href=\"x\">&\\'</a>'|e }} {{ '<b>'|safe }} {{ 'one two, three'|wordcount }} {{ [1, 2]|join|length }}", V),
+        ("f_tojson", "{{ d|tojson }} {{ m|tojson }} {{ 'é<>&\\'\"\\n\\u2028😀'|tojson }} {{ [1.0, 2, none, true, 1e20, 0.1]|tojson }} {{ {}|tojson }} {{ []|tojson }}", V),
+        ("f_tojson_kwargs", "{{ d|tojson(indent=2) }}|{{ m|tojson(indent=4, sort_keys=true) }}|{{ d|tojson(separators=(',', ':')) }}|{{ 'é'|tojson(ensure_ascii=true) }}|{{ [[], {}]|tojson(indent=1) }}", V),
+        ("f_tojson_nested_tools", "{{ tools|tojson }}", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "number", "default": 1.0, "enum": [1, 2.5, -0.0]}}}}}]}),
+        # tests
+        ("tests_types", "{{ s is string }} {{ n is number }} {{ n is integer }} {{ f is float }} {{ t is boolean }} {{ t is number }} {{ d is mapping }} {{ l is iterable }} {{ s is iterable }} {{ l is sequence }} {{ z is none }} {{ nothing is defined }} {{ nothing is undefined }} {{ range is callable }} {{ nothing is iterable }}", V),
+        ("tests_values", "{{ n is odd }} {{ n is even }} {{ 9 is divisibleby 3 }} {{ 'a' is equalto 'a' }} {{ 2 is gt 1 }} {{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 1 is in l }} {{ t is true }} {{ e is false }} {{ z is sameas none }} {{ n is not odd }}", V),
+        # statements and scoping
+        ("for_loop_vars", "{% for x in l %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.cycle('a', 'b') }}[{{ loop.previtem }}|{{ loop.nextitem }}];{% endfor %}", V),
+        ("for_else_filter", "{% for x in [] %}x{% else %}empty{% endfor %}|{% for x in l if x > 1 %}{{ x }}{{ loop.index }}/{{ loop.length }} {% endfor %}", V),
+        ("for_break_continue", "{% for i in range(10) %}{% if i is odd %}{% continue %}{% endif %}{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}", V),
+        ("for_unpack_nested", "{% for a, b in [(1, 2), [3, 4], 'xy'] %}{{ a }}{{ b }},{% endfor %}{% for r in m %}{% for k in r %}{{ k }}.{% endfor %};{% endfor %}", V),
+        ("for_scoping", "{% set x = 0 %}{% for i in l %}{% set x = x + i %}{{ x }},{% endfor %}{{ x }}|{% for i in l %}{% if loop.first %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}", V),
+        ("namespace", "{% set ns = namespace(total=0, items=[]) %}{% for i in l %}{% set ns.total = ns.total + i %}{% set ns.items = ns.items + [i] %}{% endfor %}{{ ns.total }} {{ ns.items }} {{ ns.missing }}|{% set n2 = namespace(d) %}{{ n2.a }}", V),
+        ("set_tuple_block", "{% set a, b = 1, 'two' %}{{ a }}{{ b }}{% set c | upper %}text {{ n }}{% endset %}{{ c }}{% set messages = m[1:] %}{{ messages|length }}", V),
+        ("if_elif", "{% for x in [1, 2, 3] %}{% if x == 1 %}one{% elif x == 2 %}two{% else %}many{% endif %} {% endfor %}", V),
+        ("macro_basic", "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', '?') }} {{ greet(punct='.', name='c') }} [{{ greet() }}]", V),
+        ("macro_recursive_scope", "{% macro cnt(k) %}{% if k > 0 %}{{ k }}{{ cnt(k - 1) }}{% endif %}{% endmacro %}{{ cnt(4) }}{% set late = 'L' %}{% macro rd() %}{{ late }}{% endmacro %}{{ rd() }}", V),
+        ("filter_block_with", "{% filter upper %}abc {{ n }}{% endfilter %}{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}[{{ a }}]", V),
+        ("dict_literal_loop", "{% for k in {'x': 1, 'y': 2} %}{{ k }}{% endfor %}{% for c in 'ab' %}{{ c }}{% endfor %}{{ dict(a=1, b=2) }}", V),
+        ("range_calls", "{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(5, 0, -2)|list }} {{ range(0)|list }}", V),
+        ("strftime", "{{ strftime_now('%Y-%m-%d %H:%M:%S') }} {{ strftime_now('%d %b %Y') }} {{ strftime_now('%A %B %-d %j %I%p %y %%') }}", V),
+        ("generation_tag_absent_ok", "{{ m|length }}", V),
+        # errors
+        ("err_raise", "{% if t %}{{ raise_exception('Custom failure: ' ~ n) }}{% endif %}", V),
+        ("err_raise_in_macro", "{% macro chk(x) %}{% if x is string %}{{ raise_exception('no strings') }}{% endif %}{% endmacro %}{{ chk(s) }}", V),
+        ("err_undefined_attr", "{{ nothing.attr }}", V),
+        ("err_undefined_attr_chain", "{{ d.zz.yy }}", V),
+        ("err_undefined_item", "{{ m[5].role }}", V),
+        ("err_none_attr_chain", "{{ z.a.b }}", V),
+        ("err_undefined_call", "{{ nothing() }}", V),
+        ("err_undefined_plus", "{{ 'a' + nothing }}", V),
+        ("err_str_plus_int", "{{ 'a' + 1 }}", V),
+        ("err_int_plus_str", "{{ 1 + 'a' }}", V),
+        ("err_none_plus_str", "{{ z + 'a' }}", V),
+        ("err_compare", "{{ 'a' < 1 }}", V),
+        ("err_div_zero", "{{ 1 / 0 }}", V),
+        ("err_mod_zero", "{{ 1 % 0 }}", V),
+        ("err_iter_none", "{% for x in z %}{% endfor %}", V),
+        ("err_in_none", "{{ 'a' in z }}", V),
+        ("err_len_int", "{{ n|length }}", V),
+        ("err_tojson_undefined", "{{ nothing|tojson }}", V),
+        ("err_range_too_big", "{{ range(100001)|length }}", V),
+        ("err_list_append", "{{ l.append(4) }}", V),
+        ("err_unpack", "{% set a, b = [1] %}", V),
+        ("err_ns_assign", "{% set x = 1 %}{% set x.y = 2 %}", V),
+        ("err_not_callable", "{{ s() }}", V),
+        ("err_split_empty", "{{ s.split('') }}", V),
+        ("err_macro_too_many", "{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", V),
+        ("err_unknown_filter_in_if_runtime", "{% if t %}{{ s|nosuchfilter }}{% endif %}", V),
+        ("unknown_filter_in_untaken_if", "{% if false %}{{ s|nosuchfilter }}{% endif %}ok", V),
+    ]
+    return [{"id": cid, "template": tmpl, "vars": vars_} for cid, tmpl, vars_ in cases]
+
+
+def render_snippets(npm_dir, snips):
+    py = []
+    for sn in snips:
+        try:
+            compiled = compile_python(sn["template"])
+        except jinja2.exceptions.TemplateError as e:
+            py.append({"error": str(e), "error_type": type(e).__name__})
+            continue
+        py.append(render_python(compiled, dict(sn["vars"])))
+    work = os.path.join(npm_dir, "gen_chat_goldens")
+    os.makedirs(work, exist_ok=True)
+    script = os.path.join(npm_dir, "gen_chat_goldens_snippets.mjs")
+    with open(script, "w") as f:
+        f.write(JS_SNIPPETS)
+    inp, outp = os.path.join(work, "snippets.json"), os.path.join(work, "snippets_out.json")
+    with open(inp, "w", encoding="utf-8") as f:
+        json.dump(snips, f, ensure_ascii=False)
+    subprocess.run(["node", script, inp, outp], check=True)
+    with open(outp, encoding="utf-8") as f:
+        js = json.load(f)
+    out = []
+    for sn, p, j in zip(snips, py, js):
+        same = ("output" in p and j.get("output") == p["output"]) or ("error" in p and "error" in j)
+        rec = {"id": sn["id"], "template": sn["template"], "vars": sn["vars"], "python": p, "hfjinja_agrees": same}
+        if not same:
+            rec["hfjinja"] = j
+        out.append(rec)
+    return out
+
+
+JS_SNIPPETS = r"""
+import { Template } from "@huggingface/jinja";
+import fs from "node:fs";
+const [inPath, outPath] = process.argv.slice(2);
+const snips = JSON.parse(fs.readFileSync(inPath, "utf8"));
+const out = snips.map((s) => {
+  try {
+    return { output: new Template(s.template).render(s.vars) };
+  } catch (e) {
+    return { error: String(e && e.message !== undefined ? e.message : e) };
+  }
+});
+fs.writeFileSync(outPath, JSON.stringify(out));
+"""
+
 # --------------------------------------------------------------------- main
 
 def main():
@@ -478,6 +645,15 @@ def main():
             f.write(json.dumps(c, ensure_ascii=False))
             f.write(",\n" if i + 1 < len(cases) else "\n")
         f.write("]\n")
+
+    snips = render_snippets(args.npm_dir, snippets())
+    with open(os.path.join(args.out, "snippets.json"), "w", encoding="utf-8") as f:
+        f.write("[\n")
+        for i, sn in enumerate(snips):
+            f.write(json.dumps(sn, ensure_ascii=False))
+            f.write(",\n" if i + 1 < len(snips) else "\n")
+        f.write("]\n")
+    print(f"snippets: {len(snips)}, @huggingface/jinja disagrees on {sum(not s['hfjinja_agrees'] for s in snips)}")
 
     per = {}
     for c in cases:
