@@ -1316,11 +1316,11 @@ func listMethod(items []any, typ, name string) any {
 // globalScope holds the globals transformers' environment provides.
 func globalScope() *scope {
 	g := newScope(nil)
-	g.vars["range"] = &function{name: "range", call: globalRange}
-	g.vars["namespace"] = &function{name: "namespace", call: globalNamespace}
-	g.vars["dict"] = &function{name: "dict", call: globalDict}
-	g.vars["raise_exception"] = &function{name: "raise_exception", call: globalRaise}
-	g.vars["strftime_now"] = &function{name: "strftime_now", call: globalStrftime}
+	g.set("range", &function{name: "range", call: globalRange})
+	g.set("namespace", &function{name: "namespace", call: globalNamespace})
+	g.set("dict", &function{name: "dict", call: globalDict})
+	g.set("raise_exception", &function{name: "raise_exception", call: globalRaise})
+	g.set("strftime_now", &function{name: "strftime_now", call: globalStrftime})
 	return g
 }
 

@@ -20,18 +20,47 @@ type renderer struct {
 	depth  int // macro calls in progress
 }
 
+// scope is one level of variables. Levels hold a handful of names, so a
+// slice searched linearly beats a map, and loops make one per iteration.
 type scope struct {
-	vars   map[string]any
+	vars   []binding
 	parent *scope
+	buf    [3]binding // first bindings, allocated with the scope
+}
+
+type binding struct {
+	name string
+	v    any
 }
 
 func newScope(parent *scope) *scope {
-	return &scope{vars: make(map[string]any, 4), parent: parent}
+	s := &scope{parent: parent}
+	s.vars = s.buf[:0]
+	return s
+}
+
+func (s *scope) get(name string) (any, bool) {
+	for i := range s.vars {
+		if s.vars[i].name == name {
+			return s.vars[i].v, true
+		}
+	}
+	return nil, false
+}
+
+func (s *scope) set(name string, v any) {
+	for i := range s.vars {
+		if s.vars[i].name == name {
+			s.vars[i].v = v
+			return
+		}
+	}
+	s.vars = append(s.vars, binding{name, v})
 }
 
 func (s *scope) lookup(name string) (any, bool) {
 	for ; s != nil; s = s.parent {
-		if v, ok := s.vars[name]; ok {
+		if v, ok := s.get(name); ok {
 			return v, true
 		}
 	}
@@ -188,7 +217,7 @@ func (r *renderer) execInner(s stmt, sc *scope) (control, error) {
 		}
 		return ctlNone, r.assign(s.target, v, sc)
 	case *macroStmt:
-		sc.vars[s.name] = &macro{name: s.name, params: s.params, defaults: s.defaults, body: s.body, scope: sc}
+		sc.set(s.name, &macro{name: s.name, params: s.params, defaults: s.defaults, body: s.body, scope: sc})
 		return ctlNone, nil
 	case *filterBlockStmt:
 		text, ctl, err := r.capture(s.body, newScope(sc))
@@ -267,6 +296,9 @@ func (r *renderer) execFor(s *forStmt, sc *scope) (control, error) {
 		return ctlNone, err
 	}
 	var lastChanged []any
+	// One loop object advances through the iterations, as jinja2's
+	// LoopContext does.
+	loop := &loopContext{items: items, lastCh: &lastChanged}
 	for i, it := range items {
 		if err := r.step(); err != nil {
 			return ctlNone, err
@@ -277,7 +309,8 @@ func (r *renderer) execFor(s *forStmt, sc *scope) (control, error) {
 		if err := r.assign(s.target, it, inner); err != nil {
 			return ctlNone, err
 		}
-		inner.vars["loop"] = &loopContext{index0: i, items: items, lastCh: &lastChanged}
+		loop.index0 = i
+		inner.set("loop", loop)
 		ctl, err := r.execBody(s.body, inner)
 		if err != nil {
 			return ctlNone, err
@@ -300,7 +333,7 @@ func (r *renderer) assign(tg target, v any, sc *scope) error {
 		return ns.attrs.set(tg.attr, v)
 	}
 	if !tg.tuple {
-		sc.vars[tg.names[0]] = v
+		sc.set(tg.names[0], v)
 		return nil
 	}
 	items, err := iterate(v)
@@ -317,7 +350,7 @@ func (r *renderer) assign(tg target, v any, sc *scope) error {
 		return fmt.Errorf("too many values to unpack (expected %d)", len(tg.names))
 	}
 	for i, n := range tg.names {
-		sc.vars[n] = items[i]
+		sc.set(n, items[i])
 	}
 	return nil
 }
@@ -689,7 +722,7 @@ func (r *renderer) callMacro(m *macro, args []any, kwargs *dict) (any, error) {
 	r.depth++
 	defer func() { r.depth-- }()
 	if r.depth > r.limits.MaxDepth {
-		return nil, &LimitError{Limit: "macro call depth", Max: r.limits.MaxDepth}
+		return nil, &LimitError{Limit: "nested macro calls", Max: r.limits.MaxDepth}
 	}
 	sc := newScope(m.scope)
 	for i, k := range kwargs.keys {
@@ -706,15 +739,15 @@ func (r *renderer) callMacro(m *macro, args []any, kwargs *dict) (any, error) {
 		if idx < len(args) {
 			return nil, fmt.Errorf("macro %s got multiple values for argument %s", pyRepr(m.name), pyRepr(name))
 		}
-		sc.vars[name] = kwargs.vals[i]
+		sc.set(name, kwargs.vals[i])
 	}
 	firstDefault := len(m.params) - len(m.defaults)
 	for i, p := range m.params {
 		if i < len(args) {
-			sc.vars[p] = args[i]
+			sc.set(p, args[i])
 			continue
 		}
-		if _, set := sc.vars[p]; set {
+		if _, set := sc.get(p); set {
 			continue
 		}
 		if i >= firstDefault {
@@ -722,9 +755,9 @@ func (r *renderer) callMacro(m *macro, args []any, kwargs *dict) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			sc.vars[p] = v
+			sc.set(p, v)
 		} else {
-			sc.vars[p] = &undefined{msg: fmt.Sprintf("parameter %s was not provided", pyRepr(p))}
+			sc.set(p, &undefined{msg: fmt.Sprintf("parameter %s was not provided", pyRepr(p))})
 		}
 	}
 	text, _, err := r.capture(m.body, sc)

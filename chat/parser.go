@@ -248,7 +248,7 @@ func (p *parser) expectKind(k tokKind, what string) error {
 func (p *parser) enter(t token) error {
 	p.depth++
 	if p.depth > maxNesting {
-		return p.fail(t, "", "template nested more than %d levels deep", maxNesting)
+		return p.fail(t, "", "template nested too deeply (more than %d levels of expressions and blocks)", maxNesting)
 	}
 	return nil
 }
@@ -1153,12 +1153,12 @@ func (p *parser) parseCallArgs() ([]expr, []kwarg, error) {
 }
 
 func (p *parser) parseCall(fn expr) (expr, error) {
-	t := p.cur()
 	args, kwargs, err := p.parseCallArgs()
 	if err != nil {
 		return nil, err
 	}
-	return &callExpr{at{t.off}, fn, args, kwargs}, nil
+	// Errors in a call point at what is called, not at the parenthesis.
+	return &callExpr{at{fn.offset()}, fn, args, kwargs}, nil
 }
 
 // parseFilterChain parses "| f(args) | g ..."; inline means the first
