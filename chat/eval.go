@@ -107,20 +107,14 @@ func (r *renderer) write(s string) error {
 	return nil
 }
 
-// checkSize bounds strings and lists built by operators (+, *, ~) and
-// filters, which could otherwise grow without producing output.
+// checkSize bounds the values operators, literals, calls and filters build
+// (see deepSize), which could otherwise grow without producing output.
 func (r *renderer) checkSize(v any) (any, error) {
-	n := 0
-	switch v := v.(type) {
-	case string:
-		n = len(v)
-	case []any:
-		n = len(v)
-	case tuple:
-		n = len(v)
-	}
-	if n > r.limits.MaxOutputBytes {
-		return nil, &LimitError{Limit: "output bytes", Max: r.limits.MaxOutputBytes}
+	switch v.(type) {
+	case string, []any, tuple, *dict:
+		if deepSize(v, r.limits.MaxOutputBytes, nil) > r.limits.MaxOutputBytes {
+			return nil, &LimitError{Limit: "output bytes", Max: r.limits.MaxOutputBytes}
+		}
 	}
 	return v, nil
 }
@@ -458,10 +452,17 @@ func (r *renderer) evalInner(x expr, sc *scope) (any, error) {
 		}
 		return undefinedName(x.name), nil
 	case *listExpr:
-		return r.evalAll(x.items, sc)
+		items, err := r.evalAll(x.items, sc)
+		if err != nil {
+			return nil, err
+		}
+		return r.checkSize(items)
 	case *tupleExpr:
 		items, err := r.evalAll(x.items, sc)
-		return tuple(items), err
+		if err != nil {
+			return nil, err
+		}
+		return r.checkSize(tuple(items))
 	case *dictExpr:
 		d := newDict(len(x.keys))
 		for i := range x.keys {
@@ -477,7 +478,7 @@ func (r *renderer) evalInner(x expr, sc *scope) (any, error) {
 				return nil, err
 			}
 		}
-		return d, nil
+		return r.checkSize(d)
 	case *attrExpr:
 		obj, err := r.eval(x.x, sc)
 		if err != nil {
@@ -509,7 +510,11 @@ func (r *renderer) evalInner(x expr, sc *scope) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return r.call(fn, args, kwargs)
+		v, err := r.call(fn, args, kwargs)
+		if err != nil {
+			return nil, err
+		}
+		return r.checkSize(v)
 	case *filterExpr:
 		v, err := r.eval(x.x, sc)
 		if err != nil {

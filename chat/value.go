@@ -213,60 +213,126 @@ func toStr(v any) string {
 
 // reprValue is Python's repr(); for non-strings it is also str().
 func reprValue(v any) string {
+	var b strings.Builder
+	writeRepr(&b, v, nil)
+	return b.String()
+}
+
+// writeRepr writes repr(v). open lists the dicts being written: a namespace
+// can contain itself, and Python's repr prints such a dict again as {...}.
+func writeRepr(b *strings.Builder, v any, open []*dict) {
 	switch v := v.(type) {
 	case nil:
-		return "None"
+		b.WriteString("None")
 	case bool:
 		if v {
-			return "True"
+			b.WriteString("True")
+		} else {
+			b.WriteString("False")
 		}
-		return "False"
 	case int64:
-		return strconv.FormatInt(v, 10)
+		b.WriteString(strconv.FormatInt(v, 10))
 	case float64:
-		return pyFloat(v)
+		b.WriteString(pyFloat(v))
 	case string:
-		return pyRepr(v)
+		b.WriteString(pyRepr(v))
 	case []any:
-		return "[" + joinRepr(v) + "]"
+		b.WriteByte('[')
+		writeItems(b, v, open)
+		b.WriteByte(']')
 	case tuple:
+		b.WriteByte('(')
+		writeItems(b, v, open)
 		if len(v) == 1 {
-			return "(" + reprValue(v[0]) + ",)"
+			b.WriteByte(',')
 		}
-		return "(" + joinRepr(v) + ")"
+		b.WriteByte(')')
 	case *dict:
-		var b strings.Builder
+		for _, d := range open {
+			if d == v {
+				b.WriteString("{...}")
+				return
+			}
+		}
+		open = append(open, v)
 		b.WriteByte('{')
 		for i, k := range v.keys {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(reprValue(k))
+			writeRepr(b, k, open)
 			b.WriteString(": ")
-			b.WriteString(reprValue(v.vals[i]))
+			writeRepr(b, v.vals[i], open)
 		}
 		b.WriteByte('}')
-		return b.String()
 	case *namespace:
-		return "<Namespace " + reprValue(v.attrs) + ">"
+		b.WriteString("<Namespace ")
+		writeRepr(b, v.attrs, open)
+		b.WriteByte('>')
 	case *undefined:
-		return "Undefined"
+		b.WriteString("Undefined")
 	case *function:
-		return "<built-in function " + v.name + ">"
+		b.WriteString("<built-in function " + v.name + ">")
 	case *macro:
-		return "<Macro " + pyRepr(v.name) + ">"
+		b.WriteString("<Macro " + pyRepr(v.name) + ">")
 	case *loopContext:
-		return fmt.Sprintf("<LoopContext %d/%d>", v.index0+1, len(v.items))
+		fmt.Fprintf(b, "<LoopContext %d/%d>", v.index0+1, len(v.items))
+	default:
+		fmt.Fprintf(b, "<%T>", v)
 	}
-	return fmt.Sprintf("<%T>", v)
 }
 
-func joinRepr(items []any) string {
-	parts := make([]string, len(items))
+func writeItems(b *strings.Builder, items []any, open []*dict) {
 	for i, it := range items {
-		parts[i] = reprValue(it)
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeRepr(b, it, open)
 	}
-	return strings.Join(parts, ", ")
+}
+
+// deepSize measures a value (string bytes plus container entries, nested),
+// giving up once it passes budget. Lists share their items, so [x] * n
+// repeated can describe a value far larger than the memory it takes; the
+// limits apply to this size, which is what printing would produce.
+func deepSize(v any, budget int, open []*dict) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []any:
+		return itemsSize(v, budget, open)
+	case tuple:
+		return itemsSize(v, budget, open)
+	case *namespace:
+		return deepSize(v.attrs, budget, open)
+	case *dict:
+		for _, d := range open {
+			if d == v {
+				return 0
+			}
+		}
+		open = append(open, v)
+		n := len(v.keys)
+		for i := range v.keys {
+			n += deepSize(v.keys[i], budget-n, open) + deepSize(v.vals[i], budget-n, open)
+			if n > budget {
+				break
+			}
+		}
+		return n
+	}
+	return 1
+}
+
+func itemsSize(items []any, budget int, open []*dict) int {
+	n := len(items)
+	for _, it := range items {
+		if n > budget {
+			break
+		}
+		n += deepSize(it, budget-n, open)
+	}
+	return n
 }
 
 // pyFloat is Python's repr(float): the shortest digits that round-trip,
