@@ -561,7 +561,7 @@ def render_snippets(npm_dir, snips):
     inp, outp = os.path.join(work, "snippets.json"), os.path.join(work, "snippets_out.json")
     with open(inp, "w", encoding="utf-8") as f:
         json.dump(snips, f, ensure_ascii=False)
-    subprocess.run(["node", script, inp, outp], check=True)
+    subprocess.run(["node", script, inp, outp, PINNED_NOW.isoformat()], check=True)
     with open(outp, encoding="utf-8") as f:
         js = json.load(f)
     out = []
@@ -575,9 +575,23 @@ def render_snippets(npm_dir, snips):
 
 
 JS_SNIPPETS = r"""
-import { Template } from "@huggingface/jinja";
+import { Environment, Template } from "@huggingface/jinja";
 import fs from "node:fs";
-const [inPath, outPath] = process.argv.slice(2);
+const [inPath, outPath, pinned] = process.argv.slice(2);
+const now = new Date(pinned);
+const p2 = (n) => String(n).padStart(2, "0");
+const months = ["Jan","Feb","Mar","Apr","May","Jun","Jul","Aug","Sep","Oct","Nov","Dec"];
+// The pinned clock, for the directives the strftime snippet uses that
+// @huggingface/jinja knows; others stay as written, as its own does.
+function strftime(fmt) {
+  return fmt.replace(/%[YmdbHMS%]/g, (t) => ({ "%Y": String(now.getFullYear()), "%m": p2(now.getMonth() + 1),
+    "%d": p2(now.getDate()), "%b": months[now.getMonth()], "%H": p2(now.getHours()), "%M": p2(now.getMinutes()),
+    "%S": p2(now.getSeconds()), "%%": "%" })[t]);
+}
+const declare = Environment.prototype.set;
+Environment.prototype.set = function (name, value) {
+  return declare.call(this, name, name === "strftime_now" ? strftime : value);
+};
 const snips = JSON.parse(fs.readFileSync(inPath, "utf8"));
 const out = snips.map((s) => {
   try {
@@ -588,6 +602,28 @@ const out = snips.map((s) => {
 });
 fs.writeFileSync(outPath, JSON.stringify(out));
 """
+
+def go_quote(s):
+    """A Go string literal for the fuzz corpus format (strconv.Unquote reads
+    JSON's escapes; non-ASCII stays raw so no surrogate escapes appear)."""
+    return json.dumps(s, ensure_ascii=False)
+
+
+def write_fuzz_corpus(chat_dir, tmpls, snips):
+    """Seed corpus for FuzzRender (template, content, add_generation_prompt):
+    every real template and every snippet, with awkward content."""
+    d = os.path.join(chat_dir, "testdata", "fuzz", "FuzzRender")
+    os.makedirs(d, exist_ok=True)
+    contents = ["  <think>\nplan\n</think>\n\n answer ", "{{ bos_token }}{% if %}", "", "ß 😀 \u3000x\x1f"]
+    seeds = [(f"builtin-{t['name']}", t["source"]) for t in tmpls] + [(f"snippet-{sn['id']}", sn["template"]) for sn in snips]
+    for i, (name, src) in enumerate(seeds):
+        content = contents[i % len(contents)]
+        with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+            f.write("go test fuzz v1\n")
+            f.write(f"string({go_quote(src)})\n")
+            f.write(f"string({go_quote(content)})\n")
+            f.write(f"bool({'true' if i % 2 == 0 else 'false'})\n")
+
 
 # --------------------------------------------------------------------- main
 
@@ -654,6 +690,8 @@ def main():
             f.write(",\n" if i + 1 < len(snips) else "\n")
         f.write("]\n")
     print(f"snippets: {len(snips)}, @huggingface/jinja disagrees on {sum(not s['hfjinja_agrees'] for s in snips)}")
+
+    write_fuzz_corpus(args.chat_dir, tmpls, snips)
 
     per = {}
     for c in cases:
