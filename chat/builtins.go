@@ -202,7 +202,7 @@ func countWords(s string) int {
 	return n
 }
 
-func filterTrim(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterTrim(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("trim", []string{"chars"}, []any{nil}, args, kw)
 	if err != nil {
 		return nil, err
@@ -232,7 +232,7 @@ func length(v any) (int, error) {
 	return 0, fmt.Errorf("object of type '%s' has no len()", typeName(v))
 }
 
-func filterLength(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterLength(r *renderer, v any, args []any, kw *dict) (any, error) {
 	if len(args) > 0 || kw.len() > 0 {
 		return nil, fmt.Errorf("length takes no arguments")
 	}
@@ -240,7 +240,7 @@ func filterLength(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return int64(n), err
 }
 
-func filterDefault(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterDefault(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("default", []string{"default_value", "boolean"}, []any{"", false}, args, kw)
 	if err != nil {
 		return nil, err
@@ -251,8 +251,8 @@ func filterDefault(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return v, nil
 }
 
-func filterFirst(_ *renderer, v any, args []any, kw *dict) (any, error) {
-	items, err := iterate(v)
+func filterFirst(r *renderer, v any, args []any, kw *dict) (any, error) {
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -262,11 +262,11 @@ func filterFirst(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return items[0], nil
 }
 
-func filterLast(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterLast(r *renderer, v any, args []any, kw *dict) (any, error) {
 	if _, ok := v.(*dict); ok {
 		return nil, fmt.Errorf("'dict' object is not reversible")
 	}
-	items, err := iterate(v)
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -276,15 +276,15 @@ func filterLast(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return items[len(items)-1], nil
 }
 
-func filterList(_ *renderer, v any, args []any, kw *dict) (any, error) {
-	items, err := iterate(v)
+func filterList(r *renderer, v any, args []any, kw *dict) (any, error) {
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
 	return append([]any{}, items...), nil
 }
 
-func filterReverse(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterReverse(r *renderer, v any, args []any, kw *dict) (any, error) {
 	if s, ok := v.(string); ok {
 		rs := []rune(s)
 		for i, j := 0, len(rs)-1; i < j; i, j = i+1, j-1 {
@@ -292,7 +292,7 @@ func filterReverse(_ *renderer, v any, args []any, kw *dict) (any, error) {
 		}
 		return string(rs), nil
 	}
-	items, err := iterate(v)
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func filterJoin(r *renderer, v any, args []any, kw *dict) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	items, err := iterate(v)
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +372,7 @@ func mapAttr(items []any, attr any, def any) ([]any, error) {
 }
 
 func filterMap(r *renderer, v any, args []any, kw *dict) (any, error) {
-	items, err := iterate(v)
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -406,7 +406,7 @@ func filterMap(r *renderer, v any, args []any, kw *dict) (any, error) {
 // filterSelect builds select, reject, selectattr and rejectattr.
 func filterSelect(keep, byAttr bool) filterFunc {
 	return func(r *renderer, v any, args []any, kw *dict) (any, error) {
-		items, err := iterate(v)
+		items, err := r.iterate(v)
 		if err != nil {
 			return nil, err
 		}
@@ -453,7 +453,7 @@ func filterSelect(keep, byAttr bool) filterFunc {
 	}
 }
 
-func filterItems(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterItems(r *renderer, v any, args []any, kw *dict) (any, error) {
 	switch d := v.(type) {
 	case *undefined:
 		return []any{}, nil
@@ -471,7 +471,7 @@ func dictItems(d *dict) []any {
 	return out
 }
 
-func filterIndent(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterIndent(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("indent", []string{"width", "first", "blank"}, []any{int64(4), false, false}, args, kw)
 	if err != nil {
 		return nil, err
@@ -512,7 +512,7 @@ func filterIndent(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return out, nil
 }
 
-func filterReplace(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterReplace(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("replace", []string{"old", "new", "count"}, []any{nil}, args, kw)
 	if err != nil {
 		return nil, err
@@ -535,7 +535,7 @@ func pyReplace(s, old, new string, count int64) string {
 	return strings.Replace(s, old, new, int(min(count, math.MaxInt32)))
 }
 
-func filterAbs(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterAbs(r *renderer, v any, args []any, kw *dict) (any, error) {
 	switch n := v.(type) {
 	case bool:
 		return boolInt(n), nil
@@ -550,7 +550,7 @@ func filterAbs(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return nil, fmt.Errorf("bad operand type for abs(): '%s'", typeName(v))
 }
 
-func filterInt(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterInt(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("int", []string{"default", "base"}, []any{int64(0), int64(10)}, args, kw)
 	if err != nil {
 		return nil, err
@@ -602,7 +602,7 @@ func parsePyInt(s string, base int64) (int64, bool) {
 	return i, err == nil
 }
 
-func filterFloat(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterFloat(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("float", []string{"default"}, []any{0.0}, args, kw)
 	if err != nil {
 		return nil, err
@@ -623,7 +623,7 @@ func filterFloat(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return a[0], nil
 }
 
-func filterRound(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterRound(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("round", []string{"precision", "method"}, []any{int64(0), "common"}, args, kw)
 	if err != nil {
 		return nil, err
@@ -699,12 +699,12 @@ func sortItems(items []any, keyOf func(any) (any, error), reverse bool) ([]any, 
 	return out, nil
 }
 
-func filterSort(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterSort(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("sort", []string{"reverse", "case_sensitive", "attribute"}, []any{false, false, nil}, args, kw)
 	if err != nil {
 		return nil, err
 	}
-	items, err := iterate(v)
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -717,7 +717,7 @@ func filterSort(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	}, truthy(a[0]))
 }
 
-func filterDictsort(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterDictsort(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("dictsort", []string{"case_sensitive", "by", "reverse"}, []any{false, "key", false}, args, kw)
 	if err != nil {
 		return nil, err
@@ -739,12 +739,12 @@ func filterDictsort(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	}, truthy(a[2]))
 }
 
-func filterUnique(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterUnique(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("unique", []string{"case_sensitive", "attribute"}, []any{false, nil}, args, kw)
 	if err != nil {
 		return nil, err
 	}
-	items, err := iterate(v)
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -769,12 +769,12 @@ func filterUnique(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return out, nil
 }
 
-func filterSum(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func filterSum(r *renderer, v any, args []any, kw *dict) (any, error) {
 	a, err := bind("sum", []string{"attribute", "start"}, []any{nil, int64(0)}, args, kw)
 	if err != nil {
 		return nil, err
 	}
-	items, err := iterate(v)
+	items, err := r.iterate(v)
 	if err != nil {
 		return nil, err
 	}
@@ -793,12 +793,12 @@ func filterSum(_ *renderer, v any, args []any, kw *dict) (any, error) {
 }
 
 func filterMinMax(isMin bool) filterFunc {
-	return func(_ *renderer, v any, args []any, kw *dict) (any, error) {
+	return func(r *renderer, v any, args []any, kw *dict) (any, error) {
 		a, err := bind("min/max", []string{"case_sensitive", "attribute"}, []any{false, nil}, args, kw)
 		if err != nil {
 			return nil, err
 		}
-		items, err := iterate(v)
+		items, err := r.iterate(v)
 		if err != nil {
 			return nil, err
 		}

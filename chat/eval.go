@@ -99,7 +99,32 @@ func (r *renderer) step() error {
 	return nil
 }
 
+// charge counts work proportional to data size (bytes / 64) against the
+// step limit, so a template cannot do quadratic work (a string grown one
+// piece at a time, a list rebuilt each iteration) within few steps.
+func (r *renderer) charge(size int) error {
+	r.steps += size / 64
+	if r.steps > r.limits.MaxSteps {
+		return &LimitError{Limit: "evaluation steps", Max: r.limits.MaxSteps}
+	}
+	return nil
+}
+
+// iterate is the free iterate, charged: a string becomes one item per
+// character, allocated up front.
+func (r *renderer) iterate(v any) ([]any, error) {
+	if s, ok := v.(string); ok {
+		if err := r.charge(len(s) * 64); err != nil {
+			return nil, err
+		}
+	}
+	return iterate(v)
+}
+
 func (r *renderer) write(s string) error {
+	if err := r.charge(len(s)); err != nil {
+		return err
+	}
 	r.out.WriteString(s)
 	if r.out.Len() > r.limits.MaxOutputBytes {
 		return &LimitError{Limit: "output bytes", Max: r.limits.MaxOutputBytes}
@@ -112,8 +137,12 @@ func (r *renderer) write(s string) error {
 func (r *renderer) checkSize(v any) (any, error) {
 	switch v.(type) {
 	case string, []any, tuple, *dict:
-		if deepSize(v, r.limits.MaxOutputBytes, nil) > r.limits.MaxOutputBytes {
+		n := deepSize(v, r.limits.MaxOutputBytes, nil)
+		if n > r.limits.MaxOutputBytes {
 			return nil, &LimitError{Limit: "output bytes", Max: r.limits.MaxOutputBytes}
+		}
+		if err := r.charge(n); err != nil {
+			return nil, err
 		}
 	}
 	return v, nil
@@ -259,7 +288,7 @@ func (r *renderer) execFor(s *forStmt, sc *scope) (control, error) {
 	if err != nil {
 		return ctlNone, err
 	}
-	items, err := iterate(iter)
+	items, err := r.iterate(iter)
 	if err != nil {
 		return ctlNone, err
 	}
@@ -586,6 +615,9 @@ func (r *renderer) evalInner(x expr, sc *scope) (any, error) {
 			if b.Len() > r.limits.MaxOutputBytes {
 				return nil, &LimitError{Limit: "output bytes", Max: r.limits.MaxOutputBytes}
 			}
+		}
+		if err := r.charge(b.Len()); err != nil {
+			return nil, err
 		}
 		return b.String(), nil
 	case *condExpr:
