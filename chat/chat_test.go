@@ -72,6 +72,8 @@ func TestBadTemplates(t *testing.T) {
 			`chat template "t", line 1, column 8 (operator *): limit exceeded: more than 1000 output bytes`, new(*LimitError)},
 		{"shared list growth limit", "{% set ns = namespace(x=[1]) %}{% for i in range(40) %}{% set ns.x = [ns.x, ns.x] %}{% endfor %}{{ ns.x }}", small,
 			`chat template "t", line 1, column 70: limit exceeded: more than 1000 output bytes`, new(*LimitError)},
+		{"quadratic growth is charged", "{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxx' %}{% endfor %}", Options{},
+			`chat template "t", line 1, column 73 (operator ~): limit exceeded: more than 5000000 evaluation steps`, new(*LimitError)},
 		{"recursion limit", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", small,
 			`chat template "t", line 1, column 20 (call f): limit exceeded: more than 20 nested macro calls`, new(*LimitError)},
 		{"range cap", "{{ range(1000000)|length }}", Options{},
