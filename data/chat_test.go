@@ -4,6 +4,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/mixtune/mixtune/chat"
 )
 
 // chatML renders ChatML as Qwen2.5's template does; with dropThinking, an
@@ -216,5 +219,72 @@ func TestLoadTasks(t *testing.T) {
 	}
 	if _, err := LoadTasks(path, f, 0); err == nil || !strings.HasSuffix(err.Error(), "t.jsonl:1: a task conversation must end with the assistant's answer") {
 		t.Errorf("%v", err)
+	}
+}
+
+// A real chat template through ChatTemplate: Qwen2.5's, whose default
+// system prompt appears when the conversation has none.
+func TestChatTemplateRenderer(t *testing.T) {
+	bt, ok := chat.Builtin("qwen2.5")
+	if !ok {
+		t.Fatal("no built-in qwen2.5")
+	}
+	tmpl, err := chat.Parse(bt.Name, bt.Source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ChatTemplate(tmpl, bt.Source, chat.Options{EOS: bt.EOS})
+	text, spans, err := RenderConversation(r, []Message{{RoleUser, "Hi"}, {RoleAssistant, "Yo"}}, LossAssistant, []string{"<|im_start|>", "<|im_end|>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spans) != 1 || text[spans[0].Start:spans[0].End] != "Yo<|im_end|>" || !strings.Contains(text, "<|im_start|>system\n") {
+		t.Fatalf("%q spans %v", text, spans)
+	}
+	if !strings.HasPrefix(r.Name(), "qwen2.5@") {
+		t.Fatalf("name %q", r.Name())
+	}
+}
+
+// Every built-in template locates every assistant turn of a multi-turn
+// conversation: the span holds the reply and ends at the template's
+// end-of-turn marker (or, for a template that ends turns with plain text,
+// the reply itself).
+func TestRenderConversationWithEveryBuiltin(t *testing.T) {
+	conv := []Message{
+		{RoleSystem, "You are terse."},
+		{RoleUser, "Hi there"},
+		{RoleAssistant, "Hello."},
+		{RoleUser, "And the date?"},
+		{RoleAssistant, "March 19, 2033"},
+	}
+	markers := []string{"<|im_end|>", "<|eot_id|>", "</s>", "<end_of_turn>", "<｜end▁of▁sentence｜>", "<|endoftext|>"}
+	for _, name := range chat.BuiltinNames() {
+		bt, _ := chat.Builtin(name)
+		tmpl, err := chat.Parse(bt.Name, bt.Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := ChatTemplate(tmpl, bt.Source, chat.Options{BOS: bt.BOS, EOS: bt.EOS, Now: func() time.Time { return time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC) }})
+		msgs := conv
+		if name == "gemma3" || name == "mistral" || name == "llama2" {
+			msgs = conv[1:] // no system role, or only as part of the first user turn
+		}
+		text, spans, err := RenderConversation(r, msgs, LossAssistant, append(markers, bt.EOS))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if len(spans) != 2 {
+			t.Errorf("%s: %d spans", name, len(spans))
+			continue
+		}
+		for i, reply := range []string{"Hello.", "March 19, 2033"} {
+			got := text[spans[i].Start:spans[i].End]
+			if !strings.Contains(got, reply) || strings.Contains(got, "terse") || strings.Contains(got, "date?") {
+				t.Errorf("%s: turn %d span %q", name, i, got)
+			}
+		}
+		t.Logf("%s: %q", name, text[spans[1].Start:spans[1].End])
 	}
 }
