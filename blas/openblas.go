@@ -1,14 +1,9 @@
 package blas
 
 import (
-	"fmt"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // CBLAS enum values (cblas.h).
@@ -19,7 +14,9 @@ const (
 )
 
 // OpenBLAS calls a system OpenBLAS through purego: no cgo, no build-time
-// dependency, and a machine without the library still runs on Gonum.
+// dependency, and a machine without the library still runs on Native.
+// It is loaded with dlopen, so only where purego has it (Linux, macOS,
+// FreeBSD, NetBSD); elsewhere OpenOpenBLAS says it is not available.
 //
 // OpenBLAS's own threads are switched off: they spin while waiting for
 // work and then fight the Go scheduler for the same cores, which measured
@@ -31,61 +28,6 @@ type OpenBLAS struct {
 	workers int
 	sgemm   func(order, ta, tb, m, n, k int32, alpha float32, a *float32, lda int32, b *float32, ldb int32, beta float32, c *float32, ldc int32)
 	dgemm   func(order, ta, tb, m, n, k int32, alpha float64, a *float64, lda int32, b *float64, ldb int32, beta float64, c *float64, ldc int32)
-}
-
-// openBLASCandidates are the sonames tried in order. MIXTUNE_OPENBLAS, when
-// set, names the library file to load instead.
-var openBLASCandidates = []string{"libopenblas.so.0", "libopenblas.so", "libopenblas.dylib"}
-
-// OpenOpenBLAS loads OpenBLAS; threads is how many goroutines share a
-// large product (0: GOMAXPROCS).
-func OpenOpenBLAS(threads int) (*OpenBLAS, error) {
-	candidates := openBLASCandidates
-	if p := os.Getenv("MIXTUNE_OPENBLAS"); p != "" {
-		candidates = []string{p}
-	}
-	var lib uintptr
-	var path string
-	var errs []string
-	for _, c := range candidates {
-		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err == nil {
-			lib, path = h, c
-			break
-		}
-		errs = append(errs, err.Error())
-	}
-	if lib == 0 {
-		return nil, fmt.Errorf("load OpenBLAS: %s", strings.Join(errs, "; "))
-	}
-	for _, sym := range []string{"cblas_sgemm", "cblas_dgemm"} {
-		if _, err := purego.Dlsym(lib, sym); err != nil {
-			return nil, fmt.Errorf("load OpenBLAS from %s: %w", path, err)
-		}
-	}
-	o := &OpenBLAS{}
-	purego.RegisterLibFunc(&o.sgemm, lib, "cblas_sgemm")
-	purego.RegisterLibFunc(&o.dgemm, lib, "cblas_dgemm")
-
-	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0)
-	}
-	o.workers = threads
-	info := fmt.Sprintf("%s, %d goroutines × 1 thread", path, threads)
-	if _, err := purego.Dlsym(lib, "openblas_set_num_threads"); err == nil {
-		var setThreads func(int32)
-		purego.RegisterLibFunc(&setThreads, lib, "openblas_set_num_threads")
-		setThreads(1)
-	}
-	if _, err := purego.Dlsym(lib, "openblas_get_config"); err == nil {
-		var config func() *byte
-		purego.RegisterLibFunc(&config, lib, "openblas_get_config")
-		if s := cString(config()); s != "" {
-			info = s + "; " + info
-		}
-	}
-	o.name = "openblas (" + info + ")"
-	return o, nil
 }
 
 func (o *OpenBLAS) Name() string { return o.name }
