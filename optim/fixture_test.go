@@ -41,15 +41,6 @@ type torchFixture struct {
 		NormFloat64 float64     `json:"norm_float64"`
 		Clipped     [][]float64 `json:"clipped"`
 	} `json:"clip"`
-	Schedules []struct {
-		Kind   string    `json:"kind"`
-		Peak   float64   `json:"peak"`
-		Min    float64   `json:"min"`
-		Warmup int       `json:"warmup"`
-		Total  int       `json:"total"`
-		Steps  []int     `json:"steps"`
-		LR     []float64 `json:"lr"`
-	} `json:"schedules"`
 	BiasCorrection []struct {
 		Beta  float64 `json:"beta"`
 		Step  int64   `json:"step"`

@@ -5,65 +5,56 @@ import (
 	"testing"
 )
 
-// TestScheduleFixture compares against the plain-Python schedule in the
-// fixture (itself cross-checked against torch's LambdaLR by the generator).
-// Same float64 operations in the same order, so the values agree exactly
-// unless Go's math.Cos and libm's cos differ in the last bit; allow 2 ulp.
-func TestScheduleFixture(t *testing.T) {
-	f := loadFixture(t)
-	for _, sc := range f.Schedules {
-		s := Schedule{Kind: sc.Kind, Peak: sc.Peak, Min: sc.Min, Warmup: sc.Warmup, Total: sc.Total}
-		if err := s.Validate(); err != nil {
-			t.Fatalf("%+v: %v", s, err)
-		}
-		for i, step := range sc.Steps {
-			got, want := s.LR(step), sc.LR[i]
-			if math.Abs(got-want) > 2*ulp64(want) {
-				t.Errorf("%+v.LR(%d) = %v, Python %v", s, step, got, want)
-			}
-		}
-	}
-}
-
 func ulp64(x float64) float64 {
 	x = math.Abs(x)
 	return math.Nextafter(x, math.Inf(1)) - x
 }
 
+// TestScheduleLR spells out transformers' semantics on hand-picked steps:
+// step k uses λ(k−1), so a warmup starts at lr 0, the last step of a decay
+// is not yet at Min, and a one-step run trains at Peak.
 func TestScheduleLR(t *testing.T) {
 	cos := Schedule{Kind: Cosine, Peak: 1e-3, Min: 1e-5, Warmup: 10, Total: 110}
 	lin := Schedule{Kind: Linear, Peak: 2e-4, Min: 0, Warmup: 4, Total: 24}
+	linMin := Schedule{Kind: Linear, Peak: 2e-4, Min: 5e-5, Warmup: 4, Total: 24}
 	cst := Schedule{Kind: Constant, Peak: 5e-4, Min: 1e-5, Warmup: 2, Total: 10}
 	noWarm := Schedule{Kind: Cosine, Peak: 1, Min: 0, Warmup: 0, Total: 4}
 	allWarm := Schedule{Kind: Linear, Peak: 1, Min: 0.5, Warmup: 4, Total: 4}
+	oneStep := Schedule{Kind: Cosine, Peak: 3e-4, Min: 0, Warmup: 0, Total: 1}
+	r := 1e-5 / 1e-3 // min_lr_rate
+	cosAt := func(p float64) float64 { return 1e-3 * ((0.5*(1+math.Cos(math.Pi*p)))*(1-r) + r) }
 	tests := []struct {
 		name string
 		s    Schedule
 		step int
 		want float64
 	}{
-		{"cosine step 0", cos, 0, 0},
-		{"cosine negative step", cos, -3, 0},
-		{"cosine first warmup step is nonzero", cos, 1, 1e-4},
-		{"cosine mid warmup", cos, 5, 5e-4},
-		{"cosine last warmup step is peak", cos, 10, 1e-3},
-		{"cosine first decay step", cos, 11, 1e-5 + (1e-3-1e-5)*0.5*(1+math.Cos(math.Pi*0.01))},
-		{"cosine mid decay", cos, 60, 1e-5 + (1e-3-1e-5)*0.5},
-		{"cosine end", cos, 110, 1e-5},
-		{"cosine beyond total", cos, 1000, 1e-5},
-		{"linear warmup", lin, 1, 5e-5},
-		{"linear peak", lin, 4, 2e-4},
-		{"linear mid", lin, 14, 1e-4},
-		{"linear end", lin, 24, 0},
-		{"linear beyond total", lin, 25, 0},
-		{"constant warmup", cst, 1, 2.5e-4},
-		{"constant after warmup", cst, 3, 5e-4},
-		{"constant beyond total ignores min", cst, 11, 5e-4},
-		{"no warmup step 1 decays already", noWarm, 1, 0.5 * (1 + math.Cos(math.Pi*0.25))},
-		{"no warmup step 0 is peak", noWarm, 0, 1},
-		{"no warmup end", noWarm, 4, 0},
-		{"warmup == total: last warmup step is peak", allWarm, 4, 1},
-		{"warmup == total: then min", allWarm, 5, 0.5},
+		{"cosine: step 1 of a warmup runs at 0", cos, 1, 0},
+		{"cosine: step 0 is step 1", cos, 0, 0},
+		{"cosine: mid warmup", cos, 6, 5e-4},
+		{"cosine: last warmup step", cos, 10, 9e-4},
+		{"cosine: first step after warmup is the peak", cos, 11, 1e-3},
+		{"cosine: second decay step", cos, 12, cosAt(0.01)},
+		{"cosine: mid decay", cos, 61, cosAt(0.5)},
+		{"cosine: last step is one step short of min", cos, 110, cosAt(0.99)},
+		{"cosine: the end is min", cos, 111, 1e-5},
+		{"cosine: beyond the end stays at min", cos, 1000, 1e-5},
+		{"linear: step 1", lin, 1, 0},
+		{"linear: peak", lin, 5, 2e-4},
+		{"linear: mid", lin, 15, 1e-4},
+		{"linear: last step", lin, 24, 1e-5},
+		{"linear: the end is 0", lin, 25, 0},
+		{"linear with min: mid", linMin, 15, 2e-4 * (0.5*(1-0.25) + 0.25)},
+		{"linear with min: the end is min", linMin, 25, 5e-5},
+		{"constant: warmup", cst, 2, 2.5e-4},
+		{"constant: after warmup", cst, 3, 5e-4},
+		{"constant ignores min", cst, 11, 5e-4},
+		{"no warmup: step 1 is the peak", noWarm, 1, 1},
+		{"no warmup: step 2 decays", noWarm, 2, 0.5 * (1 + math.Cos(math.Pi*0.25))},
+		{"no warmup: last step", noWarm, 4, 0.5 * (1 + math.Cos(math.Pi*0.75))},
+		{"warmup == total: last step still warming", allWarm, 4, 0.75},
+		{"warmup == total: linear ends at min", allWarm, 5, 0.5},
+		{"one-step run trains at the peak", oneStep, 1, 3e-4},
 	}
 	for _, tt := range tests {
 		if err := tt.s.Validate(); err != nil {
@@ -75,18 +66,18 @@ func TestScheduleLR(t *testing.T) {
 	}
 }
 
-// TestScheduleMonotone: warmup rises, decay never rises, the value stays in
-// [0, Peak].
+// TestScheduleMonotone: the lr rises through the warmup (steps 1..Warmup+1
+// use λ(0..Warmup)), never rises after it, and stays in [0, Peak].
 func TestScheduleMonotone(t *testing.T) {
 	for _, kind := range []string{Cosine, Linear, Constant} {
 		s := Schedule{Kind: kind, Peak: 3e-4, Min: 3e-5, Warmup: 7, Total: 50}
-		prev := 0.0
+		prev := -1.0
 		for step := 1; step <= 60; step++ {
 			lr := s.LR(step)
 			if lr < 0 || lr > s.Peak {
 				t.Errorf("%s: LR(%d) = %v outside [0, %v]", kind, step, lr, s.Peak)
 			}
-			if step <= s.Warmup && lr <= prev || step > s.Warmup && lr > prev {
+			if step <= s.Warmup+1 && lr <= prev || step > s.Warmup+1 && lr > prev {
 				t.Errorf("%s: LR(%d) = %v after %v", kind, step, lr, prev)
 			}
 			prev = lr
