@@ -120,8 +120,9 @@ func roundBF16(x float32) float32 {
 }
 
 // roundFP16 is x rounded to the nearest fp16 value, ties to even, kept in
-// float32: what float16.Fromfloat32(x).Float32() computes (see
-// TestRoundFP16MatchesReference), an order of magnitude faster. Normal
+// float32: what float16.Fromfloat32(x).Float32() computes, an order of
+// magnitude faster (TestRoundExhaustive and TestReferencesAgree check it
+// against references independent of this recipe). Normal
 // fp16 values keep 10 mantissa bits; below 2^-14 fp16 is subnormal with a
 // fixed quantum of 2^-24, and adding 0.5 to the magnitude puts the value
 // where float32's own round-to-nearest-even lands exactly on that quantum.

@@ -3,7 +3,6 @@ package amp
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/x448/float16"
@@ -91,41 +90,6 @@ func TestParseFormat(t *testing.T) {
 	}
 	if _, err := ParseFormat("fp8"); err == nil || err.Error() != `unknown precision "fp8" (want fp32, bf16 or fp16)` {
 		t.Errorf("ParseFormat(fp8) error = %v", err)
-	}
-}
-
-// The fast roundings must agree bit for bit with the reference conversion
-// (x448/float16 for fp16; the bit-level bf16 encoder) on every input.
-// MIXTUNE_EXHAUSTIVE=1 checks all 2^32 float32 values (about 40 s); by
-// default a stride through all of them plus every input near the formats'
-// edges (ties, overflow, the subnormal boundary).
-func TestRoundFP16MatchesReference(t *testing.T) {
-	stride := uint64(251)
-	if os.Getenv("MIXTUNE_EXHAUSTIVE") == "1" {
-		stride = 1
-	}
-	check := func(u uint32) {
-		x := math.Float32frombits(u)
-		want := float16.Fromfloat32(x).Float32()
-		if got := FP16.Round(x); math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
-			t.Fatalf("fp16 round %#08x (%g) = %g, reference %g", u, x, got, want)
-		}
-		wantB := bf16FromBits(bf16Bits(x))
-		if got := BF16.Round(x); math.Float32bits(got) != math.Float32bits(wantB) && !(got != got && wantB != wantB) {
-			t.Fatalf("bf16 round %#08x (%g) = %g, reference %g", u, x, got, wantB)
-		}
-	}
-	for u := uint64(0); u < 1<<32; u += stride {
-		check(uint32(u))
-	}
-	for _, edge := range []float32{65504, 65520, 65536, 1.0 / (1 << 14), 1.0 / (1 << 24), 1.0 / (1 << 25), 1, 2, 1e-8} {
-		b := math.Float32bits(edge)
-		for d := uint32(0); d < 1<<14; d++ {
-			check(b + d)
-			check(b - d)
-			check((b + d) | 0x80000000)
-			check((b - d) | 0x80000000)
-		}
 	}
 }
 

@@ -6,7 +6,7 @@ import "golang.org/x/sys/cpu"
 
 // On amd64 with AVX2, slices are rounded eight values at a time in
 // assembly: the same integer recipe as roundBF16 and roundFP16 (see
-// TestSliceRoundingMatchesScalar), which is what keeps the cost of
+// TestRoundExhaustive), which is what keeps the cost of
 // emulating a low precision small.
 var haveAVX2 = cpu.X86.HasAVX2
 

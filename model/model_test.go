@@ -57,7 +57,7 @@ func TestModelGradients(t *testing.T) {
 			for _, s := range Specs(m.Config) {
 				params = append(params, g.Params[s.Name])
 			}
-			worst := nntest.GradCheck(t, b.G, g.Loss, params, 1e-6)
+			worst := nntest.GradCheck(t, b.G, g.Loss, params, 1e-8)
 			t.Logf("%d weights, worst relative error %.2g", len(params), worst)
 		})
 	}

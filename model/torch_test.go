@@ -136,21 +136,26 @@ func TestMatchesPyTorch(t *testing.T) {
 	e := loadExpected(t)
 
 	logits, loss, grads := evaluate(t, m, tensor.Float64, e, true)
-	if r := maxRelErr(logits, e.f64(t, "logits")); r > 1e-12 {
-		t.Errorf("float64 logits differ from PyTorch by %.3g (relative to the largest)", r)
+	// 1e-14: what the README states (measured: logits 9.2e-16, loss
+	// 8.9e-16, gradients 2.1e-15).
+	const tol = 1e-14
+	rl := maxRelErr(logits, e.f64(t, "logits"))
+	if rl > tol {
+		t.Errorf("float64 logits differ from PyTorch by %.3g (relative to the largest)", rl)
 	}
-	if want := e.f64(t, "loss")[0]; math.Abs(loss-want) > 1e-12 {
-		t.Errorf("float64 loss %.15g, PyTorch %.15g", loss, want)
+	want := e.f64(t, "loss")[0]
+	if math.Abs(loss-want) > tol*want {
+		t.Errorf("float64 loss %.17g, PyTorch %.17g", loss, want)
 	}
 	worst := 0.0
 	for _, s := range Specs(m.Config) {
 		r := maxRelErr(grads[s.Name], e.f64(t, "grad."+s.Name))
 		worst = max(worst, r)
-		if r > 1e-10 {
+		if r > tol {
 			t.Errorf("gradient of %s differs from PyTorch by %.3g", s.Name, r)
 		}
 	}
-	t.Logf("float64: loss %.12f, worst gradient difference %.2g", loss, worst)
+	t.Logf("float64: logits %.3g, loss %.3g (%.12f), worst gradient difference %.3g", rl, math.Abs(loss-want), loss, worst)
 
 	logits32, loss32, _ := evaluate(t, m, tensor.Float32, e, false)
 	want32, _, _ := e.f.Float32("logits_fp32")

@@ -99,23 +99,24 @@ func TestFP16OverflowsLikeAGPU(t *testing.T) {
 }
 
 // The engine counts the gradient values that fp16 rounding sends to zero.
-// With the loss scaled by c = 2^-30, dW = c·x = {2^-30, 2^-24} per row
-// (2^-30 underflows, 2^-24 is fp16's smallest subnormal) and
-// dx = c·(1+1) = 2^-29 (underflows): 4 of the 6 values.
+// The cost c·sum(y) with c = 2^-24 (fp16's smallest subnormal) gives y,
+// an fp16 tensor, the gradient c, rounded to fp16 (2 values, exact); then
+// dW = c·x = {2^-30, 2^-24} per row (2^-30 underflows, 2^-24 stays) and
+// dx = c·(2^-3 + 2^-3) = 2^-26 (underflows): 8 values rounded, 4 to zero.
 func TestGradUnderflowCount(t *testing.T) {
 	b := lowBuilder(amp.FP16)
-	x := b.Param("x", []int{1, 2}, []float32{1, 64}, true)
-	w := b.Param("w", []int{2, 2}, []float32{1, 1, 1, 1}, true)
+	x := b.Param("x", []int{1, 2}, []float32{0x1p-6, 1}, true)
+	w := b.Param("w", []int{2, 2}, []float32{0x1p-3, 0x1p-3, 0x1p-3, 0x1p-3}, true)
 	y := b.Linear(x, w)
-	cost := G.Must(G.Mul(G.Must(G.Sum(y)), G.NewConstant(float32(0x1p-30))))
+	cost := G.Must(G.Mul(G.Must(G.Sum(y)), G.NewConstant(float32(0x1p-24))))
 	grads, err := G.Grad(cost, x, w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runGraph(t, b)
 	rounded, under := b.Eng.Grads.Take()
-	if rounded != 6 || under != 4 {
-		t.Fatalf("counted %d rounded, %d underflowed; want 6 and 4 (dx %v, dW %v)", rounded, under, f32(grads[0]), f32(grads[1]))
+	if rounded != 8 || under != 4 {
+		t.Fatalf("counted %d rounded, %d underflowed; want 8 and 4 (dx %v, dW %v)", rounded, under, f32(grads[0]), f32(grads[1]))
 	}
 	if dw := f32(grads[1]); dw[0] != 0 || dw[1] != 0x1p-24 {
 		t.Fatalf("dW = %v, want [0 2^-24 0 2^-24]", dw)

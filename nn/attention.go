@@ -165,6 +165,7 @@ func causalSoftmax[T Float](p []T, t int, start []int) {
 }
 
 func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	n := o.s.Batch * o.s.SeqLen
 	shapes := [][]int{{n, o.s.Heads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}}
 	return fusedBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], inputs[2], grad}, shapes, o.backward), nil
@@ -174,6 +175,13 @@ func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 // dP = dO·Vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)), dQ = dS·K/√d, dK += dSᵀ·Q/√d, dV += Pᵀ·dO.
 // The row sum is softmax's own backward; the cheaper rowsum(dO ⊙ O) equals
 // it only while O is not rounded to a narrower format.
+//
+// With grouped-query attention in a low precision, each head's dK and dV
+// are rounded to K's and V's format before the group's sum, which is
+// formed in fp32 in head order and rounded once (by backwardOp): PyTorch's
+// repeat_kv expands K and V to every query head, so each head's matmul
+// backward yields a rounded gradient, and expand's backward sums them in
+// fp32. In fp32 the heads accumulate into dK and dV directly.
 func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	q, k, v, g := in[0], in[1], in[2], in[3]
 	dq, dk, dv := grads[0], grads[1], grads[2]
@@ -182,10 +190,42 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	be := o.eng.BLAS
+	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
 		pv := o.valuesScratch()
 		start := make([]int, T_)
+		var head []T // one head's dK or dV, [T_, HeadDim], to round before the group sum
+		if roundK || roundV {
+			head = make([]T, T_*s.HeadDim)
+		}
+		// accumulate adds one head's gradient Aᵀ·B into dst (rows kw wide):
+		// directly, or, when rounded, after rounding it to f.
+		accumulate := func(first bool, f amp.Format, rounded bool, a []T, lda int, b []T, ldb int, alpha T, dst []T) {
+			if !rounded {
+				var beta T // the first head of a group overwrites, the others add
+				if !first {
+					beta = 1
+				}
+				blas.Gemm(be, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, beta, dst, kw)
+				return
+			}
+			if first { // the group's first head: straight into dst, rounded there
+				blas.Gemm(be, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, 0, dst, kw)
+				for i := 0; i < T_; i++ {
+					round(f, dst[i*kw:i*kw+s.HeadDim])
+				}
+				return
+			}
+			blas.Gemm(be, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, 0, head, s.HeadDim)
+			round(f, head)
+			for i := 0; i < T_; i++ {
+				d := dst[i*kw : i*kw+s.HeadDim]
+				for j, x := range head[i*s.HeadDim : (i+1)*s.HeadDim] {
+					d[j] += x
+				}
+			}
+		}
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
 			s.starts(start, bi)
@@ -193,12 +233,9 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
-				var beta T // the first head of a group overwrites dK, dV; the others add
-				if h > kh*group {
-					beta = 1
-				}
+				first := h == kh*group
 				if dv != nil {
-					blas.Gemm(be, true, false, T_, s.HeadDim, T_, 1, o.asValues(p, pv), T_, g[qOff:], qw, beta, dv[kOff:], kw)
+					accumulate(first, o.inFm[2], roundV, o.asValues(p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
 				}
 				if dq == nil && dk == nil {
 					continue
@@ -225,7 +262,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 					blas.Gemm(be, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
 				}
 				if dk != nil {
-					blas.Gemm(be, true, false, T_, s.HeadDim, T_, scale, ds, T_, q[qOff:], qw, beta, dk[kOff:], kw)
+					accumulate(first, o.inFm[1], roundK, ds, T_, q[qOff:], qw, scale, dk[kOff:])
 				}
 			}
 		}

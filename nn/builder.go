@@ -104,6 +104,13 @@ type Builder struct {
 	casts     map[castKey]*G.Node
 	format    map[*G.Node]amp.Format
 	nextID    int
+
+	// perReaderCast marks casts of activations: PyTorch casts those once
+	// per reading op, so their gradients add up in fp32 (see accumulate.go).
+	perReaderCast map[*G.Node]bool
+	// shareTail is, for a low-precision node read by ops that need its
+	// gradient, the node its next reader reads (see Builder.reader).
+	shareTail map[*G.Node]*G.Node
 }
 
 // NewBuilder starts an empty graph. Low-precision policies need float32.
@@ -117,6 +124,9 @@ func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
 		is16:      map[*G.Node]bool{},
 		casts:     map[castKey]*G.Node{},
 		format:    map[*G.Node]amp.Format{},
+
+		perReaderCast: map[*G.Node]bool{},
+		shareTail:     map[*G.Node]*G.Node{},
 	}
 }
 
@@ -191,8 +201,15 @@ type castKey struct {
 	f amp.Format
 }
 
-// apply adds op's node and records what the builder tracks about it.
+// apply adds op's node and records what the builder tracks about it. An
+// input whose gradient op needs is read through Builder.reader, so that a
+// low-precision tensor's readers' gradients add up as autograd adds them.
 func (b *Builder) apply(op gradOp, inputs ...*G.Node) *G.Node {
+	for i, in := range inputs {
+		if op.base().wrt[i] {
+			inputs[i] = b.reader(in)
+		}
+	}
 	n, err := G.ApplyOp(op, inputs...)
 	if err != nil {
 		// Shapes are checked by the builder methods before this point, so

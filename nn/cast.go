@@ -25,7 +25,11 @@ func (b *Builder) Cast(x *G.Node, f amp.Format) *G.Node {
 	case b.isParam[x]:
 		op.cache = cacheForever
 	}
-	return b.apply(op, x)
+	n := b.apply(op, x)
+	if op.cache == noCache {
+		b.perReaderCast[n] = true
+	}
+	return n
 }
 
 type castCache uint8
@@ -68,9 +72,15 @@ func (o *castOp) Do(vs ...G.Value) (G.Value, error) {
 
 // The gradient passes through, in the source's format: an fp32 master
 // weight receives the low-precision gradient exactly, as PyTorch's
-// autocast gives fp32 parameters the gradient of their fp16 copy.
+// autocast gives fp32 parameters the gradient of their fp16 copy. A
+// trainable weight's copy is one tensor, as autocast caches it, so its
+// readers' gradients add up in its format first; an activation's copy
+// stands for one copy per reader, whose gradients add up in fp32.
 func (o *castOp) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	if o.inFm[0] == amp.FP32 {
+		if o.cache == cachePerStep {
+			grad = gradIn(&o.opBase, grad)
+		}
 		return G.Nodes{grad}, nil
 	}
 	return fusedBackward(&o.opBase, []*G.Node{grad}, [][]int{o.shape}, func(in, grads [][]float32) error {

@@ -270,6 +270,7 @@ func (o *doraOp[T]) Do(vs ...G.Value) (G.Value, error) {
 }
 
 func (o *doraOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	shapes := make([][]int, len(inputs))
 	for i, in := range inputs {
 		shapes[i] = shapeOf(in)

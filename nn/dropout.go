@@ -110,6 +110,7 @@ func (o *dropoutOp[T]) Do(vs ...G.Value) (G.Value, error) {
 // The gradient uses the mask of the forward pass it follows: the backward
 // node runs after the forward node within one run of the graph.
 func (o *dropoutOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	return fusedBackward(&o.opBase, []*G.Node{grad}, [][]int{o.shape}, func(in, grads [][]T) error {
 		g, dx := in[0], grads[0]
 		if o.key == 0 {

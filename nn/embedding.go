@@ -72,6 +72,7 @@ func (o *embeddingOp[T]) Do(vs ...G.Value) (G.Value, error) {
 // rows. Workers split the columns, never the rows, so repeated ids are
 // summed in position order whatever the worker count.
 func (o *embeddingOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	shapes := [][]int{{o.n}, {o.v, o.d}}
 	return fusedBackward(&o.opBase, []*G.Node{grad}, shapes, func(in, grads [][]T) error {
 		g, dt := in[0], grads[1]

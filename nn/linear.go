@@ -72,6 +72,7 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 }
 
 func (o *linearOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	x, w := inputs[0], inputs[1]
 	grads := make(G.Nodes, 2)
 	if o.wrt[0] { // dx = g·W  [N, in]

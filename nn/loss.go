@@ -98,6 +98,7 @@ func softmaxRow[T Float](p, l []T) float64 {
 
 // d loss / d logits = g·(softmax − onehot(target)) / count on kept rows.
 func (o *crossEntropyOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	shapes := [][]int{{o.n, o.v}, {o.n}}
 	return fusedBackward(&o.opBase, []*G.Node{grad}, shapes, func(in, grads [][]T) error {
 		dl := grads[0]

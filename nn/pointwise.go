@@ -4,6 +4,8 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
 )
 
 // pointwiseOp is an elementwise op of same-shaped inputs: SwiGLU's
@@ -45,6 +47,7 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 }
 
 func (o *pointwiseOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	shapes := make([][]int, o.arity)
 	for i := range shapes {
 		shapes[i] = o.shape
@@ -126,15 +129,27 @@ func (b *Builder) AddScaled(x, y *G.Node, s float64) *G.Node {
 	return b.apply(addScaled[float32](base, shape, s), x, y)
 }
 
+// In a low precision the scaled branch is rounded before the sum, as
+// PEFT's result + lora_B(...)·scaling rounds the bf16 product; the sum is
+// rounded as every output is.
 func addScaled[T Float](base opBase, shape []int, scale float64) *pointwiseOp[T] {
-	s := T(scale)
-	return &pointwiseOp[T]{opBase: base, shape: shape, arity: 2, buf: newBuffer[T](shape...),
-		fwd: func(y []T, in [][]T) {
+	s, f := T(scale), base.out
+	fwd := func(y []T, in [][]T) {
+		a, b := in[0], in[1]
+		for i := range y {
+			y[i] = a[i] + s*b[i]
+		}
+	}
+	if f != amp.FP32 && scale != 1 {
+		fwd = func(y []T, in [][]T) {
 			a, b := in[0], in[1]
 			for i := range y {
-				y[i] = a[i] + s*b[i]
+				y[i] = a[i] + T(f.Round(float32(s*b[i])))
 			}
-		},
+		}
+	}
+	return &pointwiseOp[T]{opBase: base, shape: shape, arity: 2, buf: newBuffer[T](shape...),
+		fwd: fwd,
 		bwd: func(in, grads [][]T) {
 			g := in[2]
 			if grads[0] != nil {

@@ -70,6 +70,7 @@ func meanSquare[T Float](x []T) float64 {
 }
 
 func (o *rmsNormOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	shapes := [][]int{{o.n, o.d}, {o.d}}
 	return fusedBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], grad}, shapes, o.backward), nil
 }

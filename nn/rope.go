@@ -121,6 +121,7 @@ func (o *ropeOp[T]) rotate(y, x []T, sign T) {
 
 // The rotation is orthogonal, so its gradient is the inverse rotation.
 func (o *ropeOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+	grad = gradIn(&o.opBase, grad)
 	return fusedBackward(&o.opBase, []*G.Node{grad}, [][]int{o.shape}, func(in, grads [][]T) error {
 		o.rotate(grads[0], in[0], -1)
 		return nil

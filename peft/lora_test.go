@@ -170,7 +170,7 @@ func TestLoRAGradients(t *testing.T) {
 		bt := build(t, m, l, tensor.Float64)
 		bt.b.Eng.NoiseKey = 4242
 		params := adapterNodes(l, bt.nodes)
-		worst := nntest.GradCheck(t, bt.b.G, bt.g.Loss, params, 1e-6)
+		worst := nntest.GradCheck(t, bt.b.G, bt.g.Loss, params, 1e-8)
 		t.Logf("%s: %d adapter tensors, worst relative error %.2g", c, len(params), worst)
 	}
 }

@@ -102,20 +102,24 @@ func TestDoRAMatchesPyTorch(t *testing.T) {
 	if err := vm.RunAll(); err != nil {
 		t.Fatal(err)
 	}
-	if e := relErr(g.Logits.Value().Data().([]float64), f64s(t, exp, "logits")); e > 1e-12 {
-		t.Errorf("logits: relative error %.2g", e)
+	// 1e-14: what the README states (measured: logits 8.0e-16, loss 0,
+	// gradients 3.8e-15).
+	const tol = 1e-14
+	el := relErr(g.Logits.Value().Data().([]float64), f64s(t, exp, "logits"))
+	if el > tol {
+		t.Errorf("logits: relative error %.2g", el)
 	}
 	loss, want := g.Loss.Value().Data().(float64), f64s(t, exp, "loss")[0]
-	if math.Abs(loss-want) > 1e-12*want {
+	if math.Abs(loss-want) > tol*want {
 		t.Errorf("loss %.15g, PyTorch %.15g", loss, want)
 	}
 	var worst float64
 	for i, n := range names {
 		e := relErr(grads[i].Value().Data().([]float64), f64s(t, exp, "grad."+n))
 		worst = max(worst, e)
-		if e > 1e-10 {
+		if e > tol {
 			t.Errorf("gradient of %s: relative error %.2g", n, e)
 		}
 	}
-	t.Logf("loss %.12f (PyTorch %.12f); %d adapter gradients, worst relative error %.2g", loss, want, len(names), worst)
+	t.Logf("logits %.3g; loss %.12f (PyTorch %.12f, relative %.3g); %d adapter gradients, worst relative error %.3g", el, loss, want, math.Abs(loss-want)/want, len(names), worst)
 }
