@@ -3,7 +3,12 @@ package train
 import (
 	"fmt"
 	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
 	"runtime"
+	"sync"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -16,6 +21,7 @@ import (
 	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/peft"
+	"github.com/schollz/progressbar/v3"
 )
 
 // Small functions that build each component from the recipe, and build,
@@ -28,6 +34,8 @@ type components struct {
 	eng         *nn.Engine
 	format      data.Format // how rows become tokens: tokenizer, chat template, loss mask
 	tok         data.Tokenizer
+	stop        []int // ids that end a generation
+	rows        *rowReader
 	model       *model.Model
 	lora        *peft.LoRA // nil for full fine-tuning
 	params      []*optim.Param
@@ -49,9 +57,8 @@ type components struct {
 // (datasets, the task file, the model, a from: adapter), and the run's
 // memory estimated against the machine's, so that bad input is reported
 // before a run directory exists.
-func build(r *Recipe, choice *DeviceChoice) (*components, error) {
-	c := &components{device: choice, format: data.ByteFormat()}
-	c.format.VocabSize = r.Base.VocabSize
+func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
+	c := &components{device: choice, format: r.text.Format, stop: r.text.Stop}
 	c.tok = c.format.Tok
 	sel := choice.Selection
 	c.policy = r.policyFor(sel.Precision)
@@ -59,7 +66,8 @@ func build(r *Recipe, choice *DeviceChoice) (*components, error) {
 	if c.eng, err = openEngine(r.Compute); err != nil {
 		return nil, err
 	}
-	trainEx, valEx, err := datasets(r, c.format)
+	c.rows = &rowReader{cache: r.Data.Cache, out: opt.Out, progress: opt.Progress}
+	trainEx, valEx, err := datasets(r, c.format, c.rows)
 	if err != nil {
 		return nil, inputError(err)
 	}
@@ -203,19 +211,69 @@ func loadModel(r *Recipe) (*model.Model, error) {
 
 // datasets tokenizes the training rows and the validation rows (a file,
 // or a seeded split of the training rows).
-func datasets(r *Recipe, f data.Format) (trainEx, valEx []data.Example, err error) {
-	trainEx, err = data.LoadJSONL(r.Data.Train, f)
+func datasets(r *Recipe, f data.Format, rd *rowReader) (trainEx, valEx []data.Example, err error) {
+	trainEx, err = rd.load(r.Data.Train, f)
 	if err != nil {
 		return nil, nil, err
 	}
 	if r.Data.Validation != "" {
-		valEx, err = data.LoadJSONL(r.Data.Validation, f)
+		valEx, err = rd.load(r.Data.Validation, f)
 		return trainEx, valEx, err
 	}
 	if r.Data.ValidationSplit == 0 {
 		return trainEx, nil, nil
 	}
 	return data.Split(trainEx, r.Data.ValidationSplit, r.Seed)
+}
+
+// rowReader reads JSONL datasets: a large file is tokenized on every core
+// with a progress bar on a terminal, and, with cache on, its tokens are
+// kept on disk for the next run (or --resume) of the same data, tokenizer
+// and template.
+type rowReader struct {
+	cache    bool
+	out      io.Writer
+	progress bool
+	hits     []string // files whose tokens came from the cache
+}
+
+// Sizes above which a file's tokens are cached, and a progress bar shown:
+// smaller files tokenize in well under a second.
+const (
+	cacheMinBytes    = 1 << 20
+	progressMinBytes = 8 << 20
+)
+
+func (rd *rowReader) load(path string, f data.Format) ([]data.Example, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	var opt data.LoadOptions
+	if rd.progress && st.Size() >= progressMinBytes {
+		bar := progressbar.NewOptions64(st.Size(), progressbar.OptionSetWriter(rd.out), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetDescription("tokenizing "+filepath.Base(path)), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		var mu sync.Mutex
+		opt.Progress = func(done, _ int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			bar.Set64(max(done, bar.State().CurrentNum))
+		}
+		defer bar.Finish()
+	}
+	if !rd.cache || st.Size() < cacheMinBytes {
+		return data.Load(path, f, opt)
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return data.Load(path, f, opt)
+	}
+	ex, hit, err := data.Cache{Dir: filepath.Join(dir, "mixtune", "tokens")}.Load(path, f, opt)
+	if hit {
+		rd.hits = append(rd.hits, path)
+	}
+	return ex, err
 }
 
 func newLoader(ex []data.Example, d DataConfig, batch int, shuffle bool, seed uint64, tok data.Tokenizer) (*data.Loader, error) {

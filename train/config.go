@@ -115,16 +115,43 @@ func (a *Architecture) SetDefaults() {
 		MaxPositionEmbeddings: 256, RMSNormEps: 1e-5, RopeTheta: 10000, InitializerRange: 0.02}
 }
 
-// DataConfig says what to train and validate on.
+// DataConfig says what to train and validate on, and how its text
+// becomes tokens.
 type DataConfig struct {
-	Train           string    `yaml:"train"`
-	Validation      string    `yaml:"validation"`
-	ValidationSplit float64   `yaml:"validation_split"`
-	SeqLen          int       `yaml:"seq_len"`
-	Mode            data.Mode `yaml:"mode"`
-	Shuffle         bool      `yaml:"shuffle"`
-	Tokenizer       string    `yaml:"tokenizer"`
+	Train           string       `yaml:"train"`
+	Validation      string       `yaml:"validation"`
+	ValidationSplit float64      `yaml:"validation_split"`
+	SeqLen          int          `yaml:"seq_len"`
+	Mode            data.Mode    `yaml:"mode"`
+	Shuffle         bool         `yaml:"shuffle"`
+	Tokenizer       string       `yaml:"tokenizer"`
+	ChatTemplate    string       `yaml:"chat_template"`
+	LossOn          data.LossOn  `yaml:"loss_on"`
+	PromptFormat    PromptFormat `yaml:"prompt_format"`
+	Cache           bool         `yaml:"cache"`
 }
+
+// PromptFormat says how Alpaca rows are rendered: through the chat
+// template (chat), or with the Stanford Alpaca prompt (alpaca).
+type PromptFormat string
+
+const (
+	PromptChat   PromptFormat = "chat"
+	PromptAlpaca PromptFormat = "alpaca"
+)
+
+// UnmarshalText reads chat or alpaca.
+func (p *PromptFormat) UnmarshalText(b []byte) error {
+	switch s := PromptFormat(b); s {
+	case PromptChat, PromptAlpaca:
+		*p = s
+		return nil
+	}
+	return fmt.Errorf("must be chat or alpaca, got %q", b)
+}
+
+// MarshalText writes chat or alpaca.
+func (p PromptFormat) MarshalText() ([]byte, error) { return []byte(p), nil }
 
 // LoopConfig shapes the training loop.
 type LoopConfig struct {
@@ -200,7 +227,8 @@ func Defaults() Config {
 		Name: "run", Seed: 0, OutputDir: "runs", Precision: amp.FP32, DevicePolicy: device.PolicyTotal, AllowCPUFallback: true,
 		AMP:   AMPConfig{LossScaling: amp.ScalingAuto, InitScale: 65536, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2000},
 		Model: ModelConfig{Init: InitPretrained, SaveDtype: amp.BF16, BaseDtype: amp.FP32},
-		Data:  DataConfig{ValidationSplit: 0.05, SeqLen: 128, Mode: data.Pad, Shuffle: true, Tokenizer: "byte"},
+		Data: DataConfig{ValidationSplit: 0.05, SeqLen: 128, Mode: data.Pad, Shuffle: true, Tokenizer: "auto",
+			LossOn: data.LossAssistant, PromptFormat: PromptChat, Cache: true},
 		Adapter: AdapterConfig{Type: LoRA, R: 8, Alpha: 16,
 			TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj"}},
 		Train:     LoopConfig{Steps: 100, BatchSize: 8, GradAccum: 1, EvalEvery: 50, LogEvery: 10, CheckpointEvery: 0, KeepCheckpoints: 3},
@@ -224,6 +252,9 @@ type Recipe struct {
 	// Warnings are legal choices a user should hear about (an adapter
 	// rank above what a module can use); a run prints them at its start.
 	Warnings []string
+	// text is how the data's text becomes tokens: the tokenizer and chat
+	// template the data section chooses, resolved once.
+	text *Text
 }
 
 // Load reads and validates a config file with --set overrides applied.
@@ -414,9 +445,7 @@ func (r *Recipe) validateModel(bad func(field, format string, args ...any)) {
 // anything.
 func (r *Recipe) validateData(errs *yamlconf.Errors, bad func(field, format string, args ...any)) {
 	d := r.Data
-	if d.Tokenizer != "byte" {
-		bad("data.tokenizer", "must be byte (the only tokenizer so far), got %q", d.Tokenizer)
-	}
+	r.validateText(bad)
 	if d.Train == "" {
 		bad("data.train", "required: a JSONL file of training rows")
 	} else {
@@ -432,8 +461,33 @@ func (r *Recipe) validateData(errs *yamlconf.Errors, bad func(field, format stri
 	} else if r.Base.MaxPositionEmbeddings > 0 && d.SeqLen > r.Base.MaxPositionEmbeddings {
 		bad("data.seq_len", "%d exceeds the model's max_position_embeddings (%d)", d.SeqLen, r.Base.MaxPositionEmbeddings)
 	}
-	if tv := data.NewByteTokenizer().VocabSize(); r.Base.VocabSize > 0 && r.Base.VocabSize < tv {
-		bad("model.path", "the model's vocabulary (%d) is smaller than the byte tokenizer's (%d)", r.Base.VocabSize, tv)
+}
+
+// validateText resolves the tokenizer and the chat template, each error at
+// its field.
+func (r *Recipe) validateText(bad func(field, format string, args ...any)) {
+	d := r.Data
+	dir := r.Model.Path
+	if r.Model.Init == InitRandom {
+		dir = ""
+	}
+	tc := TextConfig{Tokenizer: d.Tokenizer, ChatTemplate: d.ChatTemplate, LossOn: d.LossOn, Alpaca: d.PromptFormat == PromptAlpaca}
+	if _, err := resolveTokenizer(dir, tc.Tokenizer); err != nil {
+		bad("data.tokenizer", "%v", err)
+		return
+	}
+	if _, _, err := templateSource(tc.ChatTemplate); err != nil {
+		bad("data.chat_template", "%v", err)
+		return
+	}
+	t, err := loadText(dir, r.Base.VocabSize, tc)
+	switch {
+	case err == nil:
+		r.text = t
+	case strings.Contains(err.Error(), "vocabulary"):
+		bad("model.path", "%v", err)
+	default:
+		bad("data.chat_template", "%v", err)
 	}
 }
 

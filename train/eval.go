@@ -78,10 +78,14 @@ func loadTask(path string, f data.Format, limit int) (*taskSet, error) {
 	return ts, nil
 }
 
-// accuracy generates a greedy answer to each prompt and counts exact
-// matches of the decoded text.
-func (ts *taskSet) accuracy(m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, maxNew int) (TaskReport, error) {
-	outs, err := model.NewDecoder(m, weights, be).Generate(ts.prompts, maxNew, model.Sampling{})
+// accuracy generates a greedy answer to each prompt, up to a stop id, and
+// counts exact matches of the decoded text.
+func (ts *taskSet) accuracy(m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, stop []int, maxNew int) (TaskReport, error) {
+	d := model.NewDecoder(m, weights, be)
+	if len(stop) > 0 {
+		d.Stop = stop
+	}
+	outs, err := d.Generate(ts.prompts, maxNew, model.Sampling{})
 	if err != nil {
 		return TaskReport{}, err
 	}
@@ -107,6 +111,7 @@ type EvalConfig struct {
 	Model, Adapter, Data string
 	SeqLen, BatchSize    int
 	Mode                 data.Mode
+	Text                 TextConfig // the recipe's tokenizer, chat template and loss mode
 	BLAS                 blas.Kind
 	Threads              int
 }
@@ -125,10 +130,12 @@ func Eval(c EvalConfig) (LossReport, error) {
 	if c.SeqLen > m.Config.MaxPositionEmbeddings {
 		return LossReport{}, inputError(fmt.Errorf("--seq-len %d exceeds the model's max_position_embeddings (%d)", c.SeqLen, m.Config.MaxPositionEmbeddings))
 	}
-	f := data.ByteFormat()
-	f.VocabSize = m.Config.VocabSize
-	tok := f.Tok
-	ex, err := data.LoadJSONL(c.Data, f)
+	text, err := loadText(c.Model, m.Config.VocabSize, c.Text)
+	if err != nil {
+		return LossReport{}, inputError(err)
+	}
+	tok := text.Format.Tok
+	ex, err := data.LoadJSONL(c.Data, text.Format)
 	if err != nil {
 		return LossReport{}, inputError(err)
 	}
@@ -157,12 +164,19 @@ func Eval(c EvalConfig) (LossReport, error) {
 // GenerateConfig is `mixtune generate`.
 type GenerateConfig struct {
 	Model, Adapter, Prompt string
-	MaxNewTokens           int
-	Sampling               model.Sampling
-	BLAS                   blas.Kind
+	// Chat sends Prompt as a user turn through the chat template, with the
+	// generation prompt, instead of continuing it as text.
+	Chat         bool
+	System       string // with Chat: a system turn first
+	Text         TextConfig
+	MaxNewTokens int
+	Sampling     model.Sampling
+	BLAS         blas.Kind
 }
 
-// Generate continues a prompt and returns the new text.
+// Generate continues a prompt, or answers it as a chat model, and returns
+// the new text. Generation stops at any of the model's end-of-sequence
+// ids.
 func Generate(c GenerateConfig) (string, error) {
 	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS})
 	if err != nil {
@@ -172,16 +186,25 @@ func Generate(c GenerateConfig) (string, error) {
 	if err != nil {
 		return "", inputError(err)
 	}
+	text, err := loadText(c.Model, m.Config.VocabSize, c.Text)
+	if err != nil {
+		return "", inputError(err)
+	}
+	prompt, err := text.prompt(c.Prompt, c.System, c.Chat)
+	if err != nil {
+		return "", inputError(err)
+	}
 	w, err := mergedWeights(m, lora)
 	if err != nil {
 		return "", err
 	}
-	tok := data.NewByteTokenizer()
-	ids, _ := tok.Encode(c.Prompt)
-	prompt := append([]int{tok.BOS()}, ids...)
-	out, err := model.NewDecoder(m, w, eng.BLAS).Generate([][]int{prompt}, c.MaxNewTokens, c.Sampling)
+	d := model.NewDecoder(m, w, eng.BLAS)
+	if len(text.Stop) > 0 {
+		d.Stop = text.Stop
+	}
+	out, err := d.Generate([][]int{prompt}, c.MaxNewTokens, c.Sampling)
 	if err != nil {
 		return "", err
 	}
-	return tok.Decode(out[0]), nil
+	return text.Format.Tok.Decode(out[0]), nil
 }

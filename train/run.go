@@ -139,7 +139,7 @@ func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 			return nil, err
 		}
 	}
-	parts, err := build(r, choice)
+	parts, err := build(r, choice, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +298,12 @@ func (s *session) printHeader() {
 	st := p.trainLoader.Stats()
 	fmt.Fprintf(out, "data: %d train examples (%d truncated), %d validation · seq_len %d · batch %d×%d · %s\n",
 		st.Examples, st.Truncated, p.valExamples, r.Data.SeqLen, p.batch, r.Train.GradAccum, r.Data.Mode)
+	for _, f := range p.rows.hits {
+		fmt.Fprintf(out, "data: %s: tokens from the cache\n", f)
+	}
+	if p.format.Chat != nil {
+		fmt.Fprintf(out, "chat template: %s · loss on %s\n", r.text.TemplateName, p.format.LossOn)
+	}
 	fmt.Fprintf(out, "run: %s\n", s.dir)
 	if s.ck != nil {
 		fmt.Fprintf(out, "resuming from %s (step %d of %d)\n", s.ck.Dir, s.step, r.Train.Steps)
@@ -577,7 +583,7 @@ func (s *session) taskAccuracy() (TaskReport, error) {
 	if err != nil {
 		return TaskReport{}, err
 	}
-	return p.task.accuracy(p.model, w, p.eng.BLAS, p.tok, s.r.Task.MaxNewTokens)
+	return p.task.accuracy(p.model, w, p.eng.BLAS, p.tok, p.stop, s.r.Task.MaxNewTokens)
 }
 
 // writeReports refreshes metrics.csv and the plots from metrics.jsonl. A

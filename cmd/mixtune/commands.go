@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -20,6 +21,8 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.SeqLen, "seq-len", 128, "sequence length (use the recipe's data.seq_len to match its validation)")
 	fs.IntVar(&c.BatchSize, "batch-size", 8, "rows per batch (the recipe's train.batch_size)")
 	fs.TextVar(&c.Mode, "mode", data.Pad, "pad (one row per example) or pack (the recipe's data.mode)")
+	textFlags(fs, &c.Text)
+	fs.TextVar(&c.Text.LossOn, "loss-on", data.LossAssistant, "conversations: assistant, last_turn or all (the recipe's data.loss_on)")
 	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, native or gonum")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if err := parse(fs, args); err != nil {
@@ -47,7 +50,10 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	var c train.GenerateConfig
 	fs.StringVar(&c.Model, "model", "", "base model directory (HF layout)")
 	fs.StringVar(&c.Adapter, "adapter", "", "PEFT LoRA adapter directory (optional)")
-	fs.StringVar(&c.Prompt, "prompt", "", "text to continue")
+	fs.StringVar(&c.Prompt, "prompt", "", "text to continue (with --chat: the user's message)")
+	fs.BoolVar(&c.Chat, "chat", false, "send the prompt as a user turn through the chat template, with the generation prompt")
+	fs.StringVar(&c.System, "system", "", "with --chat: a system message first")
+	textFlags(fs, &c.Text)
 	fs.IntVar(&c.MaxNewTokens, "max-new-tokens", 64, "stop after this many tokens (or at end of sequence)")
 	fs.Float64Var(&c.Sampling.Temperature, "temperature", 0, "0: greedy; otherwise sample from softmax(logits/temperature)")
 	fs.IntVar(&c.Sampling.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
@@ -71,6 +77,12 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, out)
 	return nil
+}
+
+// textFlags are the recipe's data.tokenizer and data.chat_template.
+func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
+	fs.StringVar(&c.Tokenizer, "tokenizer", "auto", "auto (the model's tokenizer.json, else bytes), byte, or a tokenizer.json path")
+	fs.StringVar(&c.ChatTemplate, "chat-template", "", "a built-in chat template (chatml, llama3, qwen3, ...) or a template; default: the model's own")
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
