@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,8 +17,57 @@ import (
 	"github.com/mixtune/mixtune/internal/atomicfile"
 )
 
-// Config is the subset of HF's LlamaConfig that defines the computation.
+// Families mixtune computes exactly as transformers does: llama (with
+// rope_scaling linear or llama3, attention_bias, mlp_bias), mistral (llama
+// with a sliding attention window), qwen2 (biases on q, k and v) and qwen3
+// (per-head RMSNorm of q and k, an explicit head_dim).
+const (
+	Llama   = "llama"
+	Mistral = "mistral"
+	Qwen2   = "qwen2"
+	Qwen3   = "qwen3"
+)
+
+// architectureOf is the transformers class of each family.
+func architectureOf(family string) string {
+	switch family {
+	case Mistral:
+		return "MistralForCausalLM"
+	case Qwen2:
+		return "Qwen2ForCausalLM"
+	case Qwen3:
+		return "Qwen3ForCausalLM"
+	}
+	return "LlamaForCausalLM"
+}
+
+// RopeScaling is config.json's rope_scaling: how the rotary frequencies
+// are stretched for long contexts. Type is linear or llama3.
+type RopeScaling struct {
+	Type                          string
+	Factor                        float64
+	LowFreqFactor, HighFreqFactor float64 // llama3
+	OriginalMaxPositionEmbeddings int     // llama3
+}
+
+// Config is the subset of HF's model configs that defines the computation.
 type Config struct {
+	// Family is the model_type: llama, mistral, qwen2 or qwen3.
+	Family string `json:"-"`
+	// AttentionBias puts biases on q, k, v and o (llama's and qwen3's
+	// attention_bias); qwen2 always has them on q, k and v only.
+	AttentionBias bool `json:"-"`
+	MLPBias       bool `json:"-"`
+	// QKNorm is qwen3's RMSNorm of each head of q and k (q_norm, k_norm).
+	QKNorm bool `json:"-"`
+	// SlidingWindow > 0 lets a token attend to itself and the
+	// SlidingWindow−1 tokens before it (mistral).
+	SlidingWindow int          `json:"-"`
+	RopeScaling   *RopeScaling `json:"-"`
+	// Raw is config.json as read, so that a model written back keeps every
+	// field of its family (transformers reads them) with the dtype updated.
+	Raw json.RawMessage `json:"-"`
+
 	VocabSize             int     `json:"vocab_size"`
 	HiddenSize            int     `json:"hidden_size"`
 	IntermediateSize      int     `json:"intermediate_size"`
@@ -40,18 +90,32 @@ type Config struct {
 // checks it can honour, and token ids that may be lists.
 type hfConfig struct {
 	Config
-	Architectures  []string        `json:"architectures"`
-	ModelType      string          `json:"model_type"`
-	HiddenAct      string          `json:"hidden_act"`
-	AttentionBias  bool            `json:"attention_bias"`
-	MLPBias        bool            `json:"mlp_bias"`
-	RopeScaling    json.RawMessage `json:"rope_scaling"`
-	EOS            json.RawMessage `json:"eos_token_id"`
-	BOS            json.RawMessage `json:"bos_token_id"`
-	Pad            json.RawMessage `json:"pad_token_id"`
-	TransformersV  string          `json:"transformers_version,omitempty"`
-	SlidingWindow  json.RawMessage `json:"sliding_window"`
-	NumKeyValueRaw json.RawMessage `json:"num_key_value_heads"`
+	Architectures    []string        `json:"architectures"`
+	ModelType        string          `json:"model_type"`
+	HiddenAct        string          `json:"hidden_act"`
+	AttentionBias    bool            `json:"attention_bias"`
+	MLPBias          bool            `json:"mlp_bias"`
+	AttentionDropout float64         `json:"attention_dropout"`
+	RopeScaling      json.RawMessage `json:"rope_scaling"`
+	EOS              json.RawMessage `json:"eos_token_id"`
+	BOS              json.RawMessage `json:"bos_token_id"`
+	Pad              json.RawMessage `json:"pad_token_id"`
+	TransformersV    string          `json:"transformers_version,omitempty"`
+	SlidingWindow    json.RawMessage `json:"sliding_window"`
+	UseSlidingWindow bool            `json:"use_sliding_window"`
+	LayerTypes       []string        `json:"layer_types"`
+	NumKeyValueRaw   json.RawMessage `json:"num_key_value_heads"`
+}
+
+// Bias reports whether linear module short (q_proj, ..., down_proj) has a bias.
+func (c Config) Bias(short string) bool {
+	switch short {
+	case "q_proj", "k_proj", "v_proj":
+		return c.AttentionBias || c.Family == Qwen2
+	case "o_proj":
+		return c.AttentionBias
+	}
+	return c.MLPBias
 }
 
 // HeadDimension is head_dim, or hidden_size/num_attention_heads when unset.
@@ -134,17 +198,9 @@ func ParseConfig(b []byte) (Config, error) {
 		return Config{}, fmt.Errorf("invalid JSON: %w", err)
 	}
 	c := hc.Config
-	if hc.ModelType != "" && hc.ModelType != "llama" {
-		return c, fmt.Errorf("model_type %q is not supported (mixtune trains the llama architecture)", hc.ModelType)
-	}
-	if hc.HiddenAct != "silu" {
-		return c, fmt.Errorf("hidden_act %q is not supported (the Llama MLP uses silu)", hc.HiddenAct)
-	}
-	if hc.AttentionBias || hc.MLPBias {
-		return c, errors.New("attention_bias and mlp_bias are not supported")
-	}
-	if s := bytes.TrimSpace(hc.RopeScaling); len(s) > 0 && !bytes.Equal(s, []byte("null")) {
-		return c, fmt.Errorf("rope_scaling %s is not supported: mixtune computes plain rotary embeddings", s)
+	c.Raw = append(json.RawMessage(nil), b...)
+	if err := hc.family(&c); err != nil {
+		return c, err
 	}
 	var err error
 	if c.BOSTokenID, err = firstID("bos_token_id", hc.BOS); err != nil {
@@ -167,6 +223,139 @@ func ParseConfig(b []byte) (Config, error) {
 	return c, c.Validate()
 }
 
+// family reads model_type and the features of its family, refusing what
+// mixtune would compute differently from transformers.
+func (hc *hfConfig) family(c *Config) error {
+	switch hc.ModelType {
+	case "", Llama:
+		c.Family = Llama
+	case Mistral, Qwen2, Qwen3:
+		c.Family = hc.ModelType
+	default:
+		return fmt.Errorf("model_type %q is not supported (mixtune trains llama, mistral, qwen2 and qwen3)", hc.ModelType)
+	}
+	if hc.HiddenAct != "silu" {
+		return fmt.Errorf("hidden_act %q is not supported (these families use silu)", hc.HiddenAct)
+	}
+	if hc.AttentionDropout != 0 {
+		return fmt.Errorf("attention_dropout %g is not supported: mixtune trains without dropout in attention", hc.AttentionDropout)
+	}
+	switch c.Family {
+	case Llama:
+		c.AttentionBias, c.MLPBias = hc.AttentionBias, hc.MLPBias
+	case Qwen3:
+		c.AttentionBias, c.QKNorm = hc.AttentionBias, true
+	case Mistral, Qwen2:
+		if hc.AttentionBias || hc.MLPBias {
+			return fmt.Errorf("attention_bias and mlp_bias are not part of %s", c.Family)
+		}
+	}
+	if hc.MLPBias && c.Family != Llama {
+		return fmt.Errorf("mlp_bias is not part of %s", c.Family)
+	}
+	window, err := optionalInt("sliding_window", hc.SlidingWindow)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Family == Mistral:
+		c.SlidingWindow = window
+	case hc.UseSlidingWindow:
+		return fmt.Errorf("use_sliding_window true is not supported for %s (the published models set it false)", c.Family)
+	}
+	for i, t := range hc.LayerTypes {
+		if t != "full_attention" && !(t == "sliding_attention" && c.Family == Mistral) {
+			return fmt.Errorf("layer_types[%d] is %q: only full_attention layers are supported", i, t)
+		}
+	}
+	rs, err := parseRopeScaling(hc.RopeScaling)
+	if err != nil {
+		return err
+	}
+	c.RopeScaling = rs
+	return nil
+}
+
+// parseRopeScaling reads rope_scaling: null, or an object whose rope_type
+// (or older type) is default, linear (factor) or llama3 (factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings).
+func parseRopeScaling(raw json.RawMessage) (*RopeScaling, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("rope_scaling must be an object or null, got %s", raw)
+	}
+	var kind string
+	for _, k := range []string{"rope_type", "type"} {
+		if v, ok := m[k]; ok {
+			if err := json.Unmarshal(v, &kind); err != nil {
+				return nil, fmt.Errorf("rope_scaling.%s must be a string, got %s", k, v)
+			}
+			break
+		}
+	}
+	num := func(key string) (float64, error) {
+		v, ok := m[key]
+		if !ok {
+			return 0, fmt.Errorf("rope_scaling of type %s needs %s", kind, key)
+		}
+		var f float64
+		if err := json.Unmarshal(v, &f); err != nil || !(f > 0) || math.IsInf(f, 0) {
+			return 0, fmt.Errorf("rope_scaling.%s must be a positive number, got %s", key, v)
+		}
+		return f, nil
+	}
+	switch kind {
+	case "default":
+		return nil, nil
+	case "linear":
+		f, err := num("factor")
+		if err != nil {
+			return nil, err
+		}
+		return &RopeScaling{Type: kind, Factor: f}, nil
+	case "llama3":
+		rs := &RopeScaling{Type: kind}
+		var err error
+		var orig float64
+		for _, p := range []struct {
+			key string
+			dst *float64
+		}{{"factor", &rs.Factor}, {"low_freq_factor", &rs.LowFreqFactor}, {"high_freq_factor", &rs.HighFreqFactor}, {"original_max_position_embeddings", &orig}} {
+			if *p.dst, err = num(p.key); err != nil {
+				return nil, err
+			}
+		}
+		if orig != math.Trunc(orig) {
+			return nil, fmt.Errorf("rope_scaling.original_max_position_embeddings must be an integer, got %g", orig)
+		}
+		rs.OriginalMaxPositionEmbeddings = int(orig)
+		if rs.HighFreqFactor <= rs.LowFreqFactor {
+			return nil, fmt.Errorf("rope_scaling.high_freq_factor (%g) must be greater than low_freq_factor (%g)", rs.HighFreqFactor, rs.LowFreqFactor)
+		}
+		return rs, nil
+	case "":
+		return nil, fmt.Errorf("rope_scaling %s has no rope_type", raw)
+	}
+	return nil, fmt.Errorf("rope_scaling of type %q is not supported (mixtune computes linear and llama3 scaling exactly as transformers; dynamic, yarn and longrope it refuses rather than approximate)", kind)
+}
+
+// optionalInt reads a field that may be an integer or null (0).
+func optionalInt(field string, raw json.RawMessage) (int, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return 0, nil
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err != nil || n < 0 {
+		return 0, fmt.Errorf("%s must be a positive integer or null, got %s", field, raw)
+	}
+	return n, nil
+}
+
 // firstID reads a token id that HF may write as a number, a list (the
 // first is used) or null (-1).
 func firstID(field string, raw json.RawMessage) (int, error) {
@@ -186,22 +375,36 @@ func firstID(field string, raw json.RawMessage) (int, error) {
 }
 
 // WriteConfig writes dir/config.json in HF's form, with torch_dtype naming
-// the dtype the weights are stored in.
+// the dtype the weights are stored in. A config read from a file is
+// written back as it was, every field of its family kept (keys sorted, as
+// transformers writes them), with torch_dtype updated; a random
+// initialization's is a Llama config.
 func WriteConfig(dir string, c Config, torchDtype string) error {
-	c.TorchDtype = torchDtype
-	out := struct {
-		Architectures []string `json:"architectures"`
-		ModelType     string   `json:"model_type"`
-		HiddenAct     string   `json:"hidden_act"`
-		AttentionBias bool     `json:"attention_bias"`
-		MLPBias       bool     `json:"mlp_bias"`
-		RopeScaling   any      `json:"rope_scaling"`
-		Config
-	}{[]string{"LlamaForCausalLM"}, "llama", "silu", false, false, nil, c}
-	if c.HeadDim == 0 {
-		out.Config.HeadDim = c.HeadDimension()
+	var b []byte
+	var err error
+	if len(c.Raw) > 0 {
+		var m map[string]any
+		if err := json.Unmarshal(c.Raw, &m); err != nil {
+			return fmt.Errorf("write config: %w", err)
+		}
+		m["torch_dtype"] = torchDtype
+		b, err = json.MarshalIndent(m, "", "  ")
+	} else {
+		c.TorchDtype = torchDtype
+		out := struct {
+			Architectures []string `json:"architectures"`
+			ModelType     string   `json:"model_type"`
+			HiddenAct     string   `json:"hidden_act"`
+			AttentionBias bool     `json:"attention_bias"`
+			MLPBias       bool     `json:"mlp_bias"`
+			RopeScaling   any      `json:"rope_scaling"`
+			Config
+		}{[]string{architectureOf(Llama)}, Llama, "silu", false, false, nil, c}
+		if c.HeadDim == 0 {
+			out.Config.HeadDim = c.HeadDimension()
+		}
+		b, err = json.MarshalIndent(out, "", "  ")
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err
 	}

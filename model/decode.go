@@ -15,10 +15,11 @@ import (
 // reads plain fp32 weights (adapters merged in by the caller) and runs the
 // same kernels as the training graph.
 type Decoder struct {
-	cfg  Config
-	w    map[string][]float32
-	be   blas.Backend
-	rope nn.RopeTable[float32]
+	cfg     Config
+	w       map[string][]float32
+	be      blas.Backend
+	invFreq []float32
+	rope    nn.RopeTable[float32] // grown to the longest sequence generated, not max_position_embeddings
 	// Stop are the ids that end a generation (not returned): the config's
 	// eos_token_id, or every end-of-sequence id generation_config.json
 	// lists (Llama 3 ends a turn with <|eot_id|> and a document with
@@ -36,8 +37,7 @@ func NewDecoder(m *Model, w map[string][]float32, be blas.Backend) *Decoder {
 		}
 	}
 	c := m.Config
-	return &Decoder{cfg: c, w: w, be: be, rope: nn.NewRopeTable[float32](c.MaxPositionEmbeddings, c.HeadDimension(), c.RopeTheta),
-		Stop: []int{c.EOSTokenID}}
+	return &Decoder{cfg: c, w: w, be: be, invFreq: c.InvFreq(), Stop: []int{c.EOSTokenID}}
 }
 
 // Sampling chooses the next token: greedy when Temperature is 0, else
@@ -76,6 +76,11 @@ func (d *Decoder) Generate(prompts [][]int, maxNew int, s Sampling) ([][]int, er
 		}
 		seqs[i] = &sequence{tokens: slices.Clone(p), k: make([][]float32, c.NumHiddenLayers), v: make([][]float32, c.NumHiddenLayers)}
 	}
+	longest := 0
+	for _, p := range prompts {
+		longest = max(longest, len(p))
+	}
+	d.ropeFor(min(longest+maxNew, c.MaxPositionEmbeddings))
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
 	out := make([][]int, len(prompts))
 	// prefill: every prompt token; then one token per live sequence
@@ -114,6 +119,14 @@ func (d *Decoder) Generate(prompts [][]int, maxNew int, s Sampling) ([][]int, er
 	return out, nil
 }
 
+// ropeFor makes the rotary table cover n positions: built for the lengths
+// generated, not for a 128k context that one generation never reaches.
+func (d *Decoder) ropeFor(n int) {
+	if len(d.rope.Cos) < n*len(d.invFreq) {
+		d.rope = nn.NewRopeTableFreqs[float32](n, d.invFreq)
+	}
+}
+
 // forward runs the new tokens of every sequence through the model at
 // their positions, appending to the caches, and returns each sequence's
 // logits after its last new token (nil for a sequence with none).
@@ -133,6 +146,11 @@ func (d *Decoder) forward(seqs []*sequence, fresh [][]int) [][]float32 {
 	if n == 0 {
 		return make([][]float32, len(seqs))
 	}
+	add := func(dst, src []float32) {
+		for i := range dst {
+			dst[i] += src[i]
+		}
+	}
 	x := make([]float32, n*D)
 	emb := d.w["model.embed_tokens.weight"]
 	for r, id := range ids {
@@ -143,21 +161,26 @@ func (d *Decoder) forward(seqs []*sequence, fresh [][]int) [][]float32 {
 	att := make([]float32, n*qw)
 	f := c.IntermediateSize
 	g, u := make([]float32, n*f), make([]float32, n*f)
-	linear := func(y, in []float32, name string, out, inF int) {
-		blas.Gemm(d.be, false, true, n, out, inF, 1, in, inF, d.w[name], inF, 0, y, out)
-	}
-	add := func(dst, src []float32) {
-		for i := range dst {
-			dst[i] += src[i]
+	linear := func(y, in []float32, path string, out, inF int) {
+		blas.Gemm(d.be, false, true, n, out, inF, 1, in, inF, d.w[path+".weight"], inF, 0, y, out)
+		if bias, ok := d.w[path+".bias"]; ok {
+			for r := 0; r < n; r++ {
+				add(y[r*out:(r+1)*out], bias)
+			}
 		}
 	}
+	d.ropeFor(slices.Max(pos) + 1)
 	at := func(r int) int { return pos[r] }
 	for l := 0; l < c.NumHiddenLayers; l++ {
 		p := LayerPrefix(l)
 		nn.RMSNormRows(h, x, d.w[p+"input_layernorm.weight"], D, c.RMSNormEps)
-		linear(q, h, ModulePath(l, "q_proj")+".weight", qw, D)
-		linear(k, h, ModulePath(l, "k_proj")+".weight", kw, D)
-		linear(v, h, ModulePath(l, "v_proj")+".weight", kw, D)
+		linear(q, h, ModulePath(l, "q_proj"), qw, D)
+		linear(k, h, ModulePath(l, "k_proj"), kw, D)
+		linear(v, h, ModulePath(l, "v_proj"), kw, D)
+		if c.QKNorm {
+			nn.RMSNormRows(q, q, d.w[p+"self_attn.q_norm.weight"], hd, c.RMSNormEps)
+			nn.RMSNormRows(k, k, d.w[p+"self_attn.k_norm.weight"], hd, c.RMSNormEps)
+		}
 		d.rope.RotateRows(q, c.NumAttentionHeads, at, 1)
 		d.rope.RotateRows(k, c.NumKeyValueHeads, at, 1)
 		for r := 0; r < n; r++ {
@@ -166,13 +189,13 @@ func (d *Decoder) forward(seqs []*sequence, fresh [][]int) [][]float32 {
 			s.v[l] = append(s.v[l], v[r*kw:(r+1)*kw]...)
 		}
 		d.attend(att, q, seqs, owner, pos, l)
-		linear(h, att, ModulePath(l, "o_proj")+".weight", D, qw)
+		linear(h, att, ModulePath(l, "o_proj"), D, qw)
 		add(x, h)
 		nn.RMSNormRows(h, x, d.w[p+"post_attention_layernorm.weight"], D, c.RMSNormEps)
-		linear(g, h, ModulePath(l, "gate_proj")+".weight", f, D)
-		linear(u, h, ModulePath(l, "up_proj")+".weight", f, D)
+		linear(g, h, ModulePath(l, "gate_proj"), f, D)
+		linear(u, h, ModulePath(l, "up_proj"), f, D)
 		nn.SwiGLUInto(g, g, u)
-		blas.Gemm(d.be, false, true, n, D, f, 1, g, f, d.w[ModulePath(l, "down_proj")+".weight"], f, 0, h, D)
+		linear(h, g, ModulePath(l, "down_proj"), D, f)
 		add(x, h)
 	}
 	// logits only for each sequence's last new row
@@ -202,14 +225,21 @@ func (d *Decoder) attend(out, q []float32, seqs []*sequence, owner, pos []int, l
 	qw, kw := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
 	group := c.NumAttentionHeads / c.NumKeyValueHeads
 	scale := 1 / math.Sqrt(float64(hd))
-	scores := make([]float64, c.MaxPositionEmbeddings)
+	var scores []float64
 	for r := range owner {
 		K, V := seqs[owner[r]].k[layer], seqs[owner[r]].v[layer]
+		if len(scores) <= pos[r] {
+			scores = make([]float64, pos[r]+1)
+		}
+		first := 0 // a sliding window sees the window's tokens only
+		if c.SlidingWindow > 0 {
+			first = max(0, pos[r]-c.SlidingWindow+1)
+		}
 		for h := 0; h < c.NumAttentionHeads; h++ {
 			qh := q[r*qw+h*hd : r*qw+(h+1)*hd]
 			kv := (h / group) * hd
 			m := math.Inf(-1)
-			for j := 0; j <= pos[r]; j++ {
+			for j := first; j <= pos[r]; j++ {
 				var dot float64
 				kj := K[j*kw+kv : j*kw+kv+hd]
 				for e := range qh {
@@ -219,13 +249,13 @@ func (d *Decoder) attend(out, q []float32, seqs []*sequence, owner, pos []int, l
 				m = max(m, scores[j])
 			}
 			var z float64
-			for j := 0; j <= pos[r]; j++ {
+			for j := first; j <= pos[r]; j++ {
 				scores[j] = math.Exp(scores[j] - m)
 				z += scores[j]
 			}
 			o := out[r*qw+h*hd : r*qw+(h+1)*hd]
 			clear(o)
-			for j := 0; j <= pos[r]; j++ {
+			for j := first; j <= pos[r]; j++ {
 				wj := float32(scores[j] / z)
 				vj := V[j*kw+kv : j*kw+kv+hd]
 				for e := range o {

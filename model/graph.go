@@ -12,7 +12,7 @@ import (
 // ("model.layers.0.self_attn.q_proj"), x is [N, in] and w the frozen or
 // trainable base weight [out, in]. Adapters supply their own to add a
 // low-rank branch; the default is b.Linear(x, w).
-type LinearFunc func(b *nn.Builder, module string, x, w *G.Node) *G.Node
+type LinearFunc func(b *nn.Builder, module string, x, w, bias *G.Node) *G.Node
 
 // GraphConfig says what to build: the micro-batch shape, which weights
 // train, and how linear modules are computed.
@@ -59,7 +59,7 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	}
 	linear := gc.Linear
 	if linear == nil {
-		linear = func(b *nn.Builder, _ string, x, w *G.Node) *G.Node { return b.Linear(x, w) }
+		linear = func(b *nn.Builder, _ string, x, w, bias *G.Node) *G.Node { return b.LinearBias(x, w, bias) }
 	}
 	g := &Graph{B: b, Params: map[string]*G.Node{}}
 	param := func(name string) *G.Node {
@@ -82,7 +82,8 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 		return nil, fmt.Errorf("build graph: %d positions for %d tokens", len(gc.Positions), n)
 	}
 	attn := nn.AttentionShape{Batch: gc.Batch, SeqLen: gc.SeqLen, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: hd,
-		Positions: gc.Positions}
+		Positions: gc.Positions, Window: c.SlidingWindow}
+	invFreq := c.InvFreq()
 
 	g.IDs = b.IntInput("input_ids", n)
 	g.Targets = b.IntInput("targets", n)
@@ -92,11 +93,20 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 		p := LayerPrefix(i)
 		lin := func(short string, in *G.Node) *G.Node {
 			mod := ModulePath(i, short)
-			return linear(b, mod, in, param(mod+".weight"))
+			var bias *G.Node
+			if c.Bias(short) {
+				bias = param(mod + ".bias")
+			}
+			return linear(b, mod, in, param(mod+".weight"), bias)
 		}
 		h := b.RMSNorm(x, param(p+"input_layernorm.weight"), c.RMSNormEps)
-		q := b.RopeAt(lin("q_proj", h), c.NumAttentionHeads, hd, gc.SeqLen, c.RopeTheta, gc.Positions)
-		k := b.RopeAt(lin("k_proj", h), c.NumKeyValueHeads, hd, gc.SeqLen, c.RopeTheta, gc.Positions)
+		q, k := lin("q_proj", h), lin("k_proj", h)
+		if c.QKNorm { // qwen3: each head of q and k normalized before the rotation
+			q = b.RMSNormHeads(q, param(p+"self_attn.q_norm.weight"), c.NumAttentionHeads, c.RMSNormEps)
+			k = b.RMSNormHeads(k, param(p+"self_attn.k_norm.weight"), c.NumKeyValueHeads, c.RMSNormEps)
+		}
+		q = b.RopeFreqs(q, c.NumAttentionHeads, gc.SeqLen, invFreq, gc.Positions)
+		k = b.RopeFreqs(k, c.NumKeyValueHeads, gc.SeqLen, invFreq, gc.Positions)
 		v := lin("v_proj", h)
 		x = b.Add(x, lin("o_proj", b.Attention(q, k, v, attn)))
 
@@ -108,7 +118,7 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	if !c.TieWordEmbeddings {
 		head = param("lm_head.weight")
 	}
-	g.Logits = linear(b, "lm_head", x, head)
+	g.Logits = linear(b, "lm_head", x, head, nil)
 	g.Loss = b.CrossEntropy(g.Logits, g.Targets)
 	return g, nil
 }

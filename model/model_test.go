@@ -93,9 +93,37 @@ func TestConfigValidation(t *testing.T) {
 	if err := c.Validate(); err == nil || err.Error() != "num_attention_heads (4) must be a multiple of num_key_value_heads (3)" {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := ParseConfig([]byte(`{"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":8,"rope_scaling":{"type":"linear","factor":2}}`)); err == nil ||
-		err.Error() != `rope_scaling {"type":"linear","factor":2} is not supported: mixtune computes plain rotary embeddings` {
-		t.Fatalf("rope_scaling: %v", err)
+	base := `"vocab_size":10,"hidden_size":8,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":64`
+	for _, tc := range []struct{ extra, want string }{
+		{`"model_type":"gemma"`, `model_type "gemma" is not supported (mixtune trains llama, mistral, qwen2 and qwen3)`},
+		{`"hidden_act":"gelu"`, `hidden_act "gelu" is not supported (these families use silu)`},
+		{`"attention_dropout":0.1`, `attention_dropout 0.1 is not supported: mixtune trains without dropout in attention`},
+		{`"model_type":"qwen2","use_sliding_window":true,"sliding_window":4`, `use_sliding_window true is not supported for qwen2 (the published models set it false)`},
+		{`"model_type":"mistral","attention_bias":true`, `attention_bias and mlp_bias are not part of mistral`},
+		{`"model_type":"qwen3","mlp_bias":true`, `mlp_bias is not part of qwen3`},
+		{`"layer_types":["full_attention","sliding_attention"]`, `layer_types[1] is "sliding_attention": only full_attention layers are supported`},
+		{`"rope_scaling":{"rope_type":"yarn","factor":4}`, `rope_scaling of type "yarn" is not supported (mixtune computes linear and llama3 scaling exactly as transformers; dynamic, yarn and longrope it refuses rather than approximate)`},
+		{`"rope_scaling":{"rope_type":"linear"}`, `rope_scaling of type linear needs factor`},
+		{`"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":1,"high_freq_factor":4}`, `rope_scaling of type llama3 needs original_max_position_embeddings`},
+		{`"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1,"original_max_position_embeddings":16}`, `rope_scaling.high_freq_factor (1) must be greater than low_freq_factor (4)`},
+		{`"rope_scaling":{"rope_type":"linear","factor":-2}`, `rope_scaling.factor must be a positive number, got -2`},
+		{`"rope_scaling":{"factor":2}`, `rope_scaling {"factor":2} has no rope_type`},
+		{`"rope_scaling":[1]`, `rope_scaling must be an object or null, got [1]`},
+	} {
+		if _, err := ParseConfig([]byte("{" + base + "," + tc.extra + "}")); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v\nwant %q", tc.extra, err, tc.want)
+		}
+	}
+	for extra, want := range map[string]*RopeScaling{
+		`"rope_scaling":null`: nil,
+		`"rope_scaling":{"rope_type":"default"}`: nil,
+		`"rope_scaling":{"type":"linear","factor":2.0}`: {Type: "linear", Factor: 2},
+		`"rope_scaling":{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}`: {Type: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
+	} {
+		c, err := ParseConfig([]byte("{" + base + "," + extra + "}"))
+		if err != nil || (c.RopeScaling == nil) != (want == nil) || (want != nil && *c.RopeScaling != *want) {
+			t.Errorf("%s: %+v %v", extra, c.RopeScaling, err)
+		}
 	}
 	c2, err := ParseConfig([]byte(`{"vocab_size":10,"hidden_size":8,"intermediate_size":4,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":8,"eos_token_id":[3,4],"bos_token_id":1}`))
 	if err != nil || c2.EOSTokenID != 3 || c2.NumKeyValueHeads != 2 || c2.PadTokenID != -1 || c2.RMSNormEps != 1e-6 {

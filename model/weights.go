@@ -88,17 +88,26 @@ func eachSpec(c Config, f func(Spec) bool) {
 	}
 	for i := 0; i < c.NumHiddenLayers; i++ {
 		p := LayerPrefix(i)
-		for _, s := range []Spec{
-			{p + "input_layernorm.weight", []int{d}},
-			{ModulePath(i, "q_proj") + ".weight", []int{q, d}},
-			{ModulePath(i, "k_proj") + ".weight", []int{kv, d}},
-			{ModulePath(i, "v_proj") + ".weight", []int{kv, d}},
-			{ModulePath(i, "o_proj") + ".weight", []int{d, q}},
-			{p + "post_attention_layernorm.weight", []int{d}},
-			{ModulePath(i, "gate_proj") + ".weight", []int{ff, d}},
-			{ModulePath(i, "up_proj") + ".weight", []int{ff, d}},
-			{ModulePath(i, "down_proj") + ".weight", []int{d, ff}},
-		} {
+		specs := []Spec{{p + "input_layernorm.weight", []int{d}}}
+		lin := func(short string, out, in int) {
+			path := ModulePath(i, short)
+			specs = append(specs, Spec{path + ".weight", []int{out, in}})
+			if c.Bias(short) {
+				specs = append(specs, Spec{path + ".bias", []int{out}})
+			}
+		}
+		lin("q_proj", q, d)
+		lin("k_proj", kv, d)
+		lin("v_proj", kv, d)
+		lin("o_proj", d, q)
+		if c.QKNorm {
+			specs = append(specs, Spec{p + "self_attn.q_norm.weight", []int{hd}}, Spec{p + "self_attn.k_norm.weight", []int{hd}})
+		}
+		specs = append(specs, Spec{p + "post_attention_layernorm.weight", []int{d}})
+		lin("gate_proj", ff, d)
+		lin("up_proj", ff, d)
+		lin("down_proj", d, ff)
+		for _, s := range specs {
 			if !f(s) {
 				return
 			}
@@ -127,11 +136,13 @@ func New(c Config, seed uint64) (*Model, error) {
 	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
 	for _, s := range Specs(c) {
 		t := &Tensor{Shape: s.Shape, Data: make([]float32, numel(s.Shape))}
-		if strings.HasSuffix(s.Name, "norm.weight") {
+		switch {
+		case strings.HasSuffix(s.Name, ".bias"): // zero, as nn.Linear's after HF's _init_weights
+		case strings.HasSuffix(s.Name, "norm.weight"):
 			for i := range t.Data {
 				t.Data[i] = 1
 			}
-		} else {
+		default:
 			h := fnv.New64a()
 			h.Write([]byte(s.Name))
 			rng := rand.New(rand.NewPCG(seed, h.Sum64()))

@@ -22,16 +22,22 @@ type AttentionShape struct {
 	// the Positions[i] tokens before it. Packed rows hold several
 	// documents; nil is one document per row.
 	Positions []int
+	// Window > 0 limits a token to itself and the Window−1 tokens before
+	// it (Mistral's sliding window); 0 is no limit.
+	Window int
 }
 
 // starts fills start[i] with the first key row i of batch row bi may
-// attend to: 0, or the first token of its document.
+// attend to: 0, or the first token of its document, or of its window.
 func (s AttentionShape) starts(start []int, bi int) {
 	for i := range start {
 		if s.Positions != nil {
 			start[i] = i - s.Positions[bi*s.SeqLen+i]
 		} else {
 			start[i] = 0
+		}
+		if s.Window > 0 {
+			start[i] = max(start[i], i-s.Window+1)
 		}
 	}
 }

@@ -5,20 +5,28 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 )
 
 // Linear returns x·Wᵀ for x [N, in] and W [out, in] (PyTorch's and HF's
 // weight layout), shape [N, out].
 func (b *Builder) Linear(x, w *G.Node) *G.Node {
+	f := b.formatOf("linear", x, w)
+	return b.linear(x, w, f, f)
+}
+
+// linear computes x·Wᵀ with its inputs in format f and its output rounded
+// to out: f, or fp32 when a bias is still to be added before the rounding.
+func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	xs, ws := shapeOf(x), shapeOf(w)
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
-	f := b.formatOf("linear", x, w)
 	x = b.lower(x, f)
 	if !b.is16[w] { // a 16-bit weight is converted inside the op, block by block
 		w = b.lower(w, f)
 	}
 	base := b.newBase("linear", x, w)
+	base.out = out
 	if b.Dtype == tensor.Float64 {
 		check(!b.is16[w], "linear: 16-bit weights need a float32 graph")
 		return b.apply(&linearOp[float64]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float64](xs[0], ws[0])}, x, w)

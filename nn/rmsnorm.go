@@ -14,18 +14,27 @@ const reduceChunk = 32
 // RMSNorm returns w ⊙ x / sqrt(mean(x²) + eps) row by row, for x [N, D] and
 // w [D], as HF's LlamaRMSNorm computes it (statistics in fp32 or better).
 func (b *Builder) RMSNorm(x, w *G.Node, eps float64) *G.Node {
+	return b.RMSNormHeads(x, w, 1, eps)
+}
+
+// RMSNormHeads normalizes each of the heads slices of every row of x [N,
+// heads·d] on its own, with one weight w [d] for all: Qwen3's q_norm and
+// k_norm on the heads of q and k.
+func (b *Builder) RMSNormHeads(x, w *G.Node, heads int, eps float64) *G.Node {
 	xs, ws := shapeOf(x), shapeOf(w)
-	check(len(xs) == 2 && len(ws) == 1 && xs[1] == ws[0], "rmsnorm: x %v and weight %v do not fit", xs, ws)
+	check(len(xs) == 2 && len(ws) == 1 && heads > 0 && xs[1] == heads*ws[0], "rmsnorm: x %v and weight %v do not fit %d heads", xs, ws, heads)
 	base := b.newBase("rmsnorm", x, w)
+	n, d := xs[0]*heads, ws[0]
 	if b.Dtype == tensor.Float64 {
-		return b.apply(&rmsNormOp[float64]{opBase: base, n: xs[0], d: xs[1], eps: eps, buf: newBuffer[float64](xs...)}, x, w)
+		return b.apply(&rmsNormOp[float64]{opBase: base, n: n, d: d, shape: xs, eps: eps, buf: newBuffer[float64](xs...)}, x, w)
 	}
-	return b.apply(&rmsNormOp[float32]{opBase: base, n: xs[0], d: xs[1], eps: eps, buf: newBuffer[float32](xs...)}, x, w)
+	return b.apply(&rmsNormOp[float32]{opBase: base, n: n, d: d, shape: xs, eps: eps, buf: newBuffer[float32](xs...)}, x, w)
 }
 
 type rmsNormOp[T Float] struct {
 	opBase
-	n, d    int
+	n, d    int   // normalized rows and their width
+	shape   []int // x's shape: [n, d], or [n/heads, heads·d]
 	eps     float64
 	buf     buffer[T]
 	partial []T // [ceil(n/reduceChunk), d] partial sums of dw
@@ -34,7 +43,7 @@ type rmsNormOp[T Float] struct {
 func (o *rmsNormOp[T]) Arity() int    { return 2 }
 func (o *rmsNormOp[T]) Type() hm.Type { return fnType(2, 1, 2) }
 func (o *rmsNormOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
-	return tensor.Shape{o.n, o.d}, nil
+	return tensor.Shape(o.shape).Clone(), nil
 }
 
 func (o *rmsNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
@@ -71,7 +80,7 @@ func meanSquare[T Float](x []T) float64 {
 
 func (o *rmsNormOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	grad = gradIn(&o.opBase, grad)
-	shapes := [][]int{{o.n, o.d}, {o.d}}
+	shapes := [][]int{o.shape, {o.d}}
 	return fusedBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], grad}, shapes, o.backward), nil
 }
 

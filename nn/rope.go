@@ -21,14 +21,29 @@ type RopeTable[T Float] struct {
 
 // NewRopeTable computes angles pos·θ^(−2i/headDim) for pos < positions.
 func NewRopeTable[T Float](positions, headDim int, theta float64) RopeTable[T] {
-	half := headDim / 2
-	t := RopeTable[T]{Cos: make([]T, positions*half), Sin: make([]T, positions*half), Half: half}
-	for i := 0; i < half; i++ {
-		// HF: inv_freq = 1 / base**(arange(0, dim, 2).float() / dim) in fp32
+	return NewRopeTableFreqs[T](positions, RopeInvFreq(headDim, theta))
+}
+
+// RopeInvFreq is HF's default inverse frequencies, in fp32 as
+// 1 / base**(arange(0, dim, 2).float() / dim) computes them.
+func RopeInvFreq(headDim int, theta float64) []float32 {
+	inv := make([]float32, headDim/2)
+	for i := range inv {
 		e := float32(2*i) / float32(headDim)
-		inv := 1 / float32(math.Pow(theta, float64(e)))
+		inv[i] = 1 / float32(math.Pow(theta, float64(e)))
+	}
+	return inv
+}
+
+// NewRopeTableFreqs computes the angles pos·invFreq[i] for pos < positions,
+// each product in fp32 as torch.outer forms it, and their cos and sin
+// rounded once to fp32.
+func NewRopeTableFreqs[T Float](positions int, invFreq []float32) RopeTable[T] {
+	half := len(invFreq)
+	t := RopeTable[T]{Cos: make([]T, positions*half), Sin: make([]T, positions*half), Half: half}
+	for i, inv := range invFreq {
 		for p := 0; p < positions; p++ {
-			a := float32(p) * inv // torch.outer in fp32
+			a := float32(p) * inv
 			t.Cos[p*half+i] = T(float32(math.Cos(float64(a))))
 			t.Sin[p*half+i] = T(float32(math.Sin(float64(a))))
 		}
@@ -69,20 +84,27 @@ func (b *Builder) Rope(x *G.Node, heads, headDim, seqLen int, theta float64) *G.
 // caller may change between runs of the graph: packed rows restart the
 // positions of each document at 0. nil means r mod T.
 func (b *Builder) RopeAt(x *G.Node, heads, headDim, seqLen int, theta float64, positions []int) *G.Node {
+	return b.RopeFreqs(x, heads, seqLen, RopeInvFreq(headDim, theta), positions)
+}
+
+// RopeFreqs is RopeAt with the inverse frequencies given: a scaled rotary
+// embedding (linear, llama3) computes its own.
+func (b *Builder) RopeFreqs(x *G.Node, heads, seqLen int, invFreq []float32, positions []int) *G.Node {
+	headDim := 2 * len(invFreq)
 	xs := shapeOf(x)
 	check(len(xs) == 2 && xs[1] == heads*headDim && xs[0]%seqLen == 0 && headDim%2 == 0,
 		"rope: x %v does not fit %d heads of dim %d and sequence length %d", xs, heads, headDim, seqLen)
 	base := b.newBase("rope", x)
 	check(positions == nil || len(positions) == xs[0], "rope: %d positions for %d rows", len(positions), xs[0])
 	if b.Dtype == tensor.Float64 {
-		return b.apply(newRopeOp[float64](base, xs, heads, headDim, seqLen, theta, positions), x)
+		return b.apply(newRopeOp[float64](base, xs, heads, seqLen, invFreq, positions), x)
 	}
-	return b.apply(newRopeOp[float32](base, xs, heads, headDim, seqLen, theta, positions), x)
+	return b.apply(newRopeOp[float32](base, xs, heads, seqLen, invFreq, positions), x)
 }
 
-func newRopeOp[T Float](base opBase, shape []int, heads, headDim, seqLen int, theta float64, positions []int) *ropeOp[T] {
+func newRopeOp[T Float](base opBase, shape []int, heads, seqLen int, invFreq []float32, positions []int) *ropeOp[T] {
 	return &ropeOp[T]{opBase: base, shape: shape, heads: heads, seqLen: seqLen, positions: positions,
-		table: NewRopeTable[T](seqLen, headDim, theta), buf: newBuffer[T](shape...)}
+		table: NewRopeTableFreqs[T](seqLen, invFreq), buf: newBuffer[T](shape...)}
 }
 
 type ropeOp[T Float] struct {

@@ -133,7 +133,7 @@ func TestDoRAMagnitudeGradientClosedForm(t *testing.T) {
 	x := []float32{1, -1, 2, 0.5, 0, 1, -1, 1}
 	xn, wn := b.Param("x", []int{2, 4}, x, false), b.Param("w", []int{3, 4}, w, false)
 	nodes := map[string]*G.Node{}
-	y := l.Linear(nodes)(b, "p", xn, wn)
+	y := l.Linear(nodes)(b, "p", xn, wn, nil)
 	grads, err := G.Grad(G.Must(G.Sum(y)), nodes[peft.KeyM("p")])
 	if err != nil {
 		t.Fatal(err)

@@ -301,12 +301,11 @@ func KeyM(path string) string { return "base_model.model." + path + ".lora_magni
 // with g = m / ‖W + s·B·A‖ per output row, the norm detached. Each adapter
 // weight becomes a trainable param node, recorded in nodes under its PEFT
 // key.
-func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string, x, w *G.Node) *G.Node {
-	return func(b *nn.Builder, path string, x, w *G.Node) *G.Node {
-		base := b.Linear(x, w)
+func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string, x, w, bias *G.Node) *G.Node {
+	return func(b *nn.Builder, path string, x, w, bias *G.Node) *G.Node {
 		m, ok := l.byPath[path]
 		if !ok || m.merged {
-			return base
+			return b.LinearBias(x, w, bias)
 		}
 		c, s := l.Config, l.Config.Scaling()
 		a := b.Param(KeyA(path), []int{c.R, m.In}, m.A, true)
@@ -315,7 +314,9 @@ func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string,
 		xd := b.Dropout(x, c.Dropout)
 		lora := b.Linear(b.Linear(xd, a), bb)
 		if !c.UseDoRA {
-			return b.AddScaled(base, lora, s)
+			// the base layer with its (frozen) bias, plus the update: PEFT's
+			// result = base_layer(x) + lora_B(lora_A(dropout(x)))·scaling
+			return b.AddScaled(b.LinearBias(x, w, bias), lora, s)
 		}
 		mag := b.Param(KeyM(path), []int{m.Out}, m.M, true)
 		nodes[KeyM(path)] = mag
@@ -323,7 +324,14 @@ func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string,
 		if c.Dropout > 0 {
 			baseD = b.Linear(xd, w)
 		}
-		return b.DoRA(base, baseD, lora, mag, b.DoRANorm(w, a, bb, s, path), s)
+		// DoRA rescales W·x, not the bias, and the norm is of W + s·B·A
+		// alone: PEFT subtracts the bias from the base output before the
+		// rescaling and adds it back once.
+		out := b.DoRA(b.Linear(x, w), baseD, lora, mag, b.DoRANorm(w, a, bb, s, path), s)
+		if bias != nil {
+			out = b.AddBias(out, bias)
+		}
+		return out
 	}
 }
 

@@ -196,7 +196,7 @@ func TestLoRAForwardClosedForm(t *testing.T) {
 			wd[i] = float32(i%4) - 1.5
 		}
 		x, w := b.Param("x", []int{2, 5}, xd, false), b.Param("w", []int{3, 5}, wd, false)
-		y := l.Linear(map[string]*G.Node{})(b, "q_proj", x, w)
+		y := l.Linear(map[string]*G.Node{})(b, "q_proj", x, w, nil)
 		vm := G.NewTapeMachine(b.G)
 		if err := vm.RunAll(); err != nil {
 			t.Fatal(err)
