@@ -115,8 +115,8 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 	for extra, want := range map[string]*RopeScaling{
-		`"rope_scaling":null`: nil,
-		`"rope_scaling":{"rope_type":"default"}`: nil,
+		`"rope_scaling":null`:                           nil,
+		`"rope_scaling":{"rope_type":"default"}`:        nil,
 		`"rope_scaling":{"type":"linear","factor":2.0}`: {Type: "linear", Factor: 2},
 		`"rope_scaling":{"rope_type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}`: {Type: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
 	} {

@@ -25,7 +25,7 @@ func (c Config) InvFreq() []float32 {
 		}
 	case "llama3":
 		old := float64(rs.OriginalMaxPositionEmbeddings)
-		lowWavelen := float32(old / rs.LowFreqFactor)  // Python floats, then compared as fp32
+		lowWavelen := float32(old / rs.LowFreqFactor)   // Python floats, then compared as fp32
 		highWavelen := float32(old / rs.HighFreqFactor) // likewise
 		twoPi := float32(2 * math.Pi)
 		lff, span := float32(rs.LowFreqFactor), float32(rs.HighFreqFactor-rs.LowFreqFactor)
