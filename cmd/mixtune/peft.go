@@ -2,14 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/device"
+	"github.com/mixtune/mixtune/internal/atomicfile"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
 	"github.com/mixtune/mixtune/train"
@@ -24,6 +28,8 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	adapterDir := fs.String("adapter", "", "PEFT LoRA or DoRA adapter directory")
 	out := fs.String("out", "", "new directory for the merged model (HF layout)")
 	dtype := fs.String("dtype", "", "storage dtype of the merged weights: bf16, fp16 or fp32 (default: the base model's, if all its weights share one, else fp32)")
+	shard := device.Size(5_000_000_000)
+	fs.TextVar(&shard, "max-shard-size", shard, "largest safetensors file; a larger model is written as shards with model.safetensors.index.json, as transformers' save_pretrained does")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -62,11 +68,41 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if err := m.Save(*out, f, 0); err != nil {
+	if err := m.Save(*out, f, int64(shard)); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "merged %s into %d modules of %s → %s (%s)\n", l.Config, len(l.Modules), *modelDir, *out, f)
+	copied, err := copyTokenizerFiles(*modelDir, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "merged %s into %d modules of %s → %s (%s)", l.Config, len(l.Modules), *modelDir, *out, f)
+	if len(copied) > 0 {
+		fmt.Fprintf(stdout, ", with %s", strings.Join(copied, ", "))
+	}
+	fmt.Fprintln(stdout)
 	return nil
+}
+
+// copyTokenizerFiles copies into dst the files beside src's weights that
+// a model needs to be used: its tokenizer, special tokens, chat template
+// and generation settings.
+func copyTokenizerFiles(src, dst string) ([]string, error) {
+	var copied []string
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+		"generation_config.json", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return copied, err
+		}
+		if err := atomicfile.WriteFile(filepath.Join(dst, name), b); err != nil {
+			return copied, err
+		}
+		copied = append(copied, name)
+	}
+	return copied, nil
 }
 
 // storedFormat is the one format all of m's weights were stored in, or fp32.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -231,4 +232,115 @@ func withNorm(tuned, base *model.Model) map[string]*model.Tensor {
 	}
 	w["model.norm.weight"] = base.Weights["model.norm.weight"]
 	return w
+}
+
+// `mixtune merge` on every family: the merged directory keeps the family's
+// config.json (every field, torch_dtype updated), gets the tokenizer files,
+// is sharded with an index above --max-shard-size, and loads back to the
+// adapter's logits.
+func TestMergeEveryFamily(t *testing.T) {
+	fams, err := filepath.Glob("../../model/testdata/families/*")
+	if err != nil || len(fams) == 0 {
+		t.Fatal("no family fixtures", err)
+	}
+	for i, src := range fams {
+		if strings.HasSuffix(src, "-bf16") {
+			continue
+		}
+		name := filepath.Base(src)
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			base := filepath.Join(dir, "base")
+			os.MkdirAll(base, 0o755)
+			for _, f := range []string{"config.json", "model.safetensors"} {
+				b, _ := os.ReadFile(filepath.Join(src, f))
+				os.WriteFile(filepath.Join(base, f), b, 0o644)
+			}
+			os.WriteFile(filepath.Join(base, "tokenizer_config.json"), []byte(`{"chat_template": "x"}`), 0o644)
+			os.WriteFile(filepath.Join(base, "generation_config.json"), []byte(`{"eos_token_id": [2, 3]}`), 0o644)
+			m, err := model.Load(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := peft.Config{R: 2, Alpha: 4, UseDoRA: i%2 == 1, TargetModules: allModules}
+			ts, _ := peft.Select(peft.ModelTargets(m), c)
+			l, err := peft.New(c, ts, 1, m.Weights)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(3, uint64(i)))
+			for _, mod := range l.Modules {
+				for j := range mod.B {
+					mod.B[j] = float32(rng.NormFloat64() * 0.1)
+				}
+			}
+			if err := l.Save(filepath.Join(dir, "adapter"), base); err != nil {
+				t.Fatal(err)
+			}
+			want := smallForward(t, m, l)
+			out := filepath.Join(dir, "merged")
+			code, _, stderr := runIn(t, "merge", "--model", base, "--adapter", filepath.Join(dir, "adapter"), "--out", out, "--dtype", "fp32", "--max-shard-size", "40000")
+			if code != 0 {
+				t.Fatalf("merge: exit %d: %s", code, stderr)
+			}
+			merged, err := model.Load(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := relDiff(smallForward(t, merged, nil), want); d > 2e-6 {
+				t.Errorf("merged model's logits are %.2g from the adapter's", d)
+			}
+			var orig, back map[string]any
+			b1, _ := os.ReadFile(filepath.Join(base, "config.json"))
+			b2, _ := os.ReadFile(filepath.Join(out, "config.json"))
+			json.Unmarshal(b1, &orig)
+			json.Unmarshal(b2, &back)
+			orig["torch_dtype"] = "float32"
+			if !reflect.DeepEqual(orig, back) {
+				t.Errorf("config.json changed:\n%v\n%v", orig, back)
+			}
+			for _, f := range []string{"tokenizer_config.json", "generation_config.json", "model.safetensors.index.json"} {
+				if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+					t.Errorf("merged directory lacks %s", f)
+				}
+			}
+			// and extract-lora takes the rank-2 LoRA back out of the merged model
+			code, stdout, stderr := runIn(t, "extract-lora", "--base", base, "--tuned", out, "--rank", "2", "--out", filepath.Join(dir, "extracted"), "--json")
+			if code != 0 {
+				t.Fatalf("extract-lora: exit %d: %s", code, stderr)
+			}
+			var rows []extractRow
+			json.Unmarshal([]byte(stdout), &rows)
+			for _, r := range rows {
+				if !c.UseDoRA && r.RelError > 1e-5 {
+					t.Errorf("extracting a rank-2 LoRA: %s rel error %.2g", r.Module, r.RelError)
+				}
+			}
+			if len(rows) != 7*m.Config.NumHiddenLayers {
+				t.Errorf("extracted %d modules", len(rows))
+			}
+		})
+	}
+}
+
+// smallForward is forward for the family fixtures' 40-id vocabulary.
+func smallForward(t *testing.T, m *model.Model, l *peft.LoRA) []float32 {
+	t.Helper()
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, tensor.Float32)
+	gc := model.GraphConfig{Batch: 1, SeqLen: 7}
+	if l != nil {
+		gc.Linear = l.Linear(map[string]*G.Node{})
+	}
+	g, err := m.Build(b, gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	G.Let(g.IDs, tensor.New(tensor.WithShape(7), tensor.WithBacking([]int{1, 5, 9, 31, 4, 4, 17})))
+	G.Let(g.Targets, tensor.New(tensor.WithShape(7), tensor.WithBacking(make([]int, 7))))
+	vm := G.NewTapeMachine(b.G)
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), g.Logits.Value().Data().([]float32)...)
 }
