@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/safetensors"
 )
 
 // A config.json claiming far more layers than the weights hold is refused
@@ -70,5 +71,92 @@ func TestLoadNamesANonFiniteWeight(t *testing.T) {
 	want := "tensor model.layers.1.mlp.up_proj.weight holds a non-finite value (-Inf at index 5)"
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("error %v, want one ending %q", err, want)
+	}
+}
+
+// The configs of the models people fine-tune load as published, with the
+// family, shapes and features transformers derives from them.
+func TestPublishedConfigsLoad(t *testing.T) {
+	for _, tc := range []struct {
+		file                      string
+		family                    string
+		params                    int // weights, without the tied head
+		headDim, kv, window       int
+		bias, qkNorm, tied, scale bool
+	}{
+		{"SmolLM2-135M", Llama, 134515008, 64, 3, 0, false, false, true, false},
+		{"TinyLlama-1.1B-Chat-v1.0", Llama, 1100048384, 64, 4, 0, false, false, false, false},
+		{"Llama-3.2-1B", Llama, 1235814400, 64, 8, 0, false, false, true, true},
+		{"Mistral-7B-v0.1", Mistral, 7241732096, 128, 8, 4096, false, false, false, false},
+		{"Qwen2.5-0.5B", Qwen2, 494032768, 64, 2, 0, true, false, true, false},
+		{"Qwen3-0.6B", Qwen3, 596049920, 128, 8, 0, false, true, true, false},
+	} {
+		b, err := os.ReadFile(filepath.Join("testdata", "published", tc.file+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ParseConfig(b)
+		if err != nil {
+			t.Errorf("%s: %v", tc.file, err)
+			continue
+		}
+		params := 0
+		for _, s := range Specs(c) {
+			params += numel(s.Shape)
+		}
+		if c.Family != tc.family || params != tc.params || c.HeadDimension() != tc.headDim || c.NumKeyValueHeads != tc.kv ||
+			c.SlidingWindow != tc.window || c.Bias("q_proj") != tc.bias || c.QKNorm != tc.qkNorm || c.TieWordEmbeddings != tc.tied || (c.RopeScaling != nil) != tc.scale {
+			t.Errorf("%s: family %s, %d params, head_dim %d, kv %d, window %d, q bias %v, qk norm %v, tied %v, scaling %v",
+				tc.file, c.Family, params, c.HeadDimension(), c.NumKeyValueHeads, c.SlidingWindow, c.Bias("q_proj"), c.QKNorm, c.TieWordEmbeddings, c.RopeScaling)
+		}
+	}
+}
+
+// A checkpoint that lacks a tensor its family needs, holds one it does not
+// use, or whose q_norm disagrees with head_dim is refused, naming it.
+func TestFamilyWeightsChecked(t *testing.T) {
+	src := filepath.Join("testdata", "families", "qwen3")
+	ck, err := safetensors.OpenCheckpoint(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := os.ReadFile(filepath.Join(src, "config.json"))
+	for _, tc := range []struct {
+		name string
+		edit func(map[string]safetensors.Tensor)
+		want string
+	}{
+		{"missing q_norm", func(ts map[string]safetensors.Tensor) { delete(ts, "model.layers.1.self_attn.q_norm.weight") },
+			"missing tensor model.layers.1.self_attn.q_norm.weight"},
+		{"a tensor the family does not use", func(ts map[string]safetensors.Tensor) {
+			ts["model.layers.0.self_attn.q_proj.bias"] = safetensors.Tensor{Name: "model.layers.0.self_attn.q_proj.bias", Shape: []int{64}, Data: make([]float32, 64), Dtype: amp.FP32}
+		}, "unexpected tensor model.layers.0.self_attn.q_proj.bias: not part of a qwen3 model with this config.json"},
+		{"q_norm of the wrong width", func(ts map[string]safetensors.Tensor) {
+			ts["model.layers.0.self_attn.q_norm.weight"] = safetensors.Tensor{Name: "model.layers.0.self_attn.q_norm.weight", Shape: []int{8}, Data: make([]float32, 8), Dtype: amp.FP32}
+		}, "tensor model.layers.0.self_attn.q_norm.weight has shape [8], config.json implies [16]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := map[string]safetensors.Tensor{}
+			for _, n := range ck.Names() {
+				v, shape, err := ck.Float32(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ts[n] = safetensors.Tensor{Name: n, Shape: shape, Data: v, Dtype: amp.FP32}
+			}
+			tc.edit(ts)
+			var list []safetensors.Tensor
+			for _, x := range ts {
+				list = append(list, x)
+			}
+			dir := t.TempDir()
+			if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), list, nil); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
+			if _, err := Inspect(dir); err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+				t.Fatalf("%v\nwant ...%s", err, tc.want)
+			}
+		})
 	}
 }

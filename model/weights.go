@@ -241,7 +241,11 @@ func checkTensors(c Config, ck *safetensors.Checkpoint) error {
 		case name == "lm_head.weight" && c.TieWordEmbeddings:
 			// Tied: the head is the embedding, as in HF.
 		default:
-			return fmt.Errorf("unexpected tensor %s: not part of a Llama model with this config.json", name)
+			fam := c.Family
+			if fam == "" {
+				fam = Llama
+			}
+			return fmt.Errorf("unexpected tensor %s: not part of a %s model with this config.json", name, fam)
 		}
 	}
 	return nil
