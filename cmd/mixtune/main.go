@@ -50,6 +50,7 @@ func (a app) commands() []command {
 		{"train", "fine-tune a model from a YAML recipe", a.cmdTrain},
 		{"eval", "mean loss per token and perplexity of a model on a JSONL file", cmdEval},
 		{"generate", "continue a prompt with a model (and adapter)", cmdGenerate},
+		{"tokenize", "show how a model's tokenizer (and chat template) turns text into token ids, or decode ids", cmdTokenize},
 		{"bench", "measure training throughput on the fixed benchmark model", cmdBench},
 		{"merge", "fold a LoRA or DoRA adapter into its base model and save a standalone model", cmdMerge},
 		{"extract-lora", "extract a LoRA adapter from a fine-tuned model by SVD of its weight changes", cmdExtractLoRA},

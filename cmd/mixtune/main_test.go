@@ -415,3 +415,44 @@ func TestBadInputExitsTwo(t *testing.T) {
 		t.Error("extract-lora wrote its output for a NaN model")
 	}
 }
+
+// `mixtune tokenize` shows ids with the text each covers, renders a chat
+// template first with --chat, and --decode goes back.
+func TestTokenizeCommand(t *testing.T) {
+	dir, _ := workdir(t, 1)
+	model := filepath.Join(dir, "model")
+	code, out, stderr := runIn(t, "tokenize", "--model", model, "--json", "hé")
+	var got struct {
+		IDs     []int    `json:"ids"`
+		Offsets [][2]int `json:"offsets"`
+		Tokens  []string `json:"tokens"`
+		Note    string   `json:"note"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("exit %d: %s %s", code, out, stderr)
+	}
+	if fmt.Sprint(got.IDs) != "[104 195 169]" || fmt.Sprint(got.Offsets) != "[[0 1] [1 2] [2 3]]" || !strings.Contains(got.Note, "BOS (id 256)") {
+		t.Errorf("%+v", got)
+	}
+	if code, out, _ := runIn(t, "tokenize", "--model", model, "--decode", "104, 195 169"); code != 0 || out != "hé\n" {
+		t.Errorf("decode: exit %d, %q", code, out)
+	}
+	code, out, _ = runIn(t, "tokenize", "--model", model, "--chat", "--chat-template", "chatml", `[{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]`)
+	if code != 0 || !strings.Contains(out, "rendered with built-in chatml:\n<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n") {
+		t.Errorf("chat: exit %d\n%s", code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tokenize", "--model", model, "--chat", "x"}, "--chat needs a chat template"},
+		{[]string{"tokenize", "--model", model, "--decode", "1 999"}, `--decode: "999" is not a token id of this tokenizer (0 to 258)`},
+		{[]string{"tokenize", "--model", model, "--chat", "--chat-template", "chatml", `[{"role": "bot", "content": "x"}]`}, `unknown role "bot"`},
+		{[]string{"tokenize", "--model", model, "--chat-template", "nope", "x"}, `unknown chat template "nope"`},
+		{[]string{"tokenize", "--model", model}, "give the input as one argument or with --file"},
+	} {
+		if code, _, stderr := runIn(t, tc.args...); code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: exit %d, %s", tc.args, code, stderr)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/model"
+)
+
+// TokenizeConfig is `mixtune tokenize`: a model's tokenizer (and chat
+// template) applied to a text, or ids decoded back.
+type TokenizeConfig struct {
+	Model string
+	Text  TextConfig
+	Input string
+	// Chat renders Input through the chat template first, with the
+	// generation prompt: a JSON list of {"role", "content"} messages, or
+	// one user message.
+	Chat bool
+	// Decode reads Input as token ids (separated by spaces or commas) and
+	// decodes them.
+	Decode bool
+}
+
+// Tokens is what `mixtune tokenize` shows.
+type Tokens struct {
+	Text     string   `json:"text"`               // what was tokenized (the rendered conversation with Chat), or the decoded text
+	Rendered bool     `json:"rendered,omitempty"` // Text is a rendered chat template
+	IDs      []int    `json:"ids"`
+	Spans    [][2]int `json:"offsets"` // each token's byte range in Text
+	Pieces   []string `json:"tokens"`  // each token's text
+	Template string   `json:"chat_template,omitempty"`
+	Note     string   `json:"note,omitempty"`
+}
+
+// Tokenize tokenizes or decodes as c says.
+func Tokenize(c TokenizeConfig) (*Tokens, error) {
+	cfg, err := model.ReadConfig(c.Model)
+	if err != nil {
+		return nil, inputError(err)
+	}
+	text, err := loadText(c.Model, cfg.VocabSize, c.Text)
+	if err != nil {
+		return nil, inputError(err)
+	}
+	tok := text.Format.Tok
+	if c.Decode {
+		ids, err := parseIDs(c.Input, tok.VocabSize())
+		if err != nil {
+			return nil, inputError(err)
+		}
+		return &Tokens{Text: tok.Decode(ids), IDs: ids}, nil
+	}
+	out := &Tokens{Text: c.Input}
+	if c.Chat {
+		if text.Format.Chat == nil {
+			return nil, inputError(fmt.Errorf("--chat needs a chat template: the model has none; pass --chat-template (a built-in name such as chatml, or a template)"))
+		}
+		msgs, err := chatInput(c.Input)
+		if err != nil {
+			return nil, inputError(err)
+		}
+		if out.Text, err = text.Format.Chat.Render(msgs, true); err != nil {
+			return nil, inputError(err)
+		}
+		out.Rendered, out.Template = true, text.TemplateName
+	}
+	ids, spans := tok.Encode(out.Text)
+	out.IDs = ids
+	for _, s := range spans {
+		out.Spans = append(out.Spans, [2]int{s.Start, s.End})
+		out.Pieces = append(out.Pieces, out.Text[s.Start:s.End])
+	}
+	if bos := tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
+		out.Note = fmt.Sprintf("training and generation add BOS (id %d) before these ids", bos)
+	}
+	return out, nil
+}
+
+// chatInput reads --chat's input: a JSON list of messages, or a user
+// message as plain text.
+func chatInput(s string) ([]data.Message, error) {
+	t := strings.TrimSpace(s)
+	if !strings.HasPrefix(t, "[") {
+		return []data.Message{{Role: data.RoleUser, Content: s}}, nil
+	}
+	var msgs []data.Message
+	dec := json.NewDecoder(strings.NewReader(t))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&msgs); err != nil {
+		return nil, fmt.Errorf("--chat input: a JSON list of {\"role\", \"content\"} messages: %v", err)
+	}
+	for i, m := range msgs {
+		switch m.Role {
+		case data.RoleSystem, data.RoleUser, data.RoleAssistant:
+		default:
+			return nil, fmt.Errorf("--chat input: messages[%d]: unknown role %q (want system, user or assistant)", i, m.Role)
+		}
+	}
+	return msgs, nil
+}
+
+// parseIDs reads token ids separated by spaces or commas.
+func parseIDs(s string, vocab int) ([]int, error) {
+	f := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '[' || r == ']' })
+	ids := make([]int, len(f))
+	for i, x := range f {
+		id, err := strconv.Atoi(x)
+		if err != nil || id < 0 || id >= vocab {
+			return nil, fmt.Errorf("--decode: %q is not a token id of this tokenizer (0 to %d)", x, vocab-1)
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
