@@ -19,6 +19,26 @@ import (
 	"github.com/mixtune/mixtune/train"
 )
 
+// repoRoot is the module's root directory, found upwards from the working
+// directory: the package directory in the test process, but wherever
+// the coordinator had moved to in a fuzzing worker that it started.
+func repoRoot(f *testing.F) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/mixtune/mixtune\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			f.Fatal("no github.com/mixtune/mixtune go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
 // loadLimit is how long one Load may take before the fuzzer calls it a
 // hang: a recipe is validated before any work, in milliseconds.
 const loadLimit = 10 * time.Second
@@ -27,7 +47,7 @@ const loadLimit = 10 * time.Second
 // bound, and every error is a config error that names the file and a
 // line within it.
 func FuzzLoad(f *testing.F) {
-	f.Chdir("..")
+	f.Chdir(repoRoot(f))
 	for _, name := range []string{"quickstart", "reference", "pretrain_tiny", "dora_quickstart", "pissa_quickstart", "corpus_lora"} {
 		b, err := os.ReadFile(filepath.Join("configs", name+".yaml"))
 		if err != nil {
@@ -83,7 +103,7 @@ func FuzzLoad(f *testing.F) {
 // an accepted override of a plain integer or name field takes effect (the
 // last one of a key wins).
 func FuzzSets(f *testing.F) {
-	f.Chdir("..")
+	f.Chdir(repoRoot(f))
 	const recipe = "configs/quickstart.yaml"
 	for _, s := range []string{
 		"train.steps=50",
