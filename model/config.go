@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,6 +130,49 @@ func (c Config) HeadDimension() int {
 	return c.HiddenSize / c.NumAttentionHeads
 }
 
+// Limits on a config's sizes, far above any real Llama (Llama 3.1 405B has
+// 126 layers, 4·10^11 parameters and 131072 positions) yet small enough
+// that nothing computed from a config read from disk overflows an int or
+// runs a loop for hours: a corrupt or hostile config.json is an error, not
+// a panic or a hang.
+const (
+	MaxLayers    = 1 << 16
+	MaxPositions = 1 << 24
+	MaxParams    = 1 << 40
+)
+
+// paramCount is the number of weights Specs lists, computed without
+// overflow: ok is false when it does not fit in a uint64 (or a size is
+// negative, which Validate reports on its own).
+func (c Config) paramCount() (n uint64, ok bool) {
+	dims := []int{c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDimension()}
+	for _, v := range dims {
+		if v < 0 {
+			return 0, true
+		}
+	}
+	ok = true
+	mul := func(a, b uint64) uint64 {
+		hi, lo := bits.Mul64(a, b)
+		ok = ok && hi == 0
+		return lo
+	}
+	add := func(a, b uint64) uint64 {
+		s, carry := bits.Add64(a, b, 0)
+		ok = ok && carry == 0
+		return s
+	}
+	d, f, hd := uint64(c.HiddenSize), uint64(c.IntermediateSize), uint64(c.HeadDimension())
+	q, kv := mul(uint64(c.NumAttentionHeads), hd), mul(uint64(c.NumKeyValueHeads), hd)
+	layer := add(add(mul(2, d), mul(2, mul(q, d))), add(mul(2, mul(kv, d)), mul(3, mul(f, d))))
+	heads := uint64(2)
+	if c.TieWordEmbeddings {
+		heads = 1
+	}
+	n = add(add(mul(layer, uint64(c.NumHiddenLayers)), mul(heads, mul(uint64(c.VocabSize), d))), d)
+	return n, ok
+}
+
 // Validate checks that the config describes a model mixtune can build.
 func (c Config) Validate() error {
 	var errs []string
@@ -144,6 +188,18 @@ func (c Config) Validate() error {
 	pos("num_attention_heads", c.NumAttentionHeads)
 	pos("num_key_value_heads", c.NumKeyValueHeads)
 	pos("max_position_embeddings", c.MaxPositionEmbeddings)
+	if c.HeadDim < 0 {
+		errs = append(errs, fmt.Sprintf("head_dim must be positive (or absent), got %d", c.HeadDim))
+	}
+	if c.NumHiddenLayers > MaxLayers {
+		errs = append(errs, fmt.Sprintf("num_hidden_layers %d is more than mixtune's limit of %d", c.NumHiddenLayers, MaxLayers))
+	}
+	if c.MaxPositionEmbeddings > MaxPositions {
+		errs = append(errs, fmt.Sprintf("max_position_embeddings %d is more than mixtune's limit of %d", c.MaxPositionEmbeddings, MaxPositions))
+	}
+	if n, ok := c.paramCount(); !ok || n > MaxParams {
+		errs = append(errs, fmt.Sprintf("the model would have more than mixtune's limit of %d parameters (2^40)", int64(MaxParams)))
+	}
 	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		errs = append(errs, fmt.Sprintf("num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", c.NumAttentionHeads, c.NumKeyValueHeads))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,22 +179,34 @@ func decodeTargets(raw json.RawMessage, c *Config) error {
 	return nil
 }
 
-// decodeLayers reads layers_to_transform: null, one layer or a list.
+// decodeLayers reads layers_to_transform: null, one layer or a list. A
+// layer must be a whole number below 2^53, which a float64 from JSON
+// holds exactly: int() would silently truncate 1.5, and turn 1e300 into
+// whatever the platform's conversion gives.
 func decodeLayers(v any, c *Config) error {
+	layer := func(e any) (int, bool) {
+		f, ok := e.(float64)
+		if !ok || f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
+			return 0, false
+		}
+		return int(f), true
+	}
 	switch x := v.(type) {
 	case nil:
-	case float64:
-		c.LayersToTransform = []int{int(x)}
 	case []any:
 		for _, e := range x {
-			f, ok := e.(float64)
+			l, ok := layer(e)
 			if !ok {
 				return fmt.Errorf("must be a layer number or a list of them, got %v", v)
 			}
-			c.LayersToTransform = append(c.LayersToTransform, int(f))
+			c.LayersToTransform = append(c.LayersToTransform, l)
 		}
 	default:
-		return fmt.Errorf("must be a layer number or a list of them, got %v", v)
+		l, ok := layer(x)
+		if !ok {
+			return fmt.Errorf("must be a layer number or a list of them, got %v", v)
+		}
+		c.LayersToTransform = []int{l}
 	}
 	return nil
 }

@@ -551,11 +551,19 @@ func syntaxError(name string, err error) error {
 }
 
 // parserError reports the messages yaml.v3's parser (not its scanner)
-// produces, the full set in its parserc.go.
+// produces, the full set in its parserc.go. They are matched exactly: some
+// scanner messages begin with the same "did not find expected ".
 func parserError(msg string) bool {
-	return strings.HasPrefix(msg, "did not find expected ") ||
-		strings.HasPrefix(msg, "found duplicate %") ||
-		msg == "found incompatible YAML document" || msg == "found undefined tag handle"
+	switch msg {
+	case "did not find expected ',' or ']'", "did not find expected ',' or '}'",
+		"did not find expected '-' indicator", "did not find expected <document start>",
+		"did not find expected <stream-start>", "did not find expected key",
+		"did not find expected node content",
+		"found duplicate %TAG directive", "found duplicate %YAML directive",
+		"found incompatible YAML document", "found undefined tag handle":
+		return true
+	}
+	return false
 }
 
 // IsConfigError reports whether err came from a config (for exit status 2).

@@ -184,3 +184,23 @@ func TestTextUnmarshaler(t *testing.T) {
 		}
 	}
 }
+
+// Syntax errors point at the line of the problem, whether yaml.v3's
+// scanner or its parser found it (they count lines differently). Found by
+// FuzzDecode: scanner messages that begin "did not find expected" were
+// taken for parser ones and came out a line late.
+func TestSyntaxErrorLines(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"name: x\ninner: |A\n", "c.yaml:2: invalid YAML: did not find expected comment or line break"},
+		{"\r|A", "c.yaml:2: invalid YAML: did not find expected comment or line break"},
+		{"name: x\ninner: !<a\n", "c.yaml:2: invalid YAML: did not find the expected '>'"},
+		{"name: x\ninner: [\n", "c.yaml:3: invalid YAML: did not find expected node content"},
+		{"name: x\ninner: {n: 1\nname: y\n", "c.yaml:2: invalid YAML: did not find expected ',' or '}'"},
+	} {
+		var v outer
+		_, err := Decode("c.yaml", []byte(tc.src), nil, &v)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}
