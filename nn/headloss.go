@@ -11,16 +11,19 @@ import (
 	"github.com/mixtune/mixtune/blas"
 )
 
-// headChunkBytes bounds the fp32 logits block LMHeadLoss holds at a time.
-// 64 MiB keeps a block of 100+ tokens even for 150k-entry vocabularies, so
-// each block's matmuls stay large enough to run at full speed, while the
-// whole [tokens × vocab] logits (4.9 GB for 8k tokens of a 152k vocabulary)
-// are never held.
-const headChunkBytes = 64 << 20
+// headChunkBytes bounds the fp32 logits block LMHeadLoss holds at a time:
+// 256 MiB, where the whole [tokens × vocab] logits of 8k tokens of a 152k
+// vocabulary take 4.9 GB, and the unfused pair held three such tensors
+// (logits, probabilities, their gradient). Each block multiplies by all
+// of W twice (logits, dx), packing it each time, so smaller blocks cost
+// time: at 2048 tokens of width 256 and 152k entries on two cores, blocks
+// of 110 tokens (64 MiB) made a LoRA step about 35% slower than one block
+// of all 2048 tokens, blocks of 441 (256 MiB) a few percent.
+const headChunkBytes = 256 << 20
 
 // HeadChunk is the number of tokens LMHeadLoss computes at a time by
 // default for a vocabulary of v entries: as many as fit their fp32 logits
-// in 64 MiB, and at least 32, below which the matmuls lose their speed.
+// in 256 MiB, and at least 32, below which the matmuls lose their speed.
 // It depends only on v, never on the thread count, so results do not either.
 func HeadChunk(v int) int { return max(32, headChunkBytes/(4*max(v, 1))) }
 
@@ -248,10 +251,32 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 	return T(sum / float64(count)), nil
 }
 
-// logits computes blk = xc·Wᵀ [rows, V] as linearOp.Do does.
+// headSlab is the fewest vocabulary entries a worker computes the logits
+// of: a product of a few hundred rows and columns still runs at speed.
+// Slabs start at multiples of headSlabAlign, so that a column's position
+// modulo any kernel's column unrolling (a power of two up to 128) is the
+// same as in one product over the whole vocabulary, and every product
+// ends where that one ends: OpenBLAS computes a partial group of columns
+// at a product's end with another kernel, which rounds differently.
+const (
+	headSlab      = 512
+	headSlabAlign = 128
+)
+
+// logits computes blk = xc·Wᵀ [rows, V] as linearOp.Do does, every logit
+// the same product over D. A backend given a product of few rows and many
+// columns splits it by rows, packing each block of W's rows on one
+// goroutine while the others wait: for blocks of tokens, where the same
+// W is packed once per block, that serial packing left one of two cores
+// idle for much of the head's time. Slabs of the vocabulary, one per
+// worker, pack their parts of W at once.
 func (o *headLossOp[T]) logits(xc, w, blk []T, rows int) {
 	if w != nil {
-		blas.Gemm(o.eng.BLAS, false, true, rows, o.v, o.d, 1, xc, o.d, w, o.d, 0, blk, o.v)
+		groups := (o.v + headSlabAlign - 1) / headSlabAlign
+		o.eng.parallel(groups, headSlab/headSlabAlign, func(g0, g1 int) {
+			lo, hi := g0*headSlabAlign, min(g1*headSlabAlign, o.v)
+			blas.Gemm(o.eng.BLAS, false, true, rows, hi-lo, o.d, 1, xc, o.d, w[lo*o.d:], o.d, 0, blk[lo:], o.v)
+		})
 		return
 	}
 	yf, xf := any(blk).([]float32), any(xc).([]float32)

@@ -94,6 +94,7 @@ type headCase struct {
 	seeded  bool
 	chunk   int
 	workers int
+	v       int // vocabulary; 0: headV
 }
 
 // headRun is what one headCase computed.
@@ -110,6 +111,10 @@ const headN, headD, headV = 11, 8, 23
 
 func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
 	t.Helper()
+	v := c.v
+	if v == 0 {
+		v = headV
+	}
 	cb := &countingBLAS{Backend: be}
 	b := NewBuilder(&Engine{BLAS: cb, Workers: c.workers}, tensor.Float32)
 	if c.format != amp.FP32 {
@@ -124,22 +129,22 @@ func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
 	}
 	// the model's head reads the final RMSNorm's output, an fp32 activation
 	x := b.RMSNorm(xp, b.Param("norm", []int{headD}, norm, false), 1e-5)
-	wData := make([]float32, headV*headD)
+	wData := make([]float32, v*headD)
 	for i := range wData {
 		wData[i] = (rng.Float32()*2 - 1) * 2
 	}
 	var w *G.Node
 	switch c.weight {
 	case "trainable":
-		w = b.Param("w", []int{headV, headD}, wData, true)
+		w = b.Param("w", []int{v, headD}, wData, true)
 	case "frozen":
-		w = b.Param("w", []int{headV, headD}, wData, false)
+		w = b.Param("w", []int{v, headD}, wData, false)
 	case "bf16 bits":
 		bits := make([]uint16, len(wData))
 		for i, v := range wData {
 			bits[i] = amp.BF16.Bits16(v)
 		}
-		w = b.Param16("w", []int{headV, headD}, bits, amp.BF16)
+		w = b.Param16("w", []int{v, headD}, bits, amp.BF16)
 	}
 	tg := intInput(b, "targets", headTargets)
 	seed := G.NewScalar(b.G, tensor.Float32, G.WithName("seed"))
@@ -193,7 +198,7 @@ func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
 		c.format.RoundSlice(r.xl)
 	}
 	for _, n := range b.G.AllNodes() {
-		if s := n.Shape(); len(s) == 2 && s[0] == headN && s[1] == headV {
+		if s := n.Shape(); len(s) == 2 && s[0] == headN && s[1] == v {
 			r.logitsLikeShapes++
 		}
 	}
@@ -317,6 +322,40 @@ func compareHead(t *testing.T, f amp.Format, ref, got headRun, chunk int) {
 	t.Logf("%d of %d dW values differ from the unfused pair's (summation order)", differ, headV*headD)
 }
 
+// With a vocabulary of several slabs (headSlab), workers compute the
+// logits of one slab each, with the same products: the fused op still
+// computes what the pair computes, bit for bit with one block.
+func TestLMHeadLossSlabsMatchUnfused(t *testing.T) {
+	const v = 3*headSlab + 100
+	for beName, be := range headBackends(t) {
+		for _, f := range []amp.Format{amp.FP32, amp.BF16} {
+			ref := runHead(t, be, headCase{format: f, weight: "trainable", workers: 3, v: v})
+			for _, chunk := range []int{0, 4} {
+				t.Run(fmt.Sprintf("%s/%v/chunk %d", beName, f, chunk), func(t *testing.T) {
+					got := runHead(t, be, headCase{format: f, weight: "trainable", fused: true, seeded: true, chunk: chunk, workers: 3, v: v})
+					if math.Float32bits(ref.loss) != math.Float32bits(got.loss) {
+						t.Errorf("loss %v, unfused %v", got.loss, ref.loss)
+					}
+					if i := sameBits(ref.dxp, got.dxp); i >= 0 {
+						t.Errorf("dx[%d] = %v, unfused %v", i, got.dxp[i], ref.dxp[i])
+					}
+					if i := sameBits(ref.dw, got.dw); chunk == 0 && i >= 0 {
+						t.Errorf("dW[%d] = %v, unfused %v", i, got.dw[i], ref.dw[i])
+					}
+					// 3 slabs of logits, dx and dW per block; 1 block or 3
+					blocks := int64(1)
+					if chunk > 0 {
+						blocks = 3
+					}
+					if got.gemms != 5*blocks {
+						t.Errorf("%d matmuls, want %d", got.gemms, 5*blocks)
+					}
+				})
+			}
+		}
+	}
+}
+
 // The fused op's results do not depend on the thread count: blocks are
 // fixed by the vocabulary and dW adds them in order.
 func TestLMHeadLossThreadCount(t *testing.T) {
@@ -333,11 +372,11 @@ func TestLMHeadLossThreadCount(t *testing.T) {
 }
 
 func TestHeadChunk(t *testing.T) {
-	for _, tc := range []struct{ v, want int }{{512, 32768}, {32000, 524}, {151936, 110}, {1 << 22, 32}} {
+	for _, tc := range []struct{ v, want int }{{512, 131072}, {32000, 2097}, {151936, 441}, {1 << 22, 32}} {
 		if got := HeadChunk(tc.v); got != tc.want {
 			t.Errorf("HeadChunk(%d) = %d, want %d", tc.v, got, tc.want)
 		}
-		if c := HeadChunk(tc.v); c > 32 && c*tc.v*4 > 64<<20 {
+		if c := HeadChunk(tc.v); c > 32 && c*tc.v*4 > 256<<20 {
 			t.Errorf("HeadChunk(%d) = %d holds %d bytes of logits", tc.v, c, c*tc.v*4)
 		}
 	}
