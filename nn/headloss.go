@@ -38,11 +38,15 @@ func HeadChunk(v int) int { return max(32, headChunkBytes/(4*max(v, 1))) }
 // the softmax and loss in fp32, the logits' gradient rounded to the
 // logits' format before the two matmuls of Linear's backward, and dx and
 // dW rounded to their inputs' formats. The loss and dx are therefore the
-// pair's bit for bit (every logit and every row of dx is the same product
-// over D or V, whichever rows are in a block); dW sums its blocks' partial
-// products over tokens in block order, which is a different summation
-// order than one product over all N tokens, so with more than one block
-// it agrees with the pair to fp32 rounding only.
+// pair's bit for bit: every logit and every row of dx is the same product
+// over D or over V whichever rows are in a block, which mixtune's
+// backends (gonum, native, OpenBLAS; see TestLMHeadLossMatchesUnfused)
+// compute alike. So is dW when the tokens fit one block; over several, dW
+// adds its blocks' products over tokens in block order, a different
+// summation order than one product over all N tokens, and agrees with the
+// pair to fp32 rounding (then one ulp of W's format) only. The blocks are
+// fixed by V alone and added in order, so no result depends on the
+// thread count.
 //
 // lossGrad, when not nil, must be the node the loss will be differentiated
 // with (G.Backpropagate's gradOutputs): its value is then known during the
