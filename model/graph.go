@@ -25,6 +25,23 @@ type GraphConfig struct {
 	// packed rows, whose documents each attend only to themselves with
 	// rotary positions from 0. nil: one document per row.
 	Positions []int
+	// FusedHead computes the LM head and the loss together, HeadChunk
+	// tokens at a time (nn.LMHeadLoss): the [Batch·SeqLen, vocab] logits,
+	// 4.9 GB in fp32 for 8k tokens of a 152k vocabulary, are never held,
+	// and Graph.Logits is nil. Training and evaluation graphs set it.
+	// Unset, the head is the linear + cross-entropy pair with
+	// Graph.Logits, which tests compare with PyTorch; the fused head is
+	// that pair's computation, rounding point for rounding point. The head
+	// is never an adapter target (PEFT leaves the output layer out), so
+	// the fused head does not go through Linear.
+	FusedHead bool
+	HeadChunk int // tokens per block of the fused head; 0: nn.HeadChunk(vocab)
+	// LossGrad, with FusedHead, is the node the caller will differentiate
+	// Graph.Loss with (G.Backpropagate's gradOutputs): its value is then
+	// known in the forward pass, where the fused head computes its
+	// gradients from each block of logits instead of computing the blocks
+	// again in the backward pass.
+	LossGrad *G.Node
 }
 
 // Graph is a built model graph. Inputs are set per micro-batch; Loss is
@@ -33,7 +50,7 @@ type Graph struct {
 	B       *nn.Builder
 	IDs     *G.Node // [Batch·SeqLen] token ids
 	Targets *G.Node // [Batch·SeqLen] next-token targets, nn.IgnoreIndex for no loss
-	Logits  *G.Node // [Batch·SeqLen, vocab]
+	Logits  *G.Node // [Batch·SeqLen, vocab]; nil with GraphConfig.FusedHead
 	Loss    *G.Node // scalar
 	Params  map[string]*G.Node
 }
@@ -48,7 +65,7 @@ type Graph struct {
 //	  x = x + attention(q, k, v)·Woᵀ               [N, D]
 //	  h = rmsnorm(x)
 //	  x = x + (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ            [N, F] → [N, D]
-//	logits = rmsnorm(x)·Wheadᵀ                     [N, V]
+//	logits = rmsnorm(x)·Wheadᵀ                     [N, V]  (in blocks of tokens with FusedHead)
 func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	c := m.Config
 	if gc.Batch < 1 || gc.SeqLen < 1 {
@@ -117,6 +134,10 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	head := embed
 	if !c.TieWordEmbeddings {
 		head = param("lm_head.weight")
+	}
+	if gc.FusedHead {
+		g.Loss = b.LMHeadLoss(x, head, g.Targets, gc.LossGrad, gc.HeadChunk)
+		return g, nil
 	}
 	g.Logits = linear(b, "lm_head", x, head, nil)
 	g.Loss = b.CrossEntropy(g.Logits, g.Targets)

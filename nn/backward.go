@@ -81,6 +81,13 @@ func (o *pickOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { return
 // gradient node per forward input (nil where fwd.wrt is false). graphIn are
 // the values the kernel reads; inShapes are the forward inputs' shapes.
 func fusedBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run backwardKernel[T]) G.Nodes {
+	_, grads := newBackward(fwd, graphIn, inShapes, run)
+	return grads
+}
+
+// newBackward is fusedBackward that also returns the backward op, whose
+// buffers a forward op may fill itself (see LMHeadLoss).
+func newBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run backwardKernel[T]) (*backwardOp[T], G.Nodes) {
 	ranks := make([]int, len(graphIn))
 	for i, n := range graphIn {
 		ranks[i] = n.Dims()
@@ -108,5 +115,5 @@ func fusedBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, ru
 			grads[i] = applyOp(p, bn)
 		}
 	}
-	return grads
+	return bw, grads
 }

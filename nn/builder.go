@@ -111,6 +111,8 @@ type Builder struct {
 	// shareTail is, for a low-precision node read by ops that need its
 	// gradient, the node its next reader reads (see Builder.reader).
 	shareTail map[*G.Node]*G.Node
+	// embeddings are the graph's embedding ops, for RowSparse.
+	embeddings []rowSparser
 }
 
 // NewBuilder starts an empty graph. Low-precision policies need float32.

@@ -17,9 +17,45 @@ func (b *Builder) Embedding(ids, table *G.Node) *G.Node {
 	base := b.newBase("embedding", ids, table)
 	base.wrt[0] = false
 	if b.Dtype == tensor.Float64 {
-		return b.apply(&embeddingOp[float64]{opBase: base, n: is[0], v: ts[0], d: ts[1], table: table.Dtype(), buf: newBuffer[float64](is[0], ts[1])}, ids, table)
+		op := &embeddingOp[float64]{opBase: base, n: is[0], v: ts[0], d: ts[1], table: table.Dtype(), buf: newBuffer[float64](is[0], ts[1])}
+		b.embeddings = append(b.embeddings, op)
+		return b.apply(op, ids, table)
 	}
-	return b.apply(&embeddingOp[float32]{opBase: base, n: is[0], v: ts[0], d: ts[1], table: table.Dtype(), stored: b.format[table], buf: newBuffer[float32](is[0], ts[1])}, ids, table)
+	op := &embeddingOp[float32]{opBase: base, n: is[0], v: ts[0], d: ts[1], table: table.Dtype(), stored: b.format[table], buf: newBuffer[float32](is[0], ts[1])}
+	b.embeddings = append(b.embeddings, op)
+	return b.apply(op, ids, table)
+}
+
+// RowSparse switches grad, the gradient of an embedding table that
+// G.Backpropagate returned, to upkeep row by row: each backward pass then
+// clears only the rows the previous pass wrote, instead of all V, and
+// rows reports the distinct rows the last pass wrote (in first-use order;
+// the slice is the op's, valid until the next pass). Every other row of
+// grad's value is zero. A caller adding grad into a dense buffer can thus
+// touch only those rows.
+//
+// It refuses (ok false) a node that is not an embedding table's gradient,
+// or that some node of the graph reads: a tied table's gradient is summed
+// with the LM head's by a gorgonia op that may write its sum over its
+// inputs, after which the rows outside the list are no longer zero.
+func (b *Builder) RowSparse(grad *G.Node) (rows func() []int, ok bool) {
+	if grad == nil || b.G.To(grad.ID()).Len() != 0 {
+		return nil, false
+	}
+	for _, e := range b.embeddings {
+		if e.tableGrad() == grad {
+			e.setSparse()
+			return e.lastRows, true
+		}
+	}
+	return nil, false
+}
+
+// rowSparser is an embedding op of either float type, for RowSparse.
+type rowSparser interface {
+	tableGrad() *G.Node
+	setSparse()
+	lastRows() []int
 }
 
 type embeddingOp[T Float] struct {
@@ -29,7 +65,17 @@ type embeddingOp[T Float] struct {
 	stored  amp.Format   // a 16-bit table's format
 	buf     buffer[T]
 	ids     []int // saved for backward
+
+	grad   *G.Node // the table's gradient node, once SymDiff has built it
+	sparse bool    // clear only the rows the last backward pass wrote (RowSparse)
+	rows   []int   // the distinct rows the last backward pass wrote
+	next   []int   // the rows of the pass under way (swapped with rows)
+	listed []bool  // per table row: in next
 }
+
+func (o *embeddingOp[T]) tableGrad() *G.Node { return o.grad }
+func (o *embeddingOp[T]) setSparse()         { o.sparse = true }
+func (o *embeddingOp[T]) lastRows() []int    { return o.rows }
 
 func (o *embeddingOp[T]) Arity() int { return 2 }
 
@@ -70,15 +116,38 @@ func (o *embeddingOp[T]) Do(vs ...G.Value) (G.Value, error) {
 
 // The table's gradient scatter-adds output gradients into the looked-up
 // rows. Workers split the columns, never the rows, so repeated ids are
-// summed in position order whatever the worker count.
+// summed in position order whatever the worker count. Every pass lists
+// the rows it writes; a row-sparse gradient (RowSparse) then clears only
+// the previous pass's rows, the only nonzero ones, so a pass costs
+// O(N·D), not O(V·D).
 func (o *embeddingOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	grad = gradIn(&o.opBase, grad)
 	shapes := [][]int{{o.n}, {o.v, o.d}}
-	return fusedBackward(&o.opBase, []*G.Node{grad}, shapes, func(in, grads [][]T) error {
+	grads := fusedBackward(&o.opBase, []*G.Node{grad}, shapes, func(in, grads [][]T) error {
 		g, dt := in[0], grads[1]
+		if o.listed == nil {
+			o.listed = make([]bool, o.v)
+		}
+		o.next = o.next[:0]
+		for _, id := range o.ids {
+			if !o.listed[id] {
+				o.listed[id] = true
+				o.next = append(o.next, id)
+			}
+		}
+		for _, id := range o.next {
+			o.listed[id] = false
+		}
+		prev := o.rows
 		o.eng.parallel(o.d, 16, func(lo, hi int) {
-			for id := 0; id < o.v; id++ {
-				clear(dt[id*o.d+lo : id*o.d+hi])
+			if o.sparse {
+				for _, id := range prev {
+					clear(dt[id*o.d+lo : id*o.d+hi])
+				}
+			} else {
+				for id := 0; id < o.v; id++ {
+					clear(dt[id*o.d+lo : id*o.d+hi])
+				}
 			}
 			for r, id := range o.ids {
 				dst, src := dt[id*o.d+lo:id*o.d+hi], g[r*o.d+lo:r*o.d+hi]
@@ -87,6 +156,9 @@ func (o *embeddingOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 				}
 			}
 		})
+		o.rows, o.next = o.next, o.rows
 		return nil
-	}), nil
+	})
+	o.grad = grads[1]
+	return grads, nil
 }

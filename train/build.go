@@ -296,27 +296,51 @@ type runner struct {
 	eng      *nn.Engine
 	g        *model.Graph
 	vm       G.VM
-	ids, tgt []int   // the input tensors' backing arrays, refilled per batch
-	pos      []int   // each token's position in its document, refilled per batch
-	lossGrad *G.Node // d(step loss)/d(this micro-batch's loss): its share of the step's targets
-	grads    G.Nodes // aligned with params
+	ids, tgt []int      // the input tensors' backing arrays, refilled per batch
+	pos      []int      // each token's position in its document, refilled per batch
+	lossGrad *G.Node    // d(step loss)/d(this micro-batch's loss): its share of the step's targets
+	grads    G.Nodes    // aligned with params
+	sparse   []*rowGrad // aligned with params: non-nil for a gradient kept row by row
 	params   []*optim.Param
+}
+
+// graphOptions are the runner's ways of computing that tests compare with
+// the references they replace; the zero value is what training uses.
+type graphOptions struct {
+	unfusedHead bool // the LM head as linear + cross-entropy, with its [N, V] logits
+	denseGrads  bool // every gradient added whole into its param, embedding tables too
+	headChunk   int  // tokens per block of the fused head; 0: nn.HeadChunk(vocab)
 }
 
 // newRunner builds and compiles the graph. With params, it also takes the
 // gradient of the loss with respect to each of them.
 func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy) (*runner, error) {
+	return buildRunner(eng, m, l, batch, seqLen, params, policy, graphOptions{})
+}
+
+func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy, o graphOptions) (*runner, error) {
 	b := nn.NewBuilder(eng, tensor.Float32)
 	if policy != nil && policy.Low != amp.FP32 {
 		b.Policy = policy
 	}
 	nodes := map[string]*G.Node{}
 	pos := make([]int, batch*seqLen)
-	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen, Positions: pos}
+	// The fused head never holds the [N, vocab] logits: peak memory no
+	// longer grows with the vocabulary times the tokens.
+	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen, Positions: pos, FusedHead: !o.unfusedHead, HeadChunk: o.headChunk}
 	if l != nil {
 		gc.Linear = l.Linear(nodes)
 	} else if params != nil {
 		gc.Trainable = func(string) bool { return true }
+	}
+	var lossGrad *G.Node
+	if params != nil {
+		// made before the graph so that the fused head can read it and take
+		// its gradients in the forward pass, not compute the logits twice
+		lossGrad = G.NewScalar(b.G, tensor.Float32, G.WithName("loss_grad"))
+		if gc.FusedHead {
+			gc.LossGrad = lossGrad
+		}
 	}
 	g, err := m.Build(b, gc)
 	if err != nil {
@@ -339,9 +363,15 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 				return nil, fmt.Errorf("internal: no graph node for trainable %s", p.Name)
 			}
 		}
-		ru.lossGrad = G.NewScalar(b.G, tensor.Float32, G.WithName("loss_grad"))
+		ru.lossGrad = lossGrad
 		if ru.grads, err = G.Backpropagate(G.Nodes{g.Loss}, G.Nodes{ru.lossGrad}, wrt); err != nil {
 			return nil, fmt.Errorf("differentiate the model: %w", err)
+		}
+		ru.sparse = make([]*rowGrad, len(params))
+		for i, gn := range ru.grads {
+			if rows, ok := b.RowSparse(gn); ok && !o.denseGrads {
+				ru.sparse[i] = &rowGrad{rows: rows, width: gn.Shape()[1], listed: make([]bool, gn.Shape()[0])}
+			}
 		}
 	}
 	ru.vm = G.NewTapeMachine(b.G)
@@ -374,6 +404,10 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 	}
 	for i, p := range ru.params {
 		g := ru.grads[i].Value().Data().([]float32)
+		if rg := ru.sparse[i]; rg != nil {
+			rg.add(p.Grad, g, first)
+			continue
+		}
 		if first {
 			copy(p.Grad, g)
 		} else {
@@ -386,6 +420,52 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 }
 
 func (ru *runner) close() { ru.vm.Close() }
+
+// rowGrad adds a row-sparse gradient (an untied embedding table's, see
+// nn.Builder.RowSparse) into its param's dense buffer, touching only the
+// rows the micro-batch looked up, where a dense copy or sum would touch
+// all V. It lists the rows it has written since the step's first
+// micro-batch, the buffer's only nonzero rows, so that the next step
+// clears those and not all V: between steps nothing else writes nonzero
+// values into a gradient buffer (unscaling and clipping multiply it,
+// which keeps zeros zero). The result is the dense sum's bit for bit:
+// the rows left out would have added +0.
+type rowGrad struct {
+	rows    func() []int // the rows the last backward pass wrote
+	width   int
+	dirty   []int  // rows written since the buffer was last cleared
+	listed  []bool // per row: in dirty
+	cleared bool   // the whole buffer has been cleared once
+}
+
+func (r *rowGrad) add(dst, g []float32, first bool) {
+	w := r.width
+	if first {
+		if !r.cleared {
+			clear(dst)
+			r.cleared = true
+		}
+		for _, id := range r.dirty {
+			clear(dst[id*w : (id+1)*w])
+			r.listed[id] = false
+		}
+		r.dirty = r.dirty[:0]
+	}
+	for _, id := range r.rows() {
+		d, s := dst[id*w:(id+1)*w], g[id*w:(id+1)*w]
+		if first {
+			copy(d, s)
+		} else {
+			for j, v := range s {
+				d[j] += v
+			}
+		}
+		if !r.listed[id] {
+			r.listed[id] = true
+			r.dirty = append(r.dirty, id)
+		}
+	}
+}
 
 // noiseKey is the random-op key of one micro-batch: a pure function of
 // the seed and the position, never 0 (which means evaluation).

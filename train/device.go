@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/mixtune/mixtune/device"
+	"github.com/mixtune/mixtune/nn"
 )
 
 // DeviceRequest is the recipe's device choice as a device.Request, with
@@ -76,8 +77,10 @@ func (r *Recipe) estimateMemory(batch int) uint64 {
 	rows, t := float64(batch*r.Data.SeqLen), float64(r.Data.SeqLen)
 	// values a training step keeps per layer (forward outputs and their
 	// gradients: about 30 of width d and 8 of width f per token) and the
-	// attention probabilities, plus the logits and their gradient
-	train := l*(rows*(30*d+8*f)+2*float64(batch*c.NumAttentionHeads)*t*t) + 3*rows*float64(c.VocabSize)
+	// attention probabilities, plus one block of the fused head's logits
+	// (never the whole [rows, vocab])
+	head := min(rows, float64(nn.HeadChunk(c.VocabSize))) * float64(c.VocabSize)
+	train := l*(rows*(30*d+8*f)+2*float64(batch*c.NumAttentionHeads)*t*t) + head
 	eval := train / 3 // forward only
 	if r.Data.Validation == "" && r.Data.ValidationSplit == 0 {
 		eval = 0

@@ -30,6 +30,27 @@ func GradCheck(t testing.TB, g *G.ExprGraph, cost *G.Node, params []*G.Node, tol
 	if err != nil {
 		t.Fatalf("Grad: %v", err)
 	}
+	return compare(t, g, cost, grads, 1, params, tol)
+}
+
+// GradCheckSeeded is GradCheck for gradients taken as a training loop takes
+// them, by G.Backpropagate from seed, a scalar input node whose value the
+// caller has set: they are compared with seed's value times the central
+// differences of cost. Ops that treat their output's gradient node
+// specially (nn.LMHeadLoss) are checked this way.
+func GradCheckSeeded(t testing.TB, g *G.ExprGraph, cost, seed *G.Node, params []*G.Node, tol float64) float64 {
+	t.Helper()
+	grads, err := G.Backpropagate(G.Nodes{cost}, G.Nodes{seed}, params)
+	if err != nil {
+		t.Fatalf("Backpropagate: %v", err)
+	}
+	return compare(t, g, cost, grads, scalar(seed.Value()), params, tol)
+}
+
+// compare runs the graph, reads the gradient nodes and checks them
+// against seed times the central differences of cost.
+func compare(t testing.TB, g *G.ExprGraph, cost *G.Node, grads G.Nodes, seed float64, params []*G.Node, tol float64) float64 {
+	t.Helper()
 	m := G.NewTapeMachine(g)
 	defer m.Close()
 	eval := func() float64 {
@@ -57,7 +78,7 @@ func GradCheck(t testing.TB, g *G.ExprGraph, cost *G.Node, params []*G.Node, tol
 			}
 			f1, fm1, f2, fm2 := at(h), at(-h), at(2*h), at(-2*h)
 			x[j] = orig
-			numeric[j] = (8*(f1-fm1) - (f2 - fm2)) / (12 * h)
+			numeric[j] = seed * (8*(f1-fm1) - (f2 - fm2)) / (12 * h)
 		}
 		var diff, na, nu, scale float64
 		for j := range x {

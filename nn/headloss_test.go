@@ -1,0 +1,383 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/nn/nntest"
+)
+
+// headTargets has ignored positions, repeats and the vocabulary's ends
+// (headV = 23).
+var headTargets = []int{2, IgnoreIndex, 22, 0, 8, IgnoreIndex, 5, 1, 22, 3, 7}
+
+// LMHeadLoss's gradients against float64 central differences, over several
+// blocks of tokens (the last one short), with the gradients computed in the
+// forward pass (seeded) and in the backward pass (as G.Grad asks).
+func TestLMHeadLossGradients(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		chunk     int
+		trainW    bool
+		seeded    bool
+		targets   []int
+		allIgnore bool
+	}{
+		{name: "trainable head, blocks of 3, recomputed", chunk: 3, trainW: true},
+		{name: "trainable head, blocks of 3, seeded", chunk: 3, trainW: true, seeded: true},
+		{name: "frozen head, blocks of 4, seeded", chunk: 4, seeded: true},
+		{name: "one block, seeded", chunk: 0, trainW: true, seeded: true},
+		{name: "every target ignored", chunk: 4, trainW: true, seeded: true, allIgnore: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 11))
+			b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 3}, tensor.Float64)
+			targets := []int{2, IgnoreIndex, 8, 0, 8, IgnoreIndex, 5} // vocabulary 9
+			if tc.allIgnore {
+				targets = []int{IgnoreIndex, IgnoreIndex, IgnoreIndex, IgnoreIndex, IgnoreIndex, IgnoreIndex, IgnoreIndex}
+			}
+			x := randParam(b, rng, "x", 2, len(targets), 4)
+			w := randParam(b, rng, "w", 1, 9, 4)
+			if !tc.trainW {
+				data := make([]float32, 36)
+				for i := range data {
+					data[i] = rng.Float32()*2 - 1
+				}
+				w = b.Param("frozen w", []int{9, 4}, data, false)
+			}
+			params := []*G.Node{x}
+			if tc.trainW {
+				params = append(params, w)
+			}
+			tg := intInput(b, "targets", targets)
+			var worst float64
+			if tc.seeded {
+				seed := G.NewScalar(b.G, tensor.Float64, G.WithName("seed"), G.WithValue(0.7))
+				loss := b.LMHeadLoss(x, w, tg, seed, tc.chunk)
+				worst = nntest.GradCheckSeeded(t, b.G, loss, seed, params, checkTol)
+				if tc.allIgnore && scalarOf(loss.Value()) != 0 {
+					t.Fatalf("loss %v with every target ignored, want 0", loss.Value())
+				}
+			} else {
+				worst = nntest.GradCheck(t, b.G, b.LMHeadLoss(x, w, tg, nil, tc.chunk), params, checkTol)
+			}
+			t.Logf("worst relative error %.2g", worst)
+		})
+	}
+}
+
+// countingBLAS counts a backend's float32 products.
+type countingBLAS struct {
+	blas.Backend
+	calls atomic.Int64
+}
+
+func (c *countingBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, cc []float32, ldc int) {
+	c.calls.Add(1)
+	c.Backend.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
+}
+
+// headCase is one way of computing the head and loss for
+// TestLMHeadLossMatchesUnfused.
+type headCase struct {
+	format  amp.Format
+	weight  string // "trainable", "frozen", or "bf16 bits" (a frozen 16-bit W)
+	fused   bool
+	seeded  bool
+	chunk   int
+	workers int
+	v       int // vocabulary; 0: headV
+}
+
+// headRun is what one headCase computed.
+type headRun struct {
+	loss             float32
+	dxp, dw          []float32 // gradients of the norm's input and of W
+	dl, xl           []float32 // the unfused pair's logits gradient and lowered x
+	rounded, under   int64
+	gemms            int64
+	logitsLikeShapes int // nodes of shape [N, V]
+}
+
+const headN, headD, headV = 11, 8, 23
+
+func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
+	t.Helper()
+	v := c.v
+	if v == 0 {
+		v = headV
+	}
+	cb := &countingBLAS{Backend: be}
+	b := NewBuilder(&Engine{BLAS: cb, Workers: c.workers}, tensor.Float32)
+	if c.format != amp.FP32 {
+		p := amp.DefaultPolicy(c.format)
+		b.Policy = &p
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	xp := randParam(b, rng, "xp", 3, headN, headD)
+	norm := make([]float32, headD)
+	for i := range norm {
+		norm[i] = 1 + rng.Float32()
+	}
+	// the model's head reads the final RMSNorm's output, an fp32 activation
+	x := b.RMSNorm(xp, b.Param("norm", []int{headD}, norm, false), 1e-5)
+	wData := make([]float32, v*headD)
+	for i := range wData {
+		wData[i] = (rng.Float32()*2 - 1) * 2
+	}
+	var w *G.Node
+	switch c.weight {
+	case "trainable":
+		w = b.Param("w", []int{v, headD}, wData, true)
+	case "frozen":
+		w = b.Param("w", []int{v, headD}, wData, false)
+	case "bf16 bits":
+		bits := make([]uint16, len(wData))
+		for i, v := range wData {
+			bits[i] = amp.BF16.Bits16(v)
+		}
+		w = b.Param16("w", []int{v, headD}, bits, amp.BF16)
+	}
+	tg := intInput(b, "targets", headTargets)
+	seed := G.NewScalar(b.G, tensor.Float32, G.WithName("seed"))
+	var loss, logits *G.Node
+	if c.fused {
+		var lg *G.Node
+		if c.seeded {
+			lg = seed
+		}
+		loss = b.LMHeadLoss(x, w, tg, lg, c.chunk)
+	} else {
+		logits = b.Linear(x, w)
+		loss = b.CrossEntropy(logits, tg)
+	}
+	wrt := G.Nodes{xp}
+	if c.weight == "trainable" {
+		wrt = append(wrt, w)
+	}
+	if logits != nil {
+		wrt = append(wrt, logits)
+	}
+	grads, err := G.Backpropagate(G.Nodes{loss}, G.Nodes{seed}, wrt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := G.NewTapeMachine(b.G)
+	defer vm.Close()
+	// Two runs, as a training loop reuses every buffer: the second's
+	// results, with a seed that is not a power of two (so that the
+	// gradient's roundings see it), must not depend on the first's.
+	var calls int64
+	for _, s := range []float32{5, 0.37} {
+		if err := G.Let(seed, s); err != nil {
+			t.Fatal(err)
+		}
+		b.Eng.Grads.Take()
+		calls = cb.calls.Load()
+		vm.Reset()
+		if err := vm.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := headRun{loss: loss.Value().Data().(float32), dxp: clone32(grads[0]), gemms: cb.calls.Load() - calls}
+	r.rounded, r.under = b.Eng.Grads.Take()
+	if c.weight == "trainable" {
+		r.dw = clone32(grads[1])
+	}
+	if logits != nil {
+		r.dl = clone32(grads[len(grads)-1])
+		r.xl = clone32(x)
+		c.format.RoundSlice(r.xl)
+	}
+	for _, n := range b.G.AllNodes() {
+		if s := n.Shape(); len(s) == 2 && s[0] == headN && s[1] == v {
+			r.logitsLikeShapes++
+		}
+	}
+	return r
+}
+
+func clone32(n *G.Node) []float32 { return append([]float32(nil), n.Value().Data().([]float32)...) }
+
+func sameBits(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+func headBackends(t *testing.T) map[string]blas.Backend {
+	bes := map[string]blas.Backend{"gonum": blas.Gonum{}, "native": blas.Native{Workers: 2}}
+	if ob, err := blas.OpenOpenBLAS(2); err == nil {
+		bes["openblas"] = ob
+	} else {
+		t.Logf("OpenBLAS not checked: %v", err)
+	}
+	return bes
+}
+
+// The fused head and loss computes what the unfused linear + cross-entropy
+// pair computes, with every rounding of the precision policy: the loss,
+// the gradient of x (through the final norm) and, with one block of
+// tokens, dW bit for bit; with several blocks, dW sums its blocks'
+// products in another order and agrees to that order's fp32 rounding
+// (then one ulp of W's format). The gradient rounding tallies agree, the
+// seeded op does no matmul in the backward pass (the recomputing one
+// does), and no [N, V] tensor exists in the fused graph.
+func TestLMHeadLossMatchesUnfused(t *testing.T) {
+	for beName, be := range headBackends(t) {
+		for _, f := range []amp.Format{amp.FP32, amp.BF16, amp.FP16} {
+			for _, weight := range []string{"trainable", "frozen", "bf16 bits"} {
+				ref := runHead(t, be, headCase{format: f, weight: weight, workers: 2})
+				if ref.logitsLikeShapes == 0 {
+					t.Fatal("the unfused graph has no [N, V] node: the shape check below means nothing")
+				}
+				for _, chunk := range []int{0, 4} {
+					for _, seeded := range []bool{true, false} {
+						c := headCase{format: f, weight: weight, fused: true, seeded: seeded, chunk: chunk, workers: 2}
+						t.Run(fmt.Sprintf("%s/%v/%s/chunk %d/seeded %v", beName, f, weight, chunk, seeded), func(t *testing.T) {
+							got := runHead(t, be, c)
+							compareHead(t, f, ref, got, chunk)
+							blocks := int64(1)
+							if chunk > 0 {
+								blocks = (headN + int64(chunk) - 1) / int64(chunk)
+							}
+							if weight != "bf16 bits" { // a 16-bit W multiplies in slabs; count products of a float W only
+								perBlock, unfused := int64(2), int64(2) // logits and dx
+								if weight == "trainable" {
+									perBlock, unfused = 3, 3 // and dW
+								}
+								want := blocks * perBlock
+								if !seeded {
+									want += blocks // logits again in the backward pass
+								}
+								if ref.gemms != unfused || got.gemms != want {
+									t.Errorf("%d matmuls (unfused %d), want %d (unfused %d)", got.gemms, ref.gemms, want, unfused)
+								}
+							}
+							if got.logitsLikeShapes != 0 {
+								t.Errorf("the fused graph has %d nodes of shape [%d, %d]", got.logitsLikeShapes, headN, headV)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+func compareHead(t *testing.T, f amp.Format, ref, got headRun, chunk int) {
+	t.Helper()
+	if math.Float32bits(ref.loss) != math.Float32bits(got.loss) {
+		t.Errorf("loss %v, unfused %v", got.loss, ref.loss)
+	}
+	if i := sameBits(ref.dxp, got.dxp); i >= 0 {
+		t.Errorf("dx[%d] = %v, unfused %v", i, got.dxp[i], ref.dxp[i])
+	}
+	if ref.rounded != got.rounded || ref.under != got.under {
+		t.Errorf("rounded %d gradient values, %d underflowed; unfused %d, %d", got.rounded, got.under, ref.rounded, ref.under)
+	}
+	if ref.dw == nil {
+		return
+	}
+	if chunk == 0 || chunk >= headN {
+		if i := sameBits(ref.dw, got.dw); i >= 0 {
+			t.Errorf("one block: dW[%d] = %v, unfused %v", i, got.dw[i], ref.dw[i])
+		}
+		return
+	}
+	// Two fp32 sums of the same N products, in any orders, differ by at
+	// most 2(N−1)·2⁻²⁴·Σ|products|; rounding both to W's format adds at
+	// most one ulp of it.
+	differ := 0
+	for j := 0; j < headV; j++ {
+		for i := 0; i < headD; i++ {
+			var s float64
+			for n := 0; n < headN; n++ {
+				s += math.Abs(float64(ref.dl[n*headV+j]) * float64(ref.xl[n*headD+i]))
+			}
+			a, b := float64(ref.dw[j*headD+i]), float64(got.dw[j*headD+i])
+			bound := 2 * (headN - 1) * 0x1p-24 * s
+			if f != amp.FP32 {
+				bound += ulp(f, max(math.Abs(a), math.Abs(b)))
+			}
+			if math.Abs(a-b) > bound {
+				t.Errorf("dW[%d,%d] = %v, unfused %v: more than %.3g apart", j, i, b, a, bound)
+			}
+			if a != b {
+				differ++
+			}
+		}
+	}
+	t.Logf("%d of %d dW values differ from the unfused pair's (summation order)", differ, headV*headD)
+}
+
+// With a vocabulary of several slabs (headSlab), workers compute the
+// logits of one slab each, with the same products: the fused op still
+// computes what the pair computes, bit for bit with one block.
+func TestLMHeadLossSlabsMatchUnfused(t *testing.T) {
+	const v = 3*headSlab + 100
+	for beName, be := range headBackends(t) {
+		for _, f := range []amp.Format{amp.FP32, amp.BF16} {
+			ref := runHead(t, be, headCase{format: f, weight: "trainable", workers: 3, v: v})
+			for _, chunk := range []int{0, 4} {
+				t.Run(fmt.Sprintf("%s/%v/chunk %d", beName, f, chunk), func(t *testing.T) {
+					got := runHead(t, be, headCase{format: f, weight: "trainable", fused: true, seeded: true, chunk: chunk, workers: 3, v: v})
+					if math.Float32bits(ref.loss) != math.Float32bits(got.loss) {
+						t.Errorf("loss %v, unfused %v", got.loss, ref.loss)
+					}
+					if i := sameBits(ref.dxp, got.dxp); i >= 0 {
+						t.Errorf("dx[%d] = %v, unfused %v", i, got.dxp[i], ref.dxp[i])
+					}
+					if i := sameBits(ref.dw, got.dw); chunk == 0 && i >= 0 {
+						t.Errorf("dW[%d] = %v, unfused %v", i, got.dw[i], ref.dw[i])
+					}
+					// 3 slabs of logits, dx and dW per block; 1 block or 3
+					blocks := int64(1)
+					if chunk > 0 {
+						blocks = 3
+					}
+					if got.gemms != 5*blocks {
+						t.Errorf("%d matmuls, want %d", got.gemms, 5*blocks)
+					}
+				})
+			}
+		}
+	}
+}
+
+// The fused op's results do not depend on the thread count: blocks are
+// fixed by the vocabulary and dW adds them in order.
+func TestLMHeadLossThreadCount(t *testing.T) {
+	for _, f := range []amp.Format{amp.FP32, amp.BF16} {
+		var runs []headRun
+		for _, workers := range []int{1, 3} {
+			runs = append(runs, runHead(t, blas.Native{Workers: workers}, headCase{format: f, weight: "trainable", fused: true, seeded: true, chunk: 4, workers: workers}))
+		}
+		a, b := runs[0], runs[1]
+		if math.Float32bits(a.loss) != math.Float32bits(b.loss) || sameBits(a.dxp, b.dxp) >= 0 || sameBits(a.dw, b.dw) >= 0 {
+			t.Errorf("%v: 1 and 3 threads differ", f)
+		}
+	}
+}
+
+func TestHeadChunk(t *testing.T) {
+	for _, tc := range []struct{ v, want int }{{512, 131072}, {32000, 2097}, {151936, 441}, {1 << 22, 32}} {
+		if got := HeadChunk(tc.v); got != tc.want {
+			t.Errorf("HeadChunk(%d) = %d, want %d", tc.v, got, tc.want)
+		}
+		if c := HeadChunk(tc.v); c > 32 && c*tc.v*4 > 256<<20 {
+			t.Errorf("HeadChunk(%d) = %d holds %d bytes of logits", tc.v, c, c*tc.v*4)
+		}
+	}
+}
