@@ -1,0 +1,348 @@
+package tokenizer
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// bpe is Hugging Face's BPE model.
+type bpe struct {
+	vocab  map[string]int32
+	vocabR []string // by id; "" where no token has the id
+	hasID  []bool
+	merges map[uint64]mergeInfo
+
+	unk          int32 // -1 when there is no unk_token
+	unkToken     string
+	prefix       string // continuing_subword_prefix
+	suffix       string // end_of_word_suffix
+	fuseUnk      bool
+	byteFallback bool
+	ignoreMerges bool
+	byteTokens   [256]int32 // ids of <0x00>..<0xFF>, -1 where missing
+
+	// raw is set when the model can run on the raw bytes of a ByteLevel
+	// piece instead of its mapped characters: every byte's character is a
+	// token, there is no unk, prefix, suffix or byte fallback. rawVocab
+	// holds the tokens by their bytes and rawByte the ids of single bytes.
+	raw      bool
+	rawVocab map[string]int32
+	rawByte  [256]int32
+
+	cache *wordCache
+	pool  sync.Pool
+}
+
+type mergeInfo struct {
+	rank  int32
+	newID int32
+}
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// tokenAppender receives the tokens of a word: id and [start, end) in the
+// word's bytes.
+type wordTokens struct {
+	ids  []int32
+	lens []int32
+}
+
+// tokenize appends the tokens of one pre-tokenized piece to dst. rawBytes
+// selects the byte-level mode (see bpe.raw).
+func (m *bpe) tokenize(w string, rawBytes bool, emit func(id int32, start, end int)) {
+	if w == "" {
+		return
+	}
+	if m.ignoreMerges {
+		v := m.vocab
+		if rawBytes {
+			v = m.rawVocab
+		}
+		if id, ok := v[w]; ok {
+			emit(id, 0, len(w))
+			return
+		}
+	}
+	cacheable := len(w) < 256
+	if cacheable {
+		if wt, ok := m.cache.get(w, rawBytes); ok {
+			pos := 0
+			for i, id := range wt.ids {
+				emit(id, pos, pos+int(wt.lens[i]))
+				pos += int(wt.lens[i])
+			}
+			return
+		}
+	}
+	sc, _ := m.pool.Get().(*symbols)
+	if sc == nil {
+		sc = &symbols{}
+	}
+	sc.reset()
+	if rawBytes {
+		for i := 0; i < len(w); i++ {
+			sc.add(m.rawByte[w[i]], 1)
+		}
+	} else {
+		m.initWord(sc, w)
+	}
+	sc.mergeAll(m.merges)
+	var wt wordTokens
+	if cacheable {
+		wt.ids = make([]int32, 0, len(sc.c))
+		wt.lens = make([]int32, 0, len(sc.c))
+	}
+	pos := 0
+	for i := 0; i >= 0 && i < len(sc.c); i = int(sc.next[i]) {
+		if sc.ln[i] == 0 {
+			continue
+		}
+		emit(sc.c[i], pos, pos+int(sc.ln[i]))
+		pos += int(sc.ln[i])
+		if cacheable {
+			wt.ids = append(wt.ids, sc.c[i])
+			wt.lens = append(wt.lens, sc.ln[i])
+		}
+	}
+	m.pool.Put(sc)
+	if cacheable {
+		m.cache.put(w, rawBytes, wt)
+	}
+}
+
+// initWord is the first part of BPE::merge_word: one symbol per
+// character, with the prefix, suffix, byte fallback and unk rules.
+func (m *bpe) initWord(sc *symbols, w string) {
+	unkID, unkLen := int32(-1), 0
+	var sb strings.Builder
+	for i := 0; i < len(w); {
+		_, size := utf8.DecodeRuneInString(w[i:])
+		s := w[i : i+size]
+		if (i > 0 && m.prefix != "") || (i+size == len(w) && m.suffix != "") {
+			sb.Reset()
+			if i > 0 {
+				sb.WriteString(m.prefix)
+			}
+			sb.WriteString(s)
+			if i+size == len(w) {
+				sb.WriteString(m.suffix)
+			}
+			s = sb.String()
+		}
+		i += size
+		if id, ok := m.vocab[s]; ok {
+			if unkID >= 0 {
+				sc.add(unkID, unkLen)
+				unkID = -1
+			}
+			sc.add(id, size)
+			continue
+		}
+		if m.byteFallback {
+			ok := true
+			for k := 0; k < len(s); k++ {
+				if m.byteTokens[s[k]] < 0 {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				// The crate adds the byte tokens without flushing a
+				// pending unk first, so an unk can follow them.
+				for k := 0; k < len(s); k++ {
+					sc.add(m.byteTokens[s[k]], 1)
+				}
+				continue
+			}
+		}
+		if m.unk >= 0 {
+			switch {
+			case unkID >= 0 && m.fuseUnk:
+				unkLen += size
+			case unkID >= 0:
+				sc.add(unkID, unkLen)
+				unkID, unkLen = m.unk, size
+			default:
+				unkID, unkLen = m.unk, size
+			}
+		}
+	}
+	if unkID >= 0 {
+		sc.add(unkID, unkLen)
+	}
+}
+
+// symbols is the crate's Word: a linked list of symbols over an array.
+type symbols struct {
+	c, prev, next, ln []int32
+	heap              []mergeCand
+}
+
+type mergeCand struct {
+	rank, pos, newID int32
+}
+
+func (sc *symbols) reset() {
+	sc.c, sc.prev, sc.next, sc.ln = sc.c[:0], sc.prev[:0], sc.next[:0], sc.ln[:0]
+	sc.heap = sc.heap[:0]
+}
+
+func (sc *symbols) add(id int32, n int) {
+	k := int32(len(sc.c))
+	if k > 0 {
+		sc.next[k-1] = k
+	}
+	sc.c = append(sc.c, id)
+	sc.prev = append(sc.prev, k-1)
+	sc.next = append(sc.next, -1)
+	sc.ln = append(sc.ln, int32(n))
+}
+
+func candLess(a, b mergeCand) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
+}
+
+func (sc *symbols) push(x mergeCand) {
+	h := append(sc.heap, x)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !candLess(h[i], h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	sc.heap = h
+}
+
+func (sc *symbols) pop() mergeCand {
+	h := sc.heap
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(h) && candLess(h[r], h[l]) {
+			m = r
+		}
+		if !candLess(h[m], h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	sc.heap = h
+	return top
+}
+
+// mergeAll is Word::merge_all without dropout: merges are applied lowest
+// rank first, leftmost first among equal ranks, with the crate's checks
+// for stale queue entries.
+func (sc *symbols) mergeAll(merges map[uint64]mergeInfo) {
+	for i := 0; i+1 < len(sc.c); i++ {
+		if mi, ok := merges[pairKey(sc.c[i], sc.c[i+1])]; ok {
+			sc.push(mergeCand{mi.rank, int32(i), mi.newID})
+		}
+	}
+	for len(sc.heap) > 0 {
+		top := sc.pop()
+		p := top.pos
+		if sc.ln[p] == 0 || sc.next[p] == -1 {
+			continue
+		}
+		nx := sc.next[p]
+		if mi, ok := merges[pairKey(sc.c[p], sc.c[nx])]; !ok || mi.newID != top.newID {
+			continue
+		}
+		sc.c[p] = top.newID
+		sc.ln[p] += sc.ln[nx]
+		sc.next[p] = sc.next[nx]
+		sc.ln[nx] = 0
+		if nn := sc.next[nx]; nn > -1 && int(nn) < len(sc.c) {
+			sc.prev[nn] = p
+		}
+		if pv := sc.prev[p]; pv >= 0 {
+			if mi, ok := merges[pairKey(sc.c[pv], sc.c[p])]; ok {
+				sc.push(mergeCand{mi.rank, pv, mi.newID})
+			}
+		}
+		if nn := sc.next[p]; nn >= 0 && int(nn) < len(sc.c) {
+			if mi, ok := merges[pairKey(sc.c[p], sc.c[nn])]; ok {
+				sc.push(mergeCand{mi.rank, p, mi.newID})
+			}
+		}
+	}
+}
+
+// wordCache remembers the tokens of words, as the crate's BPE cache does.
+// It is shared by the goroutines of EncodeBatch, hence the sharding.
+type wordCache struct {
+	seed   maphash.Seed
+	shards [64]cacheShard
+}
+
+type cacheShard struct {
+	mu sync.RWMutex
+	m  map[string]wordTokens
+}
+
+// cacheShardCap bounds each shard; a full shard is emptied, which costs
+// less than tracking use and only matters for memory.
+const cacheShardCap = 4096
+
+func newWordCache() *wordCache {
+	c := &wordCache{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]wordTokens)
+	}
+	return c
+}
+
+func cacheKey(w string, raw bool) string {
+	if raw {
+		return w
+	}
+	// Raw and character words never share a model, but keep them apart
+	// anyway so that the cache cannot mix them up.
+	return "\x00" + w
+}
+
+func (c *wordCache) shard(k string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, k)%uint64(len(c.shards))]
+}
+
+func (c *wordCache) get(w string, raw bool) (wordTokens, bool) {
+	if raw {
+		sh := c.shard(w)
+		sh.mu.RLock()
+		wt, ok := sh.m[w]
+		sh.mu.RUnlock()
+		return wt, ok
+	}
+	k := cacheKey(w, raw)
+	sh := c.shard(k)
+	sh.mu.RLock()
+	wt, ok := sh.m[k]
+	sh.mu.RUnlock()
+	return wt, ok
+}
+
+func (c *wordCache) put(w string, raw bool, wt wordTokens) {
+	k := cacheKey(w, raw)
+	sh := c.shard(k)
+	sh.mu.Lock()
+	if len(sh.m) >= cacheShardCap {
+		sh.m = make(map[string]wordTokens)
+	}
+	sh.m[strings.Clone(k)] = wt
+	sh.mu.Unlock()
+}

@@ -1,0 +1,283 @@
+package tokenizer
+
+import (
+	"sort"
+	"sync"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Unicode normalization with alignments, as the crate
+// unicode-normalization-alignments (which Hugging Face tokenizers uses)
+// produces it: the normalized characters and, for each, how it relates to
+// the input characters. The offsets of tokens after an NFC or NFKC
+// normalizer depend on these changes, so the decomposition buffer and the
+// recomposition state machine below follow that crate step by step. The
+// character data (decompositions, combining classes, compositions) come
+// from golang.org/x/text/unicode/norm.
+
+const (
+	hangulSBase  = 0xAC00
+	hangulLBase  = 0x1100
+	hangulVBase  = 0x1161
+	hangulTBase  = 0x11A7
+	hangulLCount = 19
+	hangulVCount = 21
+	hangulTCount = 28
+	hangulNCount = hangulVCount * hangulTCount
+	hangulSCount = hangulLCount * hangulNCount
+)
+
+func ccc(r rune) uint8 {
+	if r < 0x300 {
+		return 0
+	}
+	var buf [4]byte
+	n := utf8.EncodeRune(buf[:], r)
+	return norm.NFD.Properties(buf[:n]).CCC()
+}
+
+// decomposeRune appends the full canonical (or compatibility) decomposition
+// of r.
+func decomposeRune(dst []rune, r rune, compat bool) []rune {
+	if r >= hangulSBase && r < hangulSBase+hangulSCount {
+		si := r - hangulSBase
+		dst = append(dst, hangulLBase+si/hangulNCount, hangulVBase+(si%hangulNCount)/hangulTCount)
+		if t := si % hangulTCount; t != 0 {
+			dst = append(dst, hangulTBase+t)
+		}
+		return dst
+	}
+	if r < 0xA0 {
+		return append(dst, r)
+	}
+	var buf [4]byte
+	n := utf8.EncodeRune(buf[:], r)
+	f := norm.NFD
+	if compat {
+		f = norm.NFKD
+	}
+	d := f.Properties(buf[:n]).Decomposition()
+	if d == nil {
+		return append(dst, r)
+	}
+	for len(d) > 0 {
+		c, size := utf8.DecodeRune(d)
+		dst = append(dst, c)
+		d = d[size:]
+	}
+	return dst
+}
+
+// compositions maps a pair of characters to its primary composite. It is
+// built once, on first use, from the decompositions of x/text; it is never
+// written after that.
+var compositions = sync.OnceValue(func() map[[2]rune]rune {
+	m := make(map[[2]rune]rune, 1024)
+	var buf [4]byte
+	for r := rune(0xC0); r <= 0x10FFFF; r++ {
+		if r >= 0xD800 && r <= 0xDFFF {
+			continue
+		}
+		n := utf8.EncodeRune(buf[:], r)
+		d := norm.NFD.Properties(buf[:n]).Decomposition()
+		if d == nil {
+			continue
+		}
+		// Primary composites are those NFC keeps (not excluded, not
+		// singletons, not non-starter decompositions).
+		if norm.NFC.String(string(r)) != string(r) {
+			continue
+		}
+		rs := []rune(string(d))
+		if len(rs) < 2 {
+			continue
+		}
+		// The canonical mapping is (first, last) where first is the
+		// composed form of everything but the last character.
+		first := []rune(norm.NFC.String(string(rs[:len(rs)-1])))
+		if len(first) != 1 {
+			continue
+		}
+		pair := [2]rune{first[0], rs[len(rs)-1]}
+		if norm.NFC.String(string(pair[:])) != string(r) {
+			continue
+		}
+		m[pair] = r
+	}
+	return m
+})
+
+func composePair(a, b rune) (rune, bool) {
+	if a >= hangulLBase && a < hangulLBase+hangulLCount && b >= hangulVBase && b < hangulVBase+hangulVCount {
+		return hangulSBase + ((a-hangulLBase)*hangulVCount+(b-hangulVBase))*hangulTCount, true
+	}
+	if a >= hangulSBase && a < hangulSBase+hangulSCount && (a-hangulSBase)%hangulTCount == 0 &&
+		b > hangulTBase && b < hangulTBase+hangulTCount {
+		return a + (b - hangulTBase), true
+	}
+	r, ok := compositions()[[2]rune{a, b}]
+	return r, ok
+}
+
+type decItem struct {
+	class  uint8
+	r      rune
+	change int
+}
+
+// decompose is the crate's Decompositions iterator, run to the end.
+func decompose(s string, compat bool) []rc {
+	out := make([]rc, 0, len(s)+8)
+	var buf []decItem
+	readyEnd := 0
+	var tmp []rune
+	sortPending := func() {
+		p := buf[readyEnd:]
+		sort.SliceStable(p, func(i, j int) bool { return p[i].class < p[j].class })
+		readyEnd = len(buf)
+	}
+	for _, r := range s {
+		tmp = decomposeRune(tmp[:0], r, compat)
+		for i, d := range tmp {
+			c := ccc(d)
+			if c == 0 {
+				sortPending()
+			}
+			ch := 1
+			if i == 0 {
+				ch = 0
+			}
+			buf = append(buf, decItem{c, d, ch})
+		}
+		if readyEnd > 0 {
+			for _, it := range buf[:readyEnd] {
+				out = append(out, rc{it.r, it.change})
+			}
+			buf = append(buf[:0], buf[readyEnd:]...)
+			readyEnd = 0
+		}
+	}
+	if len(buf) > 0 {
+		sortPending()
+		for _, it := range buf {
+			out = append(out, rc{it.r, it.change})
+		}
+	}
+	return out
+}
+
+// recompose is the crate's Recompositions state machine over a decomposed
+// sequence.
+func recompose(in []rc) []rc {
+	out := make([]rc, 0, len(in))
+	var buffer []rc
+	var composee rc
+	haveComposee := false
+	lastCCC := -1
+	for _, it := range in {
+		chClass := int(ccc(it.r))
+		if !haveComposee {
+			if chClass != 0 {
+				out = append(out, it)
+				continue
+			}
+			composee, haveComposee = it, true
+			continue
+		}
+		k := composee
+		if lastCCC < 0 {
+			if r, ok := composePair(k.r, it.r); ok {
+				composee = rc{r, k.change + it.change - 1}
+				continue
+			}
+			if chClass == 0 {
+				composee = it
+				out = append(out, k)
+				continue
+			}
+			buffer = append(buffer, it)
+			lastCCC = chClass
+			continue
+		}
+		if lastCCC >= chClass {
+			if chClass == 0 {
+				composee = it
+				lastCCC = -1
+				out = append(out, k)
+				out = append(out, buffer...)
+				buffer = buffer[:0]
+				continue
+			}
+			buffer = append(buffer, it)
+			lastCCC = chClass
+			continue
+		}
+		if r, ok := composePair(k.r, it.r); ok {
+			composee = rc{r, k.change + it.change - 1}
+			continue
+		}
+		buffer = append(buffer, it)
+		lastCCC = chClass
+	}
+	if haveComposee {
+		out = append(out, composee)
+	}
+	return append(out, buffer...)
+}
+
+// normForm is one of the four Unicode normalization forms.
+type normForm int
+
+const (
+	formNFC normForm = iota
+	formNFD
+	formNFKC
+	formNFKD
+)
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// unicodeNormalize applies a normalization form to n with the crate's
+// alignments.
+func unicodeNormalize(n *nstr, f normForm) {
+	// ASCII text is unchanged by every form, with all changes 0, which
+	// leaves alignments as they are.
+	if isASCII(n.s) {
+		return
+	}
+	compat := f == formNFKC || f == formNFKD
+	d := decompose(n.s, compat)
+	if f == formNFC || f == formNFKC {
+		d = recompose(d)
+	}
+	if unchanged(n.s, d) {
+		return
+	}
+	n.transform(d, 0)
+}
+
+// unchanged reports whether the transformation d would leave s and its
+// alignments as they are.
+func unchanged(s string, d []rc) bool {
+	i := 0
+	for _, c := range d {
+		if c.change != 0 || i >= len(s) {
+			return false
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r != c.r {
+			return false
+		}
+		i += size
+	}
+	return i == len(s)
+}
