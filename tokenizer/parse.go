@@ -249,17 +249,22 @@ func parse(data []byte) (*Tokenizer, error) {
 
 // describeJSONError turns encoding/json's errors into ones that say where.
 func describeJSONError(data []byte, err error) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return errors.New("empty input: not a tokenizer.json")
+	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
-		return fmt.Errorf("malformed JSON at byte %d (line %d): %v", se.Offset, line, se)
+		if se.Error() == "unexpected end of JSON input" {
+			return fmt.Errorf("truncated JSON: the input ends after %d bytes, inside a value", len(data))
+		}
+		// se.Offset counts the bytes read, the offending one included.
+		at := max(int(se.Offset)-1, 0)
+		line := 1 + bytes.Count(data[:min(at, len(data))], []byte("\n"))
+		return fmt.Errorf("malformed JSON at byte offset %d (line %d): %v", at, line, se)
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		return fmt.Errorf("not a tokenizer.json: the top level is a JSON %s, not an object", te.Value)
-	}
-	if err.Error() == "unexpected end of JSON input" {
-		return fmt.Errorf("truncated JSON: the input ends after %d bytes, inside a value", len(data))
 	}
 	return fmt.Errorf("malformed JSON: %v", err)
 }
@@ -332,33 +337,29 @@ func parseModel(path string, raw json.RawMessage) (*bpe, error) {
 			m.byteTokens[b] = id
 		}
 	}
-	merges, err := o.list("merges")
+	pairs, err := readMerges(o.at("merges"), o.m["merges"])
 	if err != nil {
 		return nil, err
 	}
-	m.merges = make(map[uint64]mergeInfo, len(merges))
+	m.merges = make(map[uint64]mergeInfo, len(pairs))
 	prefixLen := len(m.prefix)
-	for i, mraw := range merges {
-		mp := fmt.Sprintf("%s.merges[%d]", path, i)
-		a, b, err := readMerge(mp, mraw)
-		if err != nil {
-			return nil, err
-		}
+	for i, pr := range pairs {
+		a, b := pr[0], pr[1]
 		aid, ok := m.vocab[a]
 		if !ok {
-			return nil, fmt.Errorf("%s: merge names token %q, which is not in the vocabulary", mp, a)
+			return nil, fmt.Errorf("%s.merges[%d]: merge names token %q, which is not in the vocabulary", path, i, a)
 		}
 		bid, ok := m.vocab[b]
 		if !ok {
-			return nil, fmt.Errorf("%s: merge names token %q, which is not in the vocabulary", mp, b)
+			return nil, fmt.Errorf("%s.merges[%d]: merge names token %q, which is not in the vocabulary", path, i, b)
 		}
 		if len(b) < prefixLen {
-			return nil, fmt.Errorf("%s: token %q is shorter than continuing_subword_prefix %q", mp, b, m.prefix)
+			return nil, fmt.Errorf("%s.merges[%d]: token %q is shorter than continuing_subword_prefix %q", path, i, b, m.prefix)
 		}
 		merged := a + b[prefixLen:]
 		nid, ok := m.vocab[merged]
 		if !ok {
-			return nil, fmt.Errorf("%s: the merge of %q and %q gives %q, which is not in the vocabulary", mp, a, b, merged)
+			return nil, fmt.Errorf("%s.merges[%d]: the merge of %q and %q gives %q, which is not in the vocabulary", path, i, a, b, merged)
 		}
 		// A repeated pair takes its last rank, as the crate's map does.
 		m.merges[pairKey(aid, bid)] = mergeInfo{int32(i), nid}
@@ -366,62 +367,73 @@ func parseModel(path string, raw json.RawMessage) (*bpe, error) {
 	return m, nil
 }
 
-func readMerge(path string, raw json.RawMessage) (string, string, error) {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		parts := strings.Split(s, " ")
-		if len(parts) != 2 {
-			return "", "", fmt.Errorf("%s: merge %q is not two tokens separated by one space", path, s)
+// readMerges reads the merges, given as "a b" strings or [a, b] pairs.
+func readMerges(path string, raw json.RawMessage) ([][2]string, error) {
+	if raw == nil {
+		return nil, fmt.Errorf("%s: missing", path)
+	}
+	var strs []string
+	if err := json.Unmarshal(raw, &strs); err == nil {
+		out := make([][2]string, len(strs))
+		for i, s := range strs {
+			a, b, ok := strings.Cut(s, " ")
+			if !ok || strings.Contains(b, " ") {
+				return nil, fmt.Errorf("%s[%d]: merge %q is not two tokens separated by one space", path, i, s)
+			}
+			out[i] = [2]string{a, b}
 		}
-		return parts[0], parts[1], nil
+		return out, nil
 	}
-	var pair []string
-	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
-		return "", "", fmt.Errorf("%s: want \"a b\" or [\"a\", \"b\"], got %s", path, snippet(raw))
+	var pairs [][2]string
+	if err := json.Unmarshal(raw, &pairs); err == nil {
+		return pairs, nil
 	}
-	return pair[0], pair[1], nil
+	// Find the entry that is neither, for the error.
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("%s: want a list, got %s", path, snippet(raw))
+	}
+	for i, item := range list {
+		var s string
+		var pair []string
+		if json.Unmarshal(item, &s) != nil && (json.Unmarshal(item, &pair) != nil || len(pair) != 2) {
+			return nil, fmt.Errorf("%s[%d]: want \"a b\" or [\"a\", \"b\"], got %s", path, i, snippet(item))
+		}
+	}
+	return nil, fmt.Errorf("%s: mixes \"a b\" strings and [a, b] pairs", path)
 }
 
 // readVocab reads the model vocabulary, refusing two tokens with one id
 // (the crate would keep an arbitrary one of them when decoding).
 func (m *bpe) readVocab(path string, raw json.RawMessage) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	// A key given twice keeps its last id, as serde's map does, and as
+	// encoding/json does.
+	if err := json.Unmarshal(raw, &m.vocab); err != nil || m.vocab == nil {
+		var ue *json.UnmarshalTypeError
+		if errors.As(err, &ue) && ue.Field != "" {
+			return fmt.Errorf("%s[%q]: want a non-negative integer id", path, ue.Field)
+		}
 		return fmt.Errorf("%s: want an object of token: id, got %s", path, snippet(raw))
 	}
-	m.vocab = make(map[string]int32, 1<<16)
-	type entry struct {
-		tok string
-		id  int32
-	}
-	var entries []entry
 	maxID := -1
-	for dec.More() {
-		kt, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("%s: %v", path, err)
+	for tok, id := range m.vocab {
+		if id < 0 {
+			return fmt.Errorf("%s[%q]: want a non-negative integer id", path, tok)
 		}
-		key := kt.(string)
-		var id float64
-		if err := dec.Decode(&id); err != nil || id < 0 || id != math.Trunc(id) || id > math.MaxInt32 {
-			return fmt.Errorf("%s[%q]: want a non-negative integer id", path, key)
-		}
-		// A key given twice keeps its last id, as serde's map does.
-		m.vocab[key] = int32(id)
-		entries = append(entries, entry{key, int32(id)})
 		maxID = max(maxID, int(id))
 	}
 	m.vocabR = make([]string, maxID+1)
 	m.hasID = make([]bool, maxID+1)
-	for _, e := range entries {
-		if m.vocab[e.tok] != e.id {
-			continue // superseded by a later entry for the same key
+	for tok, id := range m.vocab {
+		if m.hasID[id] {
+			a, b := m.vocabR[id], tok
+			if a > b {
+				a, b = b, a
+			}
+			return fmt.Errorf("%s: tokens %q and %q both have id %d", path, a, b, id)
 		}
-		if m.hasID[e.id] && m.vocabR[e.id] != e.tok {
-			return fmt.Errorf("%s: tokens %q and %q both have id %d", path, m.vocabR[e.id], e.tok, e.id)
-		}
-		m.vocabR[e.id] = e.tok
-		m.hasID[e.id] = true
+		m.vocabR[id] = tok
+		m.hasID[id] = true
 	}
 	return nil
 }
