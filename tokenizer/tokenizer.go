@@ -20,10 +20,10 @@ type Tokenizer struct {
 
 	model *bpe
 	vocab *vocabulary
-	norm  normalizer      // nil when there is none
-	pre   []preTokenizer  // Sequence pre-tokenizers flattened, in order
-	post  postProcessor   // nil when there is none
-	dec   decoder         // nil when there is none
+	norm  normalizer     // nil when there is none
+	pre   []preTokenizer // Sequence pre-tokenizers flattened, in order
+	post  postProcessor  // nil when there is none
+	dec   decoder        // nil when there is none
 	// needValues is set when a post-processor reads token strings.
 	needValues bool
 	vocabSize  int

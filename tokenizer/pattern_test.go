@@ -1,0 +1,89 @@
+package tokenizer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func matchesString(s string, ms []match) string {
+	var parts []string
+	for _, m := range ms {
+		flag := ""
+		if m.isMatch {
+			flag = "*"
+		}
+		parts = append(parts, fmt.Sprintf("%s%q", flag, s[m.start:m.end]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// TestFastPatternsMatchRegexp2 runs the hand-written matchers and regexp2
+// on the same patterns over the whole corpus and some more strings.
+func TestFastPatternsMatchRegexp2(t *testing.T) {
+	texts := corpus(t)
+	for _, expr := range []string{gpt2Regex, llama3Regex, qwen2Regex} {
+		fast, err := newPattern(expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := fast.(fastPattern); !ok {
+			t.Fatalf("%s has no fast matcher", expr)
+		}
+		slow, err := compileRegex(expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra := []string{"", " ", "  x", "\n\n", " \n x", "a\u3000\u3000b", "\u00a0\u00a0", "x\r\n\r\n  y",
+			"1234567", "١٢٣٤", " 12", "'sx", "it'ſ", "'Re", "'LL", "'lL", "''s", "\t\tword", "\u0085x", "a \u2003 b"}
+		diffs := 0
+		for _, s := range append(extra, texts...) {
+			got := matchesString(s, fast.findMatches(nil, s))
+			want := matchesString(s, slow.findMatches(nil, s))
+			if got == want {
+				continue
+			}
+			diffs++
+			if diffs <= 5 {
+				t.Errorf("pattern %.30q on %q:\n fast %s\n want %s", expr, s, got, want)
+			}
+		}
+		if diffs > 0 {
+			t.Errorf("pattern %.30q: %d strings differ", expr, diffs)
+		}
+	}
+}
+
+func TestSplitBehaviors(t *testing.T) {
+	s := "a-b--c-"
+	cases := []struct {
+		b    splitBehavior
+		want string
+	}{
+		{behaviorRemoved, `"a" "b" "c"`},
+		{behaviorIsolated, `"a" "-" "b" "-" "-" "c" "-"`},
+		{behaviorMergedWithPrevious, `"a-" "b-" "-" "c-"`},
+		{behaviorMergedWithNext, `"a" "-b" "-" "-c" "-"`},
+		{behaviorContiguous, `"a" "-" "b" "--" "c" "-"`},
+	}
+	for _, c := range cases {
+		n := nstr{s: s}
+		var got []string
+		emitSplits(&n, literalPattern{"-"}.findMatches(nil, s), c.b, func(p nstr) { got = append(got, fmt.Sprintf("%q", p.s)) })
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("behavior %d: %s, want %s", c.b, strings.Join(got, " "), c.want)
+		}
+	}
+}
+
+func TestRegexEmptyMatches(t *testing.T) {
+	// Oniguruma's find_iter refuses an empty match where the previous
+	// match ended.
+	p, err := compileRegex(`x*`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := matchesString("axxb", p.findMatches(nil, "axxb")), `*"" "a" *"xx" "b" *""`; got != want {
+		t.Errorf("x* on axxb: %s, want %s", got, want)
+	}
+}
