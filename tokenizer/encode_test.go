@@ -167,6 +167,12 @@ func TestNFCOfNormalText(t *testing.T) {
 		if norm.NFKC.IsNormalString(s) && !unchanged(s, recompose(decompose(s, true))) {
 			t.Errorf("NFKC changes the NFKC text %.40q", s)
 		}
+		if norm.NFD.IsNormalString(s) && !unchanged(s, decompose(s, false)) {
+			t.Errorf("NFD changes the NFD text %.40q", s)
+		}
+		if norm.NFKD.IsNormalString(s) && !unchanged(s, decompose(s, true)) {
+			t.Errorf("NFKD changes the NFKD text %.40q", s)
+		}
 	}
 	if n < 1000 {
 		t.Fatalf("only %d NFC strings", n)

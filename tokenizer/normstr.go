@@ -119,6 +119,20 @@ func (n *nstr) transform(dest []rc, initialOffset int) {
 // [start, end).
 func (n *nstr) transformRange(start, end int, dest []rc, initialOffset int) {
 	n.materialize()
+	buf := make([]byte, 0, len(n.s)+len(dest))
+	al := make([]span, 0, len(n.s)+len(dest))
+	buf = append(buf, n.s[:start]...)
+	al = append(al, n.align[:start]...)
+	buf, al = n.appendTransformed(buf, al, start, end, dest, initialOffset)
+	buf = append(buf, n.s[end:]...)
+	al = append(al, n.align[end:]...)
+	n.s = string(buf)
+	n.align = al
+}
+
+// appendTransformed appends to buf and al the text and alignments that
+// transform_range makes of [start, end) with dest.
+func (n *nstr) appendTransformed(buf []byte, al []span, start, end int, dest []rc, initialOffset int) ([]byte, []span) {
 	old := n.s[start:end]
 	pos := 0 // next unread byte of old
 	next := func() int {
@@ -133,8 +147,6 @@ func (n *nstr) transformRange(start, end int, dest []rc, initialOffset int) {
 	for k := 0; k < initialOffset; k++ {
 		offset += next()
 	}
-	buf := make([]byte, 0, len(old)+4)
-	al := make([]span, 0, len(old)+4)
 	var enc [4]byte
 	for _, d := range dest {
 		idx := offset
@@ -163,12 +175,7 @@ func (n *nstr) transformRange(start, end int, dest []rc, initialOffset int) {
 			al = append(al, a)
 		}
 	}
-	newAlign := make([]span, 0, start+len(al)+len(n.s)-end)
-	newAlign = append(newAlign, n.align[:start]...)
-	newAlign = append(newAlign, al...)
-	newAlign = append(newAlign, n.align[end:]...)
-	n.s = n.s[:start] + string(buf) + n.s[end:]
-	n.align = newAlign
+	return buf, al
 }
 
 // prepend is NormalizedString::prepend: the new characters align with the

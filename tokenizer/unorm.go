@@ -254,15 +254,60 @@ func unicodeNormalize(n *nstr, f normForm) {
 	if isASCII(n.s) {
 		return
 	}
+	// So is text already in the form, as TestNFCOfNormalText checks.
+	// x/text's quick check finds the stretches that are; the crate's
+	// algorithm, many times slower, runs on the others only, cut at
+	// normalization boundaries, where its state starts afresh.
+	form := [...]norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD}[f]
 	compat := f == formNFKC || f == formNFKD
-	d := decompose(n.s, compat)
-	if f == formNFC || f == formNFKC {
-		d = recompose(d)
+	compose := f == formNFC || f == formNFKC
+	s := n.s
+	var buf []byte
+	var al []span
+	done := 0 // s[:done] is in buf
+	for pos := 0; pos < len(s); {
+		q := pos + form.QuickSpanString(s[pos:])
+		if q >= len(s) {
+			break
+		}
+		// The last boundary before q, looked for in a short window (a
+		// longer stretch without one is rare; pos is a boundary anyway).
+		start := pos
+		if w := max(pos, q-64); w < q {
+			if b := form.LastBoundary([]byte(s[w:q])); b >= 0 {
+				start = w + b
+			}
+		}
+		end := q + form.NextBoundaryInString(s[q:], true)
+		if end <= q {
+			_, size := utf8.DecodeRuneInString(s[q:])
+			end = q + size
+		}
+		d := decompose(s[start:end], compat)
+		if compose {
+			d = recompose(d)
+		}
+		pos = end
+		if unchanged(s[start:end], d) {
+			continue
+		}
+		if buf == nil {
+			n.materialize()
+			buf = make([]byte, 0, len(s)+16)
+			al = make([]span, 0, len(s)+16)
+		}
+		buf = append(buf, s[done:start]...)
+		al = append(al, n.align[done:start]...)
+		buf, al = n.appendTransformed(buf, al, start, end, d, 0)
+		done = end
 	}
-	if unchanged(n.s, d) {
+	if buf == nil {
 		return
 	}
-	n.transform(d, 0)
+	buf = append(buf, s[done:]...)
+	al = append(al, n.align[done:]...)
+	n.s = string(buf)
+	n.align = al
 }
 
 // unchanged reports whether the transformation d would leave s and its
