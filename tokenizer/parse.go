@@ -403,6 +403,9 @@ func readMerges(path string, raw json.RawMessage) ([][2]string, error) {
 	return nil, fmt.Errorf("%s: mixes \"a b\" strings and [a, b] pairs", path)
 }
 
+// maxVocabID bounds model ids, which index slices.
+const maxVocabID = 1<<24 - 1
+
 // readVocab reads the model vocabulary, refusing two tokens with one id
 // (the crate would keep an arbitrary one of them when decoding).
 func (m *bpe) readVocab(path string, raw json.RawMessage) error {
@@ -419,6 +422,10 @@ func (m *bpe) readVocab(path string, raw json.RawMessage) error {
 	for tok, id := range m.vocab {
 		if id < 0 {
 			return fmt.Errorf("%s[%q]: want a non-negative integer id", path, tok)
+		}
+		// Ids index a slice; the largest real vocabularies are near 2^18.
+		if id > maxVocabID {
+			return fmt.Errorf("%s[%q]: id %d is too large (the largest supported is %d)", path, tok, id, maxVocabID)
 		}
 		maxID = max(maxID, int(id))
 	}
