@@ -91,19 +91,20 @@ func (m *bpe) tokenize(w string, rawBytes bool, emit func(id int32, start, end i
 	sc.mergeAll(m.merges)
 	var wt wordTokens
 	if cacheable {
-		wt.ids = make([]int32, 0, len(sc.c))
-		wt.lens = make([]int32, 0, len(sc.c))
+		wt.ids = make([]int32, 0, len(sc.sym))
+		wt.lens = make([]int32, 0, len(sc.sym))
 	}
 	pos := 0
-	for i := 0; i >= 0 && i < len(sc.c); i = int(sc.next[i]) {
-		if sc.ln[i] == 0 {
+	for i := 0; i >= 0 && i < len(sc.sym); i = int(sc.sym[i].next) {
+		x := sc.sym[i]
+		if x.ln == 0 {
 			continue
 		}
-		emit(sc.c[i], pos, pos+int(sc.ln[i]))
-		pos += int(sc.ln[i])
+		emit(x.c, pos, pos+int(x.ln))
+		pos += int(x.ln)
 		if cacheable {
-			wt.ids = append(wt.ids, sc.c[i])
-			wt.lens = append(wt.lens, sc.ln[i])
+			wt.ids = append(wt.ids, x.c)
+			wt.lens = append(wt.lens, x.ln)
 		}
 	}
 	m.pool.Put(sc)
@@ -176,8 +177,12 @@ func (m *bpe) initWord(sc *symbols, w string) {
 
 // symbols is the crate's Word: a linked list of symbols over an array.
 type symbols struct {
-	c, prev, next, ln []int32
-	heap              []mergeCand
+	sym  []symbol
+	heap []mergeCand
+}
+
+type symbol struct {
+	c, prev, next, ln int32
 }
 
 type mergeCand struct {
@@ -185,36 +190,39 @@ type mergeCand struct {
 }
 
 func (sc *symbols) reset() {
-	sc.c, sc.prev, sc.next, sc.ln = sc.c[:0], sc.prev[:0], sc.next[:0], sc.ln[:0]
+	sc.sym = sc.sym[:0]
 	sc.heap = sc.heap[:0]
 }
 
 func (sc *symbols) add(id int32, n int) {
-	k := int32(len(sc.c))
+	k := int32(len(sc.sym))
 	if k > 0 {
-		sc.next[k-1] = k
+		sc.sym[k-1].next = k
 	}
-	sc.c = append(sc.c, id)
-	sc.prev = append(sc.prev, k-1)
-	sc.next = append(sc.next, -1)
-	sc.ln = append(sc.ln, int32(n))
+	sc.sym = append(sc.sym, symbol{c: id, prev: k - 1, next: -1, ln: int32(n)})
 }
 
 func candLess(a, b mergeCand) bool {
 	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
 }
 
+// The queue is a 4-ary heap (as the crate's is): the order of pops is that
+// of (rank, pos), which are unique among live entries, so the arity does
+// not change the result.
+const heapArity = 4
+
 func (sc *symbols) push(x mergeCand) {
 	h := append(sc.heap, x)
 	i := len(h) - 1
 	for i > 0 {
-		p := (i - 1) / 2
-		if !candLess(h[i], h[p]) {
+		p := (i - 1) / heapArity
+		if !candLess(x, h[p]) {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
+		h[i] = h[p]
 		i = p
 	}
+	h[i] = x
 	sc.heap = h
 }
 
@@ -222,23 +230,28 @@ func (sc *symbols) pop() mergeCand {
 	h := sc.heap
 	top := h[0]
 	last := len(h) - 1
-	h[0] = h[last]
+	x := h[last]
 	h = h[:last]
 	i := 0
 	for {
-		l := 2*i + 1
-		if l >= len(h) {
+		first := heapArity*i + 1
+		if first >= len(h) {
 			break
 		}
-		m := l
-		if r := l + 1; r < len(h) && candLess(h[r], h[l]) {
-			m = r
+		m := first
+		for c := first + 1; c < first+heapArity && c < len(h); c++ {
+			if candLess(h[c], h[m]) {
+				m = c
+			}
 		}
-		if !candLess(h[m], h[i]) {
+		if !candLess(h[m], x) {
 			break
 		}
-		h[i], h[m] = h[m], h[i]
+		h[i] = h[m]
 		i = m
+	}
+	if len(h) > 0 {
+		h[i] = x
 	}
 	sc.heap = h
 	return top
@@ -248,35 +261,38 @@ func (sc *symbols) pop() mergeCand {
 // rank first, leftmost first among equal ranks, with the crate's checks
 // for stale queue entries.
 func (sc *symbols) mergeAll(merges map[uint64]mergeInfo) {
-	for i := 0; i+1 < len(sc.c); i++ {
-		if mi, ok := merges[pairKey(sc.c[i], sc.c[i+1])]; ok {
+	sym := sc.sym
+	for i := 0; i+1 < len(sym); i++ {
+		if mi, ok := merges[pairKey(sym[i].c, sym[i+1].c)]; ok {
 			sc.push(mergeCand{mi.rank, int32(i), mi.newID})
 		}
 	}
 	for len(sc.heap) > 0 {
 		top := sc.pop()
 		p := top.pos
-		if sc.ln[p] == 0 || sc.next[p] == -1 {
+		cur := &sym[p]
+		if cur.ln == 0 || cur.next == -1 {
 			continue
 		}
-		nx := sc.next[p]
-		if mi, ok := merges[pairKey(sc.c[p], sc.c[nx])]; !ok || mi.newID != top.newID {
+		nx := cur.next
+		right := sym[nx]
+		if mi, ok := merges[pairKey(cur.c, right.c)]; !ok || mi.newID != top.newID {
 			continue
 		}
-		sc.c[p] = top.newID
-		sc.ln[p] += sc.ln[nx]
-		sc.next[p] = sc.next[nx]
-		sc.ln[nx] = 0
-		if nn := sc.next[nx]; nn > -1 && int(nn) < len(sc.c) {
-			sc.prev[nn] = p
+		cur.c = top.newID
+		cur.ln += right.ln
+		cur.next = right.next
+		sym[nx].ln = 0
+		if nn := right.next; nn > -1 && int(nn) < len(sym) {
+			sym[nn].prev = p
 		}
-		if pv := sc.prev[p]; pv >= 0 {
-			if mi, ok := merges[pairKey(sc.c[pv], sc.c[p])]; ok {
+		if pv := cur.prev; pv >= 0 {
+			if mi, ok := merges[pairKey(sym[pv].c, cur.c)]; ok {
 				sc.push(mergeCand{mi.rank, pv, mi.newID})
 			}
 		}
-		if nn := sc.next[p]; nn >= 0 && int(nn) < len(sc.c) {
-			if mi, ok := merges[pairKey(sc.c[p], sc.c[nn])]; ok {
+		if nn := cur.next; nn >= 0 && int(nn) < len(sym) {
+			if mi, ok := merges[pairKey(cur.c, sym[nn].c)]; ok {
 				sc.push(mergeCand{mi.rank, p, mi.newID})
 			}
 		}
