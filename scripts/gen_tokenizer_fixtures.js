@@ -84,7 +84,10 @@ const HAND = [
   "((()))", "- dash - dash -", "semi;colon;", "comma,,double", "x--y", "a...b!?c",
   "\u0000", "\u0001\u0002", "\u007f", "\ufeffBOM", "\ufffd", "\u{10FFFF}", "\u{E000}", "\u{1F600}\u{FE0F}",
   "\u0378", "Ab1 !\n",
-];
+  "a\u3000<mask>", "x  <|im_start|>  y", "[EOT]\u3000\u3000z", "(hello)", "hello_world", "héllo hello", "hello\u0301 x",
+  "ﬁ<mask>ﬁ", "<s>Hello", "<s> Hello", " <s>Hello", "trailing spaces   ", "trailing tab\t", "a , b ; c - d",
+  "Up-Down;Left,Right. Next!? Yes...", "ﬁﬂ ㍿ ½ ⑳ Ⓐ", "ǅ ǈ ǋ titlecase", "ʰʲ modifier", "ŉ", "ﾊﾝｶｸ",
+]
 
 const POOLS = {
   word: ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "token", "model", "train",
@@ -307,7 +310,7 @@ function tinyModels() {
       { id: 0, content: "[UNK]", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
       { id: 1, content: "[CLS]", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
     ],
-    normalizer: { type: "NFKC" },
+    normalizer: { type: "Sequence", normalizers: [{ type: "NFKD" }] },
     pre_tokenizer: { type: "Split", pattern: { Regex: "[\\p{L}\\p{N}]+|[^\\p{L}\\p{N}\\s]+" }, behavior: "Isolated", invert: false },
     post_processor: { type: "TemplateProcessing", single: [{ SpecialToken: { id: "[CLS]", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
       pair: [{ Sequence: { id: "A", type_id: 0 } }, { Sequence: { id: "B", type_id: 1 } }], special_tokens: { "[CLS]": { id: "[CLS]", ids: [1], tokens: ["[CLS]"] } } },
@@ -327,7 +330,7 @@ function tinyModels() {
   const fallback = {
     version: "1.0", truncation: null, padding: null,
     added_tokens: [{ id: 0, content: "[UNK]", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
-    normalizer: { type: "Sequence", normalizers: [{ type: "Prepend", prepend: "▁" }, { type: "Replace", pattern: { String: " " }, content: "▁" }] },
+    normalizer: { type: "Sequence", normalizers: [{ type: "NFD" }, { type: "Prepend", prepend: "▁" }, { type: "Replace", pattern: { String: " " }, content: "▁" }] },
     pre_tokenizer: null, post_processor: null,
     decoder: { type: "Sequence", decoders: [{ type: "Replace", pattern: { String: "▁" }, content: " " }, { type: "ByteFallback" }, { type: "Fuse" }] },
     model: { type: "BPE", dropout: null, unk_token: "[UNK]", continuing_subword_prefix: null, end_of_word_suffix: null,

@@ -152,9 +152,24 @@ const (
 	qwen2Regex  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
+// The three Split patterns of DeepSeek V3, which also have fast matchers.
+// Unlike the ones above they leave gaps, characters that no alternative
+// matches.
+const (
+	deepseekDigitsRegex = `\p{N}{1,3}`
+	deepseekCJKRegex    = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+	deepseekWordsRegex  = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+)
+
 // newPattern returns the matcher of a regex, the fast one when there is.
 func newPattern(expr string) (pattern, error) {
 	switch expr {
+	case deepseekDigitsRegex:
+		return gapPattern{next: deepseekDigitsNext}, nil
+	case deepseekCJKRegex:
+		return gapPattern{next: deepseekCJKNext}, nil
+	case deepseekWordsRegex:
+		return gapPattern{next: deepseekWordsNext}, nil
 	case gpt2Regex:
 		return fastPattern{next: gpt2Next}, nil
 	case llama3Regex:
@@ -366,6 +381,143 @@ func llama3Next(s string, i int, maxDigits int) int {
 	}
 	// Only whitespace is left. \s*[\r\n]+ ends after the last line break
 	// of the run.
+	j := run(s, i, clsSpace)
+	if k := strings.LastIndexAny(s[i:j], "\r\n"); k >= 0 {
+		return i + k + 1
+	}
+	return spaceEnd(s, i, j)
+}
+
+// gapPattern is a hand-written matcher for a pattern that may match
+// nowhere at a position: next returns the end of the match that starts at
+// i, or -1, and the search moves on one character, as a regex search does.
+type gapPattern struct {
+	next func(s string, i int) int
+}
+
+func (p gapPattern) findMatches(dst []match, s string) []match {
+	if s == "" {
+		return append(dst, match{0, 0, false})
+	}
+	prev := 0
+	for i := 0; i < len(s); {
+		j := p.next(s, i)
+		if j < 0 {
+			_, size := at(s, i)
+			i += size
+			continue
+		}
+		if prev < i {
+			dst = append(dst, match{prev, i, false})
+		}
+		dst = append(dst, match{i, j, true})
+		prev, i = j, j
+	}
+	if prev < len(s) {
+		dst = append(dst, match{prev, len(s), false})
+	}
+	return dst
+}
+
+func deepseekDigitsNext(s string, i int) int {
+	j := i
+	for k := 0; k < 3; k++ {
+		r, size := at(s, j)
+		if r < 0 || class(r) != clsNumber {
+			break
+		}
+		j += size
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
+func isDeepseekCJK(r rune) bool {
+	return (r >= 0x4e00 && r <= 0x9fa5) || (r >= 0x3040 && r <= 0x309f) || (r >= 0x30a0 && r <= 0x30ff)
+}
+
+func deepseekCJKNext(s string, i int) int {
+	j := i
+	for {
+		r, size := at(s, j)
+		if r < 0 || !isDeepseekCJK(r) {
+			break
+		}
+		j += size
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
+func isLetterOrMark(r rune) bool {
+	if r < 128 {
+		return asciiClass[r] == clsLetter
+	}
+	return unicode.IsLetter(r) || unicode.IsMark(r)
+}
+
+func isPunctOrSymbol(r rune) bool {
+	if r < 128 {
+		return r > ' ' && r < 127 && asciiClass[r] == clsOther
+	}
+	return unicode.IsPunct(r) || unicode.IsSymbol(r)
+}
+
+func isASCIILetter(r rune) bool { return (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') }
+
+// runOf returns the end of the run of characters from i for which in holds.
+func runOf(s string, i int, in func(rune) bool) int {
+	for i < len(s) {
+		r, size := at(s, i)
+		if !in(r) {
+			break
+		}
+		i += size
+	}
+	return i
+}
+
+// deepseekWordsNext matches deepseekWordsRegex at i.
+func deepseekWordsNext(s string, i int) int {
+	r, size := at(s, i)
+	// [ASCII punctuation][A-Za-z]+
+	if r < 128 && r > ' ' && r < 127 && asciiClass[r] == clsOther {
+		if r2, _ := at(s, i+1); r2 >= 0 && isASCIILetter(r2) {
+			return runOf(s, i+1, isASCIILetter)
+		}
+	}
+	// [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
+	if isLetterOrMark(r) {
+		return runOf(s, i+size, isLetterOrMark)
+	}
+	if r != '\r' && r != '\n' && !unicode.IsLetter(r) && !isPunctOrSymbol(r) {
+		if r2, _ := at(s, i+size); r2 >= 0 && isLetterOrMark(r2) {
+			return runOf(s, i+size, isLetterOrMark)
+		}
+	}
+	// ' ?[\p{P}\p{S}]+[\r\n]*'
+	start := -1
+	if isPunctOrSymbol(r) {
+		start = i
+	} else if r == ' ' {
+		if r2, _ := at(s, i+1); r2 >= 0 && isPunctOrSymbol(r2) {
+			start = i + 1
+		}
+	}
+	if start >= 0 {
+		j := runOf(s, start, isPunctOrSymbol)
+		for j < len(s) && (s[j] == '\r' || s[j] == '\n') {
+			j++
+		}
+		return j
+	}
+	if class(r) != clsSpace {
+		return -1
+	}
 	j := run(s, i, clsSpace)
 	if k := strings.LastIndexAny(s[i:j], "\r\n"); k >= 0 {
 		return i + k + 1

@@ -22,12 +22,12 @@ func matchesString(s string, ms []match) string {
 // on the same patterns over the whole corpus and some more strings.
 func TestFastPatternsMatchRegexp2(t *testing.T) {
 	texts := corpus(t)
-	for _, expr := range []string{gpt2Regex, llama3Regex, qwen2Regex} {
+	for _, expr := range []string{gpt2Regex, llama3Regex, qwen2Regex, deepseekDigitsRegex, deepseekCJKRegex, deepseekWordsRegex} {
 		fast, err := newPattern(expr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := fast.(fastPattern); !ok {
+		if _, ok := fast.(*regexPattern); ok {
 			t.Fatalf("%s has no fast matcher", expr)
 		}
 		slow, err := compileRegex(expr)
@@ -35,7 +35,8 @@ func TestFastPatternsMatchRegexp2(t *testing.T) {
 			t.Fatal(err)
 		}
 		extra := []string{"", " ", "  x", "\n\n", " \n x", "a\u3000\u3000b", "\u00a0\u00a0", "x\r\n\r\n  y",
-			"1234567", "١٢٣٤", " 12", "'sx", "it'ſ", "'Re", "'LL", "'lL", "''s", "\t\tword", "\u0085x", "a \u2003 b"}
+			"1234567", "١٢٣٤", " 12", "5th 12ab", "(Hello) 'sx", " \u0301x", "\u200dx", "\x00\x01a", "日本語とカタカナ漢字",
+			"a\u0301\u0301 \u0301", "$$$x", " ++\r\n", "x\u00a0\u00a0y", "\u2028\n", "'sx", "it'ſ", "'Re", "'LL", "'lL", "''s", "\t\tword", "\u0085x", "a \u2003 b"}
 		diffs := 0
 		for _, s := range append(extra, texts...) {
 			got := matchesString(s, fast.findMatches(nil, s))
@@ -85,5 +86,35 @@ func TestRegexEmptyMatches(t *testing.T) {
 	}
 	if got, want := matchesString("axxb", p.findMatches(nil, "axxb")), `*"" "a" *"xx" "b" *""`; got != want {
 		t.Errorf("x* on axxb: %s, want %s", got, want)
+	}
+}
+
+// TestKnownPatternsAreFast checks that the real tokenizers' patterns are
+// recognized, so that they run on the fast matchers.
+func TestKnownPatternsAreFast(t *testing.T) {
+	for _, name := range []string{"llama3", "llama3_1", "qwen3", "deepseek_v3", "claude"} {
+		tok := fixtureTokenizer(t, name)
+		n := 0
+		for _, p := range tok.pre {
+			var pat pattern
+			switch p := p.(type) {
+			case splitPreTokenizer:
+				pat = p.pat
+			case *byteLevelPreTokenizer:
+				if !p.useRegex {
+					continue
+				}
+				pat = p.regex
+			default:
+				continue
+			}
+			n++
+			if _, slow := pat.(*regexPattern); slow {
+				t.Errorf("%s: a pattern runs on regexp2", name)
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no pattern found", name)
+		}
 	}
 }
