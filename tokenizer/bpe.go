@@ -12,7 +12,7 @@ type bpe struct {
 	vocab  map[string]int32
 	vocabR []string // by id; "" where no token has the id
 	hasID  []bool
-	merges map[uint64]mergeInfo
+	merges *mergeTable
 
 	unk          int32 // -1 when there is no unk_token
 	unkToken     string
@@ -41,6 +41,62 @@ type mergeInfo struct {
 }
 
 func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// mergeTable maps a pair of ids to its merge: an open-addressing hash
+// table, because the lookups of mergeAll dominate encoding and Go's map
+// costs twice as much for them.
+type mergeTable struct {
+	keys  []uint64 // emptyKey where free
+	vals  []mergeInfo
+	shift uint
+	n     int
+}
+
+// emptyKey cannot be a pair: ids are below 2^24.
+const emptyKey = ^uint64(0)
+
+func newMergeTable(n int) *mergeTable {
+	size, shift := 16, uint(60)
+	for size < 2*n {
+		size *= 2
+		shift--
+	}
+	t := &mergeTable{keys: make([]uint64, size), vals: make([]mergeInfo, size), shift: shift}
+	for i := range t.keys {
+		t.keys[i] = emptyKey
+	}
+	return t
+}
+
+func (t *mergeTable) slot(k uint64) int { return int((k * 0x9E3779B97F4A7C15) >> t.shift) }
+
+// set adds or replaces the merge of a pair.
+func (t *mergeTable) set(k uint64, v mergeInfo) {
+	mask := len(t.keys) - 1
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case emptyKey:
+			t.keys[i], t.vals[i] = k, v
+			t.n++
+			return
+		case k:
+			t.vals[i] = v
+			return
+		}
+	}
+}
+
+func (t *mergeTable) get(k uint64) (mergeInfo, bool) {
+	mask := len(t.keys) - 1
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case k:
+			return t.vals[i], true
+		case emptyKey:
+			return mergeInfo{}, false
+		}
+	}
+}
 
 // tokenAppender receives the tokens of a word: id and [start, end) in the
 // word's bytes.
@@ -260,10 +316,10 @@ func (sc *symbols) pop() mergeCand {
 // mergeAll is Word::merge_all without dropout: merges are applied lowest
 // rank first, leftmost first among equal ranks, with the crate's checks
 // for stale queue entries.
-func (sc *symbols) mergeAll(merges map[uint64]mergeInfo) {
+func (sc *symbols) mergeAll(merges *mergeTable) {
 	sym := sc.sym
 	for i := 0; i+1 < len(sym); i++ {
-		if mi, ok := merges[pairKey(sym[i].c, sym[i+1].c)]; ok {
+		if mi, ok := merges.get(pairKey(sym[i].c, sym[i+1].c)); ok {
 			sc.push(mergeCand{mi.rank, int32(i), mi.newID})
 		}
 	}
@@ -276,7 +332,7 @@ func (sc *symbols) mergeAll(merges map[uint64]mergeInfo) {
 		}
 		nx := cur.next
 		right := sym[nx]
-		if mi, ok := merges[pairKey(cur.c, right.c)]; !ok || mi.newID != top.newID {
+		if mi, ok := merges.get(pairKey(cur.c, right.c)); !ok || mi.newID != top.newID {
 			continue
 		}
 		cur.c = top.newID
@@ -287,12 +343,12 @@ func (sc *symbols) mergeAll(merges map[uint64]mergeInfo) {
 			sym[nn].prev = p
 		}
 		if pv := cur.prev; pv >= 0 {
-			if mi, ok := merges[pairKey(sym[pv].c, cur.c)]; ok {
+			if mi, ok := merges.get(pairKey(sym[pv].c, cur.c)); ok {
 				sc.push(mergeCand{mi.rank, pv, mi.newID})
 			}
 		}
 		if nn := cur.next; nn >= 0 && int(nn) < len(sym) {
-			if mi, ok := merges[pairKey(cur.c, sym[nn].c)]; ok {
+			if mi, ok := merges.get(pairKey(cur.c, sym[nn].c)); ok {
 				sc.push(mergeCand{mi.rank, p, mi.newID})
 			}
 		}

@@ -341,7 +341,7 @@ func parseModel(path string, raw json.RawMessage) (*bpe, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.merges = make(map[uint64]mergeInfo, len(pairs))
+	m.merges = newMergeTable(len(pairs))
 	prefixLen := len(m.prefix)
 	for i, pr := range pairs {
 		a, b := pr[0], pr[1]
@@ -362,7 +362,7 @@ func parseModel(path string, raw json.RawMessage) (*bpe, error) {
 			return nil, fmt.Errorf("%s.merges[%d]: the merge of %q and %q gives %q, which is not in the vocabulary", path, i, a, b, merged)
 		}
 		// A repeated pair takes its last rank, as the crate's map does.
-		m.merges[pairKey(aid, bid)] = mergeInfo{int32(i), nid}
+		m.merges.set(pairKey(aid, bid), mergeInfo{int32(i), nid})
 	}
 	return m, nil
 }
