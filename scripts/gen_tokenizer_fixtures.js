@@ -86,6 +86,10 @@ const HAND = [
   "\u0378", "Ab1 !\n",
   "a\u3000<mask>", "x  <|im_start|>  y", "[EOT]\u3000\u3000z", "(hello)", "hello_world", "héllo hello", "hello\u0301 x",
   "ﬁ<mask>ﬁ", "<s>Hello", "<s> Hello", " <s>Hello", "trailing spaces   ", "trailing tab\t", "a , b ; c - d",
+  // Characters whose normalization differs between Unicode 9.0 (Hugging
+  // Face's tables) and later versions: a combining mark added in 10.0, a
+  // composition added in 13.0, a compatibility decomposition added in 12.0.
+  "a\u1DF6\u0301x", "e\u0301\u1DF6", "\u{11935}\u{11930}", "\u{1F16C} \u{1F16A}",
   "Up-Down;Left,Right. Next!? Yes...", "ﬁﬂ ㍿ ½ ⑳ Ⓐ", "ǅ ǈ ǋ titlecase", "ʰʲ modifier", "ŉ", "ﾊﾝｶｸ",
 ]
 

@@ -202,3 +202,23 @@ func TestDecoders(t *testing.T) {
 		}
 	}
 }
+
+// TestUnicode9 checks that normalization uses Hugging Face's Unicode 9.0
+// data, not x/text's newer one, where they differ.
+func TestUnicode9(t *testing.T) {
+	if ccc(0x1DF6) != 0 || ccc(0x301) != 230 {
+		t.Errorf("ccc(U+1DF6) = %d (unassigned in 9.0: 0), ccc(U+0301) = %d", ccc(0x1DF6), ccc(0x301))
+	}
+	if _, ok := composePair(0x11935, 0x11930); ok {
+		t.Errorf("U+11935 U+11930 composes, but only since Unicode 13.0")
+	}
+	if r, ok := composePair('e', 0x301); !ok || r != 'é' {
+		t.Errorf("e + U+0301 = %q, %v", r, ok)
+	}
+	if got := string(decomposeRune(nil, 0x1F16C, true)); got != "\U0001F16C" {
+		t.Errorf("NFKD(U+1F16C) = %q, but it has a decomposition only since Unicode 12.0", got)
+	}
+	if got := string(decomposeRune(nil, 0x1F16A, true)); got != "MC" {
+		t.Errorf("NFKD(U+1F16A) = %q, want MC", got)
+	}
+}

@@ -13,9 +13,12 @@ import (
 // produces it: the normalized characters and, for each, how it relates to
 // the input characters. The offsets of tokens after an NFC or NFKC
 // normalizer depend on these changes, so the decomposition buffer and the
-// recomposition state machine below follow that crate step by step. The
-// character data (decompositions, combining classes, compositions) come
-// from golang.org/x/text/unicode/norm.
+// recomposition state machine below follow that crate step by step, and
+// so do the character data (decompositions, combining classes,
+// compositions): the crate's Unicode 9.0 tables, generated into
+// unicode9_tables.go by gen_unicode9.go. golang.org/x/text/unicode/norm
+// (Unicode 15) only finds the stretches of text that are already
+// normalized, which both versions leave alone.
 
 const (
 	hangulSBase  = 0xAC00
@@ -29,18 +32,51 @@ const (
 	hangulSCount = hangulLCount * hangulNCount
 )
 
+// unicode9 is the crate's character data (Unicode 9.0, generated into
+// unicode9_tables.go), as maps built on first use and only read after.
+type unicode9 struct {
+	ccc     map[rune]uint8
+	compose map[[2]rune]rune
+	canon   map[rune]string
+	compat  map[rune]string
+}
+
+var unicode9Data = sync.OnceValue(func() *unicode9 {
+	u := &unicode9{
+		ccc:     make(map[rune]uint8, len(ccc9)),
+		compose: make(map[[2]rune]rune, len(compositions9)),
+		canon:   make(map[rune]string, len(canonical9)),
+		compat:  make(map[rune]string, len(compatibility9)),
+	}
+	for _, e := range ccc9 {
+		u.ccc[e.r] = e.c
+	}
+	for _, c := range compositions9 {
+		u.compose[[2]rune{c[0], c[1]}] = c[2]
+	}
+	for _, e := range canonical9 {
+		u.canon[e.r] = e.d
+	}
+	for _, e := range compatibility9 {
+		u.compat[e.r] = e.d
+	}
+	return u
+})
+
 func ccc(r rune) uint8 {
 	if r < 0x300 {
 		return 0
 	}
-	var buf [4]byte
-	n := utf8.EncodeRune(buf[:], r)
-	return norm.NFD.Properties(buf[:n]).CCC()
+	return unicode9Data().ccc[r]
 }
 
-// decomposeRune appends the full canonical (or compatibility) decomposition
-// of r.
+// decomposeRune appends the full canonical (or compatibility)
+// decomposition of r, as the crate's decompose_canonical and
+// decompose_compatible emit it.
 func decomposeRune(dst []rune, r rune, compat bool) []rune {
+	if r <= 0x7F {
+		return append(dst, r)
+	}
 	if r >= hangulSBase && r < hangulSBase+hangulSCount {
 		si := r - hangulSBase
 		dst = append(dst, hangulLBase+si/hangulNCount, hangulVBase+(si%hangulNCount)/hangulTCount)
@@ -49,65 +85,22 @@ func decomposeRune(dst []rune, r rune, compat bool) []rune {
 		}
 		return dst
 	}
-	if r < 0xA0 {
-		return append(dst, r)
-	}
-	var buf [4]byte
-	n := utf8.EncodeRune(buf[:], r)
-	f := norm.NFD
+	u := unicode9Data()
+	d, ok := "", false
 	if compat {
-		f = norm.NFKD
+		d, ok = u.compat[r]
 	}
-	d := f.Properties(buf[:n]).Decomposition()
-	if d == nil {
+	if !ok {
+		d, ok = u.canon[r]
+	}
+	if !ok {
 		return append(dst, r)
 	}
-	for len(d) > 0 {
-		c, size := utf8.DecodeRune(d)
+	for _, c := range d {
 		dst = append(dst, c)
-		d = d[size:]
 	}
 	return dst
 }
-
-// compositions maps a pair of characters to its primary composite. It is
-// built once, on first use, from the decompositions of x/text; it is never
-// written after that.
-var compositions = sync.OnceValue(func() map[[2]rune]rune {
-	m := make(map[[2]rune]rune, 1024)
-	var buf [4]byte
-	for r := rune(0xC0); r <= 0x10FFFF; r++ {
-		if r >= 0xD800 && r <= 0xDFFF {
-			continue
-		}
-		n := utf8.EncodeRune(buf[:], r)
-		d := norm.NFD.Properties(buf[:n]).Decomposition()
-		if d == nil {
-			continue
-		}
-		// Primary composites are those NFC keeps (not excluded, not
-		// singletons, not non-starter decompositions).
-		if norm.NFC.String(string(r)) != string(r) {
-			continue
-		}
-		rs := []rune(string(d))
-		if len(rs) < 2 {
-			continue
-		}
-		// The canonical mapping is (first, last) where first is the
-		// composed form of everything but the last character.
-		first := []rune(norm.NFC.String(string(rs[:len(rs)-1])))
-		if len(first) != 1 {
-			continue
-		}
-		pair := [2]rune{first[0], rs[len(rs)-1]}
-		if norm.NFC.String(string(pair[:])) != string(r) {
-			continue
-		}
-		m[pair] = r
-	}
-	return m
-})
 
 func composePair(a, b rune) (rune, bool) {
 	if a >= hangulLBase && a < hangulLBase+hangulLCount && b >= hangulVBase && b < hangulVBase+hangulVCount {
@@ -117,7 +110,7 @@ func composePair(a, b rune) (rune, bool) {
 		b > hangulTBase && b < hangulTBase+hangulTCount {
 		return a + (b - hangulTBase), true
 	}
-	r, ok := compositions()[[2]rune{a, b}]
+	r, ok := unicode9Data().compose[[2]rune{a, b}]
 	return r, ok
 }
 
