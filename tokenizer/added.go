@@ -91,11 +91,18 @@ type piece struct {
 	id         int32
 }
 
-// isWordChar is the \w of Rust's regex crate.
+// isWordChar is the \w of Rust's regex crate: Alphabetic, marks, decimal
+// digits, connector punctuation and the joiners. Characters of Unicode
+// 15.1 and 16.0 count by their class in unicode16_classes.go, numbers as
+// digits (which nearly all of them are).
 func isWordChar(r rune) bool {
+	if r < 128 {
+		return asciiClass[r] == clsLetter || asciiClass[r] == clsNumber || r == '_'
+	}
 	return unicode.IsLetter(r) || unicode.Is(unicode.Nl, r) || unicode.Is(unicode.Other_Alphabetic, r) ||
 		unicode.IsMark(r) || unicode.Is(unicode.Nd, r) || unicode.Is(unicode.Pc, r) ||
-		r == 0x200C || r == 0x200D
+		r == 0x200C || r == 0x200D ||
+		unicode.Is(hfLetter, r) || unicode.Is(hfMark, r) || (unicode.Is(hfNumber, r) && !unicode.IsNumber(r))
 }
 
 func isWhite(r rune) bool {

@@ -66,12 +66,20 @@ func (p splitPreTokenizer) split(n nstr, emit func(nstr)) {
 
 type digitsPreTokenizer struct{ individual bool }
 
+// isNumeric is Rust's char::is_numeric (Unicode 16.0, like hfNumber).
+func isNumeric(r rune) bool {
+	if r < 128 {
+		return r >= '0' && r <= '9'
+	}
+	return unicode.Is(hfNumber, r)
+}
+
 func (p digitsPreTokenizer) split(n nstr, emit func(nstr)) {
 	b := behaviorContiguous
 	if p.individual {
 		b = behaviorIsolated
 	}
-	emitSplits(&n, runePattern(unicode.IsNumber).findMatches(nil, n.s), b, emit)
+	emitSplits(&n, runePattern(isNumeric).findMatches(nil, n.s), b, emit)
 }
 
 type prependScheme int

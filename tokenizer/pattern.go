@@ -87,7 +87,8 @@ func (p invertPattern) findMatches(dst []match, s string) []match {
 // Llama 3 and Qwen use. The crate runs these patterns with Oniguruma, whose
 // ^ and $ match at line boundaries, hence the Multiline option.
 type regexPattern struct {
-	re *regexp2.Regexp
+	re   *regexp2.Regexp
+	expr string
 }
 
 func compileRegex(expr string) (*regexPattern, error) {
@@ -95,7 +96,7 @@ func compileRegex(expr string) (*regexPattern, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &regexPattern{re: re}, nil
+	return &regexPattern{re: re, expr: expr}, nil
 }
 
 func (p *regexPattern) findMatches(dst []match, s string) []match {
@@ -205,6 +206,9 @@ func (p fastPattern) findMatches(dst []match, s string) []match {
 
 // Character classes of the fast matchers, as Oniguruma defines them for
 // Unicode text: \s is White_Space, \p{L} the letters, \p{N} the numbers.
+// Above ASCII they come from unicode16_classes.go: Hugging Face's
+// Oniguruma has Unicode 16.0, Go's unicode package 15.0, and the 5,000
+// characters added in between would otherwise split differently.
 const (
 	clsOther = iota
 	clsSpace
@@ -231,11 +235,11 @@ func class(r rune) uint8 {
 		return asciiClass[r]
 	}
 	switch {
-	case unicode.IsLetter(r):
+	case unicode.Is(hfLetter, r):
 		return clsLetter
-	case unicode.IsNumber(r):
+	case unicode.Is(hfNumber, r):
 		return clsNumber
-	case unicode.Is(unicode.White_Space, r):
+	case unicode.Is(hfSpace, r):
 		return clsSpace
 	}
 	return clsOther
@@ -457,14 +461,14 @@ func isLetterOrMark(r rune) bool {
 	if r < 128 {
 		return asciiClass[r] == clsLetter
 	}
-	return unicode.IsLetter(r) || unicode.IsMark(r)
+	return unicode.Is(hfLetter, r) || unicode.Is(hfMark, r)
 }
 
 func isPunctOrSymbol(r rune) bool {
 	if r < 128 {
 		return r > ' ' && r < 127 && asciiClass[r] == clsOther
 	}
-	return unicode.IsPunct(r) || unicode.IsSymbol(r)
+	return unicode.Is(hfPunctSymbol, r)
 }
 
 func isASCIILetter(r rune) bool { return (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') }
@@ -494,7 +498,7 @@ func deepseekWordsNext(s string, i int) int {
 	if isLetterOrMark(r) {
 		return runOf(s, i+size, isLetterOrMark)
 	}
-	if r != '\r' && r != '\n' && !unicode.IsLetter(r) && !isPunctOrSymbol(r) {
+	if r != '\r' && r != '\n' && class(r) != clsLetter && !isPunctOrSymbol(r) {
 		if r2, _ := at(s, i+size); r2 >= 0 && isLetterOrMark(r2) {
 			return runOf(s, i+size, isLetterOrMark)
 		}

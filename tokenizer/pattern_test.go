@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 func matchesString(s string, ms []match) string {
@@ -39,6 +40,9 @@ func TestFastPatternsMatchRegexp2(t *testing.T) {
 			"a\u0301\u0301 \u0301", "$$$x", " ++\r\n", "x\u00a0\u00a0y", "\u2028\n", "'sx", "it'ſ", "'Re", "'LL", "'lL", "''s", "\t\tword", "\u0085x", "a \u2003 b"}
 		diffs := 0
 		for _, s := range append(extra, texts...) {
+			if hasUnicode16(s) {
+				continue // regexp2 has Go's Unicode 15.0 tables
+			}
 			got := matchesString(s, fast.findMatches(nil, s))
 			want := matchesString(s, slow.findMatches(nil, s))
 			if got == want {
@@ -53,6 +57,18 @@ func TestFastPatternsMatchRegexp2(t *testing.T) {
 			t.Errorf("pattern %.30q: %d strings differ", expr, diffs)
 		}
 	}
+}
+
+// hasUnicode16 reports whether s has characters that Go's unicode tables
+// (15.0) do not have but Hugging Face's (16.0) classify.
+func hasUnicode16(s string) bool {
+	for _, r := range s {
+		known := unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Zs, unicode.Zl, unicode.Zp, unicode.Cc, unicode.Cf, unicode.Co)
+		if !known && unicode.In(r, hfLetter, hfNumber, hfSpace, hfMark, hfPunctSymbol) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestSplitBehaviors(t *testing.T) {
