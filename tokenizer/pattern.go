@@ -234,6 +234,19 @@ func class(r rune) uint8 {
 	if r < 128 {
 		return asciiClass[r]
 	}
+	if r <= 0xFF {
+		// Latin-1 is the same in every version, and unicode's property
+		// table answers it fastest.
+		switch {
+		case unicode.IsLetter(r):
+			return clsLetter
+		case unicode.IsNumber(r):
+			return clsNumber
+		case unicode.IsSpace(r):
+			return clsSpace
+		}
+		return clsOther
+	}
 	switch {
 	case unicode.Is(hfLetter, r):
 		return clsLetter
