@@ -31,8 +31,62 @@ type bpe struct {
 	rawVocab map[string]int32
 	rawByte  [256]int32
 
+	// chunkSep, when set, is a character before which no merge can reach
+	// (see setupChunks): long words are tokenized as chunks that start
+	// there, which the word cache then serves.
+	chunkSep string
+
 	cache *wordCache
 	pool  sync.Pool
+}
+
+// chunkChar is SentencePiece's word boundary.
+const chunkChar = "\u2581"
+
+// setupChunks sets chunkSep when SentencePiece's "▁" starts every token it
+// is in (runs of "▁" aside): no merge then joins a character to a "▁" that
+// follows it, so the tokens of a text are those of its pieces cut before
+// each such "▁". This is what makes Llama 2 style tokenizers, which have no
+// pre-tokenizer and so see whole lines as one word, fast. The BPE options
+// that look at a word as a whole (prefix, suffix, ignore_merges) rule it
+// out.
+func (m *bpe) setupChunks() {
+	if m.prefix != "" || m.suffix != "" || m.ignoreMerges {
+		return
+	}
+	if _, ok := m.vocab[chunkChar]; !ok {
+		return
+	}
+	for tok := range m.vocab {
+		for i := strings.Index(tok, chunkChar); i >= 0; {
+			if i > 0 && !strings.HasSuffix(tok[:i], chunkChar) {
+				return
+			}
+			k := strings.Index(tok[i+len(chunkChar):], chunkChar)
+			if k < 0 {
+				break
+			}
+			i += len(chunkChar) + k
+		}
+	}
+	m.chunkSep = chunkChar
+}
+
+// nextChunk returns the end of the chunk of w that starts at start: the
+// next "▁" that follows another character.
+func nextChunk(w string, start int) int {
+	for i := start + 1; i < len(w); {
+		k := strings.Index(w[i:], chunkChar)
+		if k < 0 {
+			return len(w)
+		}
+		p := i + k
+		if !strings.HasSuffix(w[:p], chunkChar) {
+			return p
+		}
+		i = p + len(chunkChar)
+	}
+	return len(w)
 }
 
 type mergeInfo struct {
@@ -111,6 +165,20 @@ func (m *bpe) tokenize(w string, rawBytes bool, emit func(id int32, start, end i
 	if w == "" {
 		return
 	}
+	if m.chunkSep != "" && !rawBytes && len(w) > 16 {
+		for start := 0; start < len(w); {
+			end := nextChunk(w, start)
+			base := start
+			m.tokenizeWord(w[start:end], false, func(id int32, a, b int) { emit(id, base+a, base+b) })
+			start = end
+		}
+		return
+	}
+	m.tokenizeWord(w, rawBytes, emit)
+}
+
+// tokenizeWord is BPE::tokenize on one word.
+func (m *bpe) tokenizeWord(w string, rawBytes bool, emit func(id int32, start, end int)) {
 	if m.ignoreMerges {
 		v := m.vocab
 		if rawBytes {
@@ -234,15 +302,11 @@ func (m *bpe) initWord(sc *symbols, w string) {
 // symbols is the crate's Word: a linked list of symbols over an array.
 type symbols struct {
 	sym  []symbol
-	heap []mergeCand
+	heap []uint64 // merge candidates: rank<<32 | position
 }
 
 type symbol struct {
 	c, prev, next, ln int32
-}
-
-type mergeCand struct {
-	rank, pos, newID int32
 }
 
 func (sc *symbols) reset() {
@@ -258,21 +322,18 @@ func (sc *symbols) add(id int32, n int) {
 	sc.sym = append(sc.sym, symbol{c: id, prev: k - 1, next: -1, ln: int32(n)})
 }
 
-func candLess(a, b mergeCand) bool {
-	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
-}
-
-// The queue is a 4-ary heap (as the crate's is): the order of pops is that
-// of (rank, pos), which are unique among live entries, so the arity does
-// not change the result.
+// The queue orders candidates by rank, then position, as the crate's
+// does; packing both in one integer makes that one comparison. It is a
+// 4-ary heap, like the crate's (the order of pops does not depend on it).
 const heapArity = 4
 
-func (sc *symbols) push(x mergeCand) {
+func (sc *symbols) push(rank, pos int32) {
+	x := uint64(uint32(rank))<<32 | uint64(uint32(pos))
 	h := append(sc.heap, x)
 	i := len(h) - 1
 	for i > 0 {
 		p := (i - 1) / heapArity
-		if !candLess(x, h[p]) {
+		if x >= h[p] {
 			break
 		}
 		h[i] = h[p]
@@ -282,60 +343,66 @@ func (sc *symbols) push(x mergeCand) {
 	sc.heap = h
 }
 
-func (sc *symbols) pop() mergeCand {
+func (sc *symbols) pop() (rank, pos int32) {
 	h := sc.heap
 	top := h[0]
 	last := len(h) - 1
 	x := h[last]
 	h = h[:last]
-	i := 0
-	for {
-		first := heapArity*i + 1
-		if first >= len(h) {
-			break
-		}
-		m := first
-		for c := first + 1; c < first+heapArity && c < len(h); c++ {
-			if candLess(h[c], h[m]) {
-				m = c
+	if n := len(h); n > 0 {
+		i := 0
+		for {
+			first := heapArity*i + 1
+			if first >= n {
+				break
 			}
+			m := first
+			end := min(first+heapArity, n)
+			for c := first + 1; c < end; c++ {
+				if h[c] < h[m] {
+					m = c
+				}
+			}
+			if h[m] >= x {
+				break
+			}
+			h[i] = h[m]
+			i = m
 		}
-		if !candLess(h[m], x) {
-			break
-		}
-		h[i] = h[m]
-		i = m
-	}
-	if len(h) > 0 {
 		h[i] = x
 	}
 	sc.heap = h
-	return top
+	return int32(top >> 32), int32(uint32(top))
 }
 
-// mergeAll is Word::merge_all without dropout: merges are applied lowest
-// rank first, leftmost first among equal ranks, with the crate's checks
-// for stale queue entries.
+// mergeAll is Word::merge_all without dropout: the pair with the lowest
+// rank is merged first, the leftmost among equal ranks.
+//
+// The crate skips a queued candidate when the pair now at its position
+// merges into another token than the one queued. A merged token's text is
+// the text of the two symbols, and the text a position's pair covers only
+// grows, so that happens exactly when the pair has changed, which is when
+// its rank differs: the check below compares ranks.
 func (sc *symbols) mergeAll(merges *mergeTable) {
 	sym := sc.sym
 	for i := 0; i+1 < len(sym); i++ {
 		if mi, ok := merges.get(pairKey(sym[i].c, sym[i+1].c)); ok {
-			sc.push(mergeCand{mi.rank, int32(i), mi.newID})
+			sc.push(mi.rank, int32(i))
 		}
 	}
 	for len(sc.heap) > 0 {
-		top := sc.pop()
-		p := top.pos
+		rank, p := sc.pop()
 		cur := &sym[p]
 		if cur.ln == 0 || cur.next == -1 {
 			continue
 		}
 		nx := cur.next
 		right := sym[nx]
-		if mi, ok := merges.get(pairKey(cur.c, right.c)); !ok || mi.newID != top.newID {
+		mi, ok := merges.get(pairKey(cur.c, right.c))
+		if !ok || mi.rank != rank {
 			continue
 		}
-		cur.c = top.newID
+		cur.c = mi.newID
 		cur.ln += right.ln
 		cur.next = right.next
 		sym[nx].ln = 0
@@ -344,12 +411,12 @@ func (sc *symbols) mergeAll(merges *mergeTable) {
 		}
 		if pv := cur.prev; pv >= 0 {
 			if mi, ok := merges.get(pairKey(sym[pv].c, cur.c)); ok {
-				sc.push(mergeCand{mi.rank, pv, mi.newID})
+				sc.push(mi.rank, pv)
 			}
 		}
 		if nn := cur.next; nn >= 0 && int(nn) < len(sym) {
 			if mi, ok := merges.get(pairKey(cur.c, sym[nn].c)); ok {
-				sc.push(mergeCand{mi.rank, p, mi.newID})
+				sc.push(mi.rank, p)
 			}
 		}
 	}

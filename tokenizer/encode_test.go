@@ -222,3 +222,41 @@ func TestUnicode9(t *testing.T) {
 		t.Errorf("NFKD(U+1F16A) = %q, want MC", got)
 	}
 }
+
+// TestChunks checks when long words may be cut before "▁" (bpe.chunkSep)
+// and that cutting gives the tokens of the whole word.
+func TestChunks(t *testing.T) {
+	if fixtureTokenizer(t, "llama2").model.chunkSep == "" {
+		t.Errorf("llama2: chunks off")
+	}
+	for _, name := range []string{"llama3", "synth-suffix"} {
+		if fixtureTokenizer(t, name).model.chunkSep != "" {
+			t.Errorf("%s: chunks on", name)
+		}
+	}
+	joined := strings.Replace(strings.Replace(minimalJSON, `"ab": 2}`, `"ab": 2, "▁": 3, "a▁": 4}`, 1), `"id": 3`, `"id": 5`, 1)
+	tok, err := Parse("test.json", []byte(joined))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.model.chunkSep != "" {
+		t.Errorf("a vocabulary with a▁ has chunks on")
+	}
+	llama := fixtureTokenizer(t, "llama2")
+	other, err := Parse("llama2", fixtureJSON(t, "llama2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := other.model
+	whole.chunkSep = ""
+	for _, s := range corpus(t)[:800] {
+		n := nstr{s: s}
+		llama.norm.normalize(&n)
+		var a, b []int
+		llama.model.tokenize(n.s, false, func(id int32, p, q int) { a = append(a, int(id), p, q) })
+		whole.tokenize(n.s, false, func(id int32, p, q int) { b = append(b, int(id), p, q) })
+		if !slices.Equal(a, b) {
+			t.Fatalf("%q: chunked %v, whole %v", s, a, b)
+		}
+	}
+}

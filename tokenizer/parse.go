@@ -240,6 +240,7 @@ func parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	t.setupByteLevel()
+	t.model.setupChunks()
 	t.vocabSize = len(t.model.vocabR)
 	for id := range t.vocab.byID {
 		t.vocabSize = max(t.vocabSize, int(id)+1)
