@@ -14,6 +14,14 @@
 // an error that names it and its JSON path when the file is parsed, never a
 // silently different tokenization.
 //
+// Unicode data follow the library's, not Go's: normalization (NFC, NFKC,
+// NFD, NFKD) uses the Unicode 9.0 tables of the crate the library
+// normalizes with, and the character classes of the split patterns (\p{L},
+// \p{N}, \s, \p{M}, \p{P}, \p{S}) are those of its Oniguruma, Unicode 16.0,
+// as probed from the library itself. Patterns other than those of GPT-2,
+// Llama 3, Qwen 2/3 and DeepSeek V3 run on github.com/dlclark/regexp2, with
+// Go's Unicode 15.0 classes.
+//
 // Encode expects valid UTF-8. Invalid bytes are read the way Python's
 // bytes.decode(errors="replace") and Rust's String::from_utf8_lossy read
 // them: each maximal invalid subsequence becomes U+FFFD, which is then
