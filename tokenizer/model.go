@@ -129,13 +129,13 @@ func tokenString(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &s); err == nil {
 		return s, nil
 	}
-	var o struct {
-		Content *string `json:"content"`
+	var o map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &o); err == nil {
+		if err := json.Unmarshal(o["content"], &s); err == nil {
+			return s, nil
+		}
 	}
-	if err := json.Unmarshal(raw, &o); err != nil || o.Content == nil {
-		return "", fmt.Errorf("want a string, {\"content\": ...} or null, got %s", snippet(raw))
-	}
-	return *o.Content, nil
+	return "", fmt.Errorf("want a string, {\"content\": ...} or null, got %s", snippet(raw))
 }
 
 func (m *Model) readTokenizerConfig(path string, cfg map[string]json.RawMessage) error {

@@ -220,11 +220,6 @@ func parse(data []byte) (*Tokenizer, error) {
 			return nil, err
 		}
 	}
-	if raw := top["post_processor"]; !isNull(raw) {
-		if t.post, err = t.parsePostProcessor(o.at("post_processor"), raw); err != nil {
-			return nil, err
-		}
-	}
 	if raw := top["decoder"]; !isNull(raw) {
 		if t.dec, err = parseDecoder(o.at("decoder"), raw); err != nil {
 			return nil, err
@@ -238,6 +233,13 @@ func parse(data []byte) (*Tokenizer, error) {
 	}
 	if t.vocab, err = t.buildVocabulary(o.at("added_tokens"), added); err != nil {
 		return nil, err
+	}
+	// The post-processor's special tokens are checked against the
+	// vocabulary, so it comes after the added tokens.
+	if raw := top["post_processor"]; !isNull(raw) {
+		if t.post, err = t.parsePostProcessor(o.at("post_processor"), raw); err != nil {
+			return nil, err
+		}
 	}
 	t.setupByteLevel()
 	t.model.setupChunks()
@@ -760,12 +762,12 @@ func (t *Tokenizer) parsePostProcessor(path string, raw json.RawMessage) (postPr
 		}
 		return p, nil
 	case "TemplateProcessing":
-		return parseTemplate(o)
+		return t.parseTemplate(o)
 	}
 	return nil, fmt.Errorf("%s: post-processor type %q is not supported", o.at("type"), typ)
 }
 
-func parseTemplate(o obj) (postProcessor, error) {
+func (t *Tokenizer) parseTemplate(o obj) (postProcessor, error) {
 	if err := o.only("type", "single", "pair", "special_tokens"); err != nil {
 		return nil, err
 	}
@@ -780,15 +782,28 @@ func parseTemplate(o obj) (postProcessor, error) {
 			return nil, err
 		}
 		for k, v := range so.m {
-			var st struct {
-				ID     string   `json:"id"`
-				IDs    []int    `json:"ids"`
-				Tokens []string `json:"tokens"`
+			// Keys are matched exactly, as serde does (encoding/json's
+			// struct decoding would ignore case).
+			st, err := newObj(so.at(strconv.Quote(k)), v)
+			if err != nil {
+				return nil, err
 			}
-			if err := json.Unmarshal(v, &st); err != nil || len(st.IDs) != len(st.Tokens) {
-				return nil, fmt.Errorf("%s: want {\"id\", \"ids\", \"tokens\"} with as many ids as tokens", so.at(strconv.Quote(k)))
+			if err := st.only("id", "ids", "tokens"); err != nil {
+				return nil, err
 			}
-			specials[k] = special{st.IDs, st.Tokens}
+			var sp special
+			if json.Unmarshal(st.m["ids"], &sp.ids) != nil || json.Unmarshal(st.m["tokens"], &sp.tokens) != nil ||
+				sp.ids == nil || len(sp.ids) != len(sp.tokens) {
+				return nil, fmt.Errorf("%s: want \"ids\" and \"tokens\" lists of the same length", st.path)
+			}
+			for i, id := range sp.ids {
+				// The crate does not check these ids; an id that names no
+				// token is a broken file.
+				if tok, ok := t.Token(id); !ok || tok != sp.tokens[i] {
+					return nil, fmt.Errorf("%s.ids[%d]: id %d is not the token %q", st.path, i, id, sp.tokens[i])
+				}
+			}
+			specials[k] = sp
 		}
 	}
 	readTemplate := func(key string, allowB bool) ([]templatePiece, error) {
@@ -798,30 +813,41 @@ func parseTemplate(o obj) (postProcessor, error) {
 		}
 		var out []templatePiece
 		for i, r := range list {
-			p := fmt.Sprintf("%s[%d]", o.at(key), i)
-			var item struct {
-				Sequence *struct {
-					ID string `json:"id"`
-				} `json:"Sequence"`
-				SpecialToken *struct {
-					ID string `json:"id"`
-				} `json:"SpecialToken"`
+			item, err := newObj(fmt.Sprintf("%s[%d]", o.at(key), i), r)
+			if err != nil {
+				return nil, err
 			}
-			if err := json.Unmarshal(r, &item); err != nil || (item.Sequence == nil) == (item.SpecialToken == nil) {
-				return nil, fmt.Errorf("%s: want {\"Sequence\": ...} or {\"SpecialToken\": ...}", p)
+			if len(item.m) != 1 {
+				return nil, fmt.Errorf("%s: want {\"Sequence\": ...} or {\"SpecialToken\": ...}", item.path)
 			}
-			if item.Sequence != nil {
-				if item.Sequence.ID != "A" && !(allowB && item.Sequence.ID == "B") {
-					return nil, fmt.Errorf("%s: sequence %q cannot appear here", p, item.Sequence.ID)
+			if err := item.only("Sequence", "SpecialToken"); err != nil {
+				return nil, err
+			}
+			for kind, v := range item.m {
+				inner, err := newObj(item.at(kind), v)
+				if err != nil {
+					return nil, err
 				}
-				out = append(out, templatePiece{sequence: true})
-				continue
+				if err := inner.only("id", "type_id"); err != nil {
+					return nil, err
+				}
+				id, err := inner.reqStr("id")
+				if err != nil {
+					return nil, err
+				}
+				if kind == "Sequence" {
+					if id != "A" && !(allowB && id == "B") {
+						return nil, fmt.Errorf("%s: sequence %q cannot appear here", inner.at("id"), id)
+					}
+					out = append(out, templatePiece{sequence: true})
+					continue
+				}
+				sp, ok := specials[id]
+				if !ok {
+					return nil, fmt.Errorf("%s: special token %q is missing from special_tokens", inner.at("id"), id)
+				}
+				out = append(out, templatePiece{ids: sp.ids, tokens: sp.tokens})
 			}
-			sp, ok := specials[item.SpecialToken.ID]
-			if !ok {
-				return nil, fmt.Errorf("%s: special token %q is missing from special_tokens", p, item.SpecialToken.ID)
-			}
-			out = append(out, templatePiece{ids: sp.ids, tokens: sp.tokens})
 		}
 		return out, nil
 	}
