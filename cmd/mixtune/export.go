@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/mixtune/mixtune/gguf"
 	"github.com/mixtune/mixtune/internal/atomicfile"
-	"github.com/mixtune/mixtune/model"
-	"github.com/mixtune/mixtune/peft"
 )
 
 // `mixtune export gguf`: a model (with its adapter merged in fp32) or a
@@ -56,53 +53,18 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *name == "" {
-		*name = filepath.Base(filepath.Clean(*modelDir))
-		if *adapterDir != "" {
-			*name += "-" + filepath.Base(filepath.Clean(*adapterDir))
-		}
+		*name = gguf.DefaultName(*modelDir, *adapterDir)
 	}
 	// everything is read and checked before the file is created: bad
 	// input leaves nothing behind
-	cfg, err := model.ReadConfig(*modelDir)
+	e, err := gguf.Build(*modelDir, *adapterDir, *asLoRA, gguf.ModelOptions{Type: t, Name: *name})
 	if err != nil {
 		return badInput(err)
 	}
-	if err := gguf.CheckModel(cfg); err != nil {
-		return badInput(fmt.Errorf("%s: %w", *modelDir, err))
-	}
-	var vocab *gguf.Vocab
-	if !*asLoRA {
-		if vocab, err = gguf.LoadVocab(*modelDir, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID, cfg.PadTokenID); err != nil {
-			return badInput(err)
-		}
-	}
-	m, err := model.Load(*modelDir)
-	if err != nil {
-		return badInput(err)
-	}
-	var l *peft.LoRA
-	if *adapterDir != "" {
-		if l, err = peft.Load(*adapterDir, peft.ModelTargets(m)); err != nil {
-			return badInput(err)
-		}
-	}
-	opt := gguf.ModelOptions{Type: t, Name: *name}
-	var f *gguf.File
-	var fallbacks []gguf.Fallback
+	f, vocab, fallbacks, l := e.File, e.Vocab, e.Fallbacks, e.LoRA
 	what := "model"
 	if *asLoRA {
 		what = "LoRA adapter"
-		if f, fallbacks, err = gguf.Adapter(m.Config, l, opt); err != nil {
-			return badInput(fmt.Errorf("%s: %w", *adapterDir, err))
-		}
-	} else {
-		w, err := exportWeights(m, l)
-		if err != nil {
-			return err
-		}
-		if f, fallbacks, err = gguf.Model(m.Config, w, vocab, opt); err != nil {
-			return badInput(fmt.Errorf("%s: %w", *modelDir, err))
-		}
 	}
 	if err := atomicfile.Write(*out, func(w io.Writer) error {
 		_, err := f.WriteTo(w)
@@ -126,34 +88,13 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%d tensors written as %s, as llama.cpp's converter writes them: %s (%s)\n",
 			len(fallbacks), fallbacks[0].Type, fallbackNames(fallbacks), fallbacks[0].Reason)
 	}
-	if c := m.Config; c.SlidingWindow > 0 && c.SlidingWindow < c.MaxPositionEmbeddings {
+	if c := e.Model.Config; c.SlidingWindow > 0 && c.SlidingWindow < c.MaxPositionEmbeddings {
 		fmt.Fprintf(stderr, "note: llama.cpp's llama architecture has no sliding window: it attends to the whole context, so it computes as mixtune does only for contexts up to sliding_window (%d tokens)\n", c.SlidingWindow)
 	}
 	if *asLoRA && l.Config.UseRSLoRA {
 		fmt.Fprintf(stdout, "rsLoRA: adapter.lora.alpha is α·√r = %g so that llama.cpp's alpha/r is the adapter's α/√r\n", gguf.Alpha(l.Config))
 	}
 	return nil
-}
-
-// exportWeights is m's weights in fp32 with l merged in, as `mixtune
-// generate` merges it (peft.Merged, in fp32), so the file computes what
-// generate computes.
-func exportWeights(m *model.Model, l *peft.LoRA) (map[string][]float32, error) {
-	w := make(map[string][]float32, len(m.Weights))
-	for name, t := range m.Weights {
-		w[name] = t.Float32()
-	}
-	if l == nil {
-		return w, nil
-	}
-	for _, mod := range l.Modules {
-		merged, err := l.Merged(mod.Path, w[mod.Path+".weight"])
-		if err != nil {
-			return nil, fmt.Errorf("merge the adapter: %w", err)
-		}
-		w[mod.Path+".weight"] = merged
-	}
-	return w, nil
 }
 
 func fallbackNames(fs []gguf.Fallback) string {
