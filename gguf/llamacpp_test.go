@@ -510,6 +510,10 @@ func familyBPE(t *testing.T, text string) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var vocab map[string]int
+	if err := json.Unmarshal(tj.Model.Vocab, &vocab); err != nil {
+		t.Fatal(err)
+	}
 	rank := map[string]int{}
 	for i, m := range merges {
 		rank[m] = i
@@ -553,7 +557,7 @@ func familyBPE(t *testing.T, text string) []int {
 			sym = append(sym[:at], append([]string{sym[at] + sym[at+1]}, sym[at+2:]...)...)
 		}
 		for _, s := range sym {
-			id, ok := tj.Model.Vocab[s]
+			id, ok := vocab[s]
 			if !ok {
 				t.Fatalf("%q has no token for %q", text, s)
 			}

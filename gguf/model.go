@@ -17,9 +17,10 @@ import (
 
 // Arch is the llama.cpp architecture of a mixtune family. Mistral is
 // "llama": the converter registers MistralForCausalLM under LlamaModel.
+// An empty family is llama, as model_type absent is (a random init's).
 func Arch(family string) (string, error) {
 	switch family {
-	case model.Llama, model.Mistral:
+	case "", model.Llama, model.Mistral:
 		return "llama", nil
 	case model.Qwen2:
 		return "qwen2", nil
@@ -34,7 +35,9 @@ func Arch(family string) (string, error) {
 // mode) where transformers rotates halves, so LlamaModel.permute reorders
 // the rows of each head; qwen2 and qwen3 use NEOX mode, the halves, and
 // are written as they are.
-func permuted(family string) bool { return family == model.Llama || family == model.Mistral }
+func permuted(family string) bool {
+	return family == "" || family == model.Llama || family == model.Mistral
+}
 
 // permuteRows is LlamaModel.permute on a [heads·hd, cols] matrix (cols = 1
 // for a bias): reshape to [heads, 2, hd/2, cols], swap axes 1 and 2. Row

@@ -191,8 +191,9 @@ type tokenizerJSON struct {
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Decoder       json.RawMessage `json:"decoder"`
 	Model         struct {
-		Type         string          `json:"type"`
-		Vocab        map[string]int  `json:"vocab"`
+		Type  string          `json:"type"`
+		Vocab json.RawMessage `json:"vocab"` // BPE: token → id; other models differ
+
 		Merges       json.RawMessage `json:"merges"`
 		ByteFallback bool            `json:"byte_fallback"`
 		IgnoreMerges bool            `json:"ignore_merges"`
@@ -321,12 +322,19 @@ func LoadVocab(dir string, vocabSize, bos, eos, pad int) (*Vocab, error) {
 	if tj.Model.Type != "BPE" {
 		return nil, fmt.Errorf("%s: tokenizer model %q is not supported by GGUF export (it writes BPE tokenizers: byte-level, or SentencePiece-style with byte fallback)", path, tj.Model.Type)
 	}
+	var bpeVocab map[string]int
+	if err := json.Unmarshal(tj.Model.Vocab, &bpeVocab); err != nil {
+		return nil, fmt.Errorf("%s: model.vocab: %w", path, err)
+	}
 	v := &Vocab{BOS: -1, EOS: -1, PAD: -1, UNK: -1, EOT: -1, Source: path}
 	maxID := -1
-	for _, id := range tj.Model.Vocab {
+	for _, id := range bpeVocab {
 		maxID = max(maxID, id)
 	}
 	for _, a := range tj.AddedTokens {
+		if a.ID < 0 {
+			return nil, fmt.Errorf("%s: added token %q has id %d", path, a.Content, a.ID)
+		}
 		maxID = max(maxID, a.ID)
 	}
 	if maxID >= vocabSize {
@@ -334,7 +342,7 @@ func LoadVocab(dir string, vocabSize, bos, eos, pad int) (*Vocab, error) {
 	}
 	v.Tokens = make([]string, vocabSize)
 	v.Types = make([]int32, vocabSize)
-	for tok, id := range tj.Model.Vocab {
+	for tok, id := range bpeVocab {
 		if id < 0 {
 			return nil, fmt.Errorf("%s: token %q has id %d", path, tok, id)
 		}
