@@ -366,8 +366,13 @@ func LoadVocab(dir string, vocabSize, bos, eos, pad int) (*Vocab, error) {
 	}
 	switch {
 	case byteLevelPre:
-		if len(norm) > 0 {
-			return nil, fmt.Errorf("%s: a byte-level tokenizer with a normalizer (%s) is not supported by GGUF export", path, norm[0].Type)
+		for _, n := range norm {
+			// Qwen's NFC is the one normalizer allowed: llama.cpp does not
+			// apply it, as its converter does not write it, so text already
+			// in NFC (nearly all text) tokenizes the same
+			if n.Type != "NFC" {
+				return nil, fmt.Errorf("%s: a byte-level tokenizer with a %s normalizer is not supported by GGUF export", path, n.Type)
+			}
 		}
 		name, err := gpt2Pre(pre)
 		if err != nil {

