@@ -2,9 +2,12 @@
 // llama.cpp (and so of Ollama and LM Studio), and exports mixtune's models
 // and LoRA adapters to it without any dependency on llama.cpp.
 //
-// The layout follows llama.cpp's ggml/include/gguf.h and gguf-py
-// (gguf-py/gguf/gguf_writer.py, constants.py), read in the llama.cpp
-// sources that node-llama-cpp 3.22.1 bundles (llama/gitRelease.bundle):
+// The layout follows llama.cpp's ggml/include/gguf.h, ggml/src/gguf.cpp and
+// gguf-py (gguf-py/gguf/gguf_writer.py, constants.py), read in the
+// llama.cpp sources that node-llama-cpp 3.22.1 bundles
+// (llama/gitRelease.bundle, commit de3ff815ea7d, the source of the
+// prebuilt binaries that check the exports; convert_hf_to_gguf.py keeps
+// its model classes in conversion/*.py there):
 //
 //	magic "GGUF", uint32 version 3, uint64 tensor count, uint64 KV count
 //	KV pairs: string key, uint32 value type, value
