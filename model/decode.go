@@ -308,3 +308,44 @@ func pick(logits []float32, s Sampling, rng *rand.Rand) int {
 	}
 	return idx[len(idx)-1]
 }
+
+// LogProbs returns the log-probability the model gives each token of
+// tokens after the ones before it: element i is log p(tokens[i+1] |
+// tokens[:i+1]), computed in float64 from the fp32 logits, feeding one
+// token at a time through the cache as generation does. Exports compare
+// their readers' probabilities against these.
+func (d *Decoder) LogProbs(tokens []int) ([]float64, error) {
+	c := d.cfg
+	if len(tokens) < 2 {
+		return nil, fmt.Errorf("log-probabilities need at least 2 tokens, got %d", len(tokens))
+	}
+	if len(tokens) > c.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("%d tokens are more than the model's context (%d)", len(tokens), c.MaxPositionEmbeddings)
+	}
+	for _, id := range tokens {
+		if id < 0 || id >= c.VocabSize {
+			return nil, fmt.Errorf("token id %d is outside the vocabulary (size %d)", id, c.VocabSize)
+		}
+	}
+	d.ropeFor(len(tokens))
+	s := &sequence{k: make([][]float32, c.NumHiddenLayers), v: make([][]float32, c.NumHiddenLayers)}
+	out := make([]float64, len(tokens)-1)
+	for i := range out {
+		logits := d.forward([]*sequence{s}, [][]int{{tokens[i]}})[0]
+		out[i] = logSoftmaxAt(logits, tokens[i+1])
+	}
+	return out, nil
+}
+
+// logSoftmaxAt is log softmax(logits)[id] in float64.
+func logSoftmaxAt(logits []float32, id int) float64 {
+	m := math.Inf(-1)
+	for _, l := range logits {
+		m = math.Max(m, float64(l))
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - m)
+	}
+	return float64(logits[id]) - m - math.Log(sum)
+}

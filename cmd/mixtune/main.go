@@ -6,6 +6,7 @@
 //	mixtune generate --model DIR [--adapter DIR] --prompt TEXT
 //	mixtune merge --model DIR --adapter DIR --out DIR [--dtype bf16]
 //	mixtune extract-lora --base DIR --tuned DIR --rank R --out DIR
+//	mixtune export gguf --model DIR [--adapter DIR [--lora]] --out FILE.gguf [--type q8_0]
 //	mixtune devices [-c RECIPE] [--json]
 //	mixtune plot [--out DIR] RUN...
 //	mixtune compare RUN...
@@ -53,6 +54,7 @@ func (a app) commands() []command {
 		{"tokenize", "show how a model's tokenizer (and chat template) turns text into token ids, or decode ids", cmdTokenize},
 		{"bench", "measure training throughput on the fixed benchmark model", cmdBench},
 		{"merge", "fold a LoRA or DoRA adapter into its base model and save a standalone model", cmdMerge},
+		{"export", "write a model (adapter merged) or a LoRA adapter as a GGUF file for llama.cpp", cmdExport},
 		{"extract-lora", "extract a LoRA adapter from a fine-tuned model by SVD of its weight changes", cmdExtractLoRA},
 		{"devices", "list GPUs ranked by VRAM and show which one a recipe would use", cmdDevices},
 		{"plot", "plot runs' loss, learning rate and loss scale, overlaid", cmdPlot},

@@ -1,0 +1,98 @@
+package gguf
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/peft"
+)
+
+// Export is what `mixtune export gguf` writes, read and checked: the model
+// in modelDir with the adapter in adapterDir (optional) merged in fp32, or
+// with asLoRA the adapter alone as a llama.cpp LoRA file. Its errors are
+// all about the input (a directory, a tensor, a field), and nothing is
+// written: the caller writes the file.
+type Export struct {
+	File      *File
+	Fallbacks []Fallback
+	Vocab     *Vocab // nil for an adapter
+	Model     *model.Model
+	LoRA      *peft.LoRA // nil without an adapter
+	// Weights are the fp32 weights the file holds before conversion, the
+	// adapter merged (nil for an adapter file).
+	Weights map[string][]float32
+}
+
+// Build reads and converts; see Export.
+func Build(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Export, error) {
+	if asLoRA && adapterDir == "" {
+		return nil, fmt.Errorf("a LoRA export needs an adapter")
+	}
+	cfg, err := model.ReadConfig(modelDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckModel(cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", modelDir, err)
+	}
+	e := &Export{}
+	if !asLoRA {
+		// the tokenizer before the weights: a refusal costs no loading
+		if e.Vocab, err = LoadVocab(modelDir, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID, cfg.PadTokenID); err != nil {
+			return nil, err
+		}
+	}
+	if e.Model, err = model.Load(modelDir); err != nil {
+		return nil, err
+	}
+	if adapterDir != "" {
+		if e.LoRA, err = peft.Load(adapterDir, peft.ModelTargets(e.Model)); err != nil {
+			return nil, err
+		}
+	}
+	if asLoRA {
+		if e.File, e.Fallbacks, err = Adapter(e.Model.Config, e.LoRA, opt); err != nil {
+			return nil, fmt.Errorf("%s: %w", adapterDir, err)
+		}
+		return e, nil
+	}
+	if e.Weights, err = MergedWeights(e.Model, e.LoRA); err != nil {
+		return nil, err
+	}
+	if e.File, e.Fallbacks, err = Model(e.Model.Config, e.Weights, e.Vocab, opt); err != nil {
+		return nil, fmt.Errorf("%s: %w", modelDir, err)
+	}
+	return e, nil
+}
+
+// DefaultName is general.name when none is given: the model directory's
+// name, and the adapter directory's after a dash.
+func DefaultName(modelDir, adapterDir string) string {
+	name := filepath.Base(filepath.Clean(modelDir))
+	if adapterDir != "" {
+		name += "-" + filepath.Base(filepath.Clean(adapterDir))
+	}
+	return name
+}
+
+// MergedWeights is m's weights in fp32 with l merged in, as `mixtune
+// generate` merges it (peft's Merged, in fp32), so that the file computes
+// what generate computes. Unadapted weights are shared, not copied.
+func MergedWeights(m *model.Model, l *peft.LoRA) (map[string][]float32, error) {
+	w := make(map[string][]float32, len(m.Weights))
+	for name, t := range m.Weights {
+		w[name] = t.Float32()
+	}
+	if l == nil {
+		return w, nil
+	}
+	for _, mod := range l.Modules {
+		merged, err := l.Merged(mod.Path, w[mod.Path+".weight"])
+		if err != nil {
+			return nil, fmt.Errorf("merge the adapter: %w", err)
+		}
+		w[mod.Path+".weight"] = merged
+	}
+	return w, nil
+}
