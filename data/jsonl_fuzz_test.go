@@ -43,11 +43,13 @@ func FuzzParseJSONL(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	tok := NewByteTokenizer()
+	format := ByteFormat()
+	format.Chat = chatML{} // conversation rows too
+	tok := format.Tok
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// A small line limit, so that the fuzzer can reach it.
 		const maxLine = 1 << 10
-		exs, err := parseJSONL("rows.jsonl", bytes.NewReader(b), tok, maxLine)
+		exs, err := parseJSONL("rows.jsonl", bytes.NewReader(b), format, maxLine)
 		lines := strings.Count(string(b), "\n") + 1
 		if err != nil {
 			var le *LineError
@@ -92,7 +94,7 @@ func FuzzParseJSONL(f *testing.F) {
 			again.Write(row)
 			again.WriteByte('\n')
 		}
-		back, err := ParseJSONL("again.jsonl", &again, tok)
+		back, err := ParseJSONL("again.jsonl", &again, format)
 		if err != nil {
 			t.Fatalf("the examples written back as input_ids: %v", err)
 		}
