@@ -111,6 +111,16 @@ func (*Single) Allgather(b []byte) ([][]byte, error)    { return [][]byte{append
 func (*Single) Abort(code int)                          { os.Exit(code) }
 func (*Single) Close() error                            { return nil }
 
+// pending is a queued reduction.
+type pending struct {
+	done chan struct{}
+	err  error
+	busy time.Duration
+}
+
+func (p *pending) Wait() error         { <-p.done; return p.err }
+func (p *pending) Busy() time.Duration { return p.busy }
+
 type done struct{}
 
 func (done) Wait() error         { return nil }

@@ -365,16 +365,6 @@ func (c *mpiComm) orderedSum(buf []float32) error {
 	return nil
 }
 
-// pending is a queued reduction.
-type pending struct {
-	done chan struct{}
-	err  error
-	busy time.Duration
-}
-
-func (p *pending) Wait() error         { <-p.done; return p.err }
-func (p *pending) Busy() time.Duration { return p.busy }
-
 func (c *mpiComm) StartAllreduceFloat32(buf []float32) Pending {
 	p := &pending{done: make(chan struct{})}
 	c.mu.Lock()
