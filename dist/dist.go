@@ -277,10 +277,9 @@ func Detect(env func(string) string) (Launch, bool, error) {
 
 // Agree is the collective check after a step that may fail on some ranks
 // and not others (reading inputs, writing the run directory): every rank
-// passes its own error and every rank gets the same answer, nil only if
+// passes its own error and every rank gets the same verdict, nil only if
 // no rank failed, so that all of them go on or all of them stop, none
-// left waiting in a collective. The error names each failed rank and its
-// host; on a rank that did not fail it is Remote.
+// left waiting in a collective. A failure is a *JobError.
 func Agree(c Comm, err error) error {
 	if c.Size() == 1 {
 		return err
@@ -314,22 +313,45 @@ func Agree(c Comm, err error) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	if err != nil {
-		return err // this rank's own failure, as it would be alone
+	// One message per distinct failure: a rank whose failure rank 0 (or
+	// an earlier rank) also had stays quiet.
+	quiet := err == nil
+	for r := 0; r < c.Rank() && !quiet; r++ {
+		quiet = len(all[r]) > 0 && string(all[r]) == string(msg)
 	}
-	return &Remote{Msg: strings.Join(parts, "; ")}
+	return &JobError{Msg: strings.Join(parts, "; "), Err: err, Quiet: quiet}
 }
 
-// Remote is another rank's failure, seen by a rank that did not fail:
-// the failed rank prints its own message, so this one need not repeat it.
-type Remote struct{ Msg string }
+// JobError is a failure every rank of the job knows of: Agree's verdict.
+// The ranks end together and in order (each may Close), and the failure
+// is printed once: by each rank whose failure no lower rank shares.
+type JobError struct {
+	Msg   string // every failed rank's message, with its rank and host
+	Err   error  // this rank's own failure; nil if it did not fail
+	Quiet bool   // another rank prints it
+}
 
-func (e *Remote) Error() string { return e.Msg }
+// Error is this rank's own failure, or else every failed rank's.
+func (e *JobError) Error() string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return e.Msg
+}
 
-// IsRemote reports whether err is another rank's failure.
-func IsRemote(err error) bool {
-	var r *Remote
-	return errors.As(err, &r)
+func (e *JobError) Unwrap() error { return e.Err }
+
+// IsJobError reports whether err is a failure every rank knows of; any
+// other failure of a rank in a job of several must Abort the job.
+func IsJobError(err error) bool {
+	var j *JobError
+	return errors.As(err, &j)
+}
+
+// IsQuiet reports whether err is a failure that another rank prints.
+func IsQuiet(err error) bool {
+	var j *JobError
+	return errors.As(err, &j) && j.Quiet
 }
 
 // AnyTrue is true on every rank if it is true on any: a collective

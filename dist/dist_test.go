@@ -161,10 +161,17 @@ func checkCollectives(c Comm) error {
 	}
 	err = Agree(c, mine)
 	switch {
-	case r == n-1 && err != mine:
+	case r == n-1 && !errors.Is(err, mine):
 		return fmt.Errorf("rank %d: Agree returned %v, not its own error", r, err)
-	case r < n-1 && (!IsRemote(err) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d on ", n-1)) || !strings.Contains(err.Error(), "disk full")):
+	case r < n-1 && (!IsQuiet(err) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d on ", n-1)) || !strings.Contains(err.Error(), "disk full")):
 		return fmt.Errorf("rank %d: Agree returned %v", r, err)
+	case r == n-1 && n > 1 && (IsQuiet(err) || !IsJobError(err)):
+		return fmt.Errorf("rank %d: its own failure is not a loud job error: %#v", r, err)
+	}
+	// the same failure everywhere is printed by rank 0 alone
+	err = Agree(c, errors.New("bad recipe"))
+	if !strings.Contains(err.Error(), "bad recipe") || (n > 1 && IsQuiet(err) != (r > 0)) {
+		return fmt.Errorf("rank %d: a failure all ranks share: %v (quiet %v)", r, err, IsQuiet(err))
 	}
 	if err := Agree(c, nil); err != nil {
 		return fmt.Errorf("rank %d: Agree with no failure: %v", r, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
@@ -51,6 +52,8 @@ type components struct {
 	trainer     *runner
 	evaluator   *runner // nil without validation data
 	warnings    []string
+	comm        dist.Comm     // the processes training together; a Single for one
+	dp          *dataParallel // nil for one process
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -58,12 +61,15 @@ type components struct {
 // memory estimated against the machine's, so that bad input is reported
 // before a run directory exists.
 func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
-	c := &components{device: choice, format: r.text.Format, stop: r.text.Stop}
+	c := &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm}
+	if c.comm == nil {
+		c.comm = dist.NewSingle()
+	}
 	c.tok = c.format.Tok
 	sel := choice.Selection
 	c.policy = r.policyFor(sel.Precision)
 	var err error
-	if c.eng, err = openEngine(r.Compute); err != nil {
+	if c.eng, err = openEngine(rankCompute(r.Compute, c.comm)); err != nil {
 		return nil, err
 	}
 	c.rows = &rowReader{cache: r.Data.Cache, out: opt.Out, progress: opt.Progress}
@@ -80,7 +86,7 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 	if err := c.loaders(r, trainEx, valEx); err != nil {
 		return nil, err
 	}
-	if err := checkMemory(r, c.batch); err != nil {
+	if err := checkMemory(r, rowsPerRank(c.batch, c.comm)); err != nil {
 		return nil, err
 	}
 	if c.model, err = loadModel(r); err != nil {
@@ -99,11 +105,21 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 			return nil, err
 		}
 	}
-	if c.trainer, err = newRunner(c.eng, c.model, c.lora, c.batch, r.Data.SeqLen, c.params, &c.policy); err != nil {
+	rows := c.batch
+	var tap nn.GradTap
+	if c.comm.Size() > 1 { // data parallel: this rank's rows of every micro-batch (parallel.go)
+		c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
+		rows = c.dp.rows
+		c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
+		if opt.Overlap {
+			tap = c.dp.tap(paramIndex(c.params))
+		}
+	}
+	if c.trainer, err = newRunnerTapped(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tap); err != nil {
 		return nil, err
 	}
 	if len(c.valBatches) > 0 {
-		if c.evaluator, err = newRunner(c.eng, c.model, c.lora, c.batch, r.Data.SeqLen, nil, &c.policy); err != nil {
+		if c.evaluator, err = newRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy); err != nil {
 			c.close()
 			return nil, err
 		}
@@ -301,12 +317,23 @@ type runner struct {
 	lossGrad *G.Node // d(step loss)/d(this micro-batch's loss): its share of the step's targets
 	grads    G.Nodes // aligned with params
 	params   []*optim.Param
+	tapped   bool // gradient taps move the gradients into params, not run
 }
 
 // newRunner builds and compiles the graph. With params, it also takes the
 // gradient of the loss with respect to each of them.
 func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy) (*runner, error) {
+	return newRunnerTapped(eng, m, l, batch, seqLen, params, policy, nil)
+}
+
+// newRunnerTapped is newRunner with gradient taps (nn.GradTap): each
+// param's gradient is handed to tap's function as soon as the backward
+// pass has it, and that function, not run, puts it into the param.
+func newRunnerTapped(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy, tap nn.GradTap) (*runner, error) {
 	b := nn.NewBuilder(eng, tensor.Float32)
+	if params != nil {
+		b.GradTap = tap
+	}
 	if policy != nil && policy.Low != amp.FP32 {
 		b.Policy = policy
 	}
@@ -338,6 +365,7 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 			if wrt[i] = nodes[p.Name]; wrt[i] == nil {
 				return nil, fmt.Errorf("internal: no graph node for trainable %s", p.Name)
 			}
+			wrt[i] = b.Leaf(wrt[i])
 		}
 		ru.lossGrad = G.NewScalar(b.G, tensor.Float32, G.WithName("loss_grad"))
 		if ru.grads, err = G.Backpropagate(G.Nodes{g.Loss}, G.Nodes{ru.lossGrad}, wrt); err != nil {
@@ -345,6 +373,7 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 		}
 	}
 	ru.vm = G.NewTapeMachine(b.G)
+	ru.tapped = b.GradTap != nil
 	return ru, nil
 }
 
@@ -372,7 +401,11 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 	if err := ru.vm.RunAll(); err != nil {
 		return 0, err
 	}
-	for i, p := range ru.params {
+	params := ru.params
+	if ru.tapped {
+		params = nil // the taps have put the gradients in
+	}
+	for i, p := range params {
 		g := ru.grads[i].Value().Data().([]float32)
 		if first {
 			copy(p.Grad, g)
