@@ -12,8 +12,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/optim"
 )
 
@@ -335,5 +337,85 @@ func TestShard(t *testing.T) {
 	}
 	if fmt.Sprint(rows) != "[1 2 2]" || total != bt.NumTargets {
 		t.Fatalf("shares %v, %d targets of %d", rows, total, bt.NumTargets)
+	}
+}
+
+// Gradient taps see each weight's gradient as soon as the backward pass
+// has it, last layer first, and change no value: the gradients with taps
+// are those without, bit for bit (full fine-tuning, LoRA and DoRA, fp32 and bf16).
+func TestGradTapsFireDuringBackward(t *testing.T) {
+	for _, adapter := range []AdapterKind{"none", LoRA, DoRA} {
+		for _, precision := range []amp.Format{amp.FP32, amp.BF16} {
+			c := DefaultBench()
+			c.Adapter, c.Layers, c.SeqLen, c.Batch, c.BLAS = adapter, 3, 16, 2, "gonum"
+			eng, m, lora, err := benchModel(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var policy *amp.Policy
+			if precision != amp.FP32 {
+				r := &Recipe{Config: Defaults()}
+				p := r.policyFor(precision)
+				policy = &p
+			}
+			bt := data.Batch{Rows: c.Batch, SeqLen: c.SeqLen, Inputs: make([]int, c.Batch*c.SeqLen), Targets: make([]int, c.Batch*c.SeqLen)}
+			for i := range bt.Inputs {
+				bt.Inputs[i], bt.Targets[i] = (7*i)%c.Vocab, (3*i+1)%c.Vocab
+			}
+			bt.NumTargets = len(bt.Targets)
+			grads := func(tapped bool) ([][]float32, []string) {
+				params := trainables(m, lora)
+				var order []string
+				idx := paramIndex(params)
+				var tap nn.GradTap
+				if tapped {
+					tap = func(name string) func([]float32) {
+						p := params[idx[name]]
+						return func(g []float32) {
+							order = append(order, name)
+							copy(p.Grad, g)
+						}
+					}
+				}
+				ru, err := newRunnerTapped(eng, m, lora, c.Batch, c.SeqLen, params, policy, tap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ru.close()
+				if _, err := ru.run(bt, 1, true, 0); err != nil {
+					t.Fatal(err)
+				}
+				var gs [][]float32
+				for _, p := range params {
+					gs = append(gs, append([]float32(nil), p.Grad...))
+				}
+				return gs, order
+			}
+			plain, _ := grads(false)
+			tapped, order := grads(true)
+			name := fmt.Sprintf("%s %s", adapter, precision)
+			if len(order) != len(plain) {
+				t.Fatalf("%s: %d taps for %d params", name, len(order), len(plain))
+			}
+			for i := range plain {
+				for j := range plain[i] {
+					if math.Float32bits(plain[i][j]) != math.Float32bits(tapped[i][j]) {
+						t.Fatalf("%s: param %d value %d: %v with taps, %v without", name, i, j, tapped[i][j], plain[i][j])
+					}
+				}
+			}
+			// the last layer's gradients come before the first layer's
+			first := map[string]int{}
+			for i, n := range order {
+				for _, l := range []string{"layers.0.", "layers.2."} {
+					if _, ok := first[l]; !ok && strings.Contains(n, l) {
+						first[l] = i
+					}
+				}
+			}
+			if !(first["layers.2."] < first["layers.0."]) {
+				t.Fatalf("%s: taps in order %v", name, order)
+			}
+		}
 	}
 }
