@@ -419,3 +419,18 @@ func TestGradTapsFireDuringBackward(t *testing.T) {
 		}
 	}
 }
+
+// For go test -race (.ci/run): two in-process ranks of full fine-tuning
+// with a bucket per param or so, reduced on the comm goroutines while the
+// backward pass goes on.
+func TestDataParallelOverlapIsRaceFree(t *testing.T) {
+	dir := fixture(t)
+	rec := dpRecipe(t, dir, "train.steps=2", "adapter.type=none", "task.eval_file=", "train.eval_every=0")
+	sum, err := runRanks(t, 2, rec, Options{Out: io.Discard, Overlap: true, BucketBytes: 1024}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Steps != 2 {
+		t.Fatalf("%+v", sum)
+	}
+}
