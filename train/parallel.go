@@ -555,6 +555,16 @@ func (s *session) checkReplicas(when string) error {
 	return nil
 }
 
+// everyRank marks a failure that every rank meets at the same point, from
+// the same summed values (a diverged loss): the ranks end together, and
+// rank 0 alone reports it.
+func (s *session) everyRank(err error) error {
+	if s.dp == nil {
+		return err
+	}
+	return &dist.JobError{Msg: err.Error(), Err: err, Quiet: s.dp.rank != 0}
+}
+
 // interrupted is whether to stop before the next step: a signal reached
 // this process or, with several ranks, any of them; every rank stops after
 // the same step.

@@ -389,7 +389,7 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 			// With loss scaling a non-finite loss is an overflow the
 			// scaler handles (the step was skipped); without, it diverged.
 			bar.finish()
-			return fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss)
+			return s.everyRank(fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss))
 		}
 		if p.evaluator != nil && r.Train.EvalEvery > 0 && s.step%r.Train.EvalEvery == 0 && s.step < r.Train.Steps {
 			rep, err := s.validate()
