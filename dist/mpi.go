@@ -234,7 +234,7 @@ func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	return strings.TrimSpace(s)
+	return strings.Join(strings.Fields(s), " ") // MPICH's has a tab
 }
 
 // serve is the MPI thread: it initializes MPI, then runs the calls sent to

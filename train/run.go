@@ -320,7 +320,7 @@ func (s *session) printHeader() {
 	}
 	if s.dp != nil {
 		info := s.dp.comm.Info()
-		fmt.Fprintf(out, "data parallel: %d ranks on %d hosts · %s · %s · %d of %d rows per rank · %s sums%s\n", s.dp.size, hostCount(info.Hosts),
+		fmt.Fprintf(out, "data parallel: %d ranks on %s · %s · %s · %d of %d rows per rank · %s sums%s\n", s.dp.size, hostCount(info.Hosts),
 			info.Launcher, info.Library, s.dp.rows, s.dp.batch, info.Reduction, overlapNote(s.opt.Overlap))
 	}
 	fmt.Fprintf(out, "run: %s\n", s.dir)
@@ -789,12 +789,16 @@ func human(n int) string {
 	return fmt.Sprint(n)
 }
 
-func hostCount(hosts []string) int {
+// hostCount is "1 host" or "N hosts".
+func hostCount(hosts []string) string {
 	seen := map[string]bool{}
 	for _, h := range hosts {
 		seen[h] = true
 	}
-	return len(seen)
+	if len(seen) == 1 {
+		return "1 host"
+	}
+	return fmt.Sprintf("%d hosts", len(seen))
 }
 
 func overlapNote(on bool) string {
