@@ -39,6 +39,11 @@ type Engine struct {
 	// run draws the same masks as an uninterrupted one with no RNG state
 	// to save. Zero means evaluation: random ops are off.
 	NoiseKey uint64
+	// NoiseRowOffset is the index, in the whole micro-batch, of the first
+	// row (token) this engine's graph holds: a data-parallel rank holds a
+	// slice of the micro-batch, and draws each token's dropout mask as one
+	// process holding all of it would.
+	NoiseRowOffset int
 	// Grads tallies the gradient values rounded to a low precision in the
 	// backward pass and how many of them underflowed to zero.
 	Grads GradCount
@@ -113,6 +118,11 @@ type Builder struct {
 	shareTail map[*G.Node]*G.Node
 	// embeddings are the graph's embedding ops, for RowSparse.
 	embeddings []rowSparser
+
+	// GradTap, when set, taps the gradients of trainable params (tap.go).
+	GradTap GradTap
+	leaf    map[*G.Node]*G.Node // tap node -> its param
+	taps    int
 }
 
 // NewBuilder starts an empty graph. Low-precision policies need float32.
@@ -129,6 +139,7 @@ func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
 
 		perReaderCast: map[*G.Node]bool{},
 		shareTail:     map[*G.Node]*G.Node{},
+		leaf:          map[*G.Node]*G.Node{},
 	}
 }
 
@@ -140,7 +151,8 @@ func (b *Builder) Format(n *G.Node) amp.Format { return b.format[n] }
 
 // Param adds a named weight whose values live in data (float32 master
 // weights, shared, not copied; a float64 builder copies them). Trainable
-// params are what gradients are taken with respect to.
+// params are what gradients are taken with respect to. With GradTap set,
+// a trainable param is returned behind a tap; Leaf gives the param node.
 func (b *Builder) Param(name string, shape []int, data []float32, trainable bool) *G.Node {
 	var backing any = data
 	if b.Dtype == tensor.Float64 {
@@ -154,6 +166,11 @@ func (b *Builder) Param(name string, shape []int, data []float32, trainable bool
 	n := G.NewTensor(b.G, b.Dtype, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
 	b.needsGrad[n] = trainable
 	b.isParam[n] = true
+	if trainable && b.GradTap != nil && b.Dtype == tensor.Float32 {
+		if onGrad := b.GradTap(name); onGrad != nil {
+			return b.tap(n, name, onGrad)
+		}
+	}
 	return n
 }
 

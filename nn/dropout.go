@@ -13,7 +13,8 @@ import (
 // gradient passes through the same mask with the same scale.
 //
 // The mask is a pure function of the engine's NoiseKey and the op's id:
-// row i of x draws from a PCG seeded with (NoiseKey, id·2³²+i). A resumed
+// row i of x draws from a PCG seeded with (NoiseKey, id·2³²+i+
+// Engine.NoiseRowOffset). A resumed
 // run therefore redraws the masks of an uninterrupted one, with no random
 // state to save, and the result does not depend on the worker count.
 // NoiseKey 0 means evaluation: x passes through unchanged.
@@ -69,7 +70,7 @@ func (o *dropoutOp[T]) draw(key uint64) {
 	}
 	o.eng.parallel(o.rows, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			keepMask(o.keep[r*o.cols:(r+1)*o.cols], key, o.id, r, o.p)
+			keepMask(o.keep[r*o.cols:(r+1)*o.cols], key, o.id, r+o.eng.NoiseRowOffset, o.p)
 		}
 	})
 	o.key = key

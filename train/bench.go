@@ -8,6 +8,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
@@ -26,6 +27,12 @@ type BenchConfig struct {
 	Steps, Warmup                                       int
 	BLAS                                                blas.Kind
 	Threads                                             int
+	// Comm, with several ranks, splits each batch's rows among them and
+	// sums the gradients (as training does; Overlap and BucketBytes as in
+	// Options): the batch stays the global one.
+	Comm        dist.Comm
+	Overlap     bool
+	BucketBytes int
 }
 
 // DefaultBench is the benchmark configuration.
@@ -47,6 +54,11 @@ type BenchResult struct {
 	Params       int         `json:"params"`
 	Trainable    int         `json:"trainable"`
 	Loss         float64     `json:"loss"`
+	// With several ranks: how many, and per step the time waiting for the
+	// gradient sums after the backward pass, and their whole time.
+	Ranks           int     `json:"ranks,omitempty"`
+	AllreduceMs     float64 `json:"allreduce_ms,omitempty"`
+	AllreduceBusyMs float64 `json:"allreduce_busy_ms,omitempty"`
 }
 
 // benchModel builds the benchmark's engine, random model and adapter.
@@ -87,7 +99,19 @@ func Bench(c BenchConfig) (BenchResult, error) {
 	if err != nil {
 		return BenchResult{}, err
 	}
-	ru, err := newRunner(eng, m, lora, c.Batch, c.SeqLen, params, &policy)
+	rows, weight := c.Batch, float32(1)
+	var dp *dataParallel
+	var tap nn.GradTap
+	world := 1
+	if c.Comm != nil && c.Comm.Size() > 1 {
+		world = c.Comm.Size()
+		dp = newDataParallel(c.Comm, c.Batch, c.SeqLen, 0, params, c.Overlap, c.BucketBytes)
+		rows = dp.rows
+		if c.Overlap {
+			tap = dp.tap(paramIndex(params))
+		}
+	}
+	ru, err := newTrainRunner(eng, m, lora, rows, c.SeqLen, params, &policy, tap, world)
 	if err != nil {
 		return BenchResult{}, err
 	}
@@ -98,10 +122,28 @@ func Bench(c BenchConfig) (BenchResult, error) {
 	for i := range bt.Inputs {
 		bt.Inputs[i], bt.Targets[i] = rng.IntN(c.Vocab), rng.IntN(c.Vocab)
 	}
+	var comm commTimes
+	if dp != nil { // this rank's rows, weighted by their share of the batch
+		bt = dp.shard(bt)
+		weight = float32(bt.NumTargets) / float32(n)
+	}
 	var loss float64
 	step := func() error {
-		if loss, err = ru.run(bt, 1, true, 1); err != nil {
+		if dp != nil {
+			dp.beforeMicro(0, 1)
+		}
+		if loss, err = ru.run(bt, weight, true, 1); err != nil {
 			return err
+		}
+		if dp != nil {
+			sc := []float64{loss * float64(weight)}
+			ct, err := dp.reduce(ru.tapped, sc)
+			if err != nil {
+				return err
+			}
+			loss = sc[0]
+			comm.wait += ct.wait
+			comm.busy += ct.busy
 		}
 		if err := opt.Step(params, 1e-3); err != nil {
 			return err
@@ -114,6 +156,7 @@ func Bench(c BenchConfig) (BenchResult, error) {
 			return BenchResult{}, err
 		}
 	}
+	comm = commTimes{}
 	t0 := time.Now()
 	for i := 0; i < c.Steps; i++ {
 		if err := step(); err != nil {
@@ -125,6 +168,11 @@ func Bench(c BenchConfig) (BenchResult, error) {
 		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: m.NumParams(), WeightBytes: m.WeightBytes(), Loss: loss}
 	for _, p := range params {
 		res.Trainable += len(p.Value)
+	}
+	if dp != nil {
+		res.Ranks = dp.size
+		res.AllreduceMs = comm.wait.Seconds() * 1e3 / float64(c.Steps)
+		res.AllreduceBusyMs = comm.busy.Seconds() * 1e3 / float64(c.Steps)
 	}
 	if lora != nil {
 		res.Params += lora.NumParams()

@@ -16,6 +16,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
@@ -51,6 +52,8 @@ type components struct {
 	trainer     *runner
 	evaluator   *runner // nil without validation data
 	warnings    []string
+	comm        dist.Comm     // the processes training together; a Single for one
+	dp          *dataParallel // nil for one process
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -58,12 +61,15 @@ type components struct {
 // memory estimated against the machine's, so that bad input is reported
 // before a run directory exists.
 func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
-	c := &components{device: choice, format: r.text.Format, stop: r.text.Stop}
+	c := &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm}
+	if c.comm == nil {
+		c.comm = dist.NewSingle()
+	}
 	c.tok = c.format.Tok
 	sel := choice.Selection
 	c.policy = r.policyFor(sel.Precision)
 	var err error
-	if c.eng, err = openEngine(r.Compute); err != nil {
+	if c.eng, err = openEngine(rankCompute(r.Compute, c.comm)); err != nil {
 		return nil, err
 	}
 	c.rows = &rowReader{cache: r.Data.Cache, out: opt.Out, progress: opt.Progress}
@@ -80,7 +86,7 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 	if err := c.loaders(r, trainEx, valEx); err != nil {
 		return nil, err
 	}
-	if err := checkMemory(r, c.batch); err != nil {
+	if err := checkMemory(r, rowsPerRank(c.batch, c.comm)); err != nil {
 		return nil, err
 	}
 	if c.model, err = loadModel(r); err != nil {
@@ -99,11 +105,21 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 			return nil, err
 		}
 	}
-	if c.trainer, err = newRunner(c.eng, c.model, c.lora, c.batch, r.Data.SeqLen, c.params, &c.policy); err != nil {
+	rows := c.batch
+	var tap nn.GradTap
+	if c.comm.Size() > 1 { // data parallel: this rank's rows of every micro-batch (parallel.go)
+		c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
+		rows = c.dp.rows
+		c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
+		if opt.Overlap {
+			tap = c.dp.tap(paramIndex(c.params))
+		}
+	}
+	if c.trainer, err = newTrainRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tap, c.comm.Size()); err != nil {
 		return nil, err
 	}
 	if len(c.valBatches) > 0 {
-		if c.evaluator, err = newRunner(c.eng, c.model, c.lora, c.batch, r.Data.SeqLen, nil, &c.policy); err != nil {
+		if c.evaluator, err = newRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy); err != nil {
 			c.close()
 			return nil, err
 		}
@@ -302,6 +318,7 @@ type runner struct {
 	grads    G.Nodes    // aligned with params
 	sparse   []*rowGrad // aligned with params: non-nil for a gradient kept row by row
 	params   []*optim.Param
+	tapped   bool // gradient taps move the gradients into params, not run
 }
 
 // graphOptions are the runner's ways of computing that tests compare with
@@ -310,6 +327,9 @@ type graphOptions struct {
 	unfusedHead bool // the LM head as linear + cross-entropy, with its [N, V] logits
 	denseGrads  bool // every gradient added whole into its param, embedding tables too
 	headChunk   int  // tokens per block of the fused head; 0: nn.HeadChunk(vocab)
+	// tap, if set, takes each gradient as the backward pass makes it
+	// (data-parallel reduction); a tapped embedding gradient stays dense.
+	tap nn.GradTap
 }
 
 // newRunner builds and compiles the graph. With params, it also takes the
@@ -318,8 +338,22 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 	return buildRunner(eng, m, l, batch, seqLen, params, policy, graphOptions{})
 }
 
+// newTrainRunner is newRunner for one rank of a job of world ranks, with
+// gradient taps (nn.GradTap) if tap is set: each param's gradient is
+// handed to tap's function as soon as the backward pass has it, and that
+// function, not run, puts it into the param. With more than one rank every
+// gradient is kept dense: the buffers are summed across ranks, so they
+// hold rows that other ranks' micro-batches wrote, which this rank's list
+// of written rows (rowGrad) would not clear.
+func newTrainRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy, tap nn.GradTap, world int) (*runner, error) {
+	return buildRunner(eng, m, l, batch, seqLen, params, policy, graphOptions{tap: tap, denseGrads: world > 1})
+}
+
 func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy, o graphOptions) (*runner, error) {
 	b := nn.NewBuilder(eng, tensor.Float32)
+	if params != nil {
+		b.GradTap = o.tap
+	}
 	if policy != nil && policy.Low != amp.FP32 {
 		b.Policy = policy
 	}
@@ -362,6 +396,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int
 			if wrt[i] = nodes[p.Name]; wrt[i] == nil {
 				return nil, fmt.Errorf("internal: no graph node for trainable %s", p.Name)
 			}
+			wrt[i] = b.Leaf(wrt[i])
 		}
 		ru.lossGrad = lossGrad
 		if ru.grads, err = G.Backpropagate(G.Nodes{g.Loss}, G.Nodes{ru.lossGrad}, wrt); err != nil {
@@ -375,6 +410,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int
 		}
 	}
 	ru.vm = G.NewTapeMachine(b.G)
+	ru.tapped = b.GradTap != nil
 	return ru, nil
 }
 
@@ -402,7 +438,11 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 	if err := ru.vm.RunAll(); err != nil {
 		return 0, err
 	}
-	for i, p := range ru.params {
+	params := ru.params
+	if ru.tapped {
+		params = nil // the taps have put the gradients in
+	}
+	for i, p := range params {
 		g := ru.grads[i].Value().Data().([]float32)
 		if rg := ru.sparse[i]; rg != nil {
 			rg.add(p.Grad, g, first)

@@ -36,6 +36,13 @@ type Manifest struct {
 	LossScaling bool              `json:"loss_scaling"`
 	Policy      PolicyRecord      `json:"precision_policy"`
 	Inputs      map[string]string `json:"sha256"` // datasets and base model files
+	// The processes that trained: "none" and 1 for one process, else the
+	// launcher, the MPI library, and each rank's host.
+	Launcher  string     `json:"launcher"`
+	WorldSize int        `json:"world_size"`
+	Reduction string     `json:"reduction,omitempty"`
+	MPI       string     `json:"mpi,omitempty"`
+	Ranks     []RankInfo `json:"ranks"`
 }
 
 // Host is the machine the run used.
@@ -66,6 +73,7 @@ func newManifest(r *Recipe, c *components) Manifest {
 		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
 		Inputs: map[string]string{},
 	}
+	m.addWorld(c.comm)
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			m.Modules[d.Path] = d.Version

@@ -29,7 +29,7 @@ func newMetricsLog(path string) (*metricsLog, error) {
 }
 
 func (m *metricsLog) write(rec map[string]any) {
-	if m.err != nil {
+	if m == nil || m.err != nil { // nil: a rank other than 0, which writes nothing
 		return
 	}
 	for k, v := range rec {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/internal/atomicfile"
 	"github.com/mixtune/mixtune/internal/flock"
 	"github.com/mixtune/mixtune/internal/jsonfloat"
@@ -41,6 +42,15 @@ type Options struct {
 	Device *DeviceChoice
 	// Faults are fault-injection points for crash-safety tests.
 	Faults Faults
+	// Comm is the group of processes training together (dist.Open), each
+	// on its share of every batch; nil or a single rank trains alone.
+	// Rank 0 writes the run directory; the others print nothing.
+	Comm dist.Comm
+	// Overlap, with several ranks, sums each bucket of gradients while the
+	// backward pass computes the earlier layers', instead of all of them
+	// after it. BucketBytes sizes the buckets (0: 4 MiB).
+	Overlap     bool
+	BucketBytes int
 
 	afterStep func(step int) // tests: called after each step, to interrupt at a chosen one
 }
@@ -86,11 +96,14 @@ var ErrInterrupted = errors.New("interrupted")
 // trained.
 func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 	s, err := setup(ctx, r, opt)
-	if err != nil {
+	if err := agreeSetup(opt.Comm, s, err); err != nil {
+		if s != nil {
+			s.close()
+		}
 		return nil, err
 	}
 	defer s.close()
-	if err := s.openRunDir(); err != nil {
+	if err := s.openShared(); err != nil {
 		return nil, err
 	}
 	if s.complete != nil {
@@ -119,6 +132,7 @@ type session struct {
 	lock   *flock.Lock
 	logger *metricsLog
 	ck     *loadedCheckpoint // the checkpoint resumed from, if any
+	dp     *dataParallel     // this rank's part; nil for one process
 
 	step         int     // optimizer steps done
 	checkpointed int     // the step the newest checkpoint holds
@@ -144,10 +158,10 @@ func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 		return nil, err
 	}
 	out := opt.Out
-	if out == nil {
-		out = io.Discard
+	if out == nil || parts.dp != nil && parts.dp.rank != 0 {
+		out = io.Discard // rank 0 speaks for the job
 	}
-	return &session{r: r, opt: opt, out: out, start: time.Now(), parts: parts,
+	return &session{r: r, opt: opt, out: out, start: time.Now(), parts: parts, dp: parts.dp,
 		sum: Summary{Precision: parts.policy.Low.String()}}, nil
 }
 
@@ -304,6 +318,11 @@ func (s *session) printHeader() {
 	if p.format.Chat != nil {
 		fmt.Fprintf(out, "chat template: %s · loss on %s\n", r.text.TemplateName, p.format.LossOn)
 	}
+	if s.dp != nil {
+		info := s.dp.comm.Info()
+		fmt.Fprintf(out, "data parallel: %d ranks on %s · %s · %s · %d of %d rows per rank · %s sums%s\n", s.dp.size, hostCount(info.Hosts),
+			info.Launcher, info.Library, s.dp.rows, s.dp.batch, info.Reduction, overlapNote(s.opt.Overlap))
+	}
 	fmt.Fprintf(out, "run: %s\n", s.dir)
 	if s.ck != nil {
 		fmt.Fprintf(out, "resuming from %s (step %d of %d)\n", s.ck.Dir, s.step, r.Train.Steps)
@@ -318,7 +337,7 @@ func (s *session) measureBefore() error {
 	}
 	p := s.parts
 	if p.task != nil && s.r.Task.Before {
-		rep, err := s.taskAccuracy()
+		rep, err := s.taskReport()
 		if err != nil {
 			return err
 		}
@@ -326,7 +345,7 @@ func (s *session) measureBefore() error {
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
 	}
 	if p.evaluator != nil {
-		rep, err := evaluate(p.evaluator, p.valBatches)
+		rep, err := s.validate()
 		if err != nil {
 			return err
 		}
@@ -344,7 +363,11 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 	bar.update(s.step, s.lastLoss, 0, 0)
 	s.legStart, s.legFirstStep = time.Now(), s.step
 	for s.step < r.Train.Steps {
-		if ctx.Err() != nil {
+		if stop, err := s.interrupted(ctx); stop || err != nil {
+			if err != nil {
+				bar.finish()
+				return err
+			}
 			s.sum.Interrupted = true
 			break
 		}
@@ -366,10 +389,10 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 			// With loss scaling a non-finite loss is an overflow the
 			// scaler handles (the step was skipped); without, it diverged.
 			bar.finish()
-			return fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss)
+			return s.everyRank(fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss))
 		}
 		if p.evaluator != nil && r.Train.EvalEvery > 0 && s.step%r.Train.EvalEvery == 0 && s.step < r.Train.Steps {
-			rep, err := evaluate(p.evaluator, p.valBatches)
+			rep, err := s.validate()
 			if err != nil {
 				return err
 			}
@@ -404,6 +427,7 @@ type stepResult struct {
 	rounded, underflowed int64 // low precision: gradient values rounded between ops, and those sent to zero
 	scale                float32
 	scaled               bool
+	comm                 *commTimes // data parallel: the step's reductions
 }
 
 // trainStep is one optimizer step: GradAccum micro-batches, each weighted
@@ -426,12 +450,29 @@ func (s *session) trainStep() (stepResult, error) {
 	}
 	var lossSum float64
 	for i, bt := range micro {
+		if s.dp != nil { // this rank's rows; total stays the global batch's
+			bt = s.dp.shard(bt)
+			s.dp.beforeMicro(i, len(micro))
+		}
 		w := res.scale * float32(bt.NumTargets) / float32(max(total, 1))
 		loss, err := p.trainer.run(bt, w, i == 0, noiseKey(r.Seed, s.step, i))
 		if err != nil {
 			return res, err
 		}
+		if p.trainer.tapped && s.dp.fired != len(p.params) {
+			return res, fmt.Errorf("internal: %d of %d gradient taps ran", s.dp.fired, len(p.params))
+		}
 		lossSum += loss * float64(bt.NumTargets)
+	}
+	res.rounded, res.underflowed = p.eng.Grads.Take()
+	if s.dp != nil { // sum the gradients, the loss and the rounding counts over the ranks
+		sc := []float64{lossSum, float64(res.rounded), float64(res.underflowed)}
+		ct, err := s.dp.reduce(p.trainer.tapped, sc)
+		if err != nil {
+			return res, err
+		}
+		res.comm = &ct
+		lossSum, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
 	}
 	res.loss = lossSum / float64(max(total, 1))
 	s.lastLoss = res.loss
@@ -442,7 +483,6 @@ func (s *session) trainStep() (stepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.rounded, res.underflowed = p.eng.Grads.Take()
 	if res.stepped {
 		p.eng.WeightVersion++ // low-precision copies of the weights are now stale
 	} else {
@@ -460,6 +500,9 @@ func (res stepResult) record(step int, tps, elapsed float64) map[string]any {
 	}
 	if res.scaled {
 		rec["loss_scale"] = res.scale
+	}
+	if res.comm != nil { // seconds the step waited for its reductions, and their whole time
+		rec["allreduce_s"], rec["allreduce_busy_s"] = res.comm.wait.Seconds(), res.comm.busy.Seconds()
 	}
 	return rec
 }
@@ -491,6 +534,20 @@ func (s *session) elapsed() float64 { return s.priorSeconds + time.Since(s.legSt
 // checkpoint saves everything needed to continue after the current step,
 // then prunes old checkpoints and redraws the reports.
 func (s *session) checkpoint() error {
+	if err := s.checkReplicas(fmt.Sprintf("step %d", s.step)); err != nil {
+		return err
+	}
+	var err error
+	if s.rank0() {
+		err = s.writeCheckpoint()
+	} else {
+		s.checkpointed = s.step
+	}
+	return dist.Agree(s.comm(), err)
+}
+
+// writeCheckpoint writes the checkpoint (rank 0).
+func (s *session) writeCheckpoint() error {
 	p := s.parts
 	metrics, err := s.logger.contents()
 	if err != nil {
@@ -529,7 +586,7 @@ func (s *session) finish() (*Summary, error) {
 		fmt.Fprintf(s.out, "interrupted after step %d; checkpoint saved. Resume with:\n  mixtune train --resume %s\n", s.step, s.dir)
 	} else {
 		if p.evaluator != nil {
-			rep, err := evaluate(p.evaluator, p.valBatches)
+			rep, err := s.validate()
 			if err != nil {
 				return nil, err
 			}
@@ -537,43 +594,63 @@ func (s *session) finish() (*Summary, error) {
 			s.logger.write(map[string]any{"step": s.step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
 		}
 		if p.task != nil && r.Task.After {
-			rep, err := s.taskAccuracy()
+			rep, err := s.taskReport()
 			if err != nil {
 				return nil, err
 			}
 			sum.TaskAfter = &rep
 		}
 	}
-	if p.lora != nil {
-		sum.Saved = filepath.Join(s.dir, "adapter")
-		if err := p.lora.Save(sum.Saved, modelName(r)); err != nil {
+	if !s.rank0() {
+		// rank 0 saves; the others learn whether it could
+		if err := dist.Agree(s.comm(), nil); err != nil {
 			return nil, err
 		}
-	} else {
-		sum.Saved = filepath.Join(s.dir, "model")
-		if err := p.model.Save(sum.Saved, r.Model.SaveDtype, 0); err != nil {
-			return nil, err
+		if sum.Interrupted {
+			return sum, ErrInterrupted
 		}
+		return sum, nil
 	}
-	sum.Seconds = time.Since(s.start).Seconds()
-	sum.PeakRSS, _ = sysinfo.PeakRSS()
-	b, err := json.MarshalIndent(sum, "", "  ")
-	if err != nil {
+	if err := dist.Agree(s.comm(), s.save()); err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, summaryFile), append(b, '\n')); err != nil {
-		return nil, err
-	}
-	if err := s.logger.Close(); err != nil {
-		return nil, fmt.Errorf("write metrics: %w", err)
-	}
-	s.logger = nil
 	writeReports(s.dir, s.out)
 	writeSummary(s.out, sum)
 	if sum.Interrupted {
 		return sum, ErrInterrupted
 	}
 	return sum, nil
+}
+
+// save writes the adapter (or model), summary.json and the last metrics
+// (rank 0).
+func (s *session) save() error {
+	r, p, sum := s.r, s.parts, &s.sum
+	if p.lora != nil {
+		sum.Saved = filepath.Join(s.dir, "adapter")
+		if err := p.lora.Save(sum.Saved, modelName(r)); err != nil {
+			return err
+		}
+	} else {
+		sum.Saved = filepath.Join(s.dir, "model")
+		if err := p.model.Save(sum.Saved, r.Model.SaveDtype, 0); err != nil {
+			return err
+		}
+	}
+	sum.Seconds = time.Since(s.start).Seconds()
+	sum.PeakRSS, _ = sysinfo.PeakRSS()
+	b, err := json.MarshalIndent(sum, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, summaryFile), append(b, '\n')); err != nil {
+		return err
+	}
+	if err := s.logger.Close(); err != nil {
+		return fmt.Errorf("write metrics: %w", err)
+	}
+	s.logger = nil
+	return nil
 }
 
 // taskAccuracy generates greedy answers with the adapter merged in.
@@ -710,4 +787,23 @@ func human(n int) string {
 		return fmt.Sprintf("%.1fk", float64(n)/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// hostCount is "1 host" or "N hosts".
+func hostCount(hosts []string) string {
+	seen := map[string]bool{}
+	for _, h := range hosts {
+		seen[h] = true
+	}
+	if len(seen) == 1 {
+		return "1 host"
+	}
+	return fmt.Sprintf("%d hosts", len(seen))
+}
+
+func overlapNote(on bool) string {
+	if on {
+		return ", overlapped with the backward pass"
+	}
+	return ""
 }

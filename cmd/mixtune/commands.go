@@ -9,6 +9,7 @@ import (
 
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -105,9 +106,13 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.TextVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
 	fs.TextVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
 	asJSON := fs.Bool("json", false, "print one JSON line")
+	fs.BoolVar(&c.Overlap, "overlap", true, "under mpirun or srun: sum gradients during the backward pass")
+	bucketMB := fs.Float64("bucket-mb", 4, "under mpirun or srun, with --overlap: MiB of gradients per sum")
+	allreduce := fs.String("allreduce", "native", "under mpirun or srun: native or ordered sums")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	c.BucketBytes = int(*bucketMB * (1 << 20))
 	for _, f := range []struct {
 		name string
 		v    int
@@ -122,9 +127,24 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	if c.Dim%c.Heads != 0 {
 		return usageError{fmt.Sprintf("--dim %d is not divisible by --heads %d", c.Dim, c.Heads)}
 	}
+	red, err := dist.ParseReduction(*allreduce)
+	if err != nil {
+		return usageError{"--allreduce: " + err.Error()}
+	}
+	// Under a launcher every rank computes its rows of the batch; rank 0
+	// reports.
+	comm, err := dist.Open(dist.Options{Reduction: red})
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	c.Comm = comm
 	res, err := train.Bench(c)
 	if err != nil {
 		return err
+	}
+	if comm.Rank() != 0 {
+		return nil
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
@@ -132,5 +152,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s · %s · %s · base weights %s (%.1f MiB) · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter,
 		res.Precision, res.BaseDtype, float64(res.WeightBytes)/(1<<20), res.Params, res.Trainable, c.Batch, c.SeqLen)
 	fmt.Fprintf(stdout, "%.1f tokens/s · %.1f ms/step · peak RSS %d MiB · loss %.4f\n", res.TokensPerSec, res.MsPerStep, res.PeakRSS>>20, res.Loss)
+	if res.Ranks > 1 {
+		fmt.Fprintf(stdout, "%d ranks · per step: %.2f ms waiting for the gradient sums after the backward pass, %.2f ms summing in all\n", res.Ranks, res.AllreduceMs, res.AllreduceBusyMs)
+	}
 	return nil
 }

@@ -32,6 +32,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -111,16 +112,27 @@ func (a app) run(args []string, stdout, stderr io.Writer) (code int) {
 		case errors.Is(err, train.ErrInterrupted):
 			return 130
 		}
-		fmt.Fprintf(stderr, "mixtune %s: %v\n", c.name, err)
-		var ue usageError
-		if errors.As(err, &ue) || train.IsInputError(err) {
-			return 2
+		if _, quiet := err.(quietError); !quiet {
+			fmt.Fprintf(stderr, "mixtune %s: %v\n", c.name, err)
 		}
-		return 1
+		return exitCode(err)
 	}
 	fmt.Fprintf(stderr, "mixtune: unknown command %q\n\n", args[0])
 	a.usage(stderr)
 	return 2
+}
+
+// exitCode is the status of a failed command: 2 for a bad command line
+// or bad input, 130 interrupted, else 1.
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case errors.Is(err, train.ErrInterrupted):
+		return 130
+	case errors.As(err, &ue) || train.IsInputError(err):
+		return 2
+	}
+	return 1
 }
 
 func (a app) usage(w io.Writer) {
@@ -174,27 +186,47 @@ func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 	var sets multi
 	fs.Var(&sets, "set", "override one config field, e.g. --set train.steps=50 (repeatable)")
 	printPolicy := fs.Bool("print-policy", false, "print the precision policy's op lists and exit")
+	allreduce := fs.String("allreduce", "native", "under mpirun or srun: how gradients are summed over the ranks: native (MPI_Allreduce) or ordered (in rank order, the same bits whatever the MPI)")
+	overlap := fs.Bool("overlap", true, "under mpirun or srun: sum each bucket of gradients while the backward pass computes the earlier layers'")
+	bucketMB := fs.Float64("bucket-mb", 4, "under mpirun or srun, with --overlap: MiB of gradients per overlapped sum")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *cfg == "" && *resume == "" {
 		return usageError{"-c CONFIG (or --resume RUN_DIR) is required"}
 	}
-	r, err := loadRecipe(*cfg, *resume, sets, *force, stderr)
+	red, err := dist.ParseReduction(*allreduce)
+	if err != nil {
+		return usageError{"--allreduce: " + err.Error()}
+	}
+	// Under a launcher, this process is one rank of a data-parallel job
+	// (dist.Open reads which); otherwise comm is a Single and nothing
+	// changes.
+	comm, err := dist.Open(dist.Options{Reduction: red})
 	if err != nil {
 		return err
 	}
+	say := stderr
+	if comm.Rank() != 0 {
+		say = io.Discard // rank 0 speaks for the job
+	}
+	ctx, stop := interruptible(say)
+	defer stop()
+	r, err := loadRecipe(*cfg, *resume, sets, *force, stderr)
+	var choice *train.DeviceChoice
+	if err == nil && !*printPolicy {
+		choice, err = r.ChooseDevice(ctx)
+	}
+	if err := dist.Agree(comm, err); err != nil { // every rank stops, or none
+		comm.Close()
+		return jobError(comm, err)
+	}
 	if *printPolicy {
+		comm.Close()
 		p := r.Policy()
 		fmt.Fprint(stdout, p.String())
 		fmt.Fprintf(stdout, "loss scaling: %v\n", r.LossScaling())
 		return nil
-	}
-	ctx, stop := interruptible(stderr)
-	defer stop()
-	choice, err := r.ChooseDevice(ctx)
-	if err != nil {
-		return err
 	}
 	// Anything in this process that initializes CUDA later sees only the
 	// chosen devices, numbered in PCI bus order (nvidia-smi's), never
@@ -203,10 +235,51 @@ func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 		k, v, _ := strings.Cut(kv, "=")
 		os.Setenv(k, v)
 	}
-	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: isTerminal(stderr), ResumeDir: *resume, Force: *force,
-		Device: choice, Faults: a.faults})
-	return err
+	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: comm.Rank() == 0 && isTerminal(stderr), ResumeDir: *resume, Force: *force,
+		Device: choice, Faults: a.faults, Comm: comm, Overlap: *overlap, BucketBytes: int(*bucketMB * (1 << 20))})
+	if err != nil && comm.Size() > 1 && !dist.IsJobError(err) && !errors.Is(err, train.ErrInterrupted) {
+		// A failure this rank met alone: the others may be waiting for it
+		// in a collective that will never complete. Say which rank, then
+		// end the whole job (MPI_Abort); the last checkpoint is whole.
+		fmt.Fprintf(stderr, "mixtune train: %v\n", rankError{comm, err})
+		comm.Abort(exitCode(err))
+	}
+	comm.Close()
+	return jobError(comm, err)
 }
+
+// jobError is how a rank of a job of several reports err: quiet when
+// another rank prints it, else with its rank and host.
+func jobError(comm dist.Comm, err error) error {
+	switch {
+	case err == nil || comm.Size() == 1 || errors.Is(err, train.ErrInterrupted):
+		return err
+	case dist.IsQuiet(err):
+		return quietError{err}
+	}
+	return rankError{comm, err}
+}
+
+// rankError prefixes a rank's failure with its rank and host.
+type rankError struct {
+	comm dist.Comm
+	err  error
+}
+
+func (e rankError) Error() string {
+	host := ""
+	if hs := e.comm.Info().Hosts; e.comm.Rank() < len(hs) {
+		host = " on " + hs[e.comm.Rank()]
+	}
+	return fmt.Sprintf("rank %d%s: %v", e.comm.Rank(), host, e.err)
+}
+func (e rankError) Unwrap() error { return e.err }
+
+// quietError is a failure another rank prints: it sets the exit status
+// but is not printed again.
+type quietError struct{ error }
+
+func (e quietError) Unwrap() error { return e.error }
 
 // loadRecipe reads the recipe to train with. Resuming, it is the run's own
 // resolved.yaml; a recipe named with -c, or --set overrides, that differ
