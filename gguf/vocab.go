@@ -365,6 +365,15 @@ func LoadVocab(dir string, vocabSize, bos, eos, pad int) (*Vocab, error) {
 		byteLevelPre = byteLevelPre || c.Type == "ByteLevel"
 	}
 	switch {
+	case pureBytes(tj.Model.ByteFallback, pre, norm, merges, v.Tokens):
+		// every text is its bytes, one token each (models/tiny-byte): as
+		// a llama-type vocabulary llama.cpp would turn spaces into U+2581
+		// and add one in front; as a gpt2 vocabulary of GPT-2's byte
+		// characters with no merges it gives exactly one id per byte
+		for b := range 256 {
+			v.Tokens[b] = string(byteLevel[b])
+		}
+		v.Model, v.Pre = "gpt2", "default"
 	case byteLevelPre:
 		for _, n := range norm {
 			// Qwen's NFC is the one normalizer allowed: llama.cpp does not
@@ -513,6 +522,26 @@ func isByteToken(t string) bool {
 		}
 	}
 	return true
+}
+
+// pureBytes says whether a tokenizer.json is a byte tokenizer: byte
+// fallback over exactly the 256 byte tokens <0x00>..<0xFF> at ids 0..255,
+// with no merges, normalizer or pre-tokenizer.
+func pureBytes(byteFallback bool, pre, norm []component, merges []string, tokens []string) bool {
+	if !byteFallback || len(pre) != 0 || len(norm) != 0 || len(merges) != 0 || len(tokens) < 256 {
+		return false
+	}
+	n := 0
+	for id, t := range tokens {
+		switch {
+		case id < 256 && t != fmt.Sprintf("<0x%02X>", id):
+			return false
+		case id >= 256 && t != "":
+			return false
+		}
+		n++
+	}
+	return n >= 256
 }
 
 // looksSpecial is the converter's does_token_look_special.

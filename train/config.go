@@ -472,7 +472,8 @@ func (r *Recipe) validateText(bad func(field, format string, args ...any)) {
 		dir = ""
 	}
 	tc := TextConfig{Tokenizer: d.Tokenizer, ChatTemplate: d.ChatTemplate, LossOn: d.LossOn, Alpaca: d.PromptFormat == PromptAlpaca}
-	if _, err := resolveTokenizer(dir, tc.Tokenizer); err != nil {
+	tok, err := resolveTokenizer(dir, tc.Tokenizer)
+	if err != nil {
 		bad("data.tokenizer", "%v", err)
 		return
 	}
@@ -480,7 +481,7 @@ func (r *Recipe) validateText(bad func(field, format string, args ...any)) {
 		bad("data.chat_template", "%v", err)
 		return
 	}
-	t, err := loadText(dir, r.Base.VocabSize, tc)
+	t, err := newText(tok, r.Base.VocabSize, tc)
 	switch {
 	case err == nil:
 		r.text = t

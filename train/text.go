@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/mixtune/mixtune/chat"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/tokenizer"
 )
 
 // How text becomes tokens for a model: its tokenizer, its chat template,
@@ -48,40 +50,125 @@ func loadText(dir string, vocab int, c TextConfig) (*Text, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newText(tok, vocab, c)
+}
+
+// newText is loadText once the tokenizer is resolved.
+func newText(tok data.Tokenizer, vocab int, c TextConfig) (*Text, error) {
 	if tv := tok.VocabSize(); vocab > 0 && vocab < tv {
 		return nil, fmt.Errorf("the model's vocabulary (%d ids) is smaller than its tokenizer's (%d): ids the tokenizer produces would be outside the embedding", vocab, tv)
 	}
 	t := &Text{Format: data.Format{Tok: tok, LossOn: c.LossOn, Alpaca: c.Alpaca, VocabSize: vocab}}
-	if eos := tok.EOS(); eos >= 0 {
+	var opts chat.Options
+	src, name := "", ""
+	if hf, ok := tok.(*hfTokenizer); ok {
+		t.Format.Markers = hf.m.Tok.SpecialTokens()
+		t.Stop = slices.Clone(hf.m.EOSIDs)
+		opts = chat.Options{BOS: hf.m.BOSToken, EOS: hf.m.EOSToken, UNK: hf.m.UNKToken, PAD: hf.m.PADToken, Now: templateClock}
+		src, name = hf.m.ChatTemplate, hf.dir+" chat template"
+	} else if eos := tok.EOS(); eos >= 0 {
 		t.Stop = append(t.Stop, eos)
 	}
-	src, name, err := templateSource(c.ChatTemplate)
-	if err != nil || src == "" {
-		return t, err
+	if c.ChatTemplate != "" {
+		var err error
+		if src, name, err = templateSource(c.ChatTemplate); err != nil {
+			return nil, err
+		}
+	}
+	if src == "" {
+		return t, nil
 	}
 	tmpl, err := chat.Parse(name, src)
 	if err != nil {
 		return nil, err
 	}
-	t.Format.Chat = data.ChatTemplate(tmpl, src, chat.Options{})
+	t.Format.Chat = data.ChatTemplate(tmpl, src, opts)
 	t.TemplateName = name
 	return t, nil
 }
 
-// resolveTokenizer picks the tokenizer spec names for the model in dir.
+// templateClock is the date templates print (Llama 3.x writes "Today
+// Date"): fixed, so that the same data renders to the same tokens on any
+// day and a token cache stays valid. It is the date Llama 3.2's template
+// falls back to itself.
+func templateClock() time.Time { return time.Date(2024, time.July, 26, 0, 0, 0, 0, time.UTC) }
+
+// resolveTokenizer picks the tokenizer spec names for the model in dir:
+// auto (the model directory's tokenizer.json, else bytes), byte, or a
+// directory holding a tokenizer.json.
 func resolveTokenizer(dir, spec string) (data.Tokenizer, error) {
 	switch spec {
 	case "", "auto":
-		if dir != "" {
-			if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
-				return nil, fmt.Errorf("%s has a tokenizer.json, which this mixtune cannot read yet; set data.tokenizer: byte to train with bytes", dir)
-			}
+		if dir == "" || !hasTokenizerFile(dir) {
+			return data.NewByteTokenizer(), nil
 		}
-		return data.NewByteTokenizer(), nil
+		return loadHF(dir)
 	case "byte":
 		return data.NewByteTokenizer(), nil
 	}
-	return nil, fmt.Errorf("%s: reading tokenizer.json is not supported yet; use auto or byte", spec)
+	if !hasTokenizerFile(spec) {
+		return nil, fmt.Errorf("%s: no tokenizer.json there (want auto, byte, or a directory with a tokenizer.json)", spec)
+	}
+	return loadHF(spec)
+}
+
+func hasTokenizerFile(dir string) bool {
+	for _, f := range []string{"tokenizer.json", "tokenizer.json.gz"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func loadHF(dir string) (*hfTokenizer, error) {
+	m, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &hfTokenizer{m: m, dir: dir}, nil
+}
+
+// hfTokenizer is a Hugging Face tokenizer (tokenizer.json with its
+// tokenizer_config.json) as data needs it.
+type hfTokenizer struct {
+	m   *tokenizer.Model
+	dir string
+}
+
+func (t *hfTokenizer) Encode(s string) ([]int, []data.Span) {
+	e := t.m.Tok.Encode(s, false)
+	spans := make([]data.Span, len(e.Offsets))
+	for i, o := range e.Offsets {
+		spans[i] = data.Span{Start: o[0], End: o[1]}
+	}
+	return e.IDs, spans
+}
+
+func (t *hfTokenizer) Decode(ids []int) string { return t.m.Tok.Decode(ids, true) }
+func (t *hfTokenizer) VocabSize() int          { return t.m.Tok.VocabSize() }
+func (t *hfTokenizer) Name() string            { return t.m.Tok.Name() }
+func (t *hfTokenizer) EOS() int                { return t.m.EOS }
+
+// BOS is -1 unless the tokenizer adds one (Qwen's has none; Llama 3's
+// does).
+func (t *hfTokenizer) BOS() int {
+	if !t.m.AddBOS {
+		return -1
+	}
+	return t.m.BOS
+}
+
+// PAD fills the rows of a batch past its documents; it is never a target,
+// so a tokenizer without one (Llama 3) pads with EOS, as trainers do.
+func (t *hfTokenizer) PAD() int {
+	switch {
+	case t.m.PAD >= 0:
+		return t.m.PAD
+	case t.m.EOS >= 0:
+		return t.m.EOS
+	}
+	return 0
 }
 
 // templateSource reads a chat template choice: a built-in name, or a
