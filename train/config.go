@@ -429,9 +429,14 @@ func (r *Recipe) validateModel(bad func(field, format string, args ...any)) {
 		if m.Architecture == nil {
 			bad("model.architecture", "required with init: random")
 		} else {
-			r.Base = r.archConfig()
-			if err := r.Base.Validate(); err != nil {
-				bad("model.architecture", "%v", err)
+			if base := r.archConfig(); base.Validate() != nil {
+				bad("model.architecture", "%v", base.Validate())
+				// r.Base stays zero: the checks that depend on the model
+				// (the adapter's targets in every layer, seq_len) skip an
+				// architecture that is wrong already; listing targets in
+				// 10^8 layers ran out of memory (found by FuzzLoad)
+			} else {
+				r.Base = base
 			}
 		}
 	}
