@@ -89,97 +89,126 @@ func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.LoRA, error) {
 // Bench times full optimizer steps (forward, backward, AdamW) on random
 // tokens, after Warmup untimed steps, like the PyTorch peer.
 func Bench(c BenchConfig) (BenchResult, error) {
-	eng, m, lora, err := benchModel(c)
+	b, err := newBenchRun(c)
 	if err != nil {
 		return BenchResult{}, err
 	}
-	policy := amp.DefaultPolicy(c.Precision)
-	params := trainables(m, lora)
-	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
-	if err != nil {
-		return BenchResult{}, err
-	}
-	rows, weight := c.Batch, float32(1)
-	var dp *dataParallel
-	var tap nn.GradTap
-	world := 1
-	if c.Comm != nil && c.Comm.Size() > 1 {
-		world = c.Comm.Size()
-		dp = newDataParallel(c.Comm, c.Batch, c.SeqLen, 0, params, c.Overlap, c.BucketBytes)
-		rows = dp.rows
-		if c.Overlap {
-			tap = dp.tap(paramIndex(params))
-		}
-	}
-	ru, err := newTrainRunner(eng, m, lora, rows, c.SeqLen, params, &policy, tap, world)
-	if err != nil {
-		return BenchResult{}, err
-	}
-	defer ru.close()
-	rng := rand.New(rand.NewPCG(1, 2))
-	n := c.Batch * c.SeqLen
-	bt := data.Batch{Rows: c.Batch, SeqLen: c.SeqLen, Inputs: make([]int, n), Targets: make([]int, n), NumTargets: n}
-	for i := range bt.Inputs {
-		bt.Inputs[i], bt.Targets[i] = rng.IntN(c.Vocab), rng.IntN(c.Vocab)
-	}
-	var comm commTimes
-	if dp != nil { // this rank's rows, weighted by their share of the batch
-		bt = dp.shard(bt)
-		weight = float32(bt.NumTargets) / float32(n)
-	}
-	var loss float64
-	step := func() error {
-		if dp != nil {
-			dp.beforeMicro(0, 1)
-		}
-		if loss, err = ru.run(bt, weight, true, 1); err != nil {
-			return err
-		}
-		if dp != nil {
-			sc := []float64{loss * float64(weight)}
-			ct, err := dp.reduce(ru.tapped, sc)
-			if err != nil {
-				return err
-			}
-			loss = sc[0]
-			comm.wait += ct.wait
-			comm.busy += ct.busy
-		}
-		if err := opt.Step(params, 1e-3); err != nil {
-			return err
-		}
-		eng.WeightVersion++
-		return nil
-	}
+	defer b.ru.close()
 	for i := 0; i < c.Warmup; i++ {
-		if err := step(); err != nil {
+		if err := b.step(); err != nil {
 			return BenchResult{}, err
 		}
 	}
-	comm = commTimes{}
+	b.comm = commTimes{}
 	t0 := time.Now()
 	for i := 0; i < c.Steps; i++ {
-		if err := step(); err != nil {
+		if err := b.step(); err != nil {
 			return BenchResult{}, err
 		}
 	}
 	dt := time.Since(t0).Seconds() / float64(c.Steps)
-	res := BenchResult{Backend: eng.BLAS.Name(), Adapter: c.Adapter, Precision: c.Precision, BaseDtype: c.BaseDtype,
-		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: m.NumParams(), WeightBytes: m.WeightBytes(), Loss: loss}
-	for _, p := range params {
+	if dt <= 0 {
+		return b.result(dt), fmt.Errorf("no time measured")
+	}
+	return b.result(dt), nil
+}
+
+// benchRun is one benchmark: the model, its runner and optimizer, and the
+// fixed random batch every step trains on.
+type benchRun struct {
+	c      BenchConfig
+	eng    *nn.Engine
+	m      *model.Model
+	lora   *peft.LoRA
+	params []*optim.Param
+	opt    optim.Optimizer
+	ru     *runner
+	dp     *dataParallel // nil for one process
+	bt     data.Batch    // this rank's rows
+	weight float32       // their share of the batch's targets
+	loss   float64       // the last step's
+	comm   commTimes     // gradient sums since the timing started
+}
+
+func newBenchRun(c BenchConfig) (*benchRun, error) {
+	eng, m, lora, err := benchModel(c)
+	if err != nil {
+		return nil, err
+	}
+	b := &benchRun{c: c, eng: eng, m: m, lora: lora, params: trainables(m, lora), weight: 1}
+	if b.opt, err = optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}); err != nil {
+		return nil, err
+	}
+	rows, world := c.Batch, 1
+	var tap nn.GradTap
+	if c.Comm != nil && c.Comm.Size() > 1 {
+		world = c.Comm.Size()
+		b.dp = newDataParallel(c.Comm, c.Batch, c.SeqLen, 0, b.params, c.Overlap, c.BucketBytes)
+		rows = b.dp.rows
+		if c.Overlap {
+			tap = b.dp.tap(paramIndex(b.params))
+		}
+	}
+	policy := amp.DefaultPolicy(c.Precision)
+	if b.ru, err = newTrainRunner(eng, m, lora, rows, c.SeqLen, b.params, &policy, tap, world); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := c.Batch * c.SeqLen
+	b.bt = data.Batch{Rows: c.Batch, SeqLen: c.SeqLen, Inputs: make([]int, n), Targets: make([]int, n), NumTargets: n}
+	for i := range b.bt.Inputs {
+		b.bt.Inputs[i], b.bt.Targets[i] = rng.IntN(c.Vocab), rng.IntN(c.Vocab)
+	}
+	if b.dp != nil { // this rank's rows, weighted by their share of the batch
+		b.bt = b.dp.shard(b.bt)
+		b.weight = float32(b.bt.NumTargets) / float32(n)
+	}
+	return b, nil
+}
+
+// step is one optimizer step on the batch (with the ranks' gradient sums).
+func (b *benchRun) step() error {
+	if b.dp != nil {
+		b.dp.beforeMicro(0, 1)
+	}
+	loss, err := b.ru.run(b.bt, b.weight, true, 1)
+	if err != nil {
+		return err
+	}
+	b.loss = loss
+	if b.dp != nil {
+		sc := []float64{loss * float64(b.weight)}
+		ct, err := b.dp.reduce(b.ru.tapped, sc)
+		if err != nil {
+			return err
+		}
+		b.loss = sc[0]
+		b.comm.wait += ct.wait
+		b.comm.busy += ct.busy
+	}
+	if err := b.opt.Step(b.params, 1e-3); err != nil {
+		return err
+	}
+	b.eng.WeightVersion++
+	return nil
+}
+
+// result reports a timing of dt seconds per step.
+func (b *benchRun) result(dt float64) BenchResult {
+	c, n := b.c, b.c.Batch*b.c.SeqLen
+	res := BenchResult{Backend: b.eng.BLAS.Name(), Adapter: c.Adapter, Precision: c.Precision, BaseDtype: c.BaseDtype,
+		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: b.m.NumParams(), WeightBytes: b.m.WeightBytes(), Loss: b.loss}
+	for _, p := range b.params {
 		res.Trainable += len(p.Value)
 	}
-	if dp != nil {
-		res.Ranks = dp.size
-		res.AllreduceMs = comm.wait.Seconds() * 1e3 / float64(c.Steps)
-		res.AllreduceBusyMs = comm.busy.Seconds() * 1e3 / float64(c.Steps)
+	if b.dp != nil {
+		res.Ranks = b.dp.size
+		res.AllreduceMs = b.comm.wait.Seconds() * 1e3 / float64(c.Steps)
+		res.AllreduceBusyMs = b.comm.busy.Seconds() * 1e3 / float64(c.Steps)
 	}
-	if lora != nil {
-		res.Params += lora.NumParams()
+	if b.lora != nil {
+		res.Params += b.lora.NumParams()
 	}
 	res.PeakRSS, _ = sysinfo.PeakRSS()
-	if dt <= 0 {
-		return res, fmt.Errorf("no time measured")
-	}
-	return res, nil
+	return res
 }

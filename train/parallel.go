@@ -399,15 +399,32 @@ func (s *session) openShared() error {
 	if s.dp == nil {
 		return s.openRunDir()
 	}
-	c := s.dp.comm
 	var err error
 	if s.rank0() {
 		err = s.openRunDir()
 	}
-	if err := dist.Agree(c, err); err != nil {
+	if err := dist.Agree(s.dp.comm, err); err != nil {
 		return err
 	}
-	p := s.parts
+	rs, ostate, err := s.shareRootState()
+	switch {
+	case err != nil:
+		return err
+	case rs.Complete != nil:
+		return nil
+	case !rs.Resumed:
+		return s.checkReplicas("start")
+	}
+	if err := s.shareRestored(rs, ostate); err != nil {
+		return err
+	}
+	return s.checkReplicas("resume")
+}
+
+// shareRootState broadcasts rank 0's view of the run directory (and, on
+// resume, the shapes of its optimizer state, returned on rank 0 with the
+// state itself).
+func (s *session) shareRootState() (rootState, map[string][]float32, error) {
 	var rs rootState
 	var ostate map[string][]float32
 	if s.rank0() {
@@ -415,7 +432,7 @@ func (s *session) openShared() error {
 		if s.ck != nil && s.complete == nil {
 			rs.CheckpointAt = s.ck.Dir
 			rs.State = s.stateNow()
-			ost := p.optimizer.State()
+			ost := s.parts.optimizer.State()
 			rs.State.OptimStep, rs.State.OptimScalars = ost.Step, ost.Scalars
 			ostate = ost.Tensors
 			for _, name := range sortedKeys(ostate) {
@@ -423,21 +440,21 @@ func (s *session) openShared() error {
 			}
 		}
 	}
-	if err := bcastJSON(c, &rs); err != nil {
-		return err
+	if err := bcastJSON(s.dp.comm, &rs); err != nil {
+		return rs, nil, err
 	}
 	if !s.rank0() {
 		s.dir = rs.Dir
 		s.complete = rs.Complete
 		s.checkpointed = rs.Checkpointed
 	}
-	if rs.Complete != nil {
-		return nil
-	}
-	if !rs.Resumed {
-		return s.checkReplicas("start")
-	}
-	// On resume, rank 0's restored state, bit for bit.
+	return rs, ostate, nil
+}
+
+// shareRestored gives every rank rank 0's restored state, bit for bit:
+// optimizer tensors and trainable weights broadcast, the rest from rs.
+func (s *session) shareRestored(rs rootState, ostate map[string][]float32) error {
+	c, p := s.dp.comm, s.parts
 	if !s.rank0() {
 		ostate = map[string][]float32{}
 		for _, t := range rs.Optim {
@@ -455,7 +472,7 @@ func (s *session) openShared() error {
 		}
 	}
 	if s.rank0() {
-		return s.checkReplicas("resume")
+		return nil
 	}
 	st := rs.State
 	if err := p.optimizer.Load(optim.State{Step: st.OptimStep, Scalars: st.OptimScalars, Tensors: ostate}); err != nil {
@@ -474,7 +491,7 @@ func (s *session) openShared() error {
 	s.step = st.Step
 	s.lastLoss, s.priorSeconds = float64(st.LastLoss), st.LoopSeconds
 	s.sum.SkippedSteps, s.sum.ValBefore, s.sum.TaskBefore = st.Skipped, st.ValBefore, st.TaskBefore
-	return s.checkReplicas("resume")
+	return nil
 }
 
 // stateNow is the loop's state as a checkpoint records it.

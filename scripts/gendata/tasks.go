@@ -83,9 +83,10 @@ type chatMessage struct {
 }
 
 // The user's request and the assistant's answer in the chat variant: the
-// same dates, asked for in a sentence, answered without the leading space
+// same dates, asked for with the date last (as in the completion form, a
+// short reach from the date to the answer), answered without the leading space
 // the completion form needs.
-func chatRequest(d date) string { return "Write the date " + d.iso() + " in words." }
+func chatRequest(d date) string { return "Write in words: " + d.iso() }
 func chatAnswer(d date) string  { return d.us() }
 
 func chatJSONL(ds []date) ([]byte, error) {
