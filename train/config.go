@@ -255,6 +255,9 @@ type Recipe struct {
 	// text is how the data's text becomes tokens: the tokenizer and chat
 	// template the data section chooses, resolved once.
 	text *Text
+	// tok is the tokenizer data.tokenizer names, when a random
+	// initialisation took its vocabulary from it.
+	tok data.Tokenizer
 }
 
 // Load reads and validates a config file with --set overrides applied.
@@ -477,7 +480,10 @@ func (r *Recipe) validateText(bad func(field, format string, args ...any)) {
 		dir = ""
 	}
 	tc := TextConfig{Tokenizer: d.Tokenizer, ChatTemplate: d.ChatTemplate, LossOn: d.LossOn, Alpaca: d.PromptFormat == PromptAlpaca}
-	tok, err := resolveTokenizer(dir, tc.Tokenizer)
+	tok, err := r.tok, error(nil)
+	if tok == nil {
+		tok, err = resolveTokenizer(dir, tc.Tokenizer)
+	}
 	if err != nil {
 		bad("data.tokenizer", "%v", err)
 		return
@@ -552,9 +558,16 @@ func unwrapPathError(err error) error {
 
 // archConfig is the model config of a random initialisation; special
 // token ids come from the byte tokenizer.
+// The vocabulary and special ids are the tokenizer's: data.tokenizer's
+// when it names a tokenizer.json, else the byte tokenizer's.
 func (r *Recipe) archConfig() model.Config {
 	a := r.Model.Architecture
-	tok := data.NewByteTokenizer()
+	var tok data.Tokenizer = data.NewByteTokenizer()
+	if spec := r.Data.Tokenizer; spec != "" && spec != "auto" && spec != "byte" {
+		if t, err := resolveTokenizer("", spec); err == nil { // else validateText names the error
+			tok, r.tok = t, t
+		}
+	}
 	kv := a.NumKeyValueHeads
 	if kv == 0 {
 		kv = a.NumAttentionHeads

@@ -1,6 +1,8 @@
 package train
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -70,5 +72,31 @@ func TestTinyByteTokenizerIsTheByteTokenizer(t *testing.T) {
 	}
 	if last < 0 || ex.IDs[last] != 257 {
 		t.Fatalf("the last target is not <|im_end|>: ids %v targets %v", ex.IDs, ex.Target)
+	}
+}
+
+// A random initialisation takes its vocabulary and special ids from the
+// tokenizer data.tokenizer names (here Llama 2's: 32,000 ids, BOS 1).
+func TestRandomModelTakesTheTokenizersVocabulary(t *testing.T) {
+	dir := t.TempDir()
+	rows := filepath.Join(dir, "rows.jsonl")
+	if err := os.WriteFile(rows, []byte(`{"text": "Hello there, world."}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recipe := filepath.Join(dir, "r.yaml")
+	src := "model:\n  init: random\n  architecture: {hidden_size: 16, intermediate_size: 32, num_hidden_layers: 1, num_attention_heads: 2}\n" +
+		"data: {train: " + rows + ", tokenizer: ../tokenizer/testdata/models/llama2, validation_split: 0}\nadapter: {type: none}\n"
+	if err := os.WriteFile(recipe, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Load(recipe, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Base.VocabSize != 32000 || r.Base.BOSTokenID != 1 || r.Base.EOSTokenID != 2 {
+		t.Fatalf("vocab %d, BOS %d, EOS %d; want Llama 2's 32000, 1, 2", r.Base.VocabSize, r.Base.BOSTokenID, r.Base.EOSTokenID)
+	}
+	if _, ok := r.text.Format.Tok.(*hfTokenizer); !ok {
+		t.Fatalf("the data is tokenized by %T", r.text.Format.Tok)
 	}
 }
