@@ -15,8 +15,10 @@ import (
 	"testing"
 
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/chat"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/tokenizer"
 )
 
 // What llama.cpp computes with mixtune's exports, against what mixtune
@@ -252,6 +254,13 @@ func checkCase(t *testing.T, c goldenCase) string {
 		// tasks/dates/test.jsonl, as mixtune's task accuracy measures it
 		if right, n := dateAnswers(t, c); right < n {
 			t.Errorf("llama.cpp answers %d of %d date prompts right", right, n)
+		}
+	}
+	if strings.HasPrefix(c.Name, "chat-quickstart") {
+		// the chat adapter answers the test conversations in llama.cpp,
+		// from prompts that are mixtune's rendering of them
+		if right, n := chatAnswers(t, c); right < n*80/100 {
+			t.Errorf("llama.cpp answers %d of %d chat prompts right; the chat quickstart reaches at least 80%%", right, n)
 		}
 	}
 	// 5. log-probabilities, against the fp32 model and against the
@@ -638,4 +647,48 @@ func familyBPE(t *testing.T, text string) []int {
 		}
 	}
 	return ids
+}
+
+// chatAnswers checks that each chat prompt llama.cpp was given is the test
+// conversation as mixtune renders it (the model's chat template with the
+// generation prompt, through its tokenizer.json), and counts the replies
+// that are the expected answer.
+func chatAnswers(t *testing.T, c goldenCase) (right, n int) {
+	tm, err := tokenizer.LoadDir("../models/tiny-byte")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := chat.Parse("tiny-byte", tm.ChatTemplate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("../tasks/dates-chat/test.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != len(c.Greedy) {
+		t.Fatalf("%d chat prompts for %d test conversations", len(c.Greedy), len(lines))
+	}
+	for i, line := range lines {
+		var row struct{ Messages []chat.Message }
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		last := len(row.Messages) - 1
+		text, err := tmpl.Render(row.Messages[:last], chat.Options{AddGenerationPrompt: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr := c.Greedy[i]
+		if want := tm.Tok.Encode(text, false).IDs; !slices.Equal(gr.PromptIDs, want) {
+			t.Fatalf("chat prompt %d: llama.cpp was given %v, mixtune renders %v", i, gr.PromptIDs, want)
+		}
+		n++
+		if tm.Tok.Decode(gr.IDs, true) == row.Messages[last].Content {
+			right++
+		}
+	}
+	t.Logf("%s: llama.cpp answers %d of %d test conversations", c.Name, right, n)
+	return right, n
 }

@@ -57,6 +57,21 @@ for (const t of ["f32", "f16"]) {
         base_file: manifest.cases[0].file,
         sequences: qsSeqs, prompts: datePrompts, greedy_method: "sampler", max_new: 24, context: 128});
 }
+// the chat quickstart's adapter (configs/chat_quickstart.yaml), merged: its
+// test conversations rendered with the model's ChatML template and the
+// generation prompt, as ids (<|im_start|> 256, <|im_end|> 257), answered by
+// llama.cpp's own greedy sampling until <|im_end|>
+const chatAdapter = "gguf/testdata/chat_quickstart_adapter";
+const chats = readFileSync(join(repo, "tasks/dates-chat/test.jsonl"), "utf8").split("\n").filter(Boolean).map(JSON.parse);
+const chatIds = (msgs, gen) => [...msgs.flatMap(m => [256, ...bytes(m.role + "\n" + m.content), 257, ...bytes("\n")]),
+    ...(gen ? [256, ...bytes("assistant\n")] : [])];
+const chatPrompts = chats.map(c => ({ids: chatIds(c.messages.slice(0, -1), true)}));
+const chatSeqs = chats.slice(0, 4).map(c => chatIds(c.messages, false));
+for (const t of types) {
+    manifest.cases.push({name: `chat-quickstart/${t}`, model: "models/tiny-byte", adapter: chatAdapter, type: t,
+        file: exportGGUF(`chat-quickstart/${t}`, ["--model", "models/tiny-byte", "--adapter", chatAdapter, "--type", t]),
+        sequences: chatSeqs, prompts: chatPrompts, greedy_method: "sampler", max_new: 24, context: 128});
+}
 // the tiny random model of each family, with a 40-token byte-level BPE
 // tokenizer (gguf/testdata/family_tokenizer.json) beside it
 let seed = 12345;

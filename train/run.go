@@ -315,9 +315,11 @@ func (s *session) printHeader() {
 	for _, f := range p.rows.hits {
 		fmt.Fprintf(out, "data: %s: tokens from the cache\n", f)
 	}
+	tokLine := fmt.Sprintf("tokenizer: %s · %d ids", describeTokenizer(p.format.Tok), p.format.Tok.VocabSize())
 	if p.format.Chat != nil {
-		fmt.Fprintf(out, "chat template: %s · loss on %s\n", r.text.TemplateName, p.format.LossOn)
+		tokLine += fmt.Sprintf(" · chat template: %s · loss on %s", r.text.TemplateName, p.format.LossOn)
 	}
+	fmt.Fprintln(out, tokLine)
 	if s.dp != nil {
 		info := s.dp.comm.Info()
 		fmt.Fprintf(out, "data parallel: %d ranks on %s · %s · %s · %d of %d rows per rank · %s sums%s\n", s.dp.size, hostCount(info.Hosts),

@@ -129,6 +129,15 @@ func loadHF(dir string) (*hfTokenizer, error) {
 	return &hfTokenizer{m: m, dir: dir}, nil
 }
 
+// describeTokenizer names a tokenizer for the run's log: the file it came
+// from, or the byte tokenizer.
+func describeTokenizer(tok data.Tokenizer) string {
+	if hf, ok := tok.(*hfTokenizer); ok {
+		return filepath.Join(hf.dir, "tokenizer.json") + " (" + hf.m.Tok.Name() + ")"
+	}
+	return "bytes (" + tok.Name() + ")"
+}
+
 // hfTokenizer is a Hugging Face tokenizer (tokenizer.json with its
 // tokenizer_config.json) as data needs it.
 type hfTokenizer struct {
