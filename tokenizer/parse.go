@@ -459,22 +459,11 @@ func parseNormalizer(path string, raw json.RawMessage) (normalizer, error) {
 	}
 	switch typ {
 	case "Sequence":
-		if err := o.only("type", "normalizers"); err != nil {
-			return nil, err
-		}
-		list, err := o.list("normalizers")
+		seq, err := parseSequence(o, path, "normalizers", parseNormalizer)
 		if err != nil {
 			return nil, err
 		}
-		var seq seqNormalizer
-		for i, r := range list {
-			n, err := parseNormalizer(fmt.Sprintf("%s.normalizers[%d]", path, i), r)
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, n)
-		}
-		return seq, nil
+		return seqNormalizer(seq), nil
 	case "Prepend":
 		if err := o.only("type", "prepend"); err != nil {
 			return nil, err
@@ -644,22 +633,11 @@ func parseDecoder(path string, raw json.RawMessage) (decoder, error) {
 	}
 	switch typ {
 	case "Sequence":
-		if err := o.only("type", "decoders"); err != nil {
-			return nil, err
-		}
-		list, err := o.list("decoders")
+		seq, err := parseSequence(o, path, "decoders", parseDecoder)
 		if err != nil {
 			return nil, err
 		}
-		var seq seqDecoder
-		for i, r := range list {
-			d, err := parseDecoder(fmt.Sprintf("%s.decoders[%d]", path, i), r)
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, d)
-		}
-		return seq, nil
+		return seqDecoder(seq), nil
 	case "ByteLevel":
 		// The options only matter to the pre-tokenizer and post-processor.
 		if err := o.only("type", "add_prefix_space", "trim_offsets", "use_regex"); err != nil {
@@ -727,22 +705,11 @@ func (t *Tokenizer) parsePostProcessor(path string, raw json.RawMessage) (postPr
 	}
 	switch typ {
 	case "Sequence":
-		if err := o.only("type", "processors"); err != nil {
-			return nil, err
-		}
-		list, err := o.list("processors")
+		seq, err := parseSequence(o, path, "processors", t.parsePostProcessor)
 		if err != nil {
 			return nil, err
 		}
-		var seq seqPostProcessor
-		for i, r := range list {
-			p, err := t.parsePostProcessor(fmt.Sprintf("%s.processors[%d]", path, i), r)
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, p)
-		}
-		return seq, nil
+		return seqPostProcessor(seq), nil
 	case "ByteLevel":
 		if err := o.only("type", "add_prefix_space", "trim_offsets", "use_regex"); err != nil {
 			return nil, err
@@ -1022,4 +989,25 @@ func (t *Tokenizer) setupByteLevel() {
 	}
 	m.raw = true
 	bl.raw = true
+}
+
+// parseSequence reads a Sequence component: {"type": "Sequence", key: [...]},
+// each element parsed by parse with its JSON path.
+func parseSequence[T any](o obj, path, key string, parse func(string, json.RawMessage) (T, error)) ([]T, error) {
+	if err := o.only("type", key); err != nil {
+		return nil, err
+	}
+	list, err := o.list(key)
+	if err != nil {
+		return nil, err
+	}
+	seq := make([]T, 0, len(list))
+	for i, r := range list {
+		c, err := parse(fmt.Sprintf("%s.%s[%d]", path, key, i), r)
+		if err != nil {
+			return nil, err
+		}
+		seq = append(seq, c)
+	}
+	return seq, nil
 }
