@@ -100,13 +100,17 @@ func (c *localComm) do(fn func() error) error {
 	return <-res
 }
 
-func (c *localComm) sum32(buf []float32) error {
-	all, err := c.g.exchange(c.rank, append([]float32(nil), buf...))
+func (c *localComm) sum32(buf []float32) error { return sumInRankOrder(c, buf) }
+
+// sumInRankOrder replaces buf with the sum of every rank's buf, added in
+// rank order.
+func sumInRankOrder[F float32 | float64](c *localComm, buf []F) error {
+	all, err := c.g.exchange(c.rank, append([]F(nil), buf...))
 	if err != nil {
 		return err
 	}
 	for r, v := range all {
-		x := v.([]float32)
+		x := v.([]F)
 		if len(x) != len(buf) {
 			return fmt.Errorf("allreduce: rank %d has %d values, rank %d has %d", r, len(x), c.rank, len(buf))
 		}
@@ -126,26 +130,7 @@ func (c *localComm) AllreduceFloat32(buf []float32) error {
 }
 
 func (c *localComm) AllreduceFloat64(buf []float64) error {
-	return c.do(func() error {
-		all, err := c.g.exchange(c.rank, append([]float64(nil), buf...))
-		if err != nil {
-			return err
-		}
-		for r, v := range all {
-			x := v.([]float64)
-			if len(x) != len(buf) {
-				return fmt.Errorf("allreduce: rank %d has %d values, rank %d has %d", r, len(x), c.rank, len(buf))
-			}
-			if r == 0 {
-				copy(buf, x)
-				continue
-			}
-			for i, y := range x {
-				buf[i] += y
-			}
-		}
-		return nil
-	})
+	return c.do(func() error { return sumInRankOrder(c, buf) })
 }
 
 func (c *localComm) StartAllreduceFloat32(buf []float32) Pending {
