@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -118,7 +119,27 @@ type pending struct {
 	busy time.Duration
 }
 
-func (p *pending) Wait() error         { <-p.done; return p.err }
+func (p *pending) Wait() error { <-p.done; return p.err }
+
+// startSum queues sum(buf) on a communicator's call goroutine and returns
+// at once; closed (read under mu) refuses with closedErr.
+func startSum(mu *sync.Mutex, closed *bool, calls chan<- func(), closedErr string, sum func([]float32) error, buf []float32) Pending {
+	p := &pending{done: make(chan struct{})}
+	mu.Lock()
+	defer mu.Unlock()
+	if *closed {
+		p.err = errors.New(closedErr)
+		close(p.done)
+		return p
+	}
+	calls <- func() {
+		t := time.Now()
+		p.err = sum(buf)
+		p.busy = time.Since(t)
+		close(p.done)
+	}
+	return p
+}
 func (p *pending) Busy() time.Duration { return p.busy }
 
 type done struct{}

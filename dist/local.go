@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 )
 
 // NewLocal returns n Comms joined in this process: rank i is the i-th.
@@ -134,21 +133,7 @@ func (c *localComm) AllreduceFloat64(buf []float64) error {
 }
 
 func (c *localComm) StartAllreduceFloat32(buf []float32) Pending {
-	p := &pending{done: make(chan struct{})}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		p.err = errors.New("comm is closed")
-		close(p.done)
-		return p
-	}
-	c.calls <- func() {
-		t := time.Now()
-		p.err = c.sum32(buf)
-		p.busy = time.Since(t)
-		close(p.done)
-	}
-	return p
+	return startSum(&c.mu, &c.closed, c.calls, "comm is closed", c.sum32, buf)
 }
 
 func (c *localComm) Bcast(buf []byte, root int) error {

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -365,26 +364,12 @@ func (c *mpiComm) orderedSum(buf []float32) error {
 	return nil
 }
 
+// StartAllreduceFloat32 holds buf until the call has run: MPI blocks in it
+// on the MPI thread while the caller computes on the others. A blocking
+// call on Go memory is safe (the heap does not move); a non-blocking MPI_I*
+// call would need the buffer pinned and a thread to drive progress.
 func (c *mpiComm) StartAllreduceFloat32(buf []float32) Pending {
-	p := &pending{done: make(chan struct{})}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		p.err = errors.New("MPI is already finalized")
-		close(p.done)
-		return p
-	}
-	// The call holds buf until it has run: MPI blocks in it on this one
-	// thread while the caller computes on the others. A blocking call on
-	// Go memory is safe (the heap does not move); a non-blocking MPI_I*
-	// call would need the buffer pinned and a thread to drive progress.
-	c.calls <- func() {
-		t := time.Now()
-		p.err = c.sum32(buf)
-		p.busy = time.Since(t)
-		close(p.done)
-	}
-	return p
+	return startSum(&c.mu, &c.closed, c.calls, "MPI is already finalized", c.sum32, buf)
 }
 
 func (c *mpiComm) Bcast(buf []byte, root int) error {
