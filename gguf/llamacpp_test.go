@@ -195,8 +195,8 @@ func buildCase(t *testing.T, c goldenCase) (*Export, string) {
 
 func TestLlamaCppGoldens(t *testing.T) {
 	g := loadGoldens(t)
-	if len(g.Cases) != 33 {
-		t.Fatalf("%d golden cases; the script writes 33", len(g.Cases))
+	if len(g.Cases) != 37 {
+		t.Fatalf("%d golden cases; the script writes 37", len(g.Cases))
 	}
 	var table []string
 	for _, c := range g.Cases {

@@ -70,7 +70,7 @@ const chatSeqs = chats.slice(0, 4).map(c => chatIds(c.messages, false));
 for (const t of types) {
     manifest.cases.push({name: `chat-quickstart/${t}`, model: "models/tiny-byte", adapter: chatAdapter, type: t,
         file: exportGGUF(`chat-quickstart/${t}`, ["--model", "models/tiny-byte", "--adapter", chatAdapter, "--type", t]),
-        sequences: chatSeqs, prompts: chatPrompts, greedy_method: "sampler", max_new: 24, context: 128});
+        sequences: chatSeqs, prompts: chatPrompts, greedy_method: "sampler", max_new: 40, context: 128});
 }
 // the tiny random model of each family, with a 40-token byte-level BPE
 // tokenizer (gguf/testdata/family_tokenizer.json) beside it

@@ -83,11 +83,15 @@ type chatMessage struct {
 }
 
 // The user's request and the assistant's answer in the chat variant: the
-// same dates, asked for with the date last (as in the completion form, a
-// short reach from the date to the answer), answered without the leading space
-// the completion form needs.
+// same dates, the date last in the request, and the answer repeating it
+// before its written form ("1952-03-25 is March 25, 1952"). The repeat is a
+// contiguous copy, which the tiny model learns at once; the written form
+// then reads the digits a few tokens back, as in the completion form. Asked
+// to answer from across the chat template's turn markers (where
+// <|im_start|> is also the BOS the model was pretrained with), it reached
+// only 31-40% in 800 steps.
 func chatRequest(d date) string { return "Write in words: " + d.iso() }
-func chatAnswer(d date) string  { return d.us() }
+func chatAnswer(d date) string  { return d.iso() + " is " + d.us() }
 
 func chatJSONL(ds []date) ([]byte, error) {
 	var buf bytes.Buffer
