@@ -28,6 +28,10 @@ cp "$out/model/config.json" "$out/model/model.safetensors" "$dst.new/"
 cp "$out/summary.json" "$dst.new/training_summary.json"
 cp "$out/metrics.jsonl" "$dst.new/training_metrics.jsonl"
 cp configs/pretrain_tiny.yaml "$dst.new/training_recipe.yaml"
+# the byte vocabulary as a tokenizer.json, with the ChatML template (the
+# same ids as the byte tokenizer the model is pretrained with: see
+# train.TestTinyByteTokenizerIsTheByteTokenizer)
+cp tokenizer/testdata/tiny-byte/tokenizer.json tokenizer/testdata/tiny-byte/tokenizer_config.json "$dst.new/"
 rm -rf "$dst"
 mv "$dst.new" "$dst"
 echo "wrote $dst"

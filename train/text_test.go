@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,13 @@ func TestTinyByteTokenizerIsTheByteTokenizer(t *testing.T) {
 	text, err := loadText("../models/tiny-byte", 259, TextConfig{LossOn: data.LossAssistant})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} { // scripts/make_base_model.sh copies them
+		shipped, err1 := os.ReadFile(filepath.Join("../models/tiny-byte", f))
+		fixture, err2 := os.ReadFile(filepath.Join("../tokenizer/testdata/tiny-byte", f))
+		if err1 != nil || err2 != nil || !bytes.Equal(shipped, fixture) {
+			t.Fatalf("models/tiny-byte/%s is not tokenizer/testdata/tiny-byte's (%v, %v)", f, err1, err2)
+		}
 	}
 	hf, ok := text.Format.Tok.(*hfTokenizer)
 	if !ok {
