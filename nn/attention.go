@@ -105,7 +105,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	be := o.eng.BLAS
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
-		pv := o.valuesScratch()
+		pv := valuesScratch[T](o.f, T_*T_)
 		start := make([]int, T_)
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
@@ -118,7 +118,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 				round(o.f.scores, p)
 				causalSoftmax(p, T_, start)
 				round(o.f.softmax, p)
-				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, o.asValues(p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
+				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, asValues(o.f, p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
 		}
 	})
@@ -126,22 +126,23 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	return t, nil
 }
 
-// valuesScratch is a per-worker buffer for the probabilities in the values
-// matmul's format, when that differs from the softmax's.
-func (o *attentionOp[T]) valuesScratch() []T {
-	if o.f.values == o.f.softmax {
+// valuesScratch is a per-worker buffer of n values for the probabilities
+// in the values matmul's format, when that differs from the softmax's.
+func valuesScratch[T Float](f attnFormats, n int) []T {
+	if f.values == f.softmax {
 		return nil
 	}
-	return make([]T, o.s.SeqLen*o.s.SeqLen)
+	return make([]T, n)
 }
 
 // asValues is p as the values matmul reads it: rounded to its format.
-func (o *attentionOp[T]) asValues(p, scratch []T) []T {
+func asValues[T Float](f attnFormats, p, scratch []T) []T {
 	if scratch == nil {
 		return p
 	}
+	scratch = scratch[:len(p)]
 	copy(scratch, p)
-	round(o.f.values, scratch)
+	round(f.values, scratch)
 	return scratch
 }
 
@@ -150,24 +151,31 @@ func (o *attentionOp[T]) asValues(p, scratch []T) []T {
 // rest.
 func causalSoftmax[T Float](p []T, t int, start []int) {
 	for i := 0; i < t; i++ {
-		row, s0 := p[i*t:(i+1)*t], start[i]
-		m := row[s0]
-		for _, x := range row[s0+1 : i+1] {
-			m = max(m, x)
-		}
-		var sum T
-		for j := s0; j <= i; j++ {
-			e := exp(row[j] - m)
-			row[j] = e
-			sum += e
-		}
-		inv := 1 / sum
-		for j := s0; j <= i; j++ {
-			row[j] *= inv
-		}
-		clear(row[:s0])
-		clear(row[i+1:])
+		causalSoftmaxRow(p[i*t:(i+1)*t], start[i], i)
 	}
+}
+
+// causalSoftmaxRow turns row[s0..i] into its softmax, zeroes the rest of row,
+// and returns the max it subtracted and the reciprocal of the sum of
+// exponentials it multiplied by.
+func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
+	m = row[s0]
+	for _, x := range row[s0+1 : i+1] {
+		m = max(m, x)
+	}
+	var sum T
+	for j := s0; j <= i; j++ {
+		e := exp(row[j] - m)
+		row[j] = e
+		sum += e
+	}
+	inv = 1 / sum
+	for j := s0; j <= i; j++ {
+		row[j] *= inv
+	}
+	clear(row[:s0])
+	clear(row[i+1:])
+	return m, inv
 }
 
 func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
@@ -199,7 +207,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
-		pv := o.valuesScratch()
+		pv := valuesScratch[T](o.f, T_*T_)
 		start := make([]int, T_)
 		var head []T // one head's dK or dV, [T_, HeadDim], to round before the group sum
 		if roundK || roundV {
@@ -241,7 +249,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
 				first := h == kh*group
 				if dv != nil {
-					accumulate(first, o.inFm[2], roundV, o.asValues(p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
+					accumulate(first, o.inFm[2], roundV, asValues(o.f, p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
 				}
 				if dq == nil && dk == nil {
 					continue
