@@ -25,6 +25,44 @@ type AttentionShape struct {
 	// Window > 0 limits a token to itself and the Window−1 tokens before
 	// it (Mistral's sliding window); 0 is no limit.
 	Window int
+	// Kernel picks the implementation; the zero value, AttentionAuto,
+	// decides by sequence length. Tests and benchmarks force one.
+	Kernel AttentionKernel
+}
+
+// AttentionKernel names an implementation of Attention. Both compute the
+// same function with the same rounding points; they differ in memory and
+// in the order of some fp32 sums (see attention_tiled.go).
+type AttentionKernel int
+
+const (
+	// AttentionAuto uses AttentionFull below tiledAttentionMinSeqLen
+	// tokens per row and AttentionTiled from there on.
+	AttentionAuto AttentionKernel = iota
+	// AttentionFull keeps each head's [T, T] probabilities for the
+	// backward pass: B·Heads·T² values.
+	AttentionFull
+	// AttentionTiled keeps two values per query row (the softmax's max
+	// and reciprocal sum) and recomputes the probabilities block by block
+	// in the backward pass: B·Heads·T·2 values, O(T·tile) per worker.
+	AttentionTiled
+)
+
+// tiledAttentionMinSeqLen is the sequence length from which AttentionAuto
+// picks the tiled kernel. It depends on the shape alone, never on the
+// thread count or the machine, so the kernel, and with it every bit of the
+// result, is the same wherever a config runs.
+const tiledAttentionMinSeqLen = 256
+
+// tiled reports whether s runs on the tiled kernel.
+func (s AttentionShape) tiled() bool {
+	switch s.Kernel {
+	case AttentionFull:
+		return false
+	case AttentionTiled:
+		return true
+	}
+	return s.SeqLen >= tiledAttentionMinSeqLen
 }
 
 // starts fills start[i] with the first key row i of batch row bi may
@@ -54,6 +92,7 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	check(len(ks) == 2 && ks[0] == n && ks[1] == s.KVHeads*s.HeadDim, "attention: k %v does not fit %+v", ks, s)
 	check(len(vs) == 2 && vs[0] == n && vs[1] == s.KVHeads*s.HeadDim, "attention: v %v does not fit %+v", vs, s)
 	check(s.Positions == nil || len(s.Positions) == n, "attention: %d positions for %d tokens", len(s.Positions), n)
+	check(s.Kernel >= AttentionAuto && s.Kernel <= AttentionTiled, "attention: unknown kernel %d", s.Kernel)
 	// autocast's view of attention: two matmuls around a softmax, each
 	// with its own place in the op lists.
 	fs, fv := b.formatOf("attention_scores", q, k), b.formatOf("attention_values", v)
@@ -62,6 +101,12 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	base := b.newBase("attention", q, k, v)
 	base.out = fv
 	f := attnFormats{scores: fs, softmax: fsm, values: fv}
+	if s.tiled() {
+		if b.Dtype == tensor.Float64 {
+			return b.apply(&attentionTiledOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)
+		}
+		return b.apply(&attentionTiledOp[float32]{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}, q, k, v)
+	}
 	if b.Dtype == tensor.Float64 {
 		return b.apply(&attentionOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)
 	}
@@ -157,7 +202,8 @@ func causalSoftmax[T Float](p []T, t int, start []int) {
 
 // causalSoftmaxRow turns row[s0..i] into its softmax, zeroes the rest of row,
 // and returns the max it subtracted and the reciprocal of the sum of
-// exponentials it multiplied by.
+// exponentials it multiplied by. Both kernels call it, so their
+// probabilities are the same operations on the same scores.
 func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 	m = row[s0]
 	for _, x := range row[s0+1 : i+1] {
