@@ -34,9 +34,10 @@ import (
 // dK and dV ([T, HeadDim] each).
 //
 // What differs from attentionOp is the order of some fp32 (or float64)
-// sums: P·V, dS·K and dP = dO·Vᵀ are reduced over the block's L keys and
-// not over all T, which moves the backend's k-blocking, and dK and dV
-// add up one block of query rows at a time instead of in one GEMM.
+// sums: P·V and dS·K are reduced over the block's L keys and not over all
+// T, which moves the backend's k-blocking, and dK and dV add up one block
+// of query rows at a time instead of in one GEMM. The scores and dP =
+// dO·Vᵀ are sums over HeadDim, as before, so P, dP and dS keep their bits.
 
 // attnTile is how many query rows one block holds. 64 rows keep the
 // wasted upper triangle of the diagonal blocks at 64/T of the work and

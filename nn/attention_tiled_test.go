@@ -169,8 +169,9 @@ func groupUlpDiff(f amp.Format, a, b []float64, group int) float64 {
 // rows (dK, dV), which the tiled kernel takes one block at a time. The
 // bounds are what that allows:
 //
-//   - float64: within 1e-13 of each tensor's largest value (measured: a few 1e-16);
-//   - float32: within 1e-5 of it (measured: ~1e-7, a few fp32 ulps);
+//   - float64: within 1e-13 of each tensor's largest value (measured: 0,
+//     as gonum's Dgemm blocks k by 64, like the tile);
+//   - float32: within 1e-5 of it (measured: up to 3e-7, a few fp32 ulps);
 //   - bf16 and fp16 policies: at most 1% of the values differ, each by at
 //     most one ulp of its format at its magnitude (a different fp32 sum
 //     may round to the neighbouring 16-bit value; measured: up to 17 of
@@ -287,7 +288,8 @@ func TestTiledAttentionDeterministic(t *testing.T) {
 // backward pass, and a training step allocates no [T, T] buffer: at
 // T = 1024 a step allocates less than one T·T float32 slice in all (the
 // full kernel allocates more than that, which shows the measure can see
-// one). Bytes, not time, are measured.
+// one; measured: 1.1 MB tiled, 4.4 MB full, against 4 MiB for T·T
+// float32s). Bytes, not time, are measured.
 func TestTiledAttentionMemory(t *testing.T) {
 	const seq = 1024
 	s := AttentionShape{Batch: 1, SeqLen: seq, Heads: 2, KVHeads: 1, HeadDim: 16}
