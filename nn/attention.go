@@ -25,6 +25,50 @@ type AttentionShape struct {
 	// Window > 0 limits a token to itself and the Window−1 tokens before
 	// it (Mistral's sliding window); 0 is no limit.
 	Window int
+	// Kernel picks the implementation; the zero value, AttentionAuto,
+	// decides by sequence length. Tests and benchmarks force one.
+	Kernel AttentionKernel
+}
+
+// AttentionKernel names an implementation of Attention. Both compute the
+// same function with the same rounding points; they differ in memory and
+// in the order of some fp32 sums (see attention_tiled.go).
+type AttentionKernel int
+
+const (
+	// AttentionAuto uses AttentionFull below tiledAttentionMinSeqLen
+	// tokens per row and AttentionTiled from there on.
+	AttentionAuto AttentionKernel = iota
+	// AttentionFull keeps each head's [T, T] probabilities for the
+	// backward pass: B·Heads·T² values.
+	AttentionFull
+	// AttentionTiled keeps two values per query row (the softmax's max
+	// and reciprocal sum) and recomputes the probabilities block by block
+	// in the backward pass: B·Heads·T·2 values, O(T·tile) per worker.
+	AttentionTiled
+)
+
+// tiledAttentionMinSeqLen is the sequence length from which AttentionAuto
+// picks the tiled kernel. It depends on the shape alone, never on the
+// thread count or the machine, so the kernel, and with it every bit of the
+// result, is the same wherever a config runs. Measured on 2 shared cores
+// with the native backend (BenchmarkAttentionKernels, 8 heads of 64,
+// forward and backward): at 128 tokens the full kernel is faster; from 256
+// to 512 the two are within the noise of each other (a few percent); at
+// 1024 and 2048 the tiled one is 4-15% faster. It skips the masked half of
+// every product but computes each exponential twice. From 512 tokens on
+// it is no slower and keeps T/2 times less: 256 times at 512.
+const tiledAttentionMinSeqLen = 512
+
+// tiled reports whether s runs on the tiled kernel.
+func (s AttentionShape) tiled() bool {
+	switch s.Kernel {
+	case AttentionFull:
+		return false
+	case AttentionTiled:
+		return true
+	}
+	return s.SeqLen >= tiledAttentionMinSeqLen
 }
 
 // starts fills start[i] with the first key row i of batch row bi may
@@ -54,6 +98,7 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	check(len(ks) == 2 && ks[0] == n && ks[1] == s.KVHeads*s.HeadDim, "attention: k %v does not fit %+v", ks, s)
 	check(len(vs) == 2 && vs[0] == n && vs[1] == s.KVHeads*s.HeadDim, "attention: v %v does not fit %+v", vs, s)
 	check(s.Positions == nil || len(s.Positions) == n, "attention: %d positions for %d tokens", len(s.Positions), n)
+	check(s.Kernel >= AttentionAuto && s.Kernel <= AttentionTiled, "attention: unknown kernel %d", s.Kernel)
 	// autocast's view of attention: two matmuls around a softmax, each
 	// with its own place in the op lists.
 	fs, fv := b.formatOf("attention_scores", q, k), b.formatOf("attention_values", v)
@@ -62,6 +107,12 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	base := b.newBase("attention", q, k, v)
 	base.out = fv
 	f := attnFormats{scores: fs, softmax: fsm, values: fv}
+	if s.tiled() {
+		if b.Dtype == tensor.Float64 {
+			return b.apply(&attentionTiledOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)
+		}
+		return b.apply(&attentionTiledOp[float32]{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}, q, k, v)
+	}
 	if b.Dtype == tensor.Float64 {
 		return b.apply(&attentionOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)
 	}
@@ -105,7 +156,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	be := o.eng.BLAS
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
-		pv := o.valuesScratch()
+		pv := valuesScratch[T](o.f, T_*T_)
 		start := make([]int, T_)
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
@@ -118,7 +169,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 				round(o.f.scores, p)
 				causalSoftmax(p, T_, start)
 				round(o.f.softmax, p)
-				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, o.asValues(p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
+				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, asValues(o.f, p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
 		}
 	})
@@ -126,22 +177,23 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	return t, nil
 }
 
-// valuesScratch is a per-worker buffer for the probabilities in the values
-// matmul's format, when that differs from the softmax's.
-func (o *attentionOp[T]) valuesScratch() []T {
-	if o.f.values == o.f.softmax {
+// valuesScratch is a per-worker buffer of n values for the probabilities
+// in the values matmul's format, when that differs from the softmax's.
+func valuesScratch[T Float](f attnFormats, n int) []T {
+	if f.values == f.softmax {
 		return nil
 	}
-	return make([]T, o.s.SeqLen*o.s.SeqLen)
+	return make([]T, n)
 }
 
 // asValues is p as the values matmul reads it: rounded to its format.
-func (o *attentionOp[T]) asValues(p, scratch []T) []T {
+func asValues[T Float](f attnFormats, p, scratch []T) []T {
 	if scratch == nil {
 		return p
 	}
+	scratch = scratch[:len(p)]
 	copy(scratch, p)
-	round(o.f.values, scratch)
+	round(f.values, scratch)
 	return scratch
 }
 
@@ -150,24 +202,32 @@ func (o *attentionOp[T]) asValues(p, scratch []T) []T {
 // rest.
 func causalSoftmax[T Float](p []T, t int, start []int) {
 	for i := 0; i < t; i++ {
-		row, s0 := p[i*t:(i+1)*t], start[i]
-		m := row[s0]
-		for _, x := range row[s0+1 : i+1] {
-			m = max(m, x)
-		}
-		var sum T
-		for j := s0; j <= i; j++ {
-			e := exp(row[j] - m)
-			row[j] = e
-			sum += e
-		}
-		inv := 1 / sum
-		for j := s0; j <= i; j++ {
-			row[j] *= inv
-		}
-		clear(row[:s0])
-		clear(row[i+1:])
+		causalSoftmaxRow(p[i*t:(i+1)*t], start[i], i)
 	}
+}
+
+// causalSoftmaxRow turns row[s0..i] into its softmax, zeroes the rest of row,
+// and returns the max it subtracted and the reciprocal of the sum of
+// exponentials it multiplied by. Both kernels call it, so their
+// probabilities are the same operations on the same scores.
+func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
+	m = row[s0]
+	for _, x := range row[s0+1 : i+1] {
+		m = max(m, x)
+	}
+	var sum T
+	for j := s0; j <= i; j++ {
+		e := exp(row[j] - m)
+		row[j] = e
+		sum += e
+	}
+	inv = 1 / sum
+	for j := s0; j <= i; j++ {
+		row[j] *= inv
+	}
+	clear(row[:s0])
+	clear(row[i+1:])
+	return m, inv
 }
 
 func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
@@ -199,7 +259,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
-		pv := o.valuesScratch()
+		pv := valuesScratch[T](o.f, T_*T_)
 		start := make([]int, T_)
 		var head []T // one head's dK or dV, [T_, HeadDim], to round before the group sum
 		if roundK || roundV {
@@ -241,7 +301,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
 				first := h == kh*group
 				if dv != nil {
-					accumulate(first, o.inFm[2], roundV, o.asValues(p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
+					accumulate(first, o.inFm[2], roundV, asValues(o.f, p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
 				}
 				if dq == nil && dk == nil {
 					continue

@@ -1,0 +1,358 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/nn/nntest"
+)
+
+// packed returns Positions for batch rows packed with documents of the
+// given lengths, the same documents in every row (each row's lengths must
+// add up to seq).
+func packed(batch int, docs ...int) []int {
+	var row []int
+	for _, n := range docs {
+		for p := 0; p < n; p++ {
+			row = append(row, p)
+		}
+	}
+	var pos []int
+	for range batch {
+		pos = append(pos, row...)
+	}
+	return pos
+}
+
+// tiledCases cover what the tiled kernel must keep of the full one: GQA
+// and MQA, packed documents whose boundaries fall inside and across
+// blocks, sliding windows short enough that later blocks skip keys, and
+// lengths that are not a multiple of attnTile (64).
+var tiledCases = []struct {
+	name string
+	s    AttentionShape
+}{
+	{"mha one partial block", AttentionShape{Batch: 2, SeqLen: 9, Heads: 2, KVHeads: 2, HeadDim: 3}},
+	{"gqa two blocks", AttentionShape{Batch: 1, SeqLen: 70, Heads: 4, KVHeads: 2, HeadDim: 2}},
+	{"mqa packed documents", AttentionShape{Batch: 1, SeqLen: 100, Heads: 3, KVHeads: 1, HeadDim: 2, Positions: packed(1, 40, 35, 25)}},
+	{"gqa window", AttentionShape{Batch: 1, SeqLen: 100, Heads: 2, KVHeads: 1, HeadDim: 3, Window: 20}},
+	{"gqa packed documents and window", AttentionShape{Batch: 2, SeqLen: 100, Heads: 2, KVHeads: 1, HeadDim: 2,
+		Positions: packed(2, 3, 70, 27), Window: 33}},
+}
+
+// longCases are compared with the full kernel but too long for a
+// gradient check: past the native backend's k-blocking (256), where the
+// two kernels' sums over keys take different orders.
+var longCases = []struct {
+	name string
+	s    AttentionShape
+}{
+	{"gqa long", AttentionShape{Batch: 1, SeqLen: 300, Heads: 4, KVHeads: 2, HeadDim: 16}},
+	{"gqa long packed documents and window", AttentionShape{Batch: 2, SeqLen: 600, Heads: 2, KVHeads: 1, HeadDim: 16,
+		Positions: packed(2, 100, 450, 50), Window: 400}},
+}
+
+// The tiled kernel's gradients against float64 central differences.
+func TestTiledAttentionGradients(t *testing.T) {
+	for _, tc := range tiledCases {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 11))
+			b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 3}, tensor.Float64)
+			s := tc.s
+			s.Kernel = AttentionTiled
+			n := s.Batch * s.SeqLen
+			q := randParam(b, rng, "q", 1, n, s.Heads*s.HeadDim)
+			k := randParam(b, rng, "k", 1, n, s.KVHeads*s.HeadDim)
+			v := randParam(b, rng, "v", 1, n, s.KVHeads*s.HeadDim)
+			out := b.Attention(q, k, v, s)
+			if _, ok := out.Op().(*attentionTiledOp[float64]); !ok {
+				t.Fatalf("Kernel: AttentionTiled built %T", out.Op())
+			}
+			worst := nntest.GradCheck(t, b.G, weightedSum(t, b, out, rng), []*G.Node{q, k, v}, checkTol)
+			t.Logf("worst relative error %.2g", worst)
+		})
+	}
+}
+
+// attnResult is one run's output and input gradients.
+type attnResult struct{ out, dq, dk, dv []float64 }
+
+// runAttention builds attention with kernel kind on seeded random inputs,
+// takes the gradients of a fixed random weighting of its output and
+// returns them with the output. f != FP32 runs the default low-precision
+// policy of f.
+func runAttention(t *testing.T, s AttentionShape, kind AttentionKernel, dt tensor.Dtype, f amp.Format, eng *Engine) attnResult {
+	t.Helper()
+	b := NewBuilder(eng, dt)
+	if f != amp.FP32 {
+		p := amp.DefaultPolicy(f)
+		b.Policy = &p
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	s.Kernel = kind
+	n := s.Batch * s.SeqLen
+	q := randParam(b, rng, "q", 1, n, s.Heads*s.HeadDim)
+	k := randParam(b, rng, "k", 1, n, s.KVHeads*s.HeadDim)
+	v := randParam(b, rng, "v", 1, n, s.KVHeads*s.HeadDim)
+	out := b.Attention(q, k, v, s)
+	r := randParam(b, rng, "r", 1, n, s.Heads*s.HeadDim)
+	grads, err := G.Grad(G.Must(G.Sum(G.Must(G.HadamardProd(out, r)))), q, k, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGraph(t, b)
+	get := func(n *G.Node) []float64 {
+		switch d := n.Value().Data().(type) {
+		case []float64:
+			return append([]float64(nil), d...)
+		case []float32:
+			r := make([]float64, len(d))
+			for i, x := range d {
+				r[i] = float64(x)
+			}
+			return r
+		}
+		t.Fatalf("%s holds %T", n.Name(), n.Value().Data())
+		return nil
+	}
+	return attnResult{get(out), get(grads[0]), get(grads[1]), get(grads[2])}
+}
+
+// relDiff is max|a−b| / max|b|: the difference relative to the tensor's scale.
+func relDiff(a, b []float64) float64 {
+	var d, m float64
+	for i := range b {
+		d = max(d, math.Abs(a[i]-b[i]))
+		m = max(m, math.Abs(b[i]))
+	}
+	if m == 0 {
+		return d
+	}
+	return d / m
+}
+
+// ulpDiff is the largest |a−b| in units of format f's spacing at
+// max(|a|, |b|), and how many elements differ at all.
+func ulpDiff(f amp.Format, a, b []float64) (worst float64, differ int) {
+	for i := range b {
+		if a[i] != b[i] {
+			differ++
+			worst = max(worst, math.Abs(a[i]-b[i])/ulp(f, max(math.Abs(a[i]), math.Abs(b[i]))))
+		}
+	}
+	return worst, differ
+}
+
+// groupUlpDiff is the largest |a−b| in units of group ulps of format f at
+// the largest |b|: the bound for a sum of group values each rounded to f.
+func groupUlpDiff(f amp.Format, a, b []float64, group int) float64 {
+	var d, scale float64
+	for i := range b {
+		d = max(d, math.Abs(a[i]-b[i]))
+		scale = max(scale, math.Abs(b[i]))
+	}
+	return d / (float64(group) * ulp(f, scale))
+}
+
+// The tiled kernel against the full one, which it replaces from
+// tiledAttentionMinSeqLen tokens on. The probabilities are the same bits
+// in both (the same scores GEMM, the same causalSoftmaxRow); what may
+// differ is the order of the sums over keys (P·V, dS·K) and over query
+// rows (dK, dV), which the tiled kernel takes one block at a time. The
+// bounds are what that allows:
+//
+//   - float64: within 1e-13 of each tensor's largest value (measured: 0,
+//     as gonum's Dgemm blocks k by 64, like the tile);
+//   - float32: within 1e-5 of it (measured: up to 3e-7, a few fp32 ulps);
+//   - bf16 and fp16 policies: at most 1% of the values differ, each by at
+//     most one ulp of its format at its magnitude (a different fp32 sum
+//     may round to the neighbouring 16-bit value; measured: up to 17 of
+//     38400 values, by 1 ulp). With grouped-query attention each head's
+//     dK and dV are rounded before the group's sum, which can cancel, so
+//     there the bound is one ulp per head in the group at the magnitude of
+//     the tensor's largest value (measured: 0.016 of it).
+func TestTiledAttentionMatchesFull(t *testing.T) {
+	for _, tc := range append(tiledCases[:len(tiledCases):len(tiledCases)], longCases...) {
+		for _, be := range []blas.Backend{blas.Gonum{}, blas.Native{Workers: 1}} {
+			for _, f := range []amp.Format{amp.FP32, amp.BF16, amp.FP16} {
+				dts := []tensor.Dtype{tensor.Float32}
+				if f == amp.FP32 {
+					dts = append(dts, tensor.Float64)
+				}
+				for _, dt := range dts {
+					name := fmt.Sprintf("%s/%s/%v/%v", tc.name, be.Name(), dt, f)
+					t.Run(name, func(t *testing.T) {
+						eng := func() *Engine { return &Engine{BLAS: be, Workers: 2} }
+						full := runAttention(t, tc.s, AttentionFull, dt, f, eng())
+						tiled := runAttention(t, tc.s, AttentionTiled, dt, f, eng())
+						check := func(what string, got, want []float64, group int) {
+							t.Helper()
+							switch {
+							case dt == tensor.Float64:
+								if d := relDiff(got, want); d > 1e-13 {
+									t.Errorf("%s: tiled differs from full by %.3g of the largest value", what, d)
+								} else {
+									t.Logf("%s: %.3g", what, d)
+								}
+							case f == amp.FP32:
+								if d := relDiff(got, want); d > 1e-5 {
+									t.Errorf("%s: tiled differs from full by %.3g of the largest value", what, d)
+								} else {
+									t.Logf("%s: %.3g", what, d)
+								}
+							default:
+								worst, differ := ulpDiff(f, got, want)
+								if group > 1 {
+									worst = groupUlpDiff(f, got, want, group)
+								}
+								if worst > 1 || differ > len(want)/100 {
+									t.Errorf("%s: %d of %d values differ, by up to %.3g ulps (bound 1 ulp, 1%% of the values)", what, differ, len(want), worst)
+								} else {
+									t.Logf("%s: %d of %d differ, worst %.3g ulps", what, differ, len(want), worst)
+								}
+							}
+						}
+						group := tc.s.Heads / tc.s.KVHeads
+						check("out", tiled.out, full.out, 1)
+						check("dq", tiled.dq, full.dq, 1)
+						check("dk", tiled.dk, full.dk, group)
+						check("dv", tiled.dv, full.dv, group)
+					})
+				}
+			}
+		}
+	}
+}
+
+// Up to attnTile tokens the tiled kernel runs one block holding every
+// key, so it makes the very GEMM calls and roundings of the full kernel
+// and must give its bits, in every precision: this pins down that the
+// rounding points are the same ones.
+func TestTiledAttentionOneBlockIsBitExact(t *testing.T) {
+	shapes := []AttentionShape{
+		{Batch: 2, SeqLen: 64, Heads: 4, KVHeads: 2, HeadDim: 8, Positions: packed(2, 20, 44), Window: 30},
+		{Batch: 1, SeqLen: 37, Heads: 3, KVHeads: 3, HeadDim: 5},
+	}
+	for _, s := range shapes {
+		for _, f := range []amp.Format{amp.FP32, amp.BF16, amp.FP16} {
+			t.Run(fmt.Sprintf("T%d/%v", s.SeqLen, f), func(t *testing.T) {
+				eng := func() *Engine { return &Engine{BLAS: blas.Native{Workers: 1}, Workers: 2} }
+				full := runAttention(t, s, AttentionFull, tensor.Float32, f, eng())
+				tiled := runAttention(t, s, AttentionTiled, tensor.Float32, f, eng())
+				for _, c := range []struct {
+					name      string
+					got, want []float64
+				}{{"out", tiled.out, full.out}, {"dq", tiled.dq, full.dq}, {"dk", tiled.dk, full.dk}, {"dv", tiled.dv, full.dv}} {
+					for i := range c.want {
+						if c.got[i] != c.want[i] {
+							t.Fatalf("%s[%d] = %v tiled, %v full", c.name, i, c.got[i], c.want[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// The tiled kernel's results are the same bits for any worker count, in
+// the BLAS backend and in the engine.
+func TestTiledAttentionDeterministic(t *testing.T) {
+	s := AttentionShape{Batch: 2, SeqLen: 150, Heads: 6, KVHeads: 3, HeadDim: 8, Positions: packed(2, 70, 80), Window: 100}
+	for _, f := range []amp.Format{amp.FP32, amp.BF16} {
+		t.Run(f.String(), func(t *testing.T) {
+			one := runAttention(t, s, AttentionTiled, tensor.Float32, f, &Engine{BLAS: blas.Native{Workers: 1}, Workers: 1})
+			three := runAttention(t, s, AttentionTiled, tensor.Float32, f, &Engine{BLAS: blas.Native{Workers: 3}, Workers: 3})
+			for _, c := range []struct {
+				name       string
+				one, three []float64
+			}{{"out", one.out, three.out}, {"dq", one.dq, three.dq}, {"dk", one.dk, three.dk}, {"dv", one.dv, three.dv}} {
+				for i := range c.one {
+					if math.Float32bits(float32(c.one[i])) != math.Float32bits(float32(c.three[i])) {
+						t.Fatalf("%s[%d] = %v with 1 worker, %v with 3", c.name, i, c.one[i], c.three[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// The tiled kernel keeps two values per query row from the forward to the
+// backward pass, and a training step allocates no [T, T] buffer: at
+// T = 1024 a step allocates less than one T·T float32 slice in all (the
+// full kernel allocates more than that, which shows the measure can see
+// one; measured: 1.1 MB tiled, 4.4 MB full, against 4 MiB for T·T
+// float32s). Bytes, not time, are measured.
+func TestTiledAttentionMemory(t *testing.T) {
+	const seq = 1024
+	s := AttentionShape{Batch: 1, SeqLen: seq, Heads: 2, KVHeads: 1, HeadDim: 16}
+	step := func(kind AttentionKernel) (allocated uint64, saved int) {
+		b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 1}, Workers: 2}, tensor.Float32)
+		rng := rand.New(rand.NewPCG(1, 2))
+		s.Kernel = kind
+		q := randParam(b, rng, "q", 1, seq, s.Heads*s.HeadDim)
+		k := randParam(b, rng, "k", 1, seq, s.KVHeads*s.HeadDim)
+		v := randParam(b, rng, "v", 1, seq, s.KVHeads*s.HeadDim)
+		out := b.Attention(q, k, v, s)
+		if _, err := G.Grad(G.Must(G.Sum(out)), q, k, v); err != nil {
+			t.Fatal(err)
+		}
+		vm := G.NewTapeMachine(b.G)
+		defer vm.Close()
+		runStep := func() {
+			vm.Reset()
+			if err := vm.RunAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runStep() // the first step allocates outputs and saved state
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		runStep()
+		runtime.ReadMemStats(&after)
+		switch op := out.Op().(type) {
+		case *attentionTiledOp[float32]:
+			saved = len(op.stats)
+		case *attentionOp[float32]:
+			saved = len(op.probs)
+		}
+		return after.TotalAlloc - before.TotalAlloc, saved
+	}
+	tt := uint64(seq * seq * 4) // bytes of one [T, T] float32 slice
+	tiledBytes, tiledSaved := step(AttentionTiled)
+	fullBytes, fullSaved := step(AttentionFull)
+	t.Logf("one step allocates %d bytes tiled, %d full; saved values %d tiled, %d full", tiledBytes, fullBytes, tiledSaved, fullSaved)
+	if want := s.Batch * s.Heads * seq * 2; tiledSaved != want {
+		t.Errorf("the tiled kernel saves %d values, want B·Heads·T·2 = %d", tiledSaved, want)
+	}
+	if tiledBytes >= tt {
+		t.Errorf("a tiled step allocated %d bytes, at least a [T, T] float32 slice (%d)", tiledBytes, tt)
+	}
+	if fullBytes < tt {
+		t.Errorf("a full step allocated %d bytes, less than its [T, T] backward scratch (%d): the measure is broken", fullBytes, tt)
+	}
+}
+
+// The automatic choice depends on the sequence length alone.
+func TestAttentionKernelChoice(t *testing.T) {
+	for _, c := range []struct {
+		s     AttentionShape
+		tiled bool
+	}{
+		{AttentionShape{SeqLen: tiledAttentionMinSeqLen - 1}, false},
+		{AttentionShape{SeqLen: tiledAttentionMinSeqLen}, true},
+		{AttentionShape{SeqLen: 4096, Kernel: AttentionFull}, false},
+		{AttentionShape{SeqLen: 8, Kernel: AttentionTiled}, true},
+	} {
+		if got := c.s.tiled(); got != c.tiled {
+			t.Errorf("SeqLen %d, kernel %d: tiled %v, want %v", c.s.SeqLen, c.s.Kernel, got, c.tiled)
+		}
+	}
+}
