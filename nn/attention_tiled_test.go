@@ -180,8 +180,14 @@ func groupUlpDiff(f amp.Format, a, b []float64, group int) float64 {
 //     there the bound is one ulp per head in the group at the magnitude of
 //     the tensor's largest value (measured: 0.016 of it).
 func TestTiledAttentionMatchesFull(t *testing.T) {
+	backends := []blas.Backend{blas.Gonum{}, blas.Native{Workers: 1}}
+	if ob, err := blas.OpenOpenBLAS(1); err == nil {
+		backends = append(backends, ob)
+	} else {
+		t.Logf("OpenBLAS not checked: %v", err)
+	}
 	for _, tc := range append(tiledCases[:len(tiledCases):len(tiledCases)], longCases...) {
-		for _, be := range []blas.Backend{blas.Gonum{}, blas.Native{Workers: 1}} {
+		for _, be := range backends {
 			for _, f := range []amp.Format{amp.FP32, amp.BF16, amp.FP16} {
 				dts := []tensor.Dtype{tensor.Float32}
 				if f == amp.FP32 {
