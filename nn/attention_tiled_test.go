@@ -338,6 +338,9 @@ func TestTiledAttentionMemory(t *testing.T) {
 	if want := s.Batch * s.Heads * seq * 2; tiledSaved != want {
 		t.Errorf("the tiled kernel saves %d values, want B·Heads·T·2 = %d", tiledSaved, want)
 	}
+	if raceEnabled {
+		return // the race detector allocates for its own bookkeeping; the saved state was checked
+	}
 	if tiledBytes >= tt {
 		t.Errorf("a tiled step allocated %d bytes, at least a [T, T] float32 slice (%d)", tiledBytes, tt)
 	}
