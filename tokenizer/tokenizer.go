@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Tokenizer is a parsed tokenizer.json. It is safe for concurrent use.
@@ -237,21 +238,27 @@ func (t *Tokenizer) EncodeBatch(texts []string, addSpecial bool, workers int) []
 		}
 		return out
 	}
+	// Workers take chunks of texts from a shared counter: one atomic add
+	// per chunk rather than a channel send per text, which cost more than
+	// encoding a short line.
+	const chunk = 64
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	next := make(chan int, workers)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range next {
-				out[i] = t.Encode(texts[i], addSpecial)
+			for {
+				lo := int(next.Add(chunk)) - chunk
+				if lo >= len(texts) {
+					return
+				}
+				for i := lo; i < min(lo+chunk, len(texts)); i++ {
+					out[i] = t.Encode(texts[i], addSpecial)
+				}
 			}
 		}()
 	}
-	for i := range texts {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return out
 }
