@@ -178,6 +178,9 @@ func bf16FromBits(b uint16) float32 { return math.Float32frombits(uint32(b) << 1
 // it avoids per-value calls.
 func (f Format) FromBits16Slice(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
+	if n := widen16Fast(f, dst, src); n > 0 {
+		dst, src = dst[n:], src[n:]
+	}
 	if f == FP16 {
 		for i, h := range src {
 			dst[i] = fp16FromBits(h)

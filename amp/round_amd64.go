@@ -39,6 +39,37 @@ func roundFP16Slice(xs []float32) {
 }
 
 //go:noescape
+func widenBF16AVX2(dst []float32, src []uint16)
+
+//go:noescape
+func widenFP16F16C(dst []float32, src []uint16)
+
+func cpuidECX1() uint32
+
+// haveF16C: the CPU converts fp16 to float32 in hardware (CPUID.1:ECX
+// bit 29), exactly (subnormals included) and quieting NaNs, as
+// fp16FromBits does (TestWidenAllValues).
+var haveF16C = haveAVX2 && cpuidECX1()&(1<<29) != 0
+
+// widen16Fast widens the leading multiple of 8 values of src in assembly
+// where the CPU allows, and returns how many it widened. Widening 16-bit
+// base weights runs inside every matmul over them.
+func widen16Fast(f Format, dst []float32, src []uint16) int {
+	n := len(src) &^ 7
+	switch {
+	case n == 0:
+		return 0
+	case f == BF16 && haveAVX2:
+		widenBF16AVX2(dst[:n], src[:n])
+	case f == FP16 && haveF16C:
+		widenFP16F16C(dst[:n], src[:n])
+	default:
+		return 0
+	}
+	return n
+}
+
+//go:noescape
 func countUnderflowAVX2(xs []float32, limit uint32) int
 
 func countUnderflow(xs []float32, limit uint32) int {

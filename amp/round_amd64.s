@@ -157,3 +157,50 @@ usum:
 	MOVQ    AX, ret+32(FP)
 	VZEROUPPER
 	RET
+
+// func widenBF16AVX2(dst []float32, src []uint16)
+// len(src) is a multiple of 8 and len(dst) >= len(src): dst[i] = src[i] << 16.
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), CX
+	SHRQ $3, CX
+	JZ   wbdone
+wbloop:
+	VPMOVZXWD (SI), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVDQU   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       wbloop
+	VZEROUPPER
+wbdone:
+	RET
+
+// func widenFP16F16C(dst []float32, src []uint16)
+// len(src) is a multiple of 8 and len(dst) >= len(src): VCVTPH2PS, exact.
+TEXT ·widenFP16F16C(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), CX
+	SHRQ $3, CX
+	JZ   whdone
+whloop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       whloop
+	VZEROUPPER
+whdone:
+	RET
+
+// func cpuidECX1() uint32
+TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
+	MOVL $1, AX
+	XORL CX, CX
+	CPUID
+	MOVL CX, ret+0(FP)
+	RET
