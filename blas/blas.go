@@ -23,13 +23,14 @@ type Backend interface {
 }
 
 // Open returns the backend a config or flag names: "auto" (OpenBLAS if it
-// loads, Native otherwise), "openblas" (an error if it does not load),
+// loads and has kernels for this CPU, Native otherwise: see
+// preferNative), "openblas" (an error if it does not load),
 // "native" or "gonum". threads is how many goroutines share one large
 // product (0: GOMAXPROCS).
 func Open(name string, threads int) (Backend, error) {
 	switch strings.ToLower(name) {
 	case "", "auto":
-		if b, err := OpenOpenBLAS(threads); err == nil {
+		if b, err := OpenOpenBLAS(threads); err == nil && !preferNative(b.core, nativeAsm != nil) {
 			return b, nil
 		}
 		return Native{Workers: threads}, nil
@@ -95,4 +96,24 @@ func checkGemm(op string, transA, transB bool, m, n, k, la, lda, lb, ldb, lc, ld
 		return fmt.Errorf("blas: %s: len(c) = %d, want at least %d for C %d×%d with ldc = %d", op, lc, (m-1)*ldc+n, m, n, ldc)
 	}
 	return nil
+}
+
+// preferNative says whether auto should pass over an OpenBLAS whose kernels
+// are core: OpenBLAS names the kernel family it picked at load time, and
+// where it did not recognise the CPU (under some hypervisors) or was built
+// for an old one it runs kernels without AVX2. Against those mixtune's
+// AVX2/FMA kernel (nativeAVX2) is faster: 1.6-2.1x end to end where
+// Debian's OpenBLAS 0.3.21 ran its "Prescott" kernels on an AVX-512 Xeon
+// (README, Performance).
+func preferNative(core string, nativeAVX2 bool) bool {
+	if !nativeAVX2 {
+		return false
+	}
+	switch strings.ToLower(core) {
+	case "prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "nano",
+		"katmai", "coppermine", "northwood", "banias", "yonah", "opteron", "opteron_sse3",
+		"barcelona", "bobcat", "bulldozer", "sandybridge", "generic":
+		return true
+	}
+	return false
 }

@@ -25,6 +25,7 @@ const (
 // single-threaded OpenBLAS, so results do not depend on the thread count.
 type OpenBLAS struct {
 	name    string
+	core    string // openblas_get_corename: the kernels it chose, "" if unknown
 	workers int
 	sgemm   func(order, ta, tb, m, n, k int32, alpha float32, a *float32, lda int32, b *float32, ldb int32, beta float32, c *float32, ldc int32)
 	dgemm   func(order, ta, tb, m, n, k int32, alpha float64, a *float64, lda int32, b *float64, ldb int32, beta float64, c *float64, ldc int32)

@@ -62,6 +62,11 @@ func OpenOpenBLAS(threads int) (*OpenBLAS, error) {
 			info = s + "; " + info
 		}
 	}
+	if _, err := purego.Dlsym(lib, "openblas_get_corename"); err == nil {
+		var corename func() *byte
+		purego.RegisterLibFunc(&corename, lib, "openblas_get_corename")
+		o.core = cString(corename())
+	}
 	o.name = "openblas (" + info + ")"
 	return o, nil
 }

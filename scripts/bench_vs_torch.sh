@@ -1,47 +1,97 @@
 #!/usr/bin/env bash
-# bench_vs_torch.sh [STEPS]
+# bench_vs_torch.sh [STEPS] [ROUNDS]
 #
-# The benchmark model (vocab 512, dim 256, 4 layers, 8 heads, FFN 688,
-# seq 128, batch 8, LoRA r=8 on q,k,v,o, fp32, AdamW) trained by mixtune on
-# each matmul backend and by PyTorch (../shared/bench/torch_peer.py; needs
-# Debian's python3-torch), one after the other in one sitting, each twice,
-# best of two. Prints a markdown table of tokens/s, ms/step, peak memory and
-# the ratio to PyTorch.
+# mixtune against PyTorch (../shared/bench/torch_peer.py) in one sitting:
+# LoRA r=8 on q,k,v,o, AdamW, in fp32 and in bf16 (mixtune: --precision
+# bf16 --base-dtype bf16; PyTorch: torch.autocast on the CPU), on three
+# shapes:
+#   bench   vocab 512, dim 256, 4 layers, 8 heads, FFN 688, seq 128, batch 8
+#   mid     vocab 8192, dim 512, 8 layers, 8 heads, FFN 1376, seq 256, batch 4
+#   smollm2 vocab 49152, dim 576, 30 layers, 9 heads, FFN 1536, seq 512, batch 1
+#           (SmolLM2-135M's sizes with full multi-head attention: the peer
+#           has no grouped-query attention)
+# mixtune runs on its native backend (what a machine without OpenBLAS
+# runs) and, when libopenblas.so.0 loads, on OpenBLAS too. The runs
+# alternate within each round (default 2 rounds of STEPS=5 timed steps);
+# the table shows each one's best tokens/s and its peak RSS. PyTorch and
+# OpenBLAS are installed with apt-get when absent (the script says so);
+# without PyTorch the table has mixtune's columns only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-10}
-go build -o bin/mixtune ./cmd/mixtune
+steps=${1:-5}
+rounds=${2:-2}
 peer=../shared/bench/torch_peer.py
-results=$(mktemp)
-for round in 1 2; do
-	for b in openblas native gonum; do
-		bin/mixtune bench --blas "$b" --steps "$steps" --json >>"$results" || true
-	done
-	if [ -f "$peer" ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-		/usr/bin/time -f '{"peak_rss_kb": %M}' -o "$results.rss" \
-			/usr/bin/python3 "$peer" --adapters lora --modes fp32 --steps "$steps" >>"$results.torch"
-		paste -d' ' <(tail -1 "$results.torch") "$results.rss" >>"$results"
+py=/usr/bin/python3
+if ! $py -c 'import torch' 2>/dev/null; then
+	echo "PyTorch is not installed: apt-get install python3-torch libopenblas0-pthread" >&2
+	if command -v apt-get >/dev/null && apt-get install -y -qq python3-torch libopenblas0-pthread >/dev/null 2>&1; then
+		echo "installed python3-torch and libopenblas0-pthread" >&2
+	else
+		echo "could not install them: PyTorch is left out" >&2
 	fi
+fi
+have_torch=false
+if [ -f "$peer" ] && $py -c 'import torch' 2>/dev/null; then
+	have_torch=true
+fi
+go build -o bin/mixtune ./cmd/mixtune
+backends=(native)
+if bin/mixtune bench --blas openblas --steps 1 --json >/dev/null 2>&1; then
+	backends+=(openblas)
+fi
+declare -A shape=(
+	[bench]="--vocab 512 --dim 256 --layers 4 --heads 8"
+	[mid]="--vocab 8192 --dim 512 --layers 8 --heads 8"
+	[smollm2]="--vocab 49152 --dim 576 --layers 30 --heads 9"
+)
+declare -A ffn=([bench]=688 [mid]=1376 [smollm2]=1536)
+declare -A seqbatch=([bench]="--seq 128 --batch 8" [mid]="--seq 256 --batch 4" [smollm2]="--seq 512 --batch 1")
+results=$(mktemp)
+trap 'rm -f "$results" "$results".*' EXIT
+for round in $(seq "$rounds"); do
+	echo "round $round of $rounds (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+	for s in bench mid smollm2; do
+		for mode in fp32 bf16; do
+			for b in "${backends[@]}"; do
+				extra=()
+				[ "$mode" = bf16 ] && extra=(--precision bf16 --base-dtype bf16)
+				out=$(bin/mixtune bench ${shape[$s]} --ffn "${ffn[$s]}" ${seqbatch[$s]} --blas "$b" --steps "$steps" "${extra[@]}" --json 2>/dev/null | tail -1) || continue
+				echo "{\"shape\": \"$s\", \"mode\": \"$mode\", \"who\": \"mixtune $b\"} $out" >>"$results"
+			done
+			if $have_torch; then
+				/usr/bin/time -f '%M' -o "$results.rss" $py "$peer" ${shape[$s]} --hidden "${ffn[$s]}" ${seqbatch[$s]} \
+					--steps "$steps" --adapters lora --modes "$mode" >"$results.out" 2>/dev/null || continue
+				echo "{\"shape\": \"$s\", \"mode\": \"$mode\", \"who\": \"PyTorch\", \"rss_kb\": $(tail -1 "$results.rss")} $(tail -1 "$results.out")" >>"$results"
+			fi
+		done
+	done
 done
-python3 - "$results" <<'PY'
+$py - "$results" <<'PY'
 import json, sys
-best = {}
+best, order = {}, []
 for line in open(sys.argv[1]):
-    parts = line.strip().split('} {')
-    d = json.loads(parts[0] + ('}' if len(parts) > 1 else ''))
-    if len(parts) > 1:
-        d.update(json.loads('{' + parts[1]))
-        name, rss = "PyTorch " + d["peer"].split("-", 1)[1] + " (2 threads)", d["peak_rss_kb"] * 1024
-    else:
-        name, rss = "mixtune " + d["backend"].split(" (")[0], d["peak_rss_bytes"]
-    tps = d["tokens_per_s"]
-    if name not in best or tps > best[name][0]:
-        best[name] = (tps, 1000 * d.get("step_s", d.get("ms_per_step", 0) / 1000), rss)
-torch = next((v[0] for k, v in best.items() if k.startswith("PyTorch")), None)
-print("| trainer | tokens/s | ms/step | peak RSS | vs PyTorch |")
-print("| --- | --- | --- | --- | --- |")
-for k, (tps, ms, rss) in sorted(best.items(), key=lambda kv: -kv[1][0]):
-    ratio = f"{tps / torch:.2f}x" if torch else "-"
-    print(f"| {k} | {tps:.0f} | {ms:.0f} | {rss / 2**20:.0f} MiB | {ratio} |")
+    head, body = line.split("} ", 1)
+    h, d = json.loads(head + "}"), json.loads(body)
+    rss = h["rss_kb"] * 1024 if "rss_kb" in h else d["peak_rss_bytes"]
+    key = (h["shape"], h["mode"], h["who"])
+    if key not in best:
+        order.append(key)
+    if key not in best or d["tokens_per_s"] > best[key][0]:
+        best[key] = (d["tokens_per_s"], rss)
+whos = [w for w in dict.fromkeys(k[2] for k in order)]
+print("| shape | precision | " + " | ".join(f"{w} tok/s (peak RSS)" for w in whos) +
+      "".join(f" | {w} / PyTorch" for w in whos if w != "PyTorch" and "PyTorch" in whos) + " |")
+print("|" + " --- |" * (2 + len(whos) + sum(1 for w in whos if w != "PyTorch" and "PyTorch" in whos)))
+for s, m in dict.fromkeys((k[0], k[1]) for k in order):
+    cells = []
+    for w in whos:
+        v = best.get((s, m, w))
+        cells.append(f"{v[0]:.0f} ({v[1] / 2**20:.0f} MiB)" if v else "-")
+    torch = best.get((s, m, "PyTorch"))
+    for w in whos:
+        if w == "PyTorch" or "PyTorch" not in whos:
+            continue
+        v = best.get((s, m, w))
+        cells.append(f"{v[0] / torch[0]:.2f}x" if v and torch else "-")
+    print(f"| {s} | {m} | " + " | ".join(cells) + " |")
 PY
-rm -f "$results" "$results.torch" "$results.rss"
