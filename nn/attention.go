@@ -230,6 +230,21 @@ func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 	return m, inv
 }
 
+// causalSoftmaxGradRow is softmax's backward on one row: dp[s0..i] (the
+// probabilities' gradient) becomes p ⊙ (dp − Σ p ⊙ dp), the scores'
+// gradient, and the rest of dp is zeroed. Both kernels call it.
+func causalSoftmaxGradRow[T Float](p, dp []T, s0, i int) {
+	var sum T
+	for j := s0; j <= i; j++ {
+		sum += p[j] * dp[j]
+	}
+	for j := s0; j <= i; j++ {
+		dp[j] = p[j] * (dp[j] - sum)
+	}
+	clear(dp[:s0])
+	clear(dp[i+1:])
+}
+
 func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	grad = gradIn(&o.opBase, grad)
 	n := o.s.Batch * o.s.SeqLen
@@ -312,16 +327,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				round(o.f.values, ds)
 				round(o.f.softmax, ds)
 				for i := 0; i < T_; i++ {
-					pr, dr, s0 := p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_], start[i]
-					var d T
-					for j := s0; j <= i; j++ {
-						d += pr[j] * dr[j]
-					}
-					for j := s0; j <= i; j++ {
-						dr[j] = pr[j] * (dr[j] - d)
-					}
-					clear(dr[:s0])
-					clear(dr[i+1:])
+					causalSoftmaxGradRow(p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_], start[i], i)
 				}
 				round(o.f.scores, ds)
 				if dq != nil {

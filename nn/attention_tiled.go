@@ -257,16 +257,7 @@ func (o *attentionTiledOp[T]) backward(in [][]T, grads [][]T) error {
 					round(o.f.values, d)
 					round(o.f.softmax, d)
 					for i := r0; i < r1; i++ {
-						pr, dr, s0, e := p[(i-r0)*l:(i-r0+1)*l], d[(i-r0)*l:(i-r0+1)*l], start[i]-c0, i-c0
-						var sum T
-						for j := s0; j <= e; j++ {
-							sum += pr[j] * dr[j]
-						}
-						for j := s0; j <= e; j++ {
-							dr[j] = pr[j] * (dr[j] - sum)
-						}
-						clear(dr[:s0])
-						clear(dr[e+1:])
+						causalSoftmaxGradRow(p[(i-r0)*l:(i-r0+1)*l], d[(i-r0)*l:(i-r0+1)*l], start[i]-c0, i-c0)
 					}
 					round(o.f.scores, d)
 					if dq != nil {
