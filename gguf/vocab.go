@@ -531,7 +531,6 @@ func pureBytes(byteFallback bool, pre, norm []component, merges []string, tokens
 	if !byteFallback || len(pre) != 0 || len(norm) != 0 || len(merges) != 0 || len(tokens) < 256 {
 		return false
 	}
-	n := 0
 	for id, t := range tokens {
 		switch {
 		case id < 256 && t != fmt.Sprintf("<0x%02X>", id):
@@ -539,9 +538,8 @@ func pureBytes(byteFallback bool, pre, norm []component, merges []string, tokens
 		case id >= 256 && t != "":
 			return false
 		}
-		n++
 	}
-	return n >= 256
+	return true
 }
 
 // looksSpecial is the converter's does_token_look_special.

@@ -432,6 +432,11 @@ func (r *Recipe) validateModel(bad func(field, format string, args ...any)) {
 		if m.Architecture == nil {
 			bad("model.architecture", "required with init: random")
 		} else {
+			if r.Data.Tokenizer != "" && r.Data.Tokenizer != "auto" && r.Data.Tokenizer != "byte" {
+				if t, err := resolveTokenizer("", r.Data.Tokenizer); err == nil { // else validateText reports it
+					r.tok = t
+				}
+			}
 			if base := r.archConfig(); base.Validate() != nil {
 				bad("model.architecture", "%v", base.Validate())
 				// r.Base stays zero: the checks that depend on the model
@@ -558,15 +563,13 @@ func unwrapPathError(err error) error {
 
 // archConfig is the model config of a random initialisation; special
 // token ids come from the byte tokenizer.
-// The vocabulary and special ids are the tokenizer's: data.tokenizer's
-// when it names a tokenizer.json, else the byte tokenizer's.
+// The vocabulary and special ids are the tokenizer's: r.tok (data.tokenizer's
+// tokenizer.json) when set, else the byte tokenizer's.
 func (r *Recipe) archConfig() model.Config {
 	a := r.Model.Architecture
 	var tok data.Tokenizer = data.NewByteTokenizer()
-	if spec := r.Data.Tokenizer; spec != "" && spec != "auto" && spec != "byte" {
-		if t, err := resolveTokenizer("", spec); err == nil { // else validateText names the error
-			tok, r.tok = t, t
-		}
+	if r.tok != nil {
+		tok = r.tok
 	}
 	kv := a.NumKeyValueHeads
 	if kv == 0 {

@@ -121,7 +121,9 @@ func hasTokenizerFile(dir string) bool {
 	return false
 }
 
-func loadHF(dir string) (*hfTokenizer, error) {
+// loadHF returns the interface, so that a failure is a nil Tokenizer and
+// not a nil *hfTokenizer inside one.
+func loadHF(dir string) (data.Tokenizer, error) {
 	m, err := tokenizer.LoadDir(dir)
 	if err != nil {
 		return nil, err
