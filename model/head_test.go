@@ -69,14 +69,20 @@ type modelRun struct {
 
 func runModel(t *testing.T, m *Model, f amp.Format, fused bool, chunk int) modelRun {
 	t.Helper()
+	return runModelWith(t, m, f, GraphConfig{FusedHead: fused, HeadChunk: chunk})
+}
+
+// runModelWith is runModel for any graph options; every weight trains.
+func runModelWith(t *testing.T, m *Model, f amp.Format, gc GraphConfig) modelRun {
+	t.Helper()
 	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
 	if f != amp.FP32 {
 		p := amp.DefaultPolicy(f)
 		b.Policy = &p
 	}
 	seed := G.NewScalar(b.G, tensor.Float32, G.WithName("seed"))
-	gc := GraphConfig{Batch: 2, SeqLen: 5, Trainable: func(string) bool { return true }, FusedHead: fused, HeadChunk: chunk}
-	if fused {
+	gc.Batch, gc.SeqLen, gc.Trainable = 2, 5, func(string) bool { return true }
+	if gc.FusedHead {
 		gc.LossGrad = seed
 	}
 	g, err := m.Build(b, gc)

@@ -49,6 +49,16 @@ type Engine struct {
 	Grads GradCount
 
 	scratch16 []float32 // see block16
+
+	// binds counts the weights bound to this engine's graph: a
+	// checkpointed layer's graph (checkpoint.go) serves every layer of its
+	// shape, so what an op cached for one layer's weights is stale once
+	// another's are bound. Zero, and never changing, for a model's graph.
+	binds uint64
+	// idOffset is added to an op's id where the id picks random numbers
+	// (dropout): a checkpointed layer's graph draws the masks of whichever
+	// layer is bound, as that layer's ops in a whole graph would.
+	idOffset int
 }
 
 // GradCount counts gradient values rounded to fp16 or bf16 and those that
@@ -123,6 +133,14 @@ type Builder struct {
 	GradTap GradTap
 	leaf    map[*G.Node]*G.Node // tap node -> its param
 	taps    int
+
+	// params, when recording, lists the params in the order they were
+	// added: a checkpointed layer's graph binds another layer's weights to
+	// them (checkpoint.go).
+	recording bool
+	params    []paramRecord
+	// layers are the checkpointed layers' graphs, one per distinct layer.
+	layers []*layerGraph
 }
 
 // NewBuilder starts an empty graph. Low-precision policies need float32.
@@ -166,6 +184,9 @@ func (b *Builder) Param(name string, shape []int, data []float32, trainable bool
 	n := G.NewTensor(b.G, b.Dtype, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
 	b.needsGrad[n] = trainable
 	b.isParam[n] = true
+	if b.recording {
+		b.params = append(b.params, paramRecord{name: name, node: n, value: t, trainable: trainable})
+	}
 	if trainable && b.GradTap != nil && b.Dtype == tensor.Float32 {
 		if onGrad := b.GradTap(name); onGrad != nil {
 			return b.tap(n, name, onGrad)

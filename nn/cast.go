@@ -45,6 +45,7 @@ type castOp struct {
 	shape   []int
 	cache   castCache
 	version uint64
+	binds   uint64 // the engine's binds the cache was filled under
 	valid   bool
 	buf     buffer[float32]
 }
@@ -57,7 +58,7 @@ func (o *castOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 
 func (o *castOp) Do(vs ...G.Value) (G.Value, error) {
 	t, y := o.buf.get()
-	if o.valid && (o.cache == cacheForever || o.cache == cachePerStep && o.version == o.eng.WeightVersion) {
+	if o.valid && o.binds == o.eng.binds && (o.cache == cacheForever || o.cache == cachePerStep && o.version == o.eng.WeightVersion) {
 		return t, nil
 	}
 	x := vs[0].Data().([]float32)
@@ -66,7 +67,7 @@ func (o *castOp) Do(vs ...G.Value) (G.Value, error) {
 			y[i] = o.out.Round(x[i])
 		}
 	})
-	o.version, o.valid = o.eng.WeightVersion, true
+	o.version, o.binds, o.valid = o.eng.WeightVersion, o.eng.binds, true
 	return t, nil
 }
 

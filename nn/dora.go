@@ -71,6 +71,7 @@ type doraNormOp[T Float] struct {
 	stored     amp.Format // their format
 	buf        buffer[T]
 	version    uint64
+	binds      uint64 // the engine's binds the norms were computed under
 	valid      bool
 }
 
@@ -95,7 +96,7 @@ func (o *doraNormOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 
 func (o *doraNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	t, norms := o.buf.get()
-	if o.valid && o.version == o.eng.WeightVersion {
+	if o.valid && o.version == o.eng.WeightVersion && o.binds == o.eng.binds {
 		return t, nil
 	}
 	a, bm := vs[1].Data().([]T), vs[2].Data().([]T)
@@ -117,7 +118,7 @@ func (o *doraNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	o.eng.parallel(o.out, 16, func(lo, hi int) {
 		rowNorms(norms, row, a, bm, lo, hi, o.in, o.r, o.s)
 	})
-	o.version, o.valid = o.eng.WeightVersion, true
+	o.version, o.binds, o.valid = o.eng.WeightVersion, o.eng.binds, true
 	return t, nil
 }
 

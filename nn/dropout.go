@@ -44,6 +44,7 @@ type dropoutOp[T Float] struct {
 	buf        buffer[T]
 	keep       []bool // the mask of the last forward pass
 	key        uint64 // the NoiseKey keep was drawn for; 0: no mask (identity)
+	binds      uint64 // the engine's binds keep was drawn under
 }
 
 func newDropout[T Float](base opBase, shape []int, p float64) *dropoutOp[T] {
@@ -62,7 +63,7 @@ func (o *dropoutOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 
 // draw fills o.keep for key, unless it already holds key's mask.
 func (o *dropoutOp[T]) draw(key uint64) {
-	if o.key == key && o.keep != nil {
+	if o.key == key && o.binds == o.eng.binds && o.keep != nil {
 		return
 	}
 	if o.keep == nil {
@@ -70,10 +71,10 @@ func (o *dropoutOp[T]) draw(key uint64) {
 	}
 	o.eng.parallel(o.rows, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			keepMask(o.keep[r*o.cols:(r+1)*o.cols], key, o.id, r+o.eng.NoiseRowOffset, o.p)
+			keepMask(o.keep[r*o.cols:(r+1)*o.cols], key, o.id+o.eng.idOffset, r+o.eng.NoiseRowOffset, o.p)
 		}
 	})
-	o.key = key
+	o.key, o.binds = key, o.eng.binds
 }
 
 // keepMask fills keep with row row of the mask dropout op id draws under

@@ -17,6 +17,9 @@ func (b *Builder) Param16(name string, shape []int, bits []uint16, f amp.Format)
 	n := G.NewTensor(b.G, tensor.Uint16, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
 	b.isParam[n], b.is16[n] = true, true
 	b.format[n] = f
+	if b.recording {
+		b.params = append(b.params, paramRecord{name: name, node: n, value: t})
+	}
 	return n
 }
 

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -21,6 +22,8 @@ import (
 // r=8 on q,k,v,o, fp32, AdamW; the same as ../shared/bench/torch_peer.py.
 type BenchConfig struct {
 	Vocab, Dim, Layers, Heads, FFN, SeqLen, Batch, Rank int
+	KVHeads                                             int         // key/value heads (grouped-query attention); 0: Heads
+	Checkpoint                                          bool        // activation checkpointing per decoder layer
 	Adapter                                             AdapterKind // lora, or none (full fine-tuning)
 	BaseDtype                                           amp.Format  // fp32, or bf16/fp16 to keep the frozen base in 16 bits
 	Precision                                           amp.Format  // fp32, bf16 or fp16 (emulated)
@@ -68,7 +71,7 @@ func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.LoRA, error) {
 		return nil, nil, nil, err
 	}
 	m, err := model.New(model.Config{VocabSize: c.Vocab, HiddenSize: c.Dim, IntermediateSize: c.FFN,
-		NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: c.Heads,
+		NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: cmp.Or(c.KVHeads, c.Heads),
 		MaxPositionEmbeddings: c.SeqLen, RMSNormEps: 1e-5, RopeTheta: 10000, BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2}, 0)
 	if err != nil {
 		return nil, nil, nil, err
@@ -150,7 +153,7 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 		}
 	}
 	policy := amp.DefaultPolicy(c.Precision)
-	if b.ru, err = newTrainRunner(eng, m, lora, rows, c.SeqLen, b.params, &policy, tap, world); err != nil {
+	if b.ru, err = buildRunner(eng, m, lora, rows, c.SeqLen, b.params, &policy, trainGraph(tap, world, c.Checkpoint)); err != nil {
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -115,11 +115,12 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 			tap = c.dp.tap(paramIndex(c.params))
 		}
 	}
-	if c.trainer, err = newTrainRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tap, c.comm.Size()); err != nil {
+	ckpt := r.Compute.ActivationCheckpointing
+	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, trainGraph(tap, c.comm.Size(), ckpt)); err != nil {
 		return nil, err
 	}
 	if len(c.valBatches) > 0 {
-		if c.evaluator, err = newRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy); err != nil {
+		if c.evaluator, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, graphOptions{checkpoint: ckpt, evalOfFullFineTune: c.lora == nil}); err != nil {
 			c.close()
 			return nil, err
 		}
@@ -330,6 +331,13 @@ type graphOptions struct {
 	// tap, if set, takes each gradient as the backward pass makes it
 	// (data-parallel reduction); a tapped embedding gradient stays dense.
 	tap nn.GradTap
+	// checkpoint recomputes each decoder layer in the backward pass
+	// (compute.activation_checkpointing; model.GraphConfig.CheckpointLayers).
+	checkpoint bool
+	// evalOfFullFineTune marks an evaluation graph whose base weights the
+	// training run updates: their low-precision copies must be cast again
+	// every step, as the training graph's are, not once for good.
+	evalOfFullFineTune bool
 }
 
 // newRunner builds and compiles the graph. With params, it also takes the
@@ -338,15 +346,15 @@ func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, 
 	return buildRunner(eng, m, l, batch, seqLen, params, policy, graphOptions{})
 }
 
-// newTrainRunner is newRunner for one rank of a job of world ranks, with
-// gradient taps (nn.GradTap) if tap is set: each param's gradient is
-// handed to tap's function as soon as the backward pass has it, and that
-// function, not run, puts it into the param. With more than one rank every
+// trainGraph is how a training run computes: with gradient taps
+// (nn.GradTap) if tap is set, each param's gradient is handed to tap's
+// function as soon as the backward pass has it, and that function, not
+// run, puts it into the param; with more than one rank (world) every
 // gradient is kept dense: the buffers are summed across ranks, so they
 // hold rows that other ranks' micro-batches wrote, which this rank's list
 // of written rows (rowGrad) would not clear.
-func newTrainRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy, tap nn.GradTap, world int) (*runner, error) {
-	return buildRunner(eng, m, l, batch, seqLen, params, policy, graphOptions{tap: tap, denseGrads: world > 1})
+func trainGraph(tap nn.GradTap, world int, checkpoint bool) graphOptions {
+	return graphOptions{tap: tap, denseGrads: world > 1, checkpoint: checkpoint}
 }
 
 func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy, o graphOptions) (*runner, error) {
@@ -361,10 +369,11 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int
 	pos := make([]int, batch*seqLen)
 	// The fused head never holds the [N, vocab] logits: peak memory no
 	// longer grows with the vocabulary times the tokens.
-	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen, Positions: pos, FusedHead: !o.unfusedHead, HeadChunk: o.headChunk}
+	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen, Positions: pos, FusedHead: !o.unfusedHead, HeadChunk: o.headChunk,
+		CheckpointLayers: o.checkpoint}
 	if l != nil {
 		gc.Linear = l.Linear(nodes)
-	} else if params != nil {
+	} else if params != nil || o.evalOfFullFineTune {
 		gc.Trainable = func(string) bool { return true }
 	}
 	var lossGrad *G.Node

@@ -219,6 +219,10 @@ type TaskConfig struct {
 type ComputeConfig struct {
 	BLAS    blas.Kind `yaml:"blas"`
 	Threads int       `yaml:"threads"`
+	// ActivationCheckpointing keeps only each decoder layer's input for
+	// the backward pass and recomputes the layer there: activation memory
+	// of one layer instead of all, for one more forward pass per step.
+	ActivationCheckpointing bool `yaml:"activation_checkpointing"`
 }
 
 // Defaults is the recipe every config file starts from.

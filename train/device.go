@@ -80,8 +80,13 @@ func (r *Recipe) estimateMemory(batch int) uint64 {
 	// attention probabilities, plus one block of the fused head's logits
 	// (never the whole [rows, vocab])
 	head := min(rows, float64(nn.HeadChunk(c.VocabSize))) * float64(c.VocabSize)
-	train := l*(rows*(30*d+8*f)+2*float64(batch*c.NumAttentionHeads)*t*t) + head
-	eval := train / 3 // forward only
+	layer := rows*(30*d+8*f) + 2*float64(batch*c.NumAttentionHeads)*t*t
+	train, eval := l*layer+head, l*layer/3+head // eval: forward only
+	if r.Compute.ActivationCheckpointing {
+		// each layer's input, output and input gradient, and one layer's
+		// graph (nn.Checkpoint)
+		train, eval = l*3*rows*d+layer+head, l*rows*d+layer/3+head
+	}
 	if r.Data.Validation == "" && r.Data.ValidationSplit == 0 {
 		eval = 0
 	}

@@ -377,7 +377,7 @@ func TestGradTapsFireDuringBackward(t *testing.T) {
 						}
 					}
 				}
-				ru, err := newTrainRunner(eng, m, lora, c.Batch, c.SeqLen, params, policy, tap, 1)
+				ru, err := buildRunner(eng, m, lora, c.Batch, c.SeqLen, params, policy, trainGraph(tap, 1, false))
 				if err != nil {
 					t.Fatal(err)
 				}

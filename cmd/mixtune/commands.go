@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -94,6 +95,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Dim, "dim", c.Dim, "hidden size")
 	fs.IntVar(&c.Layers, "layers", c.Layers, "decoder layers")
 	fs.IntVar(&c.Heads, "heads", c.Heads, "attention heads")
+	fs.IntVar(&c.KVHeads, "kv-heads", 0, "key/value heads (fewer than --heads: grouped-query attention; 0: --heads)")
 	fs.IntVar(&c.FFN, "ffn", c.FFN, "MLP intermediate size")
 	fs.IntVar(&c.Vocab, "vocab", c.Vocab, "vocabulary size")
 	fs.IntVar(&c.SeqLen, "seq", c.SeqLen, "sequence length")
@@ -101,10 +103,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Rank, "rank", c.Rank, "LoRA rank")
 	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, native or gonum")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
+	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "untimed steps first")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
 	fs.TextVar(&c.Adapter, "adapter", c.Adapter, "lora or none (full fine-tuning)")
 	fs.TextVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
 	fs.TextVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
+	fs.BoolVar(&c.Checkpoint, "checkpoint", false, "activation checkpointing: recompute each decoder layer in the backward pass")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	fs.BoolVar(&c.Overlap, "overlap", true, "under mpirun or srun: sum gradients during the backward pass")
 	bucketMB := fs.Float64("bucket-mb", 4, "under mpirun or srun, with --overlap: MiB of gradients per sum")
@@ -126,6 +130,13 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if c.Dim%c.Heads != 0 {
 		return usageError{fmt.Sprintf("--dim %d is not divisible by --heads %d", c.Dim, c.Heads)}
+	}
+	if c.Warmup < 0 {
+		return usageError{fmt.Sprintf("--warmup must be 0 or more, got %d", c.Warmup)}
+	}
+	c.KVHeads = cmp.Or(c.KVHeads, c.Heads)
+	if c.KVHeads < 0 || c.Heads%c.KVHeads != 0 {
+		return usageError{fmt.Sprintf("--kv-heads %d must divide --heads %d", c.KVHeads, c.Heads)}
 	}
 	red, err := dist.ParseReduction(*allreduce)
 	if err != nil {
