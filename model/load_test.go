@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,5 +159,41 @@ func TestFamilyWeightsChecked(t *testing.T) {
 				t.Fatalf("%v\nwant ...%s", err, tc.want)
 			}
 		})
+	}
+}
+
+// NewAs and LoadAs convert each matrix to 16 bits as they make it, and
+// give what converting the whole fp32 model afterwards (Compact) gives.
+func TestSixteenBitAsMadeEqualsCompact(t *testing.T) {
+	c := tinyConfig(false)
+	dir := t.TempDir()
+	m, err := New(c, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Save(dir, amp.FP32, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []amp.Format{amp.BF16, amp.FP16} {
+		want, _ := New(c, 5)
+		want.Compact(f, func(string) bool { return true })
+		made, err := NewAs(c, 5, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := LoadAs(dir, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range want.Weights {
+			for what, got := range map[string]*Tensor{"NewAs": made.Weights[name], "LoadAs": loaded.Weights[name]} {
+				if got.Format != w.Format || !slices.Equal(got.Bits, w.Bits) || !slices.Equal(got.Data, w.Data) {
+					t.Errorf("%v %s: %s differs from Compact's", f, name, what)
+				}
+			}
+		}
+		if n := made.Weights["model.layers.0.self_attn.q_proj.weight"]; n.Bits == nil || n.Data != nil {
+			t.Errorf("%v: a matrix kept fp32", f)
+		}
 	}
 }

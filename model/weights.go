@@ -125,7 +125,12 @@ func eachSpec(c Config, f func(Spec) bool) {
 // embedding weights from N(0, initializer_range²), norm weights 1. Each
 // tensor draws from its own stream, keyed by seed and name, so adding a
 // tensor never changes the others.
-func New(c Config, seed uint64) (*Model, error) {
+func New(c Config, seed uint64) (*Model, error) { return NewAs(c, seed, amp.FP32) }
+
+// NewAs is New with the matrices kept as 16-bit values of base unless
+// base is fp32, each converted as soon as it is drawn: a 1B-parameter
+// model never holds its fp32 weights all at once (see Compact).
+func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -150,6 +155,7 @@ func New(c Config, seed uint64) (*Model, error) {
 				t.Data[i] = float32(rng.NormFloat64() * std)
 			}
 		}
+		t.compact(base)
 		m.Weights[s.Name] = t
 	}
 	return m, nil
@@ -171,15 +177,23 @@ func (m *Model) NumParams() int {
 // fp32 one is rounded to nearest even.
 func (m *Model) Compact(f amp.Format, frozen func(name string) bool) {
 	for name, t := range m.Weights {
-		if t.Data == nil || len(t.Shape) != 2 || !frozen(name) {
-			continue
+		if frozen(name) {
+			t.compact(f)
 		}
-		t.Bits = make([]uint16, len(t.Data))
-		for i, v := range t.Data {
-			t.Bits[i] = f.Bits16(v)
-		}
-		t.Data, t.Format = nil, f
 	}
+}
+
+// compact keeps t, if it is an fp32 matrix, as 16-bit values of f (fp32:
+// leaves it).
+func (t *Tensor) compact(f amp.Format) {
+	if f == amp.FP32 || t.Data == nil || len(t.Shape) != 2 {
+		return
+	}
+	t.Bits = make([]uint16, len(t.Data))
+	for i, v := range t.Data {
+		t.Bits[i] = f.Bits16(v)
+	}
+	t.Data, t.Format = nil, f
 }
 
 // WeightBytes is the memory the model's weights take.
@@ -270,7 +284,13 @@ func storedLayers(ck *safetensors.Checkpoint) int {
 // against the config before any tensor is read, and every value must be
 // finite: a NaN in a base weight is reported here, by tensor, rather than
 // later as a diverged loss.
-func Load(dir string) (*Model, error) {
+func Load(dir string) (*Model, error) { return LoadAs(dir, amp.FP32) }
+
+// LoadAs is Load with the matrices kept as 16-bit values of base unless
+// base is fp32, each converted as soon as it is read, so that loading
+// holds one tensor in fp32 at a time and not the whole model (see
+// Compact).
+func LoadAs(dir string, base amp.Format) (*Model, error) {
 	c, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -292,7 +312,9 @@ func Load(dir string) (*Model, error) {
 		if i := firstNonFinite(data); i >= 0 {
 			return nil, fmt.Errorf("load model %s: tensor %s holds a non-finite value (%v at index %d)", dir, s.Name, data[i], i)
 		}
-		m.Weights[s.Name] = &Tensor{Shape: s.Shape, Data: data}
+		t := &Tensor{Shape: s.Shape, Data: data}
+		t.compact(base)
+		m.Weights[s.Name] = t
 		m.Stored[s.Name] = info.Dtype
 	}
 	return m, nil

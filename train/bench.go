@@ -70,9 +70,9 @@ func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.LoRA, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	m, err := model.New(model.Config{VocabSize: c.Vocab, HiddenSize: c.Dim, IntermediateSize: c.FFN,
+	m, err := model.NewAs(model.Config{VocabSize: c.Vocab, HiddenSize: c.Dim, IntermediateSize: c.FFN,
 		NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: cmp.Or(c.KVHeads, c.Heads),
-		MaxPositionEmbeddings: c.SeqLen, RMSNormEps: 1e-5, RopeTheta: 10000, BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2}, 0)
+		MaxPositionEmbeddings: c.SeqLen, RMSNormEps: 1e-5, RopeTheta: 10000, BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2}, 0, c.BaseDtype)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -82,9 +82,6 @@ func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.LoRA, error) {
 	lora, err := newAdapter(r, m)
 	if err != nil {
 		return nil, nil, nil, err
-	}
-	if c.BaseDtype != amp.FP32 {
-		m.Compact(c.BaseDtype, func(string) bool { return true })
 	}
 	return eng, m, lora, nil
 }

@@ -210,20 +210,11 @@ func openEngine(c ComputeConfig) (*nn.Engine, error) {
 // loadModel loads the pretrained base or initializes a random one, and
 // keeps the frozen base matrices in 16 bits if base_dtype says so.
 func loadModel(r *Recipe) (*model.Model, error) {
-	var m *model.Model
-	var err error
+	// validated: a 16-bit base_dtype is an adapter run's, whose base is frozen
 	if r.Model.Init == InitRandom {
-		m, err = model.New(r.Base, r.Seed)
-	} else {
-		m, err = model.Load(r.Model.Path)
+		return model.NewAs(r.Base, r.Seed, r.Model.BaseDtype)
 	}
-	if err != nil {
-		return nil, err
-	}
-	if f := r.Model.BaseDtype; f != amp.FP32 {
-		m.Compact(f, func(string) bool { return true }) // validated: an adapter run, the base is frozen
-	}
-	return m, nil
+	return model.LoadAs(r.Model.Path, r.Model.BaseDtype)
 }
 
 // datasets tokenizes the training rows and the validation rows (a file,
