@@ -28,15 +28,18 @@ func TestActivationCheckpointingTrainsTheSame(t *testing.T) {
 	for name, sets := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := fixture(t)
-			runDir := func(ckpt string) string {
-				r := resumeRecipe(t, dir, append([]string{"name=ckpt-" + ckpt, "train.checkpoint_every=0", "train.steps=6", "compute.activation_checkpointing=" + ckpt}, sets...)...)
+			// and whatever the thread count: the whole graph on 3, the
+			// checkpointed layers on 1
+			runDir := func(ckpt, threads string) string {
+				r := resumeRecipe(t, dir, append([]string{"name=ckpt-" + ckpt, "train.checkpoint_every=0", "train.steps=6",
+					"compute.activation_checkpointing=" + ckpt, "compute.threads=" + threads, "compute.blas=native"}, sets...)...)
 				s, err := Run(context.Background(), r, Options{Out: io.Discard})
 				if err != nil {
 					t.Fatal(err)
 				}
 				return s.RunDir
 			}
-			whole, ckpt := runDir("false"), runDir("true")
+			whole, ckpt := runDir("false", "3"), runDir("true", "1")
 			sameMetrics(t, whole, ckpt)
 			n := 0
 			err := filepath.WalkDir(whole, func(p string, d fs.DirEntry, err error) error {
@@ -53,4 +56,24 @@ func TestActivationCheckpointingTrainsTheSame(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Under data parallelism, with gradients summed during the backward pass
+// (taps on the model graph's trainable nodes, which a checkpointed layer's
+// backward fills) and dropout drawn by each rank's row offset,
+// checkpointing still changes nothing.
+func TestActivationCheckpointingDataParallel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains several times")
+	}
+	dir := fixture(t)
+	var runs []string
+	for _, ckpt := range []string{"false", "true"} {
+		s, err := runRanks(t, 2, dpRecipe(t, dir, "compute.activation_checkpointing="+ckpt), Options{Out: io.Discard, Overlap: true, BucketBytes: 256}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, s.RunDir)
+	}
+	compareRuns(t, runs[0], runs[1], 0)
 }
