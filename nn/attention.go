@@ -60,6 +60,11 @@ const (
 // it is no slower and keeps T/2 times less: 256 times at 512.
 const tiledAttentionMinSeqLen = 512
 
+// AttentionKeepsProbabilities reports whether attention over sequences of
+// seqLen tokens keeps each head's [T, T] probabilities for the backward
+// pass (below the tiled kernel's length), for memory estimates.
+func AttentionKeepsProbabilities(seqLen int) bool { return seqLen < tiledAttentionMinSeqLen }
+
 // tiled reports whether s runs on the tiled kernel.
 func (s AttentionShape) tiled() bool {
 	switch s.Kernel {

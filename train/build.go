@@ -187,9 +187,15 @@ func checkMemory(r *Recipe, batch int) error {
 	if !ok || need <= have {
 		return nil
 	}
+	hint := ""
+	if !r.Compute.ActivationCheckpointing {
+		ck := *r
+		ck.Compute.ActivationCheckpointing = true
+		hint = fmt.Sprintf(", recompute each layer in the backward pass (compute.activation_checkpointing: true; about %s)", gib(ck.estimateMemory(batch)))
+	}
 	return inputError(fmt.Errorf("the run needs an estimated %s of memory (weights, optimizer state and the activations of %d×%d tokens), more than this machine's %s; "+
-		"lower train.batch_size or data.seq_len, raise train.grad_accum instead, or keep the base in 16 bits (model.base_dtype: bf16)",
-		gib(need), batch, r.Data.SeqLen, gib(have)))
+		"lower train.batch_size or data.seq_len, raise train.grad_accum instead%s, or keep the base in 16 bits (model.base_dtype: bf16)",
+		gib(need), batch, r.Data.SeqLen, gib(have), hint))
 }
 
 func gib(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
