@@ -36,13 +36,17 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	in := vals[T](vs)
 	t, y := o.buf.get()
 	o.eng.parallel(len(y), 4096, func(lo, hi int) {
+		// in blocks that stay in L1, each rounded right after it is computed
 		sub := make([][]T, len(in))
-		for i := range in {
-			sub[i] = in[i][lo:hi]
+		for b0 := lo; b0 < hi; b0 += pointwiseBlock {
+			b1 := min(b0+pointwiseBlock, hi)
+			for i := range in {
+				sub[i] = in[i][b0:b1]
+			}
+			o.fwd(y[b0:b1], sub)
+			round(o.out, y[b0:b1])
 		}
-		o.fwd(y[lo:hi], sub)
 	})
-	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 
@@ -70,6 +74,10 @@ func (o *pointwiseOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 	}
 	return fusedBackward(&o.opBase, graphIn, shapes, bwd), nil
 }
+
+// pointwiseBlock is how many values a pointwise kernel computes before it
+// rounds them, while they are in L1.
+const pointwiseBlock = 2048
 
 func samePointwise(kind string, nodes ...*G.Node) []int {
 	s := shapeOf(nodes[0])
@@ -144,7 +152,11 @@ func addScaled[T Float](base opBase, shape []int, scale float64) *pointwiseOp[T]
 		fwd = func(y []T, in [][]T) {
 			a, b := in[0], in[1]
 			for i := range y {
-				y[i] = a[i] + T(f.Round(float32(s*b[i])))
+				y[i] = s * b[i]
+			}
+			round(f, y)
+			for i := range y {
+				y[i] = a[i] + y[i]
 			}
 		}
 	}
