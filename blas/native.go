@@ -35,6 +35,13 @@ func (be Native) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 	nativeSgemm(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// SgemmFinish is Sgemm calling done for each block of C once it is final
+// (see Finisher): rows of one packed block of op(A) by the columns of one
+// packed panel of op(B), after its last k slice.
+func (be Native) SgemmFinish(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	nativeSgemmFinish(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, done)
+}
+
 // Dgemm computes C = alpha·op(A)·op(B) + beta·C in float64 through gonum.
 func (Native) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
 	Gonum{}.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -115,6 +122,12 @@ type nativeSplit struct {
 // machines that have the assembly one, and split small products. It
 // returns how many goroutines computed the product, for tests.
 func nativeSgemm(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) (used int) {
+	return nativeSgemmFinish(impl, split, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
+}
+
+// nativeSgemmFinish is nativeSgemm with an optional done callback (see
+// Finisher).
+func nativeSgemmFinish(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) (used int) {
 	if err := checkGemm("native Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
 		panic(err.Error()) // a caller bug: panic as gonum does
 	}
@@ -123,9 +136,12 @@ func nativeSgemm(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n,
 	}
 	if alpha == 0 || k == 0 {
 		nativeScale(m, n, beta, c, ldc)
+		if done != nil {
+			done(0, m, 0, n)
+		}
 		return 1
 	}
-	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
 	// The k-blocking depends on k alone: nb slices of nearly equal size.
 	nb := (k + nativeKC - 1) / nativeKC
 	g.kc = (k + nb - 1) / nb
@@ -258,6 +274,7 @@ type nativeGemm struct {
 	alpha, beta    float32
 	a, b, c        []float32
 	lda, ldb, ldc  int
+	done           func(i0, i1, j0, j1 int) // nil, or called on each final block
 }
 
 // nativeBuffers are one worker's packing buffers, recycled through a pool.
@@ -326,6 +343,9 @@ func (g *nativeGemm) block(ap, bp []float32, i0, i1, jc, nc, pc, kc int) {
 				g.kern(kc, apan, bpan, tile[:], nativeNR, 1, 0)
 				nativeMerge(mr, nr, &tile, g.c[off:], g.ldc, g.alpha, beta)
 			}
+		}
+		if g.done != nil && pc+kc == g.k {
+			g.done(ic, ic+mc, jc, jc+nc)
 		}
 	}
 }
