@@ -104,6 +104,10 @@ func swiglu[T Float](base opBase, shape []int) *pointwiseOp[T] {
 		bwd: func(in, grads [][]T) {
 			a, u, g := in[0], in[1], in[2]
 			da, du := grads[0], grads[1]
+			if a32, ok := any(a).([]float32); ok {
+				swigluBackward(a32, any(u).([]float32), any(g).([]float32), any(da).([]float32), any(du).([]float32))
+				return
+			}
 			for i := range g {
 				s := sigmoid(a[i])
 				if da != nil {
@@ -116,8 +120,50 @@ func swiglu[T Float](base opBase, shape []int) *pointwiseOp[T] {
 		}}
 }
 
-// SwiGLUInto writes silu(a) ⊙ u into y.
+// swigluBlock is how many sigmoids the float32 SwiGLU kernels compute
+// (sixteen at a time) before using them.
+const swigluBlock = 256
+
+// swigluBackward is SwiGLU's backward kernel for float32: the generic
+// loop's arithmetic, with the sigmoids computed a block at a time.
+func swigluBackward(a, u, g, da, du []float32) {
+	var sb [swigluBlock]float32
+	for b0 := 0; b0 < len(g); b0 += swigluBlock {
+		b1 := min(b0+swigluBlock, len(g))
+		s := sb[:b1-b0]
+		sigmoidSlice(s, a[b0:b1])
+		ab, ub, gb := a[b0:b1], u[b0:b1], g[b0:b1]
+		if da != nil {
+			d := da[b0:b1]
+			for i, s := range s {
+				d[i] = gb[i] * ub[i] * s * (1 + ab[i]*(1-s))
+			}
+		}
+		if du != nil {
+			d := du[b0:b1]
+			for i, s := range s {
+				d[i] = gb[i] * ab[i] * s
+			}
+		}
+	}
+}
+
+// SwiGLUInto writes silu(a) ⊙ u into y (which may be a).
 func SwiGLUInto[T Float](y, a, u []T) {
+	if y32, ok := any(y).([]float32); ok {
+		a32, u32 := any(a).([]float32), any(u).([]float32)
+		var sb [swigluBlock]float32
+		for b0 := 0; b0 < len(y32); b0 += swigluBlock {
+			b1 := min(b0+swigluBlock, len(y32))
+			s := sb[:b1-b0]
+			sigmoidSlice(s, a32[b0:b1])
+			yb, ab, ub := y32[b0:b1], a32[b0:b1], u32[b0:b1]
+			for i, s := range s {
+				yb[i] = ab[i] * s * ub[i]
+			}
+		}
+		return
+	}
 	for i := range y {
 		y[i] = a[i] * sigmoid(a[i]) * u[i]
 	}
