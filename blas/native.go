@@ -91,6 +91,11 @@ type nativeKernel func(kc int, a, b, c []float32, ldc int, alpha, beta float32)
 type nativeImpl struct {
 	name string
 	kern nativeKernel
+	// kern12, when not nil, is kern on two full tiles one above the other
+	// (12×16, a over two consecutive micro-panels of packed A), with the
+	// same bits per element as kern: AVX-512's wider registers hold the
+	// twelve rows' sums.
+	kern12 nativeKernel
 	// packA6 packs one full micro-panel of op(A) = A (not transposed): six
 	// rows of a, row stride lda, kc floats each, into dst[p·6+r].
 	packA6 func(dst, a []float32, lda, kc int)
@@ -334,8 +339,13 @@ func (g *nativeGemm) block(ap, bp []float32, i0, i1, jc, nc, pc, kc int) {
 			bpan := bp[jr*kc : (jr+nativeNR)*kc]
 			for ir := 0; ir < mc; ir += nativeMR {
 				mr := min(nativeMR, mc-ir)
-				apan := ap[ir*kc : (ir+nativeMR)*kc]
 				off := (ic+ir)*g.ldc + jc + jr
+				if g.kern12 != nil && nr == nativeNR && ir+2*nativeMR <= mc {
+					g.kern12(kc, ap[ir*kc:(ir+2*nativeMR)*kc], bpan, g.c[off:], g.ldc, g.alpha, beta)
+					ir += nativeMR
+					continue
+				}
+				apan := ap[ir*kc : (ir+nativeMR)*kc]
 				if mr == nativeMR && nr == nativeNR {
 					g.kern(kc, apan, bpan, g.c[off:], g.ldc, g.alpha, beta)
 					continue
