@@ -148,6 +148,20 @@ func roundGradTo(e *Engine, f amp.Format, dst, src []float32) {
 	}
 }
 
+// roundGradBlock is roundGrad on one block of a gradient, on the calling
+// goroutine, for kernels that round each block as they finish it; the
+// caller adds the whole gradient's length to e.Grads.rounded once.
+func roundGradBlock[T Float](e *Engine, f amp.Format, g []T) {
+	if f == amp.FP32 {
+		return
+	}
+	if x, ok := any(g).([]float32); ok {
+		if n := f.RoundCount(x, x); n > 0 {
+			e.Grads.underflowed.Add(int64(n))
+		}
+	}
+}
+
 // round rounds xs to format f. Low-precision formats are emulated in
 // float32; the Builder refuses them for float64 graphs.
 func round[T Float](f amp.Format, xs []T) {

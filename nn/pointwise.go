@@ -57,22 +57,40 @@ func (o *pointwiseOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 		shapes[i] = o.shape
 	}
 	graphIn := append(append([]*G.Node(nil), inputs...), grad)
+	var bw *backwardOp[T]
 	bwd := func(in, grads [][]T) error {
 		o.eng.parallel(len(in[0]), 4096, func(lo, hi int) {
+			// in blocks that stay in L1, each gradient rounded to its
+			// input's format right after the block is computed
 			si, sg := make([][]T, len(in)), make([][]T, len(grads))
-			for i := range in {
-				si[i] = in[i][lo:hi]
-			}
-			for i := range grads {
-				if grads[i] != nil {
-					sg[i] = grads[i][lo:hi]
+			for b0 := lo; b0 < hi; b0 += pointwiseBlock {
+				b1 := min(b0+pointwiseBlock, hi)
+				for i := range in {
+					si[i] = in[i][b0:b1]
+				}
+				for i := range grads {
+					if grads[i] != nil {
+						sg[i] = grads[i][b0:b1]
+					}
+				}
+				o.bwd(si, sg)
+				for i, g := range sg {
+					if g != nil {
+						roundGradBlock(o.eng, bw.inFm[i], g)
+					}
 				}
 			}
-			o.bwd(si, sg)
 		})
+		for i, g := range grads {
+			if g != nil && bw.inFm[i] != amp.FP32 && isF32[T]() {
+				o.eng.Grads.rounded.Add(int64(len(g)))
+			}
+		}
 		return nil
 	}
-	return fusedBackward(&o.opBase, graphIn, shapes, bwd), nil
+	bw, grads := newBackward(&o.opBase, graphIn, shapes, bwd)
+	bw.rounded = true
+	return grads, nil
 }
 
 // pointwiseBlock is how many values a pointwise kernel computes before it
