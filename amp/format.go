@@ -79,6 +79,56 @@ func (f Format) RoundSlice(xs []float32) {
 	}
 }
 
+// RoundTo writes src rounded to f into dst (dst[i] = f.Round(src[i]), for
+// len(src) values; dst may be src): a copy and a rounding in one pass.
+func (f Format) RoundTo(dst, src []float32) {
+	dst = dst[:len(src)]
+	switch f {
+	case FP32:
+		copy(dst, src)
+	case BF16:
+		n, _ := roundBF16Fast(dst, src, 0)
+		for i := n; i < len(src); i++ {
+			dst[i] = roundBF16(src[i])
+		}
+	default:
+		copy(dst, src)
+		f.RoundSlice(dst)
+	}
+}
+
+// RoundCount is RoundTo that also returns f.Underflows(src), counted in
+// the same pass: what rounding a gradient does.
+func (f Format) RoundCount(dst, src []float32) int {
+	if len(src) == 0 {
+		return 0
+	}
+	dst = dst[:len(src)]
+	switch f {
+	case FP32:
+		copy(dst, src)
+		return 0
+	case BF16:
+		n, under := roundBF16Fast(dst, src, bf16Underflow)
+		under += countUnderflowScalar(src[n:], bf16Underflow)
+		for i := n; i < len(src); i++ {
+			dst[i] = roundBF16(src[i])
+		}
+		return under
+	}
+	under := f.Underflows(src)
+	if &dst[0] != &src[0] {
+		copy(dst, src)
+	}
+	f.RoundSlice(dst)
+	return under
+}
+
+const (
+	fp16Underflow = 0x33000000 // 2^-25
+	bf16Underflow = 0x00008000 // 2^-134, a float32 subnormal
+)
+
 // Underflows counts the nonzero values of xs that f rounds to zero: the
 // gradient values fp16 loses without loss scaling. Zero for FP32. A value
 // underflows when its magnitude is at most half the smallest subnormal of
@@ -88,9 +138,9 @@ func (f Format) Underflows(xs []float32) int {
 	var limit uint32
 	switch f {
 	case FP16:
-		limit = 0x33000000 // 2^-25
+		limit = fp16Underflow
 	case BF16:
-		limit = 0x00008000 // 2^-134, a float32 subnormal
+		limit = bf16Underflow
 	default:
 		return 0
 	}

@@ -10,6 +10,27 @@ import "golang.org/x/sys/cpu"
 // emulating a low precision small.
 var haveAVX2 = cpu.X86.HasAVX2
 
+// haveAVX512 (F, with the OS saving the ZMM state, and POPCNT): bf16
+// rounding runs sixteen values at a time, with the underflow count in the
+// same pass.
+var haveAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasPOPCNT
+
+//go:noescape
+func roundBF16CountAVX512(dst, src *float32, n int, limit uint32) int
+
+// roundBF16Fast rounds the leading multiple of 16 values of src into dst
+// (which may be src) in assembly where the CPU allows, counting the
+// values of magnitude in (0, limit]; it returns how many values it did
+// and the count.
+func roundBF16Fast(dst, src []float32, limit uint32) (done, under int) {
+	n := len(src) &^ 15
+	if !haveAVX512 || n == 0 {
+		return 0, 0
+	}
+	_ = dst[n-1]
+	return n, roundBF16CountAVX512(&dst[0], &src[0], n, limit)
+}
+
 //go:noescape
 func roundBF16AVX2(xs []float32)
 
@@ -17,6 +38,9 @@ func roundBF16AVX2(xs []float32)
 func roundFP16AVX2(xs []float32)
 
 func roundBF16Slice(xs []float32) {
+	if n, _ := roundBF16Fast(xs, xs, 0); n > 0 {
+		xs = xs[n:]
+	}
 	n := len(xs) &^ 7
 	if haveAVX2 && n > 0 {
 		roundBF16AVX2(xs[:n])

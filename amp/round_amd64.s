@@ -204,3 +204,56 @@ TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
 	CPUID
 	MOVL CX, ret+0(FP)
 	RET
+
+// func roundBF16CountAVX512(dst, src *float32, n int, limit uint32) int
+// n is a multiple of 16; dst may equal src. Per lane, with u = src's bits:
+// dst = roundBF16(u) (the recipe of roundBF16AVX2), and the result counts
+// the lanes whose magnitude a satisfies 0 < a <= limit, that is
+// a-1 < limit unsigned (limit 0 counts nothing).
+TEXT ·roundBF16CountAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ R8, R8                    // count
+	SHRQ $4, CX
+	JZ   cdone
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z10           // bias
+	MOVL $1, AX
+	VPBROADCASTD AX, Z11           // one
+	MOVL $0xffff0000, AX
+	VPBROADCASTD AX, Z12           // high half mask
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z13           // abs mask
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z14           // +Inf bits
+	MOVL $0x00400000, AX
+	VPBROADCASTD AX, Z15           // quiet bit
+	MOVL limit+24(FP), AX
+	VPBROADCASTD AX, Z9            // limit
+cloop:
+	VMOVDQU32 (SI), Z0             // u
+	VPANDD    Z13, Z0, Z3          // a
+	VPSUBD    Z11, Z3, Z4          // a-1
+	VPCMPUD   $1, Z9, Z4, K2       // a-1 < limit: underflows
+	KMOVW     K2, AX
+	POPCNTL   AX, AX
+	ADDQ      AX, R8
+	VPCMPUD   $6, Z14, Z3, K1      // a > Inf: NaN
+	VPSRLD    $16, Z0, Z1
+	VPANDD    Z11, Z1, Z1          // lsb
+	VPADDD    Z10, Z0, Z2
+	VPADDD    Z1, Z2, Z2
+	VPANDD    Z12, Z2, Z2          // rounded
+	VPANDD    Z12, Z0, Z5
+	VPORD     Z15, Z5, Z5          // NaN kept NaN
+	VMOVDQA32 Z5, K1, Z2
+	VMOVDQU32 Z2, (DI)
+	ADDQ      $64, SI
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       cloop
+	VZEROUPPER
+cdone:
+	MOVQ R8, ret+32(FP)
+	RET

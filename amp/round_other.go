@@ -17,3 +17,5 @@ func roundFP16Slice(xs []float32) {
 func countUnderflow(xs []float32, limit uint32) int { return countUnderflowScalar(xs, limit) }
 
 func widen16Fast(Format, []float32, []uint16) int { return 0 }
+
+func roundBF16Fast(dst, src []float32, limit uint32) (done, under int) { return 0, 0 }

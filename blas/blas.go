@@ -57,6 +57,31 @@ func Gemm[T float32 | float64](be Backend, transA, transB bool, m, n, k int, alp
 	}
 }
 
+// Finisher is a Backend that hands each block of C to a callback as soon
+// as the block is final, on the goroutine that computed it, while the
+// block is still in cache: an epilogue (rounding the product to a lower
+// precision) then costs no separate pass over C.
+type Finisher interface {
+	// SgemmFinish is Sgemm that calls done(i0, i1, j0, j1) for disjoint
+	// blocks of rows [i0, i1) × columns [j0, j1) of C that together cover
+	// it, each once its values are final; calls may run concurrently.
+	SgemmFinish(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int))
+}
+
+// SgemmFinish runs be.SgemmFinish where be is a Finisher, otherwise
+// be.Sgemm and then done over the whole of C.
+func SgemmFinish(be Backend, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if f, ok := be.(Finisher); ok {
+		f.SgemmFinish(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, done)
+		return
+	}
+	be.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	done(0, m, 0, n)
+}
+
 // checkGemm reports GEMM arguments that would read or write past a slice
 // (la, lb and lc are the lengths of a, b and c): programmer errors, which
 // the native and OpenBLAS backends turn into panics as gonum does, and

@@ -35,6 +35,13 @@ func (be Native) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 	nativeSgemm(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// SgemmFinish is Sgemm calling done for each block of C once it is final
+// (see Finisher): rows of one packed block of op(A) by the columns of one
+// packed panel of op(B), after its last k slice.
+func (be Native) SgemmFinish(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	nativeSgemmFinish(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, done)
+}
+
 // Dgemm computes C = alpha·op(A)·op(B) + beta·C in float64 through gonum.
 func (Native) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
 	Gonum{}.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -84,6 +91,11 @@ type nativeKernel func(kc int, a, b, c []float32, ldc int, alpha, beta float32)
 type nativeImpl struct {
 	name string
 	kern nativeKernel
+	// kern12, when not nil, is kern on two full tiles one above the other
+	// (12×16, a over two consecutive micro-panels of packed A), with the
+	// same bits per element as kern: AVX-512's wider registers hold the
+	// twelve rows' sums.
+	kern12 nativeKernel
 	// packA6 packs one full micro-panel of op(A) = A (not transposed): six
 	// rows of a, row stride lda, kc floats each, into dst[p·6+r].
 	packA6 func(dst, a []float32, lda, kc int)
@@ -115,6 +127,12 @@ type nativeSplit struct {
 // machines that have the assembly one, and split small products. It
 // returns how many goroutines computed the product, for tests.
 func nativeSgemm(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) (used int) {
+	return nativeSgemmFinish(impl, split, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
+}
+
+// nativeSgemmFinish is nativeSgemm with an optional done callback (see
+// Finisher).
+func nativeSgemmFinish(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) (used int) {
 	if err := checkGemm("native Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
 		panic(err.Error()) // a caller bug: panic as gonum does
 	}
@@ -123,9 +141,12 @@ func nativeSgemm(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n,
 	}
 	if alpha == 0 || k == 0 {
 		nativeScale(m, n, beta, c, ldc)
+		if done != nil {
+			done(0, m, 0, n)
+		}
 		return 1
 	}
-	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc}
+	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
 	// The k-blocking depends on k alone: nb slices of nearly equal size.
 	nb := (k + nativeKC - 1) / nativeKC
 	g.kc = (k + nb - 1) / nb
@@ -258,6 +279,7 @@ type nativeGemm struct {
 	alpha, beta    float32
 	a, b, c        []float32
 	lda, ldb, ldc  int
+	done           func(i0, i1, j0, j1 int) // nil, or called on each final block
 }
 
 // nativeBuffers are one worker's packing buffers, recycled through a pool.
@@ -317,8 +339,13 @@ func (g *nativeGemm) block(ap, bp []float32, i0, i1, jc, nc, pc, kc int) {
 			bpan := bp[jr*kc : (jr+nativeNR)*kc]
 			for ir := 0; ir < mc; ir += nativeMR {
 				mr := min(nativeMR, mc-ir)
-				apan := ap[ir*kc : (ir+nativeMR)*kc]
 				off := (ic+ir)*g.ldc + jc + jr
+				if g.kern12 != nil && nr == nativeNR && ir+2*nativeMR <= mc {
+					g.kern12(kc, ap[ir*kc:(ir+2*nativeMR)*kc], bpan, g.c[off:], g.ldc, g.alpha, beta)
+					ir += nativeMR
+					continue
+				}
+				apan := ap[ir*kc : (ir+nativeMR)*kc]
 				if mr == nativeMR && nr == nativeNR {
 					g.kern(kc, apan, bpan, g.c[off:], g.ldc, g.alpha, beta)
 					continue
@@ -326,6 +353,9 @@ func (g *nativeGemm) block(ap, bp []float32, i0, i1, jc, nc, pc, kc int) {
 				g.kern(kc, apan, bpan, tile[:], nativeNR, 1, 0)
 				nativeMerge(mr, nr, &tile, g.c[off:], g.ldc, g.alpha, beta)
 			}
+		}
+		if g.done != nil && pc+kc == g.k {
+			g.done(ic, ic+mc, jc, jc+nc)
 		}
 	}
 }

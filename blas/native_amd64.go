@@ -9,10 +9,33 @@ import "golang.org/x/sys/cpu"
 // otherwise.
 func nativeAsmImpl() *nativeImpl {
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		return &nativeImpl{name: "AVX2/FMA", kern: nativeKernelAVX2, packA6: nativePackA6AVX, packBT16: nativePackBT16AVX}
+		impl := &nativeImpl{name: "AVX2/FMA", kern: nativeKernelAVX2, packA6: nativePackA6AVX, packBT16: nativePackBT16AVX}
+		if cpu.X86.HasAVX512F {
+			impl.kern12 = nativeKernel12AVX512 // same bits, same name
+		}
+		return impl
 	}
 	return nil
 }
+
+// nativeKernel12AVX512 is a nativeKernel over two consecutive micro-panels
+// of packed A: a holds 2·kc·nativeMR floats and C 2·nativeMR rows.
+func nativeKernel12AVX512(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
+	_ = a[2*kc*nativeMR-1]
+	_ = b[kc*nativeNR-1]
+	_ = c[(2*nativeMR-1)*ldc+nativeNR-1]
+	load := 1
+	if beta == 0 {
+		load = 0
+	}
+	sgemm12x16AVX512(kc, &a[0], &b[0], &c[0], ldc, alpha, beta, load)
+}
+
+// sgemm12x16AVX512 is sgemm6x16AVX2 on a 12×16 tile: a points at two
+// consecutive 6-row micro-panels of packed A.
+//
+//go:noescape
+func sgemm12x16AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32, load int)
 
 // The wrappers bound-check everything the assembly touches, which then runs
 // unchecked.

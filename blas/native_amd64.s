@@ -257,3 +257,139 @@ packBT16loop:
 	JNZ  packBT16loop
 	VZEROUPPER
 	RET
+
+// One k step of the 12×16 AVX-512 kernel: a 1×16 row of packed B (Z12)
+// times twelve elements of packed A, six from each of two consecutive
+// micro-panels (AX, R8), broadcast from memory, accumulated into Z0..Z11
+// (row r in Zr).
+#define KSTEP12(ao, bo) \
+	VMOVUPS          (bo)(BX), Z12;      \
+	VFMADD231PS.BCST (ao)(AX), Z12, Z0;  \
+	VFMADD231PS.BCST (ao+4)(AX), Z12, Z1; \
+	VFMADD231PS.BCST (ao+8)(AX), Z12, Z2; \
+	VFMADD231PS.BCST (ao+12)(AX), Z12, Z3; \
+	VFMADD231PS.BCST (ao+16)(AX), Z12, Z4; \
+	VFMADD231PS.BCST (ao+20)(AX), Z12, Z5; \
+	VFMADD231PS.BCST (ao)(R8), Z12, Z6;  \
+	VFMADD231PS.BCST (ao+4)(R8), Z12, Z7; \
+	VFMADD231PS.BCST (ao+8)(R8), Z12, Z8; \
+	VFMADD231PS.BCST (ao+12)(R8), Z12, Z9; \
+	VFMADD231PS.BCST (ao+16)(R8), Z12, Z10; \
+	VFMADD231PS.BCST (ao+20)(R8), Z12, Z11
+
+#define ROWLOAD12(r) \
+	VMULPS  (DI), Z14, Z13; \
+	VADDPS  Z13, r, r;      \
+	VMOVUPS r, (DI);        \
+	ADDQ    SI, DI
+
+#define ROWSTORE12(r) \
+	VMOVUPS r, (DI); \
+	ADDQ    SI, DI
+
+// func sgemm12x16AVX512(kc int, a, b, c *float32, ldc int, alpha, beta float32, load int)
+// The 12×16 tile of two consecutive 6-row micro-panels of packed A (the
+// second kc·6 floats after the first) and one of packed B: per element
+// the same FMAs in the same order as sgemm6x16AVX2, then the same
+// alpha·acc + beta·C, so the two kernels give the same bits.
+TEXT ·sgemm12x16AVX512(SB), NOSPLIT, $0-56
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ b+16(FP), BX
+	MOVQ c+24(FP), DI
+	MOVQ ldc+32(FP), SI
+	SHLQ $2, SI
+	LEAQ (CX)(CX*2), R8
+	SHLQ $3, R8                    // 6·kc floats, in bytes
+	ADDQ AX, R8                    // the second micro-panel
+
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+	MOVQ CX, DX
+	SHRQ $2, DX
+	JZ   tail12
+
+loop12:
+	KSTEP12(0, 0)
+	KSTEP12(24, 64)
+	KSTEP12(48, 128)
+	KSTEP12(72, 192)
+	ADDQ $96, AX
+	ADDQ $96, R8
+	ADDQ $256, BX
+	DECQ DX
+	JNZ  loop12
+
+tail12:
+	ANDQ $3, CX
+	JZ   store12
+
+loop12b:
+	KSTEP12(0, 0)
+	ADDQ $24, AX
+	ADDQ $24, R8
+	ADDQ $64, BX
+	DECQ CX
+	JNZ  loop12b
+
+store12:
+	VBROADCASTSS alpha+40(FP), Z13
+	VMULPS       Z13, Z0, Z0
+	VMULPS       Z13, Z1, Z1
+	VMULPS       Z13, Z2, Z2
+	VMULPS       Z13, Z3, Z3
+	VMULPS       Z13, Z4, Z4
+	VMULPS       Z13, Z5, Z5
+	VMULPS       Z13, Z6, Z6
+	VMULPS       Z13, Z7, Z7
+	VMULPS       Z13, Z8, Z8
+	VMULPS       Z13, Z9, Z9
+	VMULPS       Z13, Z10, Z10
+	VMULPS       Z13, Z11, Z11
+
+	MOVQ  load+48(FP), DX
+	TESTQ DX, DX
+	JZ    overwrite12
+
+	VBROADCASTSS beta+44(FP), Z14
+	ROWLOAD12(Z0)
+	ROWLOAD12(Z1)
+	ROWLOAD12(Z2)
+	ROWLOAD12(Z3)
+	ROWLOAD12(Z4)
+	ROWLOAD12(Z5)
+	ROWLOAD12(Z6)
+	ROWLOAD12(Z7)
+	ROWLOAD12(Z8)
+	ROWLOAD12(Z9)
+	ROWLOAD12(Z10)
+	ROWLOAD12(Z11)
+	VZEROUPPER
+	RET
+
+overwrite12:
+	ROWSTORE12(Z0)
+	ROWSTORE12(Z1)
+	ROWSTORE12(Z2)
+	ROWSTORE12(Z3)
+	ROWSTORE12(Z4)
+	ROWSTORE12(Z5)
+	ROWSTORE12(Z6)
+	ROWSTORE12(Z7)
+	ROWSTORE12(Z8)
+	ROWSTORE12(Z9)
+	ROWSTORE12(Z10)
+	ROWSTORE12(Z11)
+	VZEROUPPER
+	RET

@@ -115,7 +115,6 @@ func (o *gradRoundOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { retu
 
 func (o *gradRoundOp) Do(vs ...G.Value) (G.Value, error) {
 	t, g := o.buf.get()
-	copy(g, vs[0].Data().([]float32))
-	roundGrad(o.eng, o.out, g)
+	roundGradTo(o.eng, o.out, g, vs[0].Data().([]float32))
 	return t, nil
 }

@@ -221,9 +221,8 @@ func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 		m = max(m, x)
 	}
 	var sum T
-	for j := s0; j <= i; j++ {
-		e := exp(row[j] - m)
-		row[j] = e
+	expSub(row[s0:i+1], row[s0:i+1], m)
+	for _, e := range row[s0 : i+1] {
 		sum += e
 	}
 	inv = 1 / sum

@@ -236,9 +236,10 @@ func (o *attentionTiledOp[T]) backward(in [][]T, grads [][]T) error {
 					l, rows := r1-c0, r1-r0
 					for i := r0; i < r1; i++ {
 						row, s0, m, inv := p[(i-r0)*l:(i-r0+1)*l], start[i]-c0, st[2*i], st[2*i+1]
-						for j := s0; j <= i-c0; j++ {
-							e := exp(row[j] - m)
-							row[j] = e * inv
+						e := row[s0 : i-c0+1]
+						expSub(e, e, m)
+						for j := range e {
+							e[j] *= inv
 						}
 						clear(row[:s0])
 						clear(row[i-c0+1:])

@@ -26,6 +26,9 @@ type backwardOp[T Float] struct {
 	need   []bool // which forward inputs get a gradient
 	run    backwardKernel[T]
 	bufs   []buffer[T]
+	// rounded: run rounds each gradient to its input's format itself
+	// (with roundGradBlock, while the values are in cache).
+	rounded bool
 }
 
 func (o *backwardOp[T]) Arity() int { return len(o.ranks) }
@@ -52,7 +55,7 @@ func (o *backwardOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	for i, g := range grads {
-		if g != nil {
+		if g != nil && !o.rounded {
 			roundGrad(o.eng, o.inFm[i], g)
 		}
 	}

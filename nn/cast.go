@@ -62,11 +62,7 @@ func (o *castOp) Do(vs ...G.Value) (G.Value, error) {
 		return t, nil
 	}
 	x := vs[0].Data().([]float32)
-	o.eng.parallel(len(y), 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			y[i] = o.out.Round(x[i])
-		}
-	})
+	o.eng.parallel(len(y), 1<<14, func(lo, hi int) { o.out.RoundTo(y[lo:hi], x[lo:hi]) })
 	o.version, o.binds, o.valid = o.eng.WeightVersion, o.eng.binds, true
 	return t, nil
 }

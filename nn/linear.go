@@ -35,6 +35,40 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16}, x, w)
 }
 
+// sgemmRound computes C = op(A)·op(B) and rounds it to f, each block of C
+// as soon as the GEMM has finished it, while it is in cache (blas.Finisher),
+// not in a pass of its own: the same values as a GEMM followed by
+// roundAll (or, for a gradient, roundGrad, counting underflows).
+func (e *Engine) sgemmRound(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if f == amp.FP32 {
+		e.BLAS.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+		return
+	}
+	rows := func(i0, i1, j0, j1 int) {
+		under := 0
+		for i := i0; i < i1; i++ {
+			row := c[i*ldc+j0 : i*ldc+j1]
+			if grad {
+				under += f.RoundCount(row, row)
+			} else {
+				f.RoundSlice(row)
+			}
+		}
+		if under > 0 {
+			e.Grads.underflowed.Add(int64(under))
+		}
+	}
+	if _, ok := e.BLAS.(blas.Finisher); ok {
+		blas.SgemmFinish(e.BLAS, transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc, rows)
+	} else { // the GEMM, then a parallel pass over C
+		e.BLAS.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+		e.parallel(m, max(1, (1<<14)/n), func(i0, i1 int) { rows(i0, i1, 0, n) })
+	}
+	if grad {
+		e.Grads.rounded.Add(int64(m) * int64(n))
+	}
+}
+
 type linearOp[T Float] struct {
 	opBase
 	n, in, outF int // rows, input and output features
@@ -67,15 +101,18 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	t, y := o.buf.get()
 	switch w := vs[1].Data().(type) {
 	case []T:
-		blas.Gemm(o.eng.BLAS, false, true, o.n, o.outF, o.in, 1, x, o.in, w, o.in, 0, y, o.outF)
+		if o.out == amp.FP32 || !isF32[T]() {
+			blas.Gemm(o.eng.BLAS, false, true, o.n, o.outF, o.in, 1, x, o.in, w, o.in, 0, y, o.outF)
+			break
+		}
+		o.eng.sgemmRound(o.out, false, false, true, o.n, o.outF, o.in, any(x).([]float32), o.in, any(w).([]float32), o.in, any(y).([]float32), o.outF)
 	case []uint16:
 		// y[:, r0:r1] = x · W[r0:r1]ᵀ, one block of weight rows at a time
 		yf, xf := any(y).([]float32), any(x).([]float32)
 		o.w16.rowBlocks(o.eng, w, o.outF, o.in, func(r0, r1 int, wb []float32) {
-			o.eng.BLAS.Sgemm(false, true, o.n, r1-r0, o.in, 1, xf, o.in, wb, o.in, 0, yf[r0:], o.outF)
+			o.eng.sgemmRound(o.out, false, false, true, o.n, r1-r0, o.in, xf, o.in, wb, o.in, yf[r0:], o.outF)
 		})
 	}
-	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 
@@ -120,9 +157,8 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		t, c := o.buf.get()
 		dx := any(c).([]float32)
 		o.w16.colBlocks(o.eng, w, o.k, o.n, func(c0, c1 int, wb []float32) {
-			o.eng.BLAS.Sgemm(false, false, o.m, c1-c0, o.k, 1, g, o.k, wb, c1-c0, 0, dx[c0:], o.n)
+			o.eng.sgemmRound(o.out, true, false, false, o.m, c1-c0, o.k, g, o.k, wb, c1-c0, dx[c0:], o.n)
 		})
-		roundGrad(o.eng, o.out, c)
 		return t, nil
 	}
 	in := vals[T](vs)
@@ -131,7 +167,10 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	if o.transA {
 		lda = o.m
 	}
-	blas.Gemm(o.eng.BLAS, o.transA, false, o.m, o.n, o.k, 1, in[0], lda, in[1], o.n, 0, c, o.n)
-	roundGrad(o.eng, o.out, c)
+	if o.out == amp.FP32 || !isF32[T]() {
+		blas.Gemm(o.eng.BLAS, o.transA, false, o.m, o.n, o.k, 1, in[0], lda, in[1], o.n, 0, c, o.n)
+		return t, nil
+	}
+	o.eng.sgemmRound(o.out, true, o.transA, false, o.m, o.n, o.k, any(in[0]).([]float32), lda, any(in[1]).([]float32), o.n, any(c).([]float32), o.n)
 	return t, nil
 }

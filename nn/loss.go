@@ -84,9 +84,8 @@ func softmaxRow[T Float](p, l []T) float64 {
 		m = max(m, x)
 	}
 	var sum float64
-	for j, x := range l {
-		e := exp(x - m)
-		p[j] = e
+	expSub(p[:len(l)], l, m)
+	for _, e := range p[:len(l)] {
 		sum += float64(e)
 	}
 	inv := T(1 / sum)

@@ -72,3 +72,53 @@ func expf(x float32) float32 {
 	}
 	return y * math.Float32frombits(uint32(ni+127)<<23)
 }
+
+// sigmoidSlice sets dst[i] = sigmoid(src[i]) (float32), bit for bit; dst
+// may be src. Sixteen at a time where the CPU allows.
+func sigmoidSlice(dst, src []float32) {
+	dst = dst[:len(src)]
+	for len(src) >= 16 && haveSigmoidFast() {
+		n := sigmoidFast(dst, src)
+		dst, src = dst[n:], src[n:]
+		if len(src) >= 16 { // a block that needs expf's rare paths
+			for i := range 16 {
+				dst[i] = sigmoid(src[i])
+			}
+			dst, src = dst[16:], src[16:]
+		}
+	}
+	for i, x := range src {
+		dst[i] = sigmoid(x)
+	}
+}
+
+// expSubSlice sets dst[i] = exp(src[i] - m) (float32: expf), bit for bit;
+// dst may be src. Sixteen at a time where the CPU allows.
+func expSubSlice(dst, src []float32, m float32) {
+	dst = dst[:len(src)]
+	for len(src) >= 16 && haveSigmoidFast() {
+		n := expfSubFast(dst, src, m)
+		dst, src = dst[n:], src[n:]
+		if len(src) >= 16 { // a block that needs expf's rare paths
+			for i := range 16 {
+				dst[i] = expf(src[i] - m)
+			}
+			dst, src = dst[16:], src[16:]
+		}
+	}
+	for i, x := range src {
+		dst[i] = expf(x - m)
+	}
+}
+
+// expSub sets dst[i] = exp(src[i] - m), vectorized for float32 (the same
+// bits as exp); dst may be src.
+func expSub[T Float](dst, src []T, m T) {
+	if isF32[T]() {
+		expSubSlice(any(dst).([]float32), any(src).([]float32), float32(m))
+		return
+	}
+	for i, x := range src {
+		dst[i] = exp(x - m)
+	}
+}

@@ -130,17 +130,36 @@ func roundGrad[T Float](e *Engine, f amp.Format, g []T) {
 	if f == amp.FP32 {
 		return
 	}
-	x, ok := any(g).([]float32)
-	if !ok {
-		return
+	if x, ok := any(g).([]float32); ok {
+		roundGradTo(e, f, x, x)
 	}
-	e.parallel(len(x), 1<<14, func(lo, hi int) {
-		if n := f.Underflows(x[lo:hi]); n > 0 {
+}
+
+// roundGradTo writes src rounded to f into dst (which may be src),
+// counting underflows as roundGrad does, in one pass.
+func roundGradTo(e *Engine, f amp.Format, dst, src []float32) {
+	e.parallel(len(src), 1<<14, func(lo, hi int) {
+		if n := f.RoundCount(dst[lo:hi], src[lo:hi]); n > 0 {
 			e.Grads.underflowed.Add(int64(n))
 		}
-		f.RoundSlice(x[lo:hi])
 	})
-	e.Grads.rounded.Add(int64(len(x)))
+	if f != amp.FP32 {
+		e.Grads.rounded.Add(int64(len(src)))
+	}
+}
+
+// roundGradBlock is roundGrad on one block of a gradient, on the calling
+// goroutine, for kernels that round each block as they finish it; the
+// caller adds the whole gradient's length to e.Grads.rounded once.
+func roundGradBlock[T Float](e *Engine, f amp.Format, g []T) {
+	if f == amp.FP32 {
+		return
+	}
+	if x, ok := any(g).([]float32); ok {
+		if n := f.RoundCount(x, x); n > 0 {
+			e.Grads.underflowed.Add(int64(n))
+		}
+	}
 }
 
 // round rounds xs to format f. Low-precision formats are emulated in

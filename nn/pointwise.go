@@ -36,13 +36,17 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	in := vals[T](vs)
 	t, y := o.buf.get()
 	o.eng.parallel(len(y), 4096, func(lo, hi int) {
+		// in blocks that stay in L1, each rounded right after it is computed
 		sub := make([][]T, len(in))
-		for i := range in {
-			sub[i] = in[i][lo:hi]
+		for b0 := lo; b0 < hi; b0 += pointwiseBlock {
+			b1 := min(b0+pointwiseBlock, hi)
+			for i := range in {
+				sub[i] = in[i][b0:b1]
+			}
+			o.fwd(y[b0:b1], sub)
+			round(o.out, y[b0:b1])
 		}
-		o.fwd(y[lo:hi], sub)
 	})
-	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 
@@ -53,23 +57,45 @@ func (o *pointwiseOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 		shapes[i] = o.shape
 	}
 	graphIn := append(append([]*G.Node(nil), inputs...), grad)
+	var bw *backwardOp[T]
 	bwd := func(in, grads [][]T) error {
 		o.eng.parallel(len(in[0]), 4096, func(lo, hi int) {
+			// in blocks that stay in L1, each gradient rounded to its
+			// input's format right after the block is computed
 			si, sg := make([][]T, len(in)), make([][]T, len(grads))
-			for i := range in {
-				si[i] = in[i][lo:hi]
-			}
-			for i := range grads {
-				if grads[i] != nil {
-					sg[i] = grads[i][lo:hi]
+			for b0 := lo; b0 < hi; b0 += pointwiseBlock {
+				b1 := min(b0+pointwiseBlock, hi)
+				for i := range in {
+					si[i] = in[i][b0:b1]
+				}
+				for i := range grads {
+					if grads[i] != nil {
+						sg[i] = grads[i][b0:b1]
+					}
+				}
+				o.bwd(si, sg)
+				for i, g := range sg {
+					if g != nil {
+						roundGradBlock(o.eng, bw.inFm[i], g)
+					}
 				}
 			}
-			o.bwd(si, sg)
 		})
+		for i, g := range grads {
+			if g != nil && bw.inFm[i] != amp.FP32 && isF32[T]() {
+				o.eng.Grads.rounded.Add(int64(len(g)))
+			}
+		}
 		return nil
 	}
-	return fusedBackward(&o.opBase, graphIn, shapes, bwd), nil
+	bw, grads := newBackward(&o.opBase, graphIn, shapes, bwd)
+	bw.rounded = true
+	return grads, nil
 }
+
+// pointwiseBlock is how many values a pointwise kernel computes before it
+// rounds them, while they are in L1.
+const pointwiseBlock = 2048
 
 func samePointwise(kind string, nodes ...*G.Node) []int {
 	s := shapeOf(nodes[0])
@@ -96,6 +122,10 @@ func swiglu[T Float](base opBase, shape []int) *pointwiseOp[T] {
 		bwd: func(in, grads [][]T) {
 			a, u, g := in[0], in[1], in[2]
 			da, du := grads[0], grads[1]
+			if a32, ok := any(a).([]float32); ok {
+				swigluBackward(a32, any(u).([]float32), any(g).([]float32), any(da).([]float32), any(du).([]float32))
+				return
+			}
 			for i := range g {
 				s := sigmoid(a[i])
 				if da != nil {
@@ -108,8 +138,50 @@ func swiglu[T Float](base opBase, shape []int) *pointwiseOp[T] {
 		}}
 }
 
-// SwiGLUInto writes silu(a) ⊙ u into y.
+// swigluBlock is how many sigmoids the float32 SwiGLU kernels compute
+// (sixteen at a time) before using them.
+const swigluBlock = 256
+
+// swigluBackward is SwiGLU's backward kernel for float32: the generic
+// loop's arithmetic, with the sigmoids computed a block at a time.
+func swigluBackward(a, u, g, da, du []float32) {
+	var sb [swigluBlock]float32
+	for b0 := 0; b0 < len(g); b0 += swigluBlock {
+		b1 := min(b0+swigluBlock, len(g))
+		s := sb[:b1-b0]
+		sigmoidSlice(s, a[b0:b1])
+		ab, ub, gb := a[b0:b1], u[b0:b1], g[b0:b1]
+		if da != nil {
+			d := da[b0:b1]
+			for i, s := range s {
+				d[i] = gb[i] * ub[i] * s * (1 + ab[i]*(1-s))
+			}
+		}
+		if du != nil {
+			d := du[b0:b1]
+			for i, s := range s {
+				d[i] = gb[i] * ab[i] * s
+			}
+		}
+	}
+}
+
+// SwiGLUInto writes silu(a) ⊙ u into y (which may be a).
 func SwiGLUInto[T Float](y, a, u []T) {
+	if y32, ok := any(y).([]float32); ok {
+		a32, u32 := any(a).([]float32), any(u).([]float32)
+		var sb [swigluBlock]float32
+		for b0 := 0; b0 < len(y32); b0 += swigluBlock {
+			b1 := min(b0+swigluBlock, len(y32))
+			s := sb[:b1-b0]
+			sigmoidSlice(s, a32[b0:b1])
+			yb, ab, ub := y32[b0:b1], a32[b0:b1], u32[b0:b1]
+			for i, s := range s {
+				yb[i] = ab[i] * s * ub[i]
+			}
+		}
+		return
+	}
 	for i := range y {
 		y[i] = a[i] * sigmoid(a[i]) * u[i]
 	}
@@ -144,7 +216,11 @@ func addScaled[T Float](base opBase, shape []int, scale float64) *pointwiseOp[T]
 		fwd = func(y []T, in [][]T) {
 			a, b := in[0], in[1]
 			for i := range y {
-				y[i] = a[i] + T(f.Round(float32(s*b[i])))
+				y[i] = s * b[i]
+			}
+			round(f, y)
+			for i := range y {
+				y[i] = a[i] + y[i]
 			}
 		}
 	}

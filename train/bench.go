@@ -24,7 +24,7 @@ type BenchConfig struct {
 	Vocab, Dim, Layers, Heads, FFN, SeqLen, Batch, Rank int
 	KVHeads                                             int         // key/value heads (grouped-query attention); 0: Heads
 	Checkpoint                                          bool        // activation checkpointing per decoder layer
-	Adapter                                             AdapterKind // lora, or none (full fine-tuning)
+	Adapter                                             AdapterKind // lora, dora, or none (full fine-tuning)
 	BaseDtype                                           amp.Format  // fp32, or bf16/fp16 to keep the frozen base in 16 bits
 	Precision                                           amp.Format  // fp32, bf16 or fp16 (emulated)
 	Steps, Warmup                                       int

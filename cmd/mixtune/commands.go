@@ -105,7 +105,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "untimed steps first")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
-	fs.TextVar(&c.Adapter, "adapter", c.Adapter, "lora or none (full fine-tuning)")
+	fs.TextVar(&c.Adapter, "adapter", c.Adapter, "lora, dora or none (full fine-tuning)")
 	fs.TextVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
 	fs.TextVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
 	fs.BoolVar(&c.Checkpoint, "checkpoint", false, "activation checkpointing: recompute each decoder layer in the backward pass")
@@ -124,9 +124,6 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		if f.v <= 0 {
 			return usageError{fmt.Sprintf("--%s must be positive, got %d", f.name, f.v)}
 		}
-	}
-	if c.Adapter == train.DoRA {
-		return usageError{"--adapter: lora or none (the benchmark has no DoRA), got dora"}
 	}
 	if c.Dim%c.Heads != 0 {
 		return usageError{fmt.Sprintf("--dim %d is not divisible by --heads %d", c.Dim, c.Heads)}

@@ -1,0 +1,62 @@
+package blas
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// SgemmFinish computes what Sgemm computes and calls done on disjoint
+// blocks covering C exactly once, each after its values are final: done
+// here negates its block, so a block called early, twice or never leaves
+// a value that differs from Sgemm's.
+func TestNativeSgemmFinish(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for kname, impl := range nativeImpls(t) {
+		for _, s := range []struct {
+			tA, tB  bool
+			m, n, k int
+			beta    float32
+			workers int
+		}{
+			{false, true, 301, 203, 700, 0, 1},
+			{false, true, 301, 203, 700, 0, 3},   // by rows, k in three slices
+			{true, false, 12, 1100, 600, 0.5, 2}, // by columns, past NC
+			{false, false, 250, 1030, 300, 1, 2}, // by rows, past NC
+			{true, true, 255, 70, 1000, -0.5, 7},
+			{false, true, 150, 1030, 1030, 1, 2}, // op(B) shared in two k spans
+			{false, false, 5, 7, 0, 0.5, 1},      // k = 0: C = beta·C
+		} {
+			tc := newNativeCase(rng, s.tA, s.tB, s.m, s.n, s.k, 1, 0.75, s.beta)
+			ref := tc.run(impl, s.workers)
+			got := append([]float32(nil), tc.c...)
+			var mu sync.Mutex
+			seen := make([]int, s.m*s.n)
+			nativeSgemmFinish(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, tc.b, tc.ldb, tc.beta, got, tc.ldc, func(i0, i1, j0, j1 int) {
+				for i := i0; i < i1; i++ {
+					for j := j0; j < j1; j++ {
+						got[i*tc.ldc+j] = -got[i*tc.ldc+j]
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for i := i0; i < i1; i++ {
+					for j := j0; j < j1; j++ {
+						seen[i*s.n+j]++
+					}
+				}
+			})
+			for i := range s.m {
+				for j := range s.n {
+					if seen[i*s.n+j] != 1 {
+						t.Fatalf("%s %v: C[%d][%d] finished %d times", kname, tc, i, j, seen[i*s.n+j])
+					}
+					if g, w := math.Float32bits(-got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
+						t.Fatalf("%s %v: C[%d][%d] = %v, Sgemm gave %v", kname, tc, i, j, -got[i*tc.ldc+j], ref[i*tc.ldc+j])
+					}
+				}
+			}
+		}
+	}
+}

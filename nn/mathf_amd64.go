@@ -1,0 +1,51 @@
+//go:build amd64 && !purego
+
+package nn
+
+import (
+	"math"
+
+	"golang.org/x/sys/cpu"
+)
+
+// haveAVX512: sigmoid runs sixteen values at a time in assembly. Not
+// where Go itself fuses expf's multiplies and adds into FMAs (GOAMD64=v3
+// and up), which the assembly's unfused steps would not match.
+var haveAVX512 = cpu.X86.HasAVX512F && !goFusesFMA
+
+//go:noescape
+func sigmoidAVX512(dst, src *float32, n int, c *[12]float32) int
+
+// expfConsts are expf's constants as float32, in sigmoidAVX512's order.
+var expfConsts = [12]float32{
+	1.44269504088896341, 0.5, 0.693359375, -2.12194440e-4,
+	1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1,
+	1, math.Float32frombits(uint32(0xffffff82)), // -126 as an int32
+}
+
+// sigmoidFast sets dst[i] = sigmoid(src[i]) for the leading values it can
+// do in assembly and returns how many: a multiple of 16, stopping before
+// a block of 16 that needs expf's rare paths.
+func sigmoidFast(dst, src []float32) int {
+	n := len(src) &^ 15
+	if !haveAVX512 || n == 0 {
+		return 0
+	}
+	_ = dst[n-1]
+	return sigmoidAVX512(&dst[0], &src[0], n, &expfConsts)
+}
+func haveSigmoidFast() bool { return haveAVX512 }
+
+//go:noescape
+func expfSubAVX512(dst, src *float32, n int, m float32, c *[12]float32) int
+
+// expfSubFast sets dst[i] = expf(src[i] - m) for the leading values it
+// can do in assembly and returns how many (see sigmoidFast).
+func expfSubFast(dst, src []float32, m float32) int {
+	n := len(src) &^ 15
+	if !haveAVX512 || n == 0 {
+		return 0
+	}
+	_ = dst[n-1]
+	return expfSubAVX512(&dst[0], &src[0], n, m, &expfConsts)
+}
