@@ -21,6 +21,8 @@ type OneDNN struct {
 	name    string
 	workers int
 	isa     uint32 // dnnl_get_effective_cpu_isa: the kernels oneDNN dispatches to
+	// rowBlock is the rows of C per call in a split product.
+	rowBlock int
 	// ompThreads, when > 0, hands each whole product to oneDNN's own
 	// OpenMP threads instead (benchmarks only: results then depend on it).
 	ompThreads int
@@ -95,7 +97,7 @@ func (o *OneDNN) run(transA bool, m, n, k, lda, ldc int, gemm func(rows, aOff, c
 		call(m, 0, 0, int32(o.ompThreads))
 		return
 	}
-	splitRows(o.workers, transA, m, n, k, lda, ldc, func(lo, hi, aOff, cOff int) {
+	splitRows(o.workers, o.rowBlock, transA, m, n, k, lda, ldc, func(lo, hi, aOff, cOff int) {
 		call(hi-lo, aOff, cOff, 1)
 	})
 }
@@ -131,3 +133,9 @@ func dnnlStatus(st int32) string {
 	}
 	return "status " + strconv.Itoa(int(st))
 }
+
+// oneDNNRowBlock is the rows of C per oneDNN call in a split product:
+// each call packs all of op(B) again, and 256 rows were 5-15% faster than
+// OpenBLAS's 128 at training shapes on one and two threads, while 512
+// left one of two workers idle at 512 tokens.
+const oneDNNRowBlock = 256

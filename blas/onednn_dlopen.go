@@ -13,7 +13,7 @@ import (
 
 // oneDNNCandidates are the sonames tried in order. MIXTUNE_ONEDNN, when
 // set, names the library file to load instead.
-var oneDNNCandidates = []string{"libdnnl.so.2", "libdnnl.so.3", "libdnnl.so", "libdnnl.2.dylib", "libdnnl.dylib"}
+var oneDNNCandidates = []string{"libdnnl.so.2", "libdnnl.so.3", "libdnnl.so", "libdnnl.3.dylib", "libdnnl.2.dylib", "libdnnl.dylib"}
 
 // dnnlVersion mirrors dnnl_version_t (dnnl_types.h).
 type dnnlVersion struct {
@@ -51,7 +51,7 @@ func OpenOneDNN(threads int) (*OneDNN, error) {
 			return nil, fmt.Errorf("load oneDNN from %s: %w", path, err)
 		}
 	}
-	o := &OneDNN{}
+	o := &OneDNN{rowBlock: oneDNNRowBlock}
 	purego.RegisterLibFunc(&o.sgemm, lib, "dnnl_sgemm")
 	purego.RegisterLibFunc(&o.bgemm, lib, "dnnl_gemm_bf16bf16f32")
 	var version func() *dnnlVersion
