@@ -26,7 +26,8 @@ func TestPreferNative(t *testing.T) {
 }
 
 // On this machine: auto is OpenBLAS exactly when it loads with kernels
-// for the CPU.
+// for the CPU; otherwise oneDNN exactly when it loads and runs AVX-512
+// kernels; otherwise Native.
 func TestAutoBackend(t *testing.T) {
 	b, err := Open("auto", 1)
 	if err != nil {
@@ -39,8 +40,18 @@ func TestAutoBackend(t *testing.T) {
 	default:
 		t.Logf("OpenBLAS kernels %q, native AVX2 %v: auto is %s", ob.core, nativeAsm != nil, b.Name())
 	}
-	wantOpenBLAS := oerr == nil && !preferNative(ob.core, nativeAsm != nil)
-	if strings.HasPrefix(b.Name(), "openblas") != wantOpenBLAS {
-		t.Errorf("auto is %s", b.Name())
+	d, derr := OpenOneDNN(1)
+	if derr != nil {
+		t.Logf("no oneDNN: %v", derr)
+	}
+	want := "native"
+	switch {
+	case oerr == nil && !preferNative(ob.core, nativeAsm != nil):
+		want = "openblas"
+	case derr == nil && d.avx512():
+		want = "onednn"
+	}
+	if !strings.HasPrefix(b.Name(), want) {
+		t.Errorf("auto is %s, want %s", b.Name(), want)
 	}
 }

@@ -1,10 +1,10 @@
 // Package blas is mixtune's single seam to general matrix multiplication.
 //
-// Every matmul in the model goes through a Backend: OpenBLAS, loaded at run
-// time without cgo when the machine has it; otherwise Native, mixtune's own
-// pure-Go backend (an AVX2/FMA micro-kernel in Go assembly, a portable Go
-// kernel elsewhere); or gonum's pure-Go implementation, kept as a
-// reference. Matrices are row-major, as in CBLAS with CblasRowMajor.
+// Every matmul in the model goes through a Backend: OpenBLAS or oneDNN,
+// loaded at run time without cgo when the machine has them; otherwise
+// Native, mixtune's own pure-Go backend (an AVX2/FMA micro-kernel in Go
+// assembly, a portable Go kernel elsewhere); or gonum's pure-Go
+// implementation, kept as a reference. Matrices are row-major, as in CBLAS with CblasRowMajor.
 package blas
 
 import (
@@ -23,25 +23,31 @@ type Backend interface {
 }
 
 // Open returns the backend a config or flag names: "auto" (OpenBLAS if it
-// loads and has kernels for this CPU, Native otherwise: see
-// preferNative), "openblas" (an error if it does not load),
-// "native" or "gonum". threads is how many goroutines share one large
-// product (0: GOMAXPROCS).
+// loads and has kernels for this CPU, see preferNative; otherwise oneDNN
+// if it loads and runs its AVX-512 kernels, where it was measured faster
+// than Native; otherwise Native), "openblas" or "onednn" (an error if the
+// library does not load), "native" or "gonum". threads is how many
+// goroutines share one large product (0: GOMAXPROCS).
 func Open(name string, threads int) (Backend, error) {
 	switch strings.ToLower(name) {
 	case "", "auto":
 		if b, err := OpenOpenBLAS(threads); err == nil && !preferNative(b.core, nativeAsm != nil) {
 			return b, nil
 		}
+		if d, err := OpenOneDNN(threads); err == nil && d.avx512() {
+			return d, nil
+		}
 		return Native{Workers: threads}, nil
 	case "openblas":
 		return OpenOpenBLAS(threads)
+	case "onednn":
+		return OpenOneDNN(threads)
 	case "native", "go":
 		return Native{Workers: threads}, nil
 	case "gonum":
 		return Gonum{}, nil
 	}
-	return nil, fmt.Errorf("unknown BLAS backend %q (want auto, openblas, native or gonum)", name)
+	return nil, fmt.Errorf("unknown BLAS backend %q (want auto, openblas, onednn, native or gonum)", name)
 }
 
 // Gemm dispatches on the element type, so generic kernels can call one function.

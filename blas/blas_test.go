@@ -8,14 +8,19 @@ import (
 	"testing"
 )
 
-// backends returns every backend this machine can run; OpenBLAS is skipped
-// (with a note) where the library is absent.
+// backends returns every backend this machine can run; OpenBLAS and oneDNN
+// are skipped (with a note) where the library is absent.
 func backends(t testing.TB) []Backend {
 	bs := []Backend{Gonum{}, Native{}, Native{Workers: 1}}
 	if o, err := OpenOpenBLAS(0); err == nil {
 		bs = append(bs, o)
 	} else {
 		t.Logf("OpenBLAS not tested: %v", err)
+	}
+	if d, err := OpenOneDNN(0); err == nil {
+		bs = append(bs, d)
+	} else {
+		t.Logf("oneDNN not tested: %v", err)
 	}
 	return bs
 }
@@ -91,7 +96,7 @@ func TestGemmAgainstNaive(t *testing.T) {
 }
 
 func TestOpenUnknown(t *testing.T) {
-	if _, err := Open("mkl", 0); err == nil || err.Error() != `unknown BLAS backend "mkl" (want auto, openblas, native or gonum)` {
+	if _, err := Open("mkl", 0); err == nil || err.Error() != `unknown BLAS backend "mkl" (want auto, openblas, onednn, native or gonum)` {
 		t.Fatalf("Open(mkl) error = %v", err)
 	}
 	b, err := Open("gonum", 0)
@@ -102,12 +107,16 @@ func TestOpenUnknown(t *testing.T) {
 
 func TestOpenBLASMissingLibrary(t *testing.T) {
 	t.Setenv("MIXTUNE_OPENBLAS", "/nonexistent/libopenblas.so.0")
+	t.Setenv("MIXTUNE_ONEDNN", "/nonexistent/libdnnl.so.2")
 	if _, err := OpenOpenBLAS(0); err == nil {
 		t.Fatal("OpenOpenBLAS with a missing library succeeded")
 	}
+	if _, err := Open("onednn", 0); err == nil {
+		t.Fatal(`Open("onednn") with a missing library succeeded`)
+	}
 	b, err := Open("auto", 0)
 	if _, native := b.(Native); err != nil || !native {
-		t.Fatalf("auto without OpenBLAS = %v, %v; want the native fallback", b, err)
+		t.Fatalf("auto without OpenBLAS or oneDNN = %v, %v; want the native fallback", b.Name(), err)
 	}
 }
 

@@ -6,14 +6,15 @@ import (
 )
 
 // Kind names a backend as recipes and flags spell it: auto, openblas,
-// native or gonum. Parsing it checks the name, not whether the backend
-// loads: Open does that.
+// onednn, native or gonum. Parsing it checks the name, not whether the
+// backend loads: Open does that.
 type Kind string
 
 // The backends Open knows.
 const (
 	KindAuto     Kind = "auto"
 	KindOpenBLAS Kind = "openblas"
+	KindOneDNN   Kind = "onednn"
 	KindNative   Kind = "native"
 	KindGonum    Kind = "gonum"
 )
@@ -23,12 +24,12 @@ func (k *Kind) UnmarshalText(b []byte) error {
 	switch s := Kind(strings.ToLower(strings.TrimSpace(string(b)))); s {
 	case "", KindAuto:
 		*k = KindAuto
-	case KindOpenBLAS, KindNative, KindGonum:
+	case KindOpenBLAS, KindOneDNN, KindNative, KindGonum:
 		*k = s
 	case "go":
 		*k = KindNative
 	default:
-		return fmt.Errorf("unknown matmul backend %q (want auto, openblas, native or gonum)", b)
+		return fmt.Errorf("unknown matmul backend %q (want auto, openblas, onednn, native or gonum)", b)
 	}
 	return nil
 }

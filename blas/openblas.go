@@ -41,7 +41,7 @@ func (o *OpenBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []fl
 		scaleC(beta, c, m, n, ldc)
 		return
 	}
-	splitRows(o.workers, transA, m, n, k, lda, ldc, func(lo, hi, aOff, cOff int) {
+	splitRows(o.workers, openBLASRowBlock, transA, m, n, k, lda, ldc, func(lo, hi, aOff, cOff int) {
 		o.sgemm(cblasRowMajor, cblasOp(transA), cblasOp(transB), int32(hi-lo), int32(n), int32(k),
 			alpha, &a[aOff], int32(lda), &b[0], int32(ldb), beta, &c[cOff], int32(ldc))
 	})
@@ -55,23 +55,23 @@ func (o *OpenBLAS) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []fl
 		scaleC(beta, c, m, n, ldc)
 		return
 	}
-	splitRows(o.workers, transA, m, n, k, lda, ldc, func(lo, hi, aOff, cOff int) {
+	splitRows(o.workers, openBLASRowBlock, transA, m, n, k, lda, ldc, func(lo, hi, aOff, cOff int) {
 		o.dgemm(cblasRowMajor, cblasOp(transA), cblasOp(transB), int32(hi-lo), int32(n), int32(k),
 			alpha, &a[aOff], int32(lda), &b[0], int32(ldb), beta, &c[cOff], int32(ldc))
 	})
 }
 
+// openBLASRowBlock is the rows of C per OpenBLAS call in a split product.
+const openBLASRowBlock = 128
+
 // splitRows calls gemm on row blocks of C, in parallel when the product
 // is large enough to repay a goroutine. The blocks are always rowBlock
-// rows, whatever the worker count: OpenBLAS picks its kernels by the
-// shape it is given, so the block shape, not the thread count, must decide
-// which kernel computes each row. aOff and cOff are where a block's rows
-// of op(A) and C start.
-func splitRows(workers int, transA bool, m, n, k, lda, ldc int, gemm func(lo, hi, aOff, cOff int)) {
-	const (
-		rowBlock = 128
-		minFlops = 1 << 21 // below ~2 MFLOP a single call is faster
-	)
+// rows, whatever the worker count: OpenBLAS and oneDNN pick their kernels
+// by the shape they are given, so the block shape, not the thread count,
+// must decide which kernel computes each row. aOff and cOff are where a
+// block's rows of op(A) and C start.
+func splitRows(workers, rowBlock int, transA bool, m, n, k, lda, ldc int, gemm func(lo, hi, aOff, cOff int)) {
+	const minFlops = 1 << 21 // below ~2 MFLOP a single call is faster
 	if m <= rowBlock || 2*m*n*k < 2*minFlops {
 		gemm(0, m, 0, 0)
 		return

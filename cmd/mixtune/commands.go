@@ -25,7 +25,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	fs.TextVar(&c.Mode, "mode", data.Pad, "pad (one row per example) or pack (the recipe's data.mode)")
 	textFlags(fs, &c.Text)
 	fs.TextVar(&c.Text.LossOn, "loss-on", data.LossAssistant, "conversations: assistant, last_turn or all (the recipe's data.loss_on)")
-	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, native or gonum")
+	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, onednn, native or gonum")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -60,7 +60,7 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&c.Sampling.Temperature, "temperature", 0, "0: greedy; otherwise sample from softmax(logits/temperature)")
 	fs.IntVar(&c.Sampling.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
 	fs.Uint64Var(&c.Sampling.Seed, "seed", 0, "sampling seed")
-	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, native or gonum")
+	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, onednn, native or gonum")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|native|gonum] [--precision P] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--precision P] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -101,7 +101,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.SeqLen, "seq", c.SeqLen, "sequence length")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "sequences per step")
 	fs.IntVar(&c.Rank, "rank", c.Rank, "LoRA rank")
-	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, native or gonum")
+	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, onednn, native or gonum")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "untimed steps first")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
