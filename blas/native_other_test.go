@@ -3,3 +3,4 @@
 package blas
 
 func cpuHasAVX2FMA() bool { return false }
+func cpuHasAVX512F() bool { return false }

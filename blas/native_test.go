@@ -186,6 +186,9 @@ func TestNativeSgemmBackend(t *testing.T) {
 	want := "native (Go, portable kernel)"
 	if cpuHasAVX2FMA() {
 		want = "native (Go, AVX2/FMA kernel)"
+		if cpuHasAVX512F() {
+			want = "native (Go, AVX-512/FMA kernel)"
+		}
 	}
 	if be.Name() != want {
 		t.Fatalf("Name() = %q, want %q", be.Name(), want)

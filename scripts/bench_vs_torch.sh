@@ -10,8 +10,9 @@
 #   smollm2 vocab 49152, dim 576, 30 layers, 9 heads, FFN 1536, seq 512, batch 1
 #           (SmolLM2-135M's sizes with full multi-head attention: the peer
 #           has no grouped-query attention)
-# mixtune runs on its native backend (what a machine without OpenBLAS
-# runs) and, when libopenblas.so.0 loads, on OpenBLAS too. The runs
+# mixtune runs on its native backend (what a machine without native
+# libraries runs) and, when they load, on oneDNN (libdnnl.so.2) and
+# OpenBLAS (libopenblas.so.0) too. The runs
 # alternate within each round (default 2 rounds of STEPS=5 timed steps);
 # the table shows each one's best tokens/s and its peak RSS. PyTorch and
 # OpenBLAS are installed with apt-get when absent (the script says so);
@@ -36,9 +37,11 @@ if [ -f "$peer" ] && $py -c 'import torch' 2>/dev/null; then
 fi
 go build -o bin/mixtune ./cmd/mixtune
 backends=(native)
-if bin/mixtune bench --blas openblas --steps 1 --json >/dev/null 2>&1; then
-	backends+=(openblas)
-fi
+for b in onednn openblas; do
+	if bin/mixtune bench --blas "$b" --steps 1 --json >/dev/null 2>&1; then
+		backends+=("$b")
+	fi
+done
 declare -A shape=(
 	[bench]="--vocab 512 --dim 256 --layers 4 --heads 8"
 	[mid]="--vocab 8192 --dim 512 --layers 8 --heads 8"
