@@ -3,7 +3,8 @@
 #
 # How a LoRA step's time and memory grow, with and without activation
 # checkpointing (bench --checkpoint): LoRA r=8 on q,k,v,o, AdamW, bf16
-# compute on a bf16 frozen base, batch 1, mixtune's native backend.
+# compute on a bf16 frozen base, batch 1, on mixtune's native backend (what
+# a machine without native libraries runs; BLAS=onednn|auto picks another).
 #   seq_len: SmolLM2-135M's shape (vocab 49152, dim 576, 30 layers, 9 heads,
 #            3 key/value heads, FFN 1536) at 512, 1024, 2048 and 4096 tokens
 #   size:    the bench, mid and SmolLM2 shapes and TinyLlama-1.1B's (vocab
@@ -12,13 +13,16 @@
 #   1.1B:    TinyLlama-1.1B's shape at 2048 tokens, and PyTorch at the same
 #            shape (scripts/torch_llama_peer.py, torch.autocast bf16 on a
 #            bf16 base, torch.utils.checkpoint) when /usr/bin/python3 has torch
-# A run whose RSS passes $RSS_LIMIT_GB (default 20) is stopped and shown
-# as such, so the machine never runs out of memory. Prints a markdown
+# A run whose RSS passes $RSS_LIMIT_GB GiB (default 19) is stopped and shown
+# as such, before the kernel's OOM killer takes it (or something else); a
+# run the kernel kills anyway is shown as out of memory. Prints a markdown
 # table; the raw JSON lines go to OUT.jsonl (default bench_growth.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench_growth.jsonl}
-limit_kb=$(( ${RSS_LIMIT_GB:-20} * 1024 * 1024 ))
+limit_gb=${RSS_LIMIT_GB:-19}
+limit_kb=$(( limit_gb * 1024 * 1024 ))
+blas=${BLAS:-native}
 go build -o bin/mixtune ./cmd/mixtune
 : >"$out"
 
@@ -41,7 +45,7 @@ watch() {
 			echo killed
 			return
 		fi
-		sleep 2
+		sleep 0.5
 	done
 }
 
@@ -50,13 +54,15 @@ run() {
 	local table=$1 name=$2 seq=$3 ckpt=$4 steps=$5
 	shift 5
 	echo "$table $name seq $seq checkpoint $ckpt (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-	bin/mixtune bench "$@" --seq "$seq" --batch 1 --precision bf16 --base-dtype bf16 --blas native \
+	bin/mixtune bench "$@" --seq "$seq" --batch 1 --precision bf16 --base-dtype bf16 --blas "$blas" \
 		--checkpoint="$ckpt" --steps "$steps" --warmup 1 --json >"$out.one" 2>/dev/null &
-	local pid=$! verdict
+	local pid=$! verdict rc=0
 	verdict=$(watch $pid)
-	wait $pid || true
+	wait $pid || rc=$?
 	if [ "$verdict" = killed ]; then
-		echo "{\"table\": \"$table\", \"name\": \"$name\", \"seq\": $seq, \"checkpoint\": $ckpt, \"who\": \"mixtune\", \"killed_gb\": ${RSS_LIMIT_GB:-20}}" >>"$out"
+		echo "{\"table\": \"$table\", \"name\": \"$name\", \"seq\": $seq, \"checkpoint\": $ckpt, \"who\": \"mixtune\", \"killed_gb\": $limit_gb}" >>"$out"
+	elif [ "$rc" -eq 137 ]; then
+		echo "{\"table\": \"$table\", \"name\": \"$name\", \"seq\": $seq, \"checkpoint\": $ckpt, \"who\": \"mixtune\", \"oom\": true}" >>"$out"
 	elif [ -s "$out.one" ]; then
 		echo "{\"table\": \"$table\", \"name\": \"$name\", \"seq\": $seq, \"checkpoint\": $ckpt, \"who\": \"mixtune\", \"r\": $(tail -1 "$out.one")}" >>"$out"
 	fi
@@ -87,7 +93,7 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 	verdict=$(watch $pid)
 	wait $pid || true
 	if [ "$verdict" = killed ]; then
-		echo "{\"table\": \"1.1B\", \"name\": \"tinyllama\", \"seq\": 2048, \"checkpoint\": true, \"who\": \"PyTorch\", \"killed_gb\": ${RSS_LIMIT_GB:-20}}" >>"$out"
+		echo "{\"table\": \"1.1B\", \"name\": \"tinyllama\", \"seq\": 2048, \"checkpoint\": true, \"who\": \"PyTorch\", \"killed_gb\": $limit_gb}" >>"$out"
 	elif [ -s "$out.one" ]; then
 		echo "{\"table\": \"1.1B\", \"name\": \"tinyllama\", \"seq\": 2048, \"checkpoint\": true, \"who\": \"PyTorch\", \"r\": $(tail -1 "$out.one")}" >>"$out"
 	fi
@@ -99,7 +105,9 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def cell(r):
     if "killed_gb" in r:
-        return f"stopped above {r['killed_gb']} GB"
+        return f"stopped above {r['killed_gb']} GiB"
+    if r.get("oom"):
+        return "killed by the kernel: out of memory"
     d = r["r"]
     rss = d.get("peak_rss_bytes", d.get("peak_rss_mib", 0) * 2**20)
     return f"{d['tokens_per_s']:.1f} tok/s, {rss / 2**30:.2f} GiB"
