@@ -88,6 +88,16 @@ func SgemmFinish(be Backend, transA, transB bool, m, n, k int, alpha float32, a 
 	done(0, m, 0, n)
 }
 
+// Widener is a Finisher that reads op(B) as 16-bit values (bf16 or fp16
+// bits), widening each block to float32 with widen just before packing it:
+// a frozen 16-bit weight feeds the fp32 kernel with no float32 copy and no
+// product split into blocks of the weight (each of which would pack op(A)
+// again). The result is the bits of SgemmFinish on the widened B.
+type Widener interface {
+	Finisher
+	SgemmWiden(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int))
+}
+
 // checkGemm reports GEMM arguments that would read or write past a slice
 // (la, lb and lc are the lengths of a, b and c): programmer errors, which
 // the native and OpenBLAS backends turn into panics as gonum does, and

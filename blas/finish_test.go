@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/mixtune/mixtune/amp"
 )
 
 // SgemmFinish computes what Sgemm computes and calls done on disjoint
@@ -54,6 +56,63 @@ func TestNativeSgemmFinish(t *testing.T) {
 					}
 					if g, w := math.Float32bits(-got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
 						t.Fatalf("%s %v: C[%d][%d] = %v, Sgemm gave %v", kname, tc, i, j, -got[i*tc.ldc+j], ref[i*tc.ldc+j])
+					}
+				}
+			}
+		}
+	}
+}
+
+// SgemmWiden on 16-bit B gives the bits of SgemmFinish on B widened to
+// float32 beforehand, with done covering C once: for bf16 and fp16 bits,
+// both layouts of B, padded rows, and products split by rows (B packed
+// once for all workers, past nativeNC and in several k spans) and by
+// columns (each worker widening its own blocks).
+func TestNativeSgemmWiden(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for kname, impl := range nativeImpls(t) {
+		for _, f := range []amp.Format{amp.BF16, amp.FP16} {
+			for _, s := range []struct {
+				tA, tB  bool
+				m, n, k int
+				pad     int
+				workers int
+			}{
+				{false, true, 301, 203, 700, 0, 1},
+				{false, true, 301, 203, 700, 3, 3},
+				{false, false, 250, 1030, 300, 0, 2}, // by rows, past NC
+				{true, false, 12, 1100, 600, 5, 2},   // by columns
+				{false, true, 150, 1030, 1030, 0, 2}, // op(B) shared in two k spans
+				{false, false, 7, 5, 33, 1, 1},
+			} {
+				tc := newNativeCase(rng, s.tA, s.tB, s.m, s.n, s.k, s.pad, 1, 0)
+				bits := make([]uint16, len(tc.b))
+				for i, v := range tc.b {
+					bits[i] = f.Bits16(v)
+				}
+				f.FromBits16Slice(tc.b, bits) // B now holds exactly the 16-bit values
+				ref := append([]float32(nil), tc.c...)
+				nativeSgemmFinish(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, tc.b, tc.ldb, tc.beta, ref, tc.ldc, func(int, int, int, int) {})
+				got := append([]float32(nil), tc.c...)
+				var mu sync.Mutex
+				seen := make([]int, s.m*s.n)
+				nativeSgemmWiden(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, bits, f.FromBits16Slice, tc.ldb, tc.beta, got, tc.ldc, func(i0, i1, j0, j1 int) {
+					mu.Lock()
+					defer mu.Unlock()
+					for i := i0; i < i1; i++ {
+						for j := j0; j < j1; j++ {
+							seen[i*s.n+j]++
+						}
+					}
+				})
+				for i := range s.m {
+					for j := range s.n {
+						if seen[i*s.n+j] != 1 {
+							t.Fatalf("%s %v %v: C[%d][%d] finished %d times", kname, f, tc, i, j, seen[i*s.n+j])
+						}
+						if g, w := math.Float32bits(got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
+							t.Fatalf("%s %v %v: C[%d][%d] = %v, SgemmFinish on the widened B gave %v", kname, f, tc, i, j, got[i*tc.ldc+j], ref[i*tc.ldc+j])
+						}
 					}
 				}
 			}

@@ -147,6 +147,41 @@ func nativeSgemmFinish(impl *nativeImpl, split nativeSplit, transA, transB bool,
 		return 1
 	}
 	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
+	return g.compute(split, m, n)
+}
+
+// SgemmWiden is SgemmFinish with op(B) given as 16-bit values (see Widener):
+// each k slice × column block of B is widened into a worker's scratch just
+// before it is packed, so the product is the bits of SgemmFinish on the
+// widened B, without a float32 copy of B or a call per block of it.
+func (be Native) SgemmWiden(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	nativeSgemmWiden(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, widen, ldb, beta, c, ldc, done)
+}
+
+// nativeSgemmWiden is Native.SgemmWiden with the implementation and the
+// splitting policy as parameters (see nativeSgemm).
+func nativeSgemmWiden(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) (used int) {
+	if err := checkGemm("native SgemmWiden", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
+		panic(err.Error()) // a caller bug: panic as gonum does
+	}
+	if m == 0 || n == 0 {
+		return 0
+	}
+	if alpha == 0 || k == 0 {
+		nativeScale(m, n, beta, c, ldc)
+		if done != nil {
+			done(0, m, 0, n)
+		}
+		return 1
+	}
+	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b16: b, widen: widen, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
+	return g.compute(split, m, n)
+}
+
+// compute runs the product on as many goroutines as split allows and
+// returns how many did.
+func (g *nativeGemm) compute(split nativeSplit, m, n int) int {
+	k := g.k
 	// The k-blocking depends on k alone: nb slices of nearly equal size.
 	nb := (k + nativeKC - 1) / nativeKC
 	g.kc = (k + nb - 1) / nb
@@ -211,7 +246,7 @@ func (g *nativeGemm) parallelRows(workers, m, n, mt int) {
 			p1 := min(g.k, p0+kspan)
 			// k slice pc is packed at bp[(pc-p0)·ncMax:].
 			for pc := p0; pc < p1; pc += g.kc {
-				g.packB(bp[(pc-p0)*ncMax:], pc, min(g.kc, g.k-pc), jc, nc)
+				g.packB(bufs, bp[(pc-p0)*ncMax:], pc, min(g.kc, g.k-pc), jc, nc)
 			}
 			var next atomic.Int64
 			nativeParallel(workers, func() {
@@ -280,11 +315,16 @@ type nativeGemm struct {
 	a, b, c        []float32
 	lda, ldb, ldc  int
 	done           func(i0, i1, j0, j1 int) // nil, or called on each final block
+	// b16, when not nil, is B as 16-bit values, which widen converts to
+	// float32 (b is then nil).
+	b16   []uint16
+	widen func(dst []float32, src []uint16)
 }
 
-// nativeBuffers are one worker's packing buffers, recycled through a pool.
+// nativeBuffers are one worker's packing buffers, recycled through a pool:
+// w holds a block of a 16-bit B widened for packing.
 type nativeBuffers struct {
-	a, b []float32
+	a, b, w []float32
 }
 
 var nativePool = sync.Pool{New: func() any { return new(nativeBuffers) }}
@@ -316,7 +356,7 @@ func (g *nativeGemm) run(i0, i1, j0, j1 int) {
 		nc := min(nativeNC, j1-jc)
 		for pc := 0; pc < g.k; pc += g.kc {
 			kc := min(g.kc, g.k-pc)
-			g.packB(bp, pc, kc, jc, nc)
+			g.packB(bufs, bp, pc, kc, jc, nc)
 			g.block(ap, bp, i0, i1, jc, nc, pc, kc)
 		}
 	}
@@ -420,9 +460,29 @@ func (g *nativeGemm) packA(ap []float32, ic, mc, pc, kc int) {
 
 // packB packs k-rows [pc, pc+kc) × columns [jc, jc+nc) of op(B) into
 // micro-panels of nativeNR columns: bp[(jr/NR)·NR·kc + p·NR + j] =
-// op(B)[pc+p][jc+jr+j], columns past nc zero-filled.
-func (g *nativeGemm) packB(bp []float32, pc, kc, jc, nc int) {
-	b, ldb := g.b, g.ldb
+// op(B)[pc+p][jc+jr+j], columns past nc zero-filled. A 16-bit B is first
+// widened, that block of it only, into bufs.w.
+func (g *nativeGemm) packB(bufs *nativeBuffers, bp []float32, pc, kc, jc, nc int) {
+	if g.b16 == nil {
+		g.packBFrom(bp, g.b, g.ldb, pc, kc, jc, nc)
+		return
+	}
+	w := nativeAlign(&bufs.w, kc*nc)
+	if g.transB { // op(B)[p][j] = b[j·ldb+p]: nc rows of kc
+		for j := range nc {
+			g.widen(w[j*kc:(j+1)*kc], g.b16[(jc+j)*g.ldb+pc:][:kc])
+		}
+		g.packBFrom(bp, w, kc, 0, kc, 0, nc)
+		return
+	}
+	for p := range kc { // op(B)[p][j] = b[p·ldb+j]: kc rows of nc
+		g.widen(w[p*nc:(p+1)*nc], g.b16[(pc+p)*g.ldb+jc:][:nc])
+	}
+	g.packBFrom(bp, w, nc, 0, kc, 0, nc)
+}
+
+// packBFrom is packB from the float32 matrix b with leading dimension ldb.
+func (g *nativeGemm) packBFrom(bp, b []float32, ldb, pc, kc, jc, nc int) {
 	for jr := 0; jr < nc; jr += nativeNR {
 		nr := min(nativeNR, nc-jr)
 		dst := bp[jr*kc : (jr+nativeNR)*kc]

@@ -197,9 +197,14 @@ func allZero(xs []float32) bool {
 }
 
 // A frozen weight kept as 16-bit values computes what the same values held
-// in fp32 compute: the block-by-block conversion is exact.
+// in fp32 compute: the block-by-block conversion (gonum) and the widening
+// as the native backend packs W (blas.Widener) are exact.
 func TestSixteenBitWeights(t *testing.T) {
-	for _, f := range []amp.Format{amp.BF16, amp.FP16} {
+	for _, c := range []struct {
+		f  amp.Format
+		be blas.Backend
+	}{{amp.BF16, blas.Gonum{}}, {amp.FP16, blas.Gonum{}}, {amp.BF16, blas.Native{Workers: 2}}, {amp.FP16, blas.Native{Workers: 3}}} {
+		f := c.f
 		rng := rand.New(rand.NewPCG(9, 9))
 		// wide enough that the forward converts W in 10 row blocks (16 rows
 		// of 16392) and dx in 10 column slabs (150 rows of 1747), the last
@@ -222,7 +227,7 @@ func TestSixteenBitWeights(t *testing.T) {
 			xs[i] = rng.Float32()
 		}
 		run := func(sixteen bool) (y, dx, emb []float32) {
-			b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 2}, tensor.Float32)
+			b := NewBuilder(&Engine{BLAS: c.be, Workers: 2}, tensor.Float32)
 			x := b.Param("x", []int{n, in}, append([]float32(nil), xs...), true)
 			var w, tb *G.Node
 			if sixteen {

@@ -44,7 +44,22 @@ func (e *Engine) sgemmRound(f amp.Format, grad, transA, transB bool, m, n, k int
 		e.BLAS.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
 		return
 	}
-	rows := func(i0, i1, j0, j1 int) {
+	rows := e.roundBlock(f, grad, c, ldc)
+	if _, ok := e.BLAS.(blas.Finisher); ok {
+		blas.SgemmFinish(e.BLAS, transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc, rows)
+	} else { // the GEMM, then a parallel pass over C
+		e.BLAS.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
+		e.parallel(m, max(1, (1<<14)/n), func(i0, i1 int) { rows(i0, i1, 0, n) })
+	}
+	if grad {
+		e.Grads.rounded.Add(int64(m) * int64(n))
+	}
+}
+
+// roundBlock returns the epilogue that rounds a block of C (row stride
+// ldc) to f, counting the values a gradient's rounding sends to zero.
+func (e *Engine) roundBlock(f amp.Format, grad bool, c []float32, ldc int) func(i0, i1, j0, j1 int) {
+	return func(i0, i1, j0, j1 int) {
 		under := 0
 		for i := i0; i < i1; i++ {
 			row := c[i*ldc+j0 : i*ldc+j1]
@@ -57,15 +72,6 @@ func (e *Engine) sgemmRound(f amp.Format, grad, transA, transB bool, m, n, k int
 		if under > 0 {
 			e.Grads.underflowed.Add(int64(under))
 		}
-	}
-	if _, ok := e.BLAS.(blas.Finisher); ok {
-		blas.SgemmFinish(e.BLAS, transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc, rows)
-	} else { // the GEMM, then a parallel pass over C
-		e.BLAS.Sgemm(transA, transB, m, n, k, 1, a, lda, b, ldb, 0, c, ldc)
-		e.parallel(m, max(1, (1<<14)/n), func(i0, i1 int) { rows(i0, i1, 0, n) })
-	}
-	if grad {
-		e.Grads.rounded.Add(int64(m) * int64(n))
 	}
 }
 
@@ -109,6 +115,9 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	case []uint16:
 		// y[:, r0:r1] = x · W[r0:r1]ᵀ, one block of weight rows at a time
 		yf, xf := any(y).([]float32), any(x).([]float32)
+		if o.w16.sgemm(o.eng, o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, w, o.in, yf, o.outF) {
+			break
+		}
 		o.w16.rowBlocks(o.eng, w, o.outF, o.in, func(r0, r1 int, wb []float32) {
 			o.eng.sgemmRound(o.out, false, false, true, o.n, r1-r0, o.in, xf, o.in, wb, o.in, yf[r0:], o.outF)
 		})
@@ -156,6 +165,9 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		g := vs[0].Data().([]float32)
 		t, c := o.buf.get()
 		dx := any(c).([]float32)
+		if o.w16.sgemm(o.eng, o.out, true, false, false, o.m, o.n, o.k, g, o.k, w, o.n, dx, o.n) {
+			return t, nil
+		}
 		o.w16.colBlocks(o.eng, w, o.k, o.n, func(c0, c1 int, wb []float32) {
 			o.eng.sgemmRound(o.out, true, false, false, o.m, c1-c0, o.k, g, o.k, wb, c1-c0, dx[c0:], o.n)
 		})

@@ -5,6 +5,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 )
 
 // Param16 adds a frozen weight kept as 16-bit values (bf16 or fp16 bits):
@@ -52,6 +53,35 @@ func (w *weights16) finish(e *Engine, blk []float32) {
 	if w.compute != amp.FP32 && w.compute != w.stored {
 		roundAll(e, w.compute, blk)
 	}
+}
+
+// sgemm computes C = op(A)·op(W) for the 16-bit W (bits, row stride ldw)
+// in one product, rounded to f as Engine.sgemmRound rounds, when the
+// backend widens W as it packs it (blas.Widener): the same bits as the
+// product of W widened whole, and no block of W converted ahead or op(A)
+// packed once per block. It reports false, having done nothing, on other
+// backends; the caller then goes block by block.
+func (w *weights16) sgemm(e *Engine, f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, bits []uint16, ldw int, c []float32, ldc int) bool {
+	wd, ok := e.BLAS.(blas.Widener)
+	if !ok {
+		return false
+	}
+	widen := w.stored.FromBits16Slice
+	if w.compute != amp.FP32 && w.compute != w.stored {
+		widen = func(dst []float32, src []uint16) {
+			w.stored.FromBits16Slice(dst, src)
+			w.compute.RoundSlice(dst)
+		}
+	}
+	var done func(i0, i1, j0, j1 int)
+	if f != amp.FP32 {
+		done = e.roundBlock(f, grad, c, ldc)
+	}
+	wd.SgemmWiden(transA, transB, m, n, k, 1, a, lda, bits, widen, ldw, 0, c, ldc, done)
+	if grad && f != amp.FP32 {
+		e.Grads.rounded.Add(int64(m) * int64(n))
+	}
+	return true
 }
 
 // rowBlocks calls fn for consecutive blocks of rows [r0, r1) of a
