@@ -91,9 +91,11 @@ func (f Format) RoundTo(dst, src []float32) {
 		for i := n; i < len(src); i++ {
 			dst[i] = roundBF16(src[i])
 		}
-	default:
-		copy(dst, src)
-		f.RoundSlice(dst)
+	case FP16:
+		n, _ := roundFP16Fast(dst, src, 0)
+		for i := n; i < len(src); i++ {
+			dst[i] = roundFP16(src[i])
+		}
 	}
 }
 
@@ -115,13 +117,16 @@ func (f Format) RoundCount(dst, src []float32) int {
 			dst[i] = roundBF16(src[i])
 		}
 		return under
+	case FP16:
+		n, under := roundFP16Fast(dst, src, fp16Underflow)
+		under += countUnderflowScalar(src[n:], fp16Underflow)
+		for i := n; i < len(src); i++ {
+			dst[i] = roundFP16(src[i])
+		}
+		return under
 	}
-	under := f.Underflows(src)
-	if &dst[0] != &src[0] {
-		copy(dst, src)
-	}
-	f.RoundSlice(dst)
-	return under
+	copy(dst, src) // no other format exists; rounding to an unknown one keeps the values
+	return 0
 }
 
 const (

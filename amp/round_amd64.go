@@ -10,9 +10,9 @@ import "golang.org/x/sys/cpu"
 // emulating a low precision small.
 var haveAVX2 = cpu.X86.HasAVX2
 
-// haveAVX512 (F, with the OS saving the ZMM state, and POPCNT): bf16
-// rounding runs sixteen values at a time, with the underflow count in the
-// same pass.
+// haveAVX512 (F, with the OS saving the ZMM state, and POPCNT): bf16 and
+// fp16 rounding run sixteen values at a time, with the underflow count in
+// the same pass.
 var haveAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasPOPCNT
 
 //go:noescape
@@ -29,6 +29,19 @@ func roundBF16Fast(dst, src []float32, limit uint32) (done, under int) {
 	}
 	_ = dst[n-1]
 	return n, roundBF16CountAVX512(&dst[0], &src[0], n, limit)
+}
+
+//go:noescape
+func roundFP16CountAVX512(dst, src *float32, n int, limit uint32) int
+
+// roundFP16Fast is roundBF16Fast for fp16.
+func roundFP16Fast(dst, src []float32, limit uint32) (done, under int) {
+	n := len(src) &^ 15
+	if !haveAVX512 || n == 0 {
+		return 0, 0
+	}
+	_ = dst[n-1]
+	return n, roundFP16CountAVX512(&dst[0], &src[0], n, limit)
 }
 
 //go:noescape
@@ -52,6 +65,9 @@ func roundBF16Slice(xs []float32) {
 }
 
 func roundFP16Slice(xs []float32) {
+	if n, _ := roundFP16Fast(xs, xs, 0); n > 0 {
+		xs = xs[n:]
+	}
 	n := len(xs) &^ 7
 	if haveAVX2 && n > 0 {
 		roundFP16AVX2(xs[:n])

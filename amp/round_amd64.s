@@ -257,3 +257,71 @@ cloop:
 cdone:
 	MOVQ R8, ret+32(FP)
 	RET
+
+// func roundFP16CountAVX512(dst, src *float32, n int, limit uint32) int
+// n is a multiple of 16; dst may equal src. Per lane, dst = roundFP16(u)
+// (the recipe of roundFP16AVX2), and the result counts the lanes whose
+// magnitude a satisfies 0 < a <= limit, as roundBF16CountAVX512 does.
+TEXT ·roundFP16CountAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ R8, R8                    // count
+	SHRQ $4, CX
+	JZ   fdone
+	MOVL $0xfff, AX
+	VPBROADCASTD AX, Z6            // bias
+	MOVL $1, AX
+	VPBROADCASTD AX, Z7            // one
+	MOVL $0xffffe000, AX
+	VPBROADCASTD AX, Z8            // keep 10 mantissa bits
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z9            // abs mask
+	MOVL $0x38800000, AX
+	VPBROADCASTD AX, Z10           // 2^-14
+	MOVL $0x477fefff, AX
+	VPBROADCASTD AX, Z11           // just below 65520
+	MOVL $0x7f800000, AX
+	VPBROADCASTD AX, Z12           // +Inf bits
+	MOVL $0x3f000000, AX
+	VPBROADCASTD AX, Z13           // 0.5
+	MOVL $0x80000000, AX
+	VPBROADCASTD AX, Z14           // sign
+	MOVL $0x00400000, AX
+	VPBROADCASTD AX, Z15           // quiet bit
+	MOVL limit+24(FP), AX
+	VPBROADCASTD AX, Z16           // limit
+floop:
+	VMOVDQU32 (SI), Z0             // u
+	VPANDD    Z9, Z0, Z1           // a
+	VPSUBD    Z7, Z1, Z17          // a-1
+	VPCMPUD   $1, Z16, Z17, K2     // a-1 < limit: underflows
+	KMOVW     K2, AX
+	POPCNTL   AX, AX
+	ADDQ      AX, R8
+	VPANDD    Z14, Z0, Z2          // sign
+	VPSRLD    $13, Z0, Z3
+	VPANDD    Z7, Z3, Z3
+	VPADDD    Z6, Z0, Z4
+	VPADDD    Z3, Z4, Z4
+	VPANDD    Z8, Z4, Z4           // normal result
+	VPCMPUD   $1, Z10, Z1, K1      // a < 2^-14: subnormal
+	VADDPS    Z13, Z1, Z5
+	VSUBPS    Z13, Z5, Z5
+	VPORD     Z2, Z5, Z5           // subnormal result
+	VMOVDQA32 Z5, K1, Z4
+	VPCMPUD   $6, Z11, Z1, K1      // a > 0x477fefff: ±Inf
+	VPORD     Z12, Z2, Z5
+	VMOVDQA32 Z5, K1, Z4
+	VPCMPUD   $6, Z12, Z1, K1      // a > Inf: NaN
+	VPORD     Z15, Z0, Z5          // NaN kept NaN
+	VMOVDQA32 Z5, K1, Z4
+	VMOVDQU32 Z4, (DI)
+	ADDQ      $64, SI
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       floop
+	VZEROUPPER
+fdone:
+	MOVQ R8, ret+32(FP)
+	RET
