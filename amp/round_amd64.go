@@ -23,12 +23,18 @@ func roundBF16CountAVX512(dst, src *float32, n int, limit uint32) int
 // values of magnitude in (0, limit]; it returns how many values it did
 // and the count.
 func roundBF16Fast(dst, src []float32, limit uint32) (done, under int) {
+	return roundFast(roundBF16CountAVX512, dst, src, limit)
+}
+
+// roundFast runs an AVX-512 rounding kernel over the leading multiple of
+// 16 values of src, where the CPU has AVX-512.
+func roundFast(kernel func(dst, src *float32, n int, limit uint32) int, dst, src []float32, limit uint32) (done, under int) {
 	n := len(src) &^ 15
 	if !haveAVX512 || n == 0 {
 		return 0, 0
 	}
 	_ = dst[n-1]
-	return n, roundBF16CountAVX512(&dst[0], &src[0], n, limit)
+	return n, kernel(&dst[0], &src[0], n, limit)
 }
 
 //go:noescape
@@ -36,12 +42,7 @@ func roundFP16CountAVX512(dst, src *float32, n int, limit uint32) int
 
 // roundFP16Fast is roundBF16Fast for fp16.
 func roundFP16Fast(dst, src []float32, limit uint32) (done, under int) {
-	n := len(src) &^ 15
-	if !haveAVX512 || n == 0 {
-		return 0, 0
-	}
-	_ = dst[n-1]
-	return n, roundFP16CountAVX512(&dst[0], &src[0], n, limit)
+	return roundFast(roundFP16CountAVX512, dst, src, limit)
 }
 
 //go:noescape

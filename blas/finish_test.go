@@ -1,6 +1,7 @@
 package blas
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -33,27 +34,18 @@ func TestNativeSgemmFinish(t *testing.T) {
 			tc := newNativeCase(rng, s.tA, s.tB, s.m, s.n, s.k, 1, 0.75, s.beta)
 			ref := tc.run(impl, s.workers)
 			got := append([]float32(nil), tc.c...)
-			var mu sync.Mutex
-			seen := make([]int, s.m*s.n)
+			blocks := newDoneBlocks(s.m, s.n)
 			nativeSgemmFinish(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, tc.b, tc.ldb, tc.beta, got, tc.ldc, func(i0, i1, j0, j1 int) {
 				for i := i0; i < i1; i++ {
 					for j := j0; j < j1; j++ {
 						got[i*tc.ldc+j] = -got[i*tc.ldc+j]
 					}
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				for i := i0; i < i1; i++ {
-					for j := j0; j < j1; j++ {
-						seen[i*s.n+j]++
-					}
-				}
+				blocks.done(i0, i1, j0, j1)
 			})
+			blocks.check(t, fmt.Sprintf("%s %v", kname, tc))
 			for i := range s.m {
 				for j := range s.n {
-					if seen[i*s.n+j] != 1 {
-						t.Fatalf("%s %v: C[%d][%d] finished %d times", kname, tc, i, j, seen[i*s.n+j])
-					}
 					if g, w := math.Float32bits(-got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
 						t.Fatalf("%s %v: C[%d][%d] = %v, Sgemm gave %v", kname, tc, i, j, -got[i*tc.ldc+j], ref[i*tc.ldc+j])
 					}
@@ -94,28 +86,47 @@ func TestNativeSgemmWiden(t *testing.T) {
 				ref := append([]float32(nil), tc.c...)
 				nativeSgemmFinish(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, tc.b, tc.ldb, tc.beta, ref, tc.ldc, func(int, int, int, int) {})
 				got := append([]float32(nil), tc.c...)
-				var mu sync.Mutex
-				seen := make([]int, s.m*s.n)
-				nativeSgemmWiden(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, bits, f.FromBits16Slice, tc.ldb, tc.beta, got, tc.ldc, func(i0, i1, j0, j1 int) {
-					mu.Lock()
-					defer mu.Unlock()
-					for i := i0; i < i1; i++ {
-						for j := j0; j < j1; j++ {
-							seen[i*s.n+j]++
-						}
-					}
-				})
+				blocks := newDoneBlocks(s.m, s.n)
+				nativeSgemmWiden(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, bits, f.FromBits16Slice, tc.ldb, tc.beta, got, tc.ldc, blocks.done)
+				blocks.check(t, fmt.Sprintf("%s %v %v", kname, f, tc))
 				for i := range s.m {
 					for j := range s.n {
-						if seen[i*s.n+j] != 1 {
-							t.Fatalf("%s %v %v: C[%d][%d] finished %d times", kname, f, tc, i, j, seen[i*s.n+j])
-						}
 						if g, w := math.Float32bits(got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
 							t.Fatalf("%s %v %v: C[%d][%d] = %v, SgemmFinish on the widened B gave %v", kname, f, tc, i, j, got[i*tc.ldc+j], ref[i*tc.ldc+j])
 						}
 					}
 				}
 			}
+		}
+	}
+}
+
+// doneBlocks records which elements of an m×n C the done callbacks of a
+// Finisher covered, from any goroutine.
+type doneBlocks struct {
+	mu   sync.Mutex
+	n    int
+	seen []int
+}
+
+func newDoneBlocks(m, n int) *doneBlocks { return &doneBlocks{n: n, seen: make([]int, m*n)} }
+
+func (d *doneBlocks) done(i0, i1, j0, j1 int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := i0; i < i1; i++ {
+		for j := j0; j < j1; j++ {
+			d.seen[i*d.n+j]++
+		}
+	}
+}
+
+// check fails unless every element was finished exactly once.
+func (d *doneBlocks) check(t *testing.T, what string) {
+	t.Helper()
+	for idx, times := range d.seen {
+		if times != 1 {
+			t.Fatalf("%s: C[%d][%d] finished %d times", what, idx/d.n, idx%d.n, times)
 		}
 	}
 }

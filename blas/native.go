@@ -133,21 +133,8 @@ func nativeSgemm(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n,
 // nativeSgemmFinish is nativeSgemm with an optional done callback (see
 // Finisher).
 func nativeSgemmFinish(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) (used int) {
-	if err := checkGemm("native Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
-		panic(err.Error()) // a caller bug: panic as gonum does
-	}
-	if m == 0 || n == 0 {
-		return 0
-	}
-	if alpha == 0 || k == 0 {
-		nativeScale(m, n, beta, c, ldc)
-		if done != nil {
-			done(0, m, 0, n)
-		}
-		return 1
-	}
 	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b: b, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
-	return g.compute(split, m, n)
+	return g.compute("native Sgemm", split, m, n, len(b))
 }
 
 // SgemmWiden is SgemmFinish with op(B) given as 16-bit values (see Widener):
@@ -161,27 +148,28 @@ func (be Native) SgemmWiden(transA, transB bool, m, n, k int, alpha float32, a [
 // nativeSgemmWiden is Native.SgemmWiden with the implementation and the
 // splitting policy as parameters (see nativeSgemm).
 func nativeSgemmWiden(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) (used int) {
-	if err := checkGemm("native SgemmWiden", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
+	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b16: b, widen: widen, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
+	return g.compute("native SgemmWiden", split, m, n, len(b))
+}
+
+// compute checks the arguments (lenB is the length of B, whichever slice
+// holds it), runs the product on as many goroutines as split allows and
+// returns how many did.
+func (g *nativeGemm) compute(name string, split nativeSplit, m, n, lenB int) int {
+	k, c, ldc := g.k, g.c, g.ldc
+	if err := checkGemm(name, g.transA, g.transB, m, n, k, len(g.a), g.lda, lenB, g.ldb, len(c), ldc); err != nil {
 		panic(err.Error()) // a caller bug: panic as gonum does
 	}
 	if m == 0 || n == 0 {
 		return 0
 	}
-	if alpha == 0 || k == 0 {
-		nativeScale(m, n, beta, c, ldc)
-		if done != nil {
-			done(0, m, 0, n)
+	if g.alpha == 0 || k == 0 {
+		nativeScale(m, n, g.beta, c, ldc)
+		if g.done != nil {
+			g.done(0, m, 0, n)
 		}
 		return 1
 	}
-	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b16: b, widen: widen, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
-	return g.compute(split, m, n)
-}
-
-// compute runs the product on as many goroutines as split allows and
-// returns how many did.
-func (g *nativeGemm) compute(split nativeSplit, m, n int) int {
-	k := g.k
 	// The k-blocking depends on k alone: nb slices of nearly equal size.
 	nb := (k + nativeKC - 1) / nativeKC
 	g.kc = (k + nb - 1) / nb

@@ -46,6 +46,68 @@ func bf16Values(rng *rand.Rand, n int) ([]uint16, []float64) {
 	return u, f
 }
 
+// accuracyCase is one m×n×k product on bf16 inputs for the accuracy
+// tests: op(A) and op(B) as bf16 bits and as float64, their float64
+// product, and Σ_p |a_ip|·|b_pj| for each element of C.
+type accuracyCase struct {
+	m, n, k      int
+	tA, tB       bool
+	au, bu       []uint16
+	af, bf       []float64
+	lda, ldb     int
+	want, absSum []float64
+}
+
+func newAccuracyCase(rng *rand.Rand, m, n, k int, tA, tB bool) *accuracyCase {
+	rowsA, colsA := m, k
+	if tA {
+		rowsA, colsA = k, m
+	}
+	rowsB, colsB := k, n
+	if tB {
+		rowsB, colsB = n, k
+	}
+	c := &accuracyCase{m: m, n: n, k: k, tA: tA, tB: tB, lda: colsA, ldb: colsB}
+	c.au, c.af = bf16Values(rng, rowsA*colsA)
+	c.bu, c.bf = bf16Values(rng, rowsB*colsB)
+	c.want = make([]float64, m*n)
+	naive(tA, tB, m, n, k, 1, c.af, colsA, c.bf, colsB, 0, c.want, n)
+	c.absSum = make([]float64, m*n)
+	naive(tA, tB, m, n, k, 1, absAll(c.af), colsA, absAll(c.bf), colsB, 0, c.absSum, n)
+	return c
+}
+
+// check fails when an element of got (C, row stride n) is farther from the
+// float64 product than γ_k·Σ|a||b|, or, for k ≤ 2 (one or two exact
+// products, one rounding), is not the correctly rounded sum; it raises
+// worst[name k=K] to the largest error relative to the bound.
+func (c *accuracyCase) check(t *testing.T, name string, got []float32, worst map[string]float64) {
+	t.Helper()
+	key := fmt.Sprintf("%s k=%d", name, c.k)
+	for i, want := range c.want {
+		err := math.Abs(float64(got[i]) - want)
+		bound := gammaBound(c.k, c.absSum[i])
+		if err > bound {
+			t.Fatalf("%s k=%d tA=%v tB=%v: C[%d] = %v, want %v: error %.3g > bound %.3g", name, c.k, c.tA, c.tB, i, got[i], want, err, bound)
+		}
+		if c.k <= 2 && got[i] != float32(want) {
+			t.Fatalf("%s k=%d tA=%v tB=%v: C[%d] = %v, want %v exactly", name, c.k, c.tA, c.tB, i, got[i], float32(want))
+		}
+		if bound > 0 {
+			worst[key] = max(worst[key], err/bound)
+		}
+	}
+}
+
+// absAll returns |x| elementwise.
+func absAll(x []float64) []float64 {
+	r := make([]float64, len(x))
+	for i, v := range x {
+		r[i] = math.Abs(v)
+	}
+	return r
+}
+
 // TestOneDNNAccuracy: for inputs that are bf16 values, GemmBF16 and
 // Sgemm stay within the float32 accumulation bound of a float64
 // reference, in every transpose combination and at training depths.
@@ -55,53 +117,15 @@ func TestOneDNNAccuracy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	worst := map[string]float64{}
 	for _, k := range []int{1, 2, 3, 31, 576, 1536, 5632} {
-		m, n := 37, 53
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
-				rowsA, colsA := m, k
-				if ta {
-					rowsA, colsA = k, m
-				}
-				rowsB, colsB := k, n
-				if tb {
-					rowsB, colsB = n, k
-				}
-				au, af := bf16Values(rng, rowsA*colsA)
-				bu, bf := bf16Values(rng, rowsB*colsB)
-				want := make([]float64, m*n)
-				naive(ta, tb, m, n, k, 1, af, colsA, bf, colsB, 0, want, n)
-				abs := func(x []float64) []float64 {
-					r := make([]float64, len(x))
-					for i, v := range x {
-						r[i] = math.Abs(v)
-					}
-					return r
-				}
-				absSum := make([]float64, m*n)
-				naive(ta, tb, m, n, k, 1, abs(af), colsA, abs(bf), colsB, 0, absSum, n)
-
-				got16 := make([]float32, m*n)
-				d.GemmBF16(ta, tb, m, n, k, 1, au, colsA, bu, colsB, 0, got16, n)
-				got32 := make([]float32, m*n)
-				d.Sgemm(ta, tb, m, n, k, 1, to32(af), colsA, to32(bf), colsB, 0, got32, n)
-				for name, got := range map[string][]float32{"GemmBF16": got16, "Sgemm": got32} {
-					for i := range want {
-						err := math.Abs(float64(got[i]) - want[i])
-						bound := gammaBound(k, absSum[i])
-						if err > bound {
-							t.Fatalf("%s k=%d tA=%v tB=%v: C[%d] = %v, want %v: error %.3g > bound %.3g", name, k, ta, tb, i, got[i], want[i], err, bound)
-						}
-						if k <= 2 && got[i] != float32(want[i]) {
-							// One or two exact products, one rounding: C is
-							// the correctly rounded sum.
-							t.Fatalf("%s k=%d tA=%v tB=%v: C[%d] = %v, want %v exactly", name, k, ta, tb, i, got[i], float32(want[i]))
-						}
-						key := fmt.Sprintf("%s k=%d", name, k)
-						if bound > 0 {
-							worst[key] = max(worst[key], err/bound)
-						}
-					}
-				}
+				c := newAccuracyCase(rng, 37, 53, k, ta, tb)
+				got16 := make([]float32, c.m*c.n)
+				d.GemmBF16(ta, tb, c.m, c.n, k, 1, c.au, c.lda, c.bu, c.ldb, 0, got16, c.n)
+				c.check(t, "GemmBF16", got16, worst)
+				got32 := make([]float32, c.m*c.n)
+				d.Sgemm(ta, tb, c.m, c.n, k, 1, to32(c.af), c.lda, to32(c.bf), c.ldb, 0, got32, c.n)
+				c.check(t, "Sgemm", got32, worst)
 			}
 		}
 	}

@@ -226,7 +226,7 @@ func TestSixteenBitWeights(t *testing.T) {
 		for i := range xs {
 			xs[i] = rng.Float32()
 		}
-		run := func(sixteen bool) (y, dx, emb []float32) {
+		run := func(sixteen bool) (y, dx, emb []float32, loss float32) {
 			b := NewBuilder(&Engine{BLAS: c.be, Workers: 2}, tensor.Float32)
 			x := b.Param("x", []int{n, in}, append([]float32(nil), xs...), true)
 			var w, tb *G.Node
@@ -237,15 +237,21 @@ func TestSixteenBitWeights(t *testing.T) {
 			}
 			yn := b.Linear(x, w)
 			en := b.Embedding(intInput(b, "ids", []int{3, 0, 6}), tb)
-			g, err := G.Grad(G.Must(G.Sum(yn)), x)
+			// W as an LM head too (vocabulary out, in blocks of 2 tokens),
+			// its forward and dx products done the same two ways
+			ln := b.LMHeadLoss(x, w, intInput(b, "targets", []int{7, 149, 0, 64, 3}), nil, 2)
+			g, err := G.Grad(G.Must(G.Add(G.Must(G.Sum(yn)), ln)), x)
 			if err != nil {
 				t.Fatal(err)
 			}
 			runGraph(t, b)
-			return append([]float32(nil), f32(yn)...), append([]float32(nil), f32(g[0])...), append([]float32(nil), f32(en)...)
+			return append([]float32(nil), f32(yn)...), append([]float32(nil), f32(g[0])...), append([]float32(nil), f32(en)...), ln.Value().Data().(float32)
 		}
-		y32, dx32, e32 := run(false)
-		y16, dx16, e16 := run(true)
+		y32, dx32, e32, l32 := run(false)
+		y16, dx16, e16, l16 := run(true)
+		if math.Float32bits(l16) != math.Float32bits(l32) {
+			t.Fatalf("%v: head loss %v with 16-bit storage, %v in fp32", f, l16, l32)
+		}
 		for i := range y32 {
 			if y16[i] != y32[i] {
 				t.Fatalf("%v: y[%d] = %v with 16-bit storage, %v in fp32", f, i, y16[i], y32[i])
@@ -256,7 +262,7 @@ func TestSixteenBitWeights(t *testing.T) {
 				t.Fatalf("%v: embedding[%d] = %v with 16-bit storage, %v in fp32", f, i, e16[i], e32[i])
 			}
 		}
-		for i := range dx32 { // each dx column is one whole GEMM over W's rows, as in fp32
+		for i := range dx32 { // each dx column is one whole GEMM over W's rows, as in fp32 (linear and head)
 			if dx16[i] != dx32[i] {
 				t.Fatalf("%v: dx[%d] = %v with 16-bit storage, %v in fp32", f, i, dx16[i], dx32[i])
 			}

@@ -284,6 +284,9 @@ func (o *headLossOp[T]) logits(xc, w, blk []T, rows int) {
 		return
 	}
 	yf, xf := any(blk).([]float32), any(xc).([]float32)
+	if o.w16.sgemm(o.eng, amp.FP32, false, false, true, rows, o.v, o.d, xf, o.d, o.bits16, o.d, yf, o.v) {
+		return
+	}
 	o.w16.rowBlocks(o.eng, o.bits16, o.v, o.d, func(r0, r1 int, wb []float32) {
 		o.eng.BLAS.Sgemm(false, true, rows, r1-r0, o.d, 1, xf, o.d, wb, o.d, 0, yf[r0:], o.v)
 	})
@@ -296,6 +299,9 @@ func (o *headLossOp[T]) inputGrad(dl, w, dx []T, rows int) {
 		return
 	}
 	gf, dxf := any(dl).([]float32), any(dx).([]float32)
+	if o.w16.sgemm(o.eng, amp.FP32, false, false, false, rows, o.d, o.v, gf, o.v, o.bits16, o.d, dxf, o.d) {
+		return
+	}
 	o.w16.colBlocks(o.eng, o.bits16, o.v, o.d, func(c0, c1 int, wb []float32) {
 		o.eng.BLAS.Sgemm(false, false, rows, c1-c0, o.v, 1, gf, o.v, wb, c1-c0, 0, dxf[c0:], o.d)
 	})
