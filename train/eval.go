@@ -51,6 +51,7 @@ type TaskReport struct {
 }
 
 // Attempt is one task question, its expected answer and what the model said.
+// Prompt is the question as the model sees it, special tokens written out.
 type Attempt struct {
 	Prompt string `json:"prompt"`
 	Want   string `json:"want"`
@@ -96,7 +97,7 @@ func (ts *taskSet) accuracy(m *model.Model, weights map[string][]float32, be bla
 			rep.Correct++
 		}
 		if len(rep.Samples) < 3 {
-			rep.Samples = append(rep.Samples, Attempt{Prompt: tok.Decode(ts.prompts[i]), Want: ts.wants[i], Got: got})
+			rep.Samples = append(rep.Samples, Attempt{Prompt: seenText(tok, ts.prompts[i]), Want: ts.wants[i], Got: got})
 		}
 	}
 	rep.Accuracy = float64(rep.Correct) / float64(max(rep.Total, 1))

@@ -204,6 +204,34 @@ func (t *hfTokenizer) PAD() int {
 	return 0
 }
 
+// DecodeSpecials is Decode with the special tokens written out.
+func (t *hfTokenizer) DecodeSpecials(ids []int) string { return t.m.Tok.Decode(ids, false) }
+
+// seenText is the text of ids as the model sees it: special tokens written
+// out (<|im_start|>user\n…) where the tokenizer has text for them (the byte
+// tokenizer's BOS and EOS have none).
+func seenText(tok data.Tokenizer, ids []int) string {
+	if d, ok := tok.(interface{ DecodeSpecials([]int) string }); ok {
+		return d.DecodeSpecials(ids)
+	}
+	return tok.Decode(ids)
+}
+
+// chatInUse reports whether any of files (empty names skipped) has rows
+// that f's chat template renders: a run names its template only when the
+// template shapes its data.
+func chatInUse(f data.Format, files ...string) bool {
+	if f.Chat == nil {
+		return false
+	}
+	for _, path := range files {
+		if path != "" && data.Conversational(path, f.Alpaca) {
+			return true
+		}
+	}
+	return false
+}
+
 // templateSource reads a chat template choice: a built-in name, or a
 // template given inline (it has Jinja tags). It returns the source and a
 // name for errors; both empty when there is no template.
