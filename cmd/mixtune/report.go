@@ -60,8 +60,20 @@ func cmdPlot(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
+// compareHelp follows the flags in `mixtune compare --help`.
+const compareHelp = `
+Prints a markdown table, a row per run. status is running (a process holds
+the run directory), finished, interrupted (train --resume continues it) or
+failed (it ended on an error, a crash or a kill, without summary.json).
+backend is the matmul backend and kernel the run computed with. A run
+without a summary shows the latest values in its metrics.jsonl: its last
+step, validation loss, loss scale and tokens/s.
+`
+
 func cmdCompare(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("compare", "compare RUN_DIR...", stderr)
+	usage := fs.Usage
+	fs.Usage = func() { usage(); fmt.Fprint(stderr, compareHelp) }
 	if err := fs.Parse(args); err != nil {
 		return parseErr(err)
 	}

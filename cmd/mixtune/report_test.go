@@ -78,3 +78,37 @@ func TestCompareCommand(t *testing.T) {
 		t.Fatalf("compare: exit %d\n%s%s", code, out, stderr)
 	}
 }
+
+// compare reads a real run's state: running while the training process
+// holds its directory, with the latest metrics and the backend from
+// run.json; failed once the process is killed without a summary. (It
+// printed "-" in every column of a running run.)
+func TestCompareSeesARunningRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills a training process")
+	}
+	dir, recipe := workdir(t, 100000)
+	run := filepath.Join(dir, "runs", "k")
+	cmd := mixtune("train", "-c", recipe)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() { cmd.Process.Kill(); <-done }()
+	waitFor(t, filepath.Join(run, "checkpoints", "step-000007", "checkpoint.json"), done)
+	code, out, stderr := runIn(t, "compare", run)
+	if code != 0 || !strings.Contains(out, "| k | running | ") || !strings.Contains(out, " | gonum (pure Go) | fp32 | ") {
+		t.Fatalf("compare of a running run: exit %d\n%s%s", code, out, stderr)
+	}
+	row := strings.Split(strings.TrimSpace(out), "\n")[2]
+	if cells := strings.Split(row, " | "); cells[2] == "-" || cells[len(cells)-2] == "-" {
+		t.Fatalf("a running run without its step or tokens/s: %s", row)
+	}
+	cmd.Process.Kill()
+	<-done
+	done <- nil // for the deferred wait
+	if code, out, _ := runIn(t, "compare", run); code != 0 || !strings.Contains(out, "| k | failed | ") {
+		t.Fatalf("compare of a killed run: exit %d\n%s", code, out)
+	}
+}
