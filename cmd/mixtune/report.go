@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -23,6 +24,12 @@ func readRuns(dirs []string) ([]*report.Run, error) {
 	return runs, nil
 }
 
+// explain adds text after the flags of fs's --help.
+func explain(fs *flag.FlagSet, stderr io.Writer, text string) {
+	usage := fs.Usage
+	fs.Usage = func() { usage(); fmt.Fprint(stderr, text) }
+}
+
 // plotHelp follows the flags in `mixtune plot --help`.
 const plotHelp = `
 Writes loss.png (training loss as lines, validation loss as markers; the
@@ -37,8 +44,7 @@ plots of several runs overlaid need --out.
 
 func cmdPlot(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plot", "plot [--out DIR] RUN_DIR...", stderr)
-	usage := fs.Usage
-	fs.Usage = func() { usage(); fmt.Fprint(stderr, plotHelp) }
+	explain(fs, stderr, plotHelp)
 	out := fs.String("out", "", "directory for the plots (default: RUN_DIR/plots for one run; required for several)")
 	if err := fs.Parse(args); err != nil {
 		return parseErr(err)
@@ -72,8 +78,7 @@ step, validation loss, loss scale and tokens/s.
 
 func cmdCompare(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("compare", "compare RUN_DIR...", stderr)
-	usage := fs.Usage
-	fs.Usage = func() { usage(); fmt.Fprint(stderr, compareHelp) }
+	explain(fs, stderr, compareHelp)
 	if err := fs.Parse(args); err != nil {
 		return parseErr(err)
 	}
