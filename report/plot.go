@@ -52,6 +52,7 @@ type Curve struct {
 	Label  string // the y axis's label; Field when empty
 	LogY   bool   // a log₂ axis with power-of-two ticks (loss scales are powers of two)
 	ZeroY  bool   // the y axis starts at 0 (the field is never negative)
+	Stairs bool   // a value holds until the next (a loss scale), drawn as steps
 	AddVal bool   // also draw each run's val_loss: markers joined by a thin dotted line
 }
 
@@ -91,6 +92,9 @@ func newPlot(c Curve, runs []*Run) (*plot.Plot, error) {
 				return nil, err
 			}
 			l.LineStyle = lineStyle(i)
+			if c.Stairs {
+				l.StepStyle = plotter.PostStep
+			}
 			p.Add(l)
 			p.Legend.Add(r.Name, l)
 			drawn++
@@ -139,7 +143,7 @@ var StandardCurves = []struct {
 }{
 	{"loss.png", Curve{Field: "loss", Title: "training loss (lines) and validation loss (markers)", Label: "loss (axis from 0)", ZeroY: true, AddVal: true}},
 	{"lr.png", Curve{Field: "lr", Title: "learning rate", Label: "learning rate", ZeroY: true}},
-	{"loss_scale.png", Curve{Field: "loss_scale", Title: "loss scale (runs that scale the loss: fp16, or amp.loss_scaling: on)", Label: "loss scale (log scale)", LogY: true}},
+	{"loss_scale.png", Curve{Field: "loss_scale", Title: "loss scale (runs that scale the loss: fp16, or amp.loss_scaling: on)", Label: "loss scale (log scale)", LogY: true, Stairs: true}},
 }
 
 // PlotAll draws the standard curves of runs into dir and returns the files
