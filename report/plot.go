@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
@@ -13,41 +14,87 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// palette gives each overlaid run its own color, in order.
-var palette = []color.RGBA{
-	{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {148, 103, 189, 255},
-	{255, 127, 14, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
+// Each overlaid run has its own color, dash pattern (training lines) and
+// marker (validation points), in this order, so that runs stay apart where
+// their curves coincide: the first run's wide solid line shows under a
+// second run's dashes. Colors repeat after eight runs, patterns after six.
+var (
+	palette = []color.RGBA{
+		{31, 119, 180, 255}, {214, 39, 40, 255}, {44, 160, 44, 255}, {148, 103, 189, 255},
+		{255, 127, 14, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
+	}
+	dashes = [][]vg.Length{
+		nil,                              // solid
+		{vg.Points(6), vg.Points(3)},     // dashes
+		{vg.Points(1.5), vg.Points(2.5)}, // dots
+		{vg.Points(7), vg.Points(2.5), vg.Points(1.5), vg.Points(2.5)}, // dash-dot
+		{vg.Points(12), vg.Points(4)},                                  // long dashes
+		{vg.Points(3), vg.Points(2)},                                   // short dashes
+	}
+	glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.PyramidGlyph{}, draw.BoxGlyph{}, draw.RingGlyph{},
+		draw.TriangleGlyph{}, draw.SquareGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
+)
+
+// lineStyle is run i's training line: the first run's is wider, so that a
+// later run drawn over it on the same values leaves it visible.
+func lineStyle(i int) draw.LineStyle {
+	w := vg.Points(1.2)
+	if i == 0 {
+		w = vg.Points(2.2)
+	}
+	return draw.LineStyle{Color: palette[i%len(palette)], Width: w, Dashes: dashes[i%len(dashes)]}
 }
 
 // Curve is one field of each run's training lines, drawn against step.
 type Curve struct {
 	Field  string // "loss", "lr", "loss_scale", "grad_norm", ...
 	Title  string
-	LogY   bool
-	AddVal bool // also draw each run's val_loss, dashed
+	Label  string // the y axis's label; Field when empty
+	LogY   bool   // a log₂ axis with power-of-two ticks (loss scales are powers of two)
+	ZeroY  bool   // the y axis starts at 0 (the field is never negative)
+	Stairs bool   // a value holds until the next (a loss scale), drawn as steps
+	AddVal bool   // also draw each run's val_loss: markers joined by a thin dotted line
 }
 
 // Plot draws the curve of every run into one PNG (or SVG, by extension).
 func Plot(path string, c Curve, runs []*Run) error {
+	p, err := newPlot(c, runs)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// newPlot lays out the curve of every run. The step axis starts at 0;
+// linear axes have ticks at 1, 2 or 5 times a power of ten and end on a
+// tick.
+func newPlot(c Curve, runs []*Run) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = c.Title
 	p.X.Label.Text = "step"
-	p.Y.Label.Text = c.Field
+	p.Y.Label.Text = cmp.Or(c.Label, c.Field)
+	p.X.Tick.Marker, p.Y.Tick.Marker = niceTicks{}, niceTicks{}
+	p.X.AutoRescale, p.Y.AutoRescale = true, true
 	if c.LogY {
-		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{}
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, pow2Ticks{}
 	}
 	p.Legend.Top = true
+	p.Legend.ThumbnailWidth = vg.Points(36)
 	drawn := 0
 	for i, r := range runs {
 		col := palette[i%len(palette)]
-		xy := points(r.Steps, c.Field, c.LogY)
-		if len(xy) > 0 {
+		if xy := points(r.Steps, c.Field, c.LogY); len(xy) > 0 {
 			l, err := plotter.NewLine(xy)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			l.Color, l.Width = col, vg.Points(1.2)
+			l.LineStyle = lineStyle(i)
+			if c.Stairs {
+				l.StepStyle = plotter.PostStep
+			}
 			p.Add(l)
 			p.Legend.Add(r.Name, l)
 			drawn++
@@ -56,23 +103,24 @@ func Plot(path string, c Curve, runs []*Run) error {
 			if vxy := points(r.Val, "val_loss", c.LogY); len(vxy) > 0 {
 				l, s, err := plotter.NewLinePoints(vxy)
 				if err != nil {
-					return err
+					return nil, err
 				}
-				l.Color, l.Width, l.Dashes = col, vg.Points(1), []vg.Length{vg.Points(4), vg.Points(3)}
-				s.Color, s.Shape = col, draw.CircleGlyph{}
+				l.Color, l.Width, l.Dashes = col, vg.Points(0.8), []vg.Length{vg.Points(1), vg.Points(2)}
+				s.Color, s.Shape, s.Radius = col, glyphs[i%len(glyphs)], vg.Points(3.5)
 				p.Add(l, s)
-				p.Legend.Add(r.Name+" (validation)", l)
+				p.Legend.Add(r.Name+" validation", l, s)
 				drawn++
 			}
 		}
 	}
 	if drawn == 0 {
-		return fmt.Errorf("plot %s: no run has %q values", path, c.Field)
+		return nil, fmt.Errorf("no run has %q values", c.Field)
 	}
-	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
-		return fmt.Errorf("plot %s: %w", path, err)
+	p.X.Min = min(p.X.Min, 0)
+	if c.ZeroY {
+		p.Y.Min = min(p.Y.Min, 0)
 	}
-	return nil
+	return p, nil
 }
 
 func points(ps []Point, field string, logY bool) plotter.XYs {
@@ -93,13 +141,14 @@ var StandardCurves = []struct {
 	File  string
 	Curve Curve
 }{
-	{"loss.png", Curve{Field: "loss", Title: "training loss (solid) and validation loss (dashed)", AddVal: true}},
-	{"lr.png", Curve{Field: "lr", Title: "learning rate"}},
-	{"loss_scale.png", Curve{Field: "loss_scale", Title: "loss scale", LogY: true}},
+	{"loss.png", Curve{Field: "loss", Title: "training loss (lines) and validation loss (markers)", Label: "loss (axis from 0)", ZeroY: true, AddVal: true}},
+	{"lr.png", Curve{Field: "lr", Title: "learning rate", Label: "learning rate", ZeroY: true}},
+	{"loss_scale.png", Curve{Field: "loss_scale", Title: "loss scale (runs that scale the loss: fp16, or amp.loss_scaling: on)", Label: "loss scale (log scale)", LogY: true, Stairs: true}},
 }
 
 // PlotAll draws the standard curves of runs into dir and returns the files
-// written. A curve no run has (loss scale without fp16) is left out.
+// written. A curve no run has is left out: loss_scale.png needs a run that
+// scaled its loss (fp16 by default; amp.loss_scaling: on for bf16 or fp32).
 func PlotAll(dir string, runs []*Run) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

@@ -1,19 +1,22 @@
-// Package report reads finished runs back from their directories
-// (metrics.jsonl, summary.json) and presents them: curves plotted with
-// gonum/plot, one run alone or several overlaid, and a markdown table that
-// compares runs side by side.
+// Package report reads runs back from their directories (metrics.jsonl,
+// summary.json, run.json), finished or still training, and presents them:
+// curves plotted with gonum/plot, one run alone or several overlaid, and a
+// markdown table that compares runs side by side.
 package report
 
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/mixtune/mixtune/internal/flock"
 	"github.com/mixtune/mixtune/internal/jsonfloat"
 )
 
@@ -21,10 +24,36 @@ import (
 type Run struct {
 	Name    string
 	Dir     string
-	Steps   []Point // one per metrics line with a training loss
-	Val     []Point // one per validation
-	Summary map[string]any
+	Status  Status
+	Steps   []Point        // one per metrics line with a training loss
+	Val     []Point        // one per validation
+	Summary map[string]any // summary.json; nil while the run trains (a resumed leg's old one is ignored)
+	// Manifest is run.json (what ran, where), nil when the directory has
+	// none.
+	Manifest map[string]any
 }
+
+// Status is where a run stands, read from its directory.
+type Status string
+
+const (
+	// Running: a process holds the run directory's lock (it trains, or
+	// measures, or saves).
+	Running Status = "running"
+	// Finished: summary.json records a run that trained all its steps.
+	Finished Status = "finished"
+	// Interrupted: summary.json records a run stopped by a signal; train
+	// --resume continues it.
+	Interrupted Status = "interrupted"
+	// Failed: no process trains in it and it has no summary.json: the run
+	// ended on an error, a crash or a kill (train --resume continues from
+	// its latest checkpoint, if it has one).
+	Failed Status = "failed"
+)
+
+// lockFile is the lock a training process holds on its run directory
+// (train's rundir.go).
+const lockFile = ".lock"
 
 // Point is a metrics line: its step and its numeric fields.
 type Point struct {
@@ -70,12 +99,46 @@ func Read(dir string) (*Run, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "summary.json")); err == nil {
-		if err := json.Unmarshal(b, &r.Summary); err != nil {
-			return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, "summary.json"), err)
-		}
+	if r.Manifest, err = readObject(filepath.Join(dir, "run.json")); err != nil {
+		return nil, err
+	}
+	held, err := flock.Held(filepath.Join(dir, lockFile))
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", dir, err)
+	}
+	if held {
+		// summary.json, if any, is an earlier leg's: this one is training
+		r.Status = Running
+		return r, nil
+	}
+	if r.Summary, err = readObject(filepath.Join(dir, "summary.json")); err != nil {
+		return nil, err
+	}
+	switch {
+	case r.Summary == nil:
+		r.Status = Failed
+	case r.Summary["interrupted"] == true:
+		r.Status = Interrupted
+	default:
+		r.Status = Finished
 	}
 	return r, nil
+}
+
+// readObject reads a JSON object file; nil when there is none.
+func readObject(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return m, nil
 }
 
 func b2f(b bool) float64 {
@@ -114,17 +177,51 @@ func (r *Run) summary(path string) any {
 	return cur
 }
 
-// Compare writes a markdown table with a row per run.
+// latest is the last value of a field in ps, for a run without a summary.
+func latest(ps []Point, field string) any {
+	for i := len(ps) - 1; i >= 0; i-- {
+		if v, ok := ps[i].Fields[field]; ok {
+			return v
+		}
+	}
+	return nil
+}
+
+// or is the first of vs that is not nil.
+func or(vs ...any) any {
+	for _, v := range vs {
+		if v != nil {
+			return v
+		}
+	}
+	return nil
+}
+
+// skipped counts the steps metrics.jsonl marks skipped.
+func (r *Run) skipped() float64 {
+	n := 0.0
+	for _, p := range r.Steps {
+		n += p.Fields["skipped"]
+	}
+	return n
+}
+
+// Compare writes a markdown table with a row per run. A run without a
+// summary (running, or failed) shows the latest values of metrics.jsonl;
+// its backend and precision come from run.json.
 func Compare(w io.Writer, runs []*Run) error {
 	cols := []struct {
 		head string
 		cell func(r *Run) string
 	}{
 		{"run", func(r *Run) string { return r.Name }},
-		{"precision", func(r *Run) string { return str(r.summary("precision")) }},
-		{"final val loss", func(r *Run) string { return num(r.summary("val_after.loss"), "%.4f") }},
+		{"status", func(r *Run) string { return string(r.Status) }},
+		{"step", func(r *Run) string { return num(or(r.summary("steps"), latest(r.Steps, "step")), "%.0f") }},
+		{"backend", func(r *Run) string { return str(or(r.summary("backend"), r.Manifest["blas"])) }},
+		{"precision", func(r *Run) string { return str(or(r.summary("precision"), r.Manifest["precision"])) }},
+		{"val loss", func(r *Run) string { return num(or(r.summary("val_after.loss"), latest(r.Val, "val_loss")), "%.4f") }},
 		{"task accuracy", func(r *Run) string { return pct(r.summary("task_after.accuracy")) }},
-		{"skipped steps", func(r *Run) string { return num(r.summary("skipped_steps"), "%.0f") }},
+		{"skipped steps", func(r *Run) string { return num(or(r.summary("skipped_steps"), r.skipped()), "%.0f") }},
 		{"zero weight grads (mean)", func(r *Run) string {
 			v, ok := r.mean("grad_zero_frac")
 			return cond(ok, fmt.Sprintf("%.2f%%", 100*v))
@@ -133,14 +230,10 @@ func Compare(w io.Writer, runs []*Run) error {
 			v, ok := r.mean("grad_underflow_frac")
 			return cond(ok, fmt.Sprintf("%.2f%%", 100*v))
 		}},
-		{"final loss scale", func(r *Run) string {
-			if len(r.Steps) == 0 {
-				return "-"
-			}
-			v, ok := r.Steps[len(r.Steps)-1].Fields["loss_scale"]
-			return cond(ok, fmt.Sprintf("%g", v))
+		{"loss scale", func(r *Run) string { return num(latest(r.Steps, "loss_scale"), "%g") }},
+		{"tokens/s", func(r *Run) string {
+			return num(or(r.summary("tokens_per_s"), latest(r.Steps, "tokens_per_s")), "%.0f")
 		}},
-		{"tokens/s", func(r *Run) string { return num(r.summary("tokens_per_s"), "%.0f") }},
 		{"peak RSS", func(r *Run) string {
 			f, ok := r.summary("peak_rss_bytes").(float64)
 			return cond(ok, fmt.Sprintf("%.0f MiB", f/(1<<20)))
@@ -170,7 +263,7 @@ func cond(ok bool, s string) string {
 	return s
 }
 
-func str(v any) string { return cond(v != nil, fmt.Sprint(v)) }
+func str(v any) string { return cond(v != nil && v != "", fmt.Sprint(v)) }
 
 func num(v any, format string) string {
 	f, ok := v.(float64)

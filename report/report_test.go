@@ -2,10 +2,13 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mixtune/mixtune/internal/flock"
 )
 
 func writeRun(t *testing.T, name, metrics, summary string) string {
@@ -28,7 +31,7 @@ const metricsA = `{"step":0,"val_loss":2.5,"val_ppl":12.18}
 `
 
 func TestReadCompareCSV(t *testing.T) {
-	dir := writeRun(t, "fp16", metricsA, `{"precision":"fp16","val_after":{"loss":1.9},"task_after":{"accuracy":0.875},"skipped_steps":1,"tokens_per_s":105,"peak_rss_bytes":104857600}`)
+	dir := writeRun(t, "fp16", metricsA, `{"steps":2,"precision":"fp16","val_after":{"loss":1.9},"task_after":{"accuracy":0.875},"skipped_steps":1,"tokens_per_s":105,"peak_rss_bytes":104857600}`)
 	r, err := Read(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -40,9 +43,9 @@ func TestReadCompareCSV(t *testing.T) {
 	if err := Compare(&buf, []*Run{r}); err != nil {
 		t.Fatal(err)
 	}
-	want := "| run | precision | final val loss | task accuracy | skipped steps | zero weight grads (mean) | grads underflowed (mean) | final loss scale | tokens/s | peak RSS |\n" +
-		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" +
-		"| fp16 | fp16 | 1.9000 | 87.5% | 1 | 37.50% | 25.00% | 32768 | 105 | 100 MiB |\n"
+	want := "| run | status | step | backend | precision | val loss | task accuracy | skipped steps | zero weight grads (mean) | grads underflowed (mean) | loss scale | tokens/s | peak RSS |\n" +
+		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n" +
+		"| fp16 | finished | 2 | - | fp16 | 1.9000 | 87.5% | 1 | 37.50% | 25.00% | 32768 | 105 | 100 MiB |\n"
 	if buf.String() != want {
 		t.Fatalf("compare:\n%s\nwant\n%s", buf.String(), want)
 	}
@@ -92,5 +95,108 @@ func TestReadReportsTornLine(t *testing.T) {
 	dir := writeRun(t, "torn", metricsA+`{"step":3,"lo`, "")
 	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "metrics.jsonl:5:") {
 		t.Fatalf("torn line: %v", err)
+	}
+}
+
+// compare gives every run a status read from its directory and a backend
+// (summary.json's, else run.json's), and shows a run that has no summary
+// (running, or failed) with the latest values of metrics.jsonl rather
+// than "-" everywhere. A running leg of a resumed run ignores the old
+// leg's summary. (compare used to print "-" for all of a running run.)
+func TestCompareStatusAndBackend(t *testing.T) {
+	const manifest = `{"blas":"openblas 0.3.21 (Haswell)","precision":"bf16"}`
+	const interrupted = `{"steps":2,"interrupted":true,"precision":"bf16","skipped_steps":1,"tokens_per_s":99,"peak_rss_bytes":1048576}`
+	for _, tc := range []struct {
+		name, summary, manifest string
+		locked                  bool
+		want                    string
+	}{
+		{"finished", `{"steps":2,"backend":"native (Go, avx512 kernel)","precision":"bf16","val_after":{"loss":1.9},"skipped_steps":1,"tokens_per_s":105,"peak_rss_bytes":1048576}`, manifest, false,
+			"| finished | finished | 2 | native (Go, avx512 kernel) | bf16 | 1.9000 | - | 1 | 37.50% | 25.00% | 32768 | 105 | 1 MiB |"},
+		{"interrupted", interrupted, manifest, false,
+			"| interrupted | interrupted | 2 | openblas 0.3.21 (Haswell) | bf16 | 1.9000 | - | 1 | 37.50% | 25.00% | 32768 | 99 | 1 MiB |"},
+		{"running", "", manifest, true,
+			"| running | running | 2 | openblas 0.3.21 (Haswell) | bf16 | 1.9000 | - | 1 | 37.50% | 25.00% | 32768 | 110 | - |"},
+		{"resumed", interrupted, manifest, true,
+			"| resumed | running | 2 | openblas 0.3.21 (Haswell) | bf16 | 1.9000 | - | 1 | 37.50% | 25.00% | 32768 | 110 | - |"},
+		{"failed", "", "", false,
+			"| failed | failed | 2 | - | - | 1.9000 | - | 1 | 37.50% | 25.00% | 32768 | 110 | - |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := writeRun(t, tc.name, metricsA, tc.summary)
+			if tc.manifest != "" {
+				os.WriteFile(filepath.Join(dir, "run.json"), []byte(tc.manifest), 0o644)
+			}
+			if tc.locked {
+				l, err := flock.Acquire(filepath.Join(dir, lockFile))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Unlock()
+			} else {
+				// a lock file a finished process left behind is not a running run
+				os.WriteFile(filepath.Join(dir, lockFile), []byte("1\n"), 0o644)
+			}
+			r, err := Read(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := Compare(&buf, []*Run{r}); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+			if got := lines[len(lines)-1]; got != tc.want {
+				t.Fatalf("row\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+	dir := writeRun(t, "bad", metricsA, "")
+	os.WriteFile(filepath.Join(dir, "run.json"), []byte("{"), 0o644)
+	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "run.json") {
+		t.Fatalf("a damaged run.json: %v", err)
+	}
+}
+
+// The loss and learning-rate axes start at 0 and say so where the label
+// is read; the step axis starts at 0; overlaid runs differ in color and
+// dash pattern (training) and marker (validation), so that coinciding
+// curves stay apart. (Validation was dashed for every run, the loss axis
+// started wherever the data did.)
+func TestPlotLayout(t *testing.T) {
+	a, _ := Read(writeRun(t, "a", metricsA, ""))
+	for _, sc := range StandardCurves {
+		p, err := newPlot(sc.Curve, []*Run{a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.X.Min != 0 {
+			t.Errorf("%s: step axis from %g", sc.File, p.X.Min)
+		}
+		if sc.Curve.ZeroY != (p.Y.Min == 0) {
+			t.Errorf("%s: y axis from %g", sc.File, p.Y.Min)
+		}
+	}
+	if loss := StandardCurves[0].Curve; !loss.ZeroY || !strings.Contains(loss.Label, "from 0") {
+		t.Errorf("loss axis: from 0 %v, label %q", loss.ZeroY, loss.Label)
+	}
+	seen := map[string]int{}
+	for i := 0; i < len(dashes); i++ {
+		ls := lineStyle(i)
+		key := fmt.Sprint(ls.Color, ls.Dashes)
+		if j, dup := seen[key]; dup {
+			t.Errorf("runs %d and %d are drawn alike", j, i)
+		}
+		seen[key] = i
+		if ls2 := lineStyle(i + 1); fmt.Sprint(ls2.Dashes) == fmt.Sprint(ls.Dashes) {
+			t.Errorf("runs %d and %d share a dash pattern", i, i+1)
+		}
+	}
+	glyphSeen := map[string]bool{}
+	for _, g := range glyphs {
+		glyphSeen[fmt.Sprintf("%T", g)] = true
+	}
+	if len(glyphSeen) != len(glyphs) {
+		t.Errorf("%d markers for %d runs", len(glyphSeen), len(glyphs))
 	}
 }

@@ -40,17 +40,24 @@ type Model struct {
 // and its tokenizer_config.json and generation_config.json when they are
 // there.
 func LoadDir(dir string) (*Model, error) {
-	var tok *Tokenizer
-	var err error
 	tokPath := filepath.Join(dir, "tokenizer.json")
 	if _, statErr := os.Stat(tokPath); statErr != nil {
 		if _, gzErr := os.Stat(tokPath + ".gz"); gzErr == nil {
 			tokPath += ".gz"
 		}
 	}
-	if tok, err = FromFile(tokPath); err != nil {
+	return LoadFile(tokPath)
+}
+
+// LoadFile reads a tokenizer.json (gzipped when the name ends in .gz) of
+// any name, with the tokenizer_config.json and generation_config.json
+// beside it when they are there.
+func LoadFile(tokPath string) (*Model, error) {
+	tok, err := FromFile(tokPath)
+	if err != nil {
 		return nil, err
 	}
+	dir := filepath.Dir(tokPath)
 	m := &Model{Tok: tok, BOS: -1, EOS: -1, PAD: -1, UNK: -1, ChatTemplates: map[string]string{}}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
 	cfg, err := readOptionalJSON(cfgPath)

@@ -51,6 +51,7 @@ type TaskReport struct {
 }
 
 // Attempt is one task question, its expected answer and what the model said.
+// Prompt is the question as the model sees it, special tokens written out.
 type Attempt struct {
 	Prompt string `json:"prompt"`
 	Want   string `json:"want"`
@@ -96,7 +97,7 @@ func (ts *taskSet) accuracy(m *model.Model, weights map[string][]float32, be bla
 			rep.Correct++
 		}
 		if len(rep.Samples) < 3 {
-			rep.Samples = append(rep.Samples, Attempt{Prompt: tok.Decode(ts.prompts[i]), Want: ts.wants[i], Got: got})
+			rep.Samples = append(rep.Samples, Attempt{Prompt: seenText(tok, ts.prompts[i]), Want: ts.wants[i], Got: got})
 		}
 	}
 	rep.Accuracy = float64(rep.Correct) / float64(max(rep.Total, 1))
@@ -161,6 +162,18 @@ func Eval(c EvalConfig) (LossReport, error) {
 	return evaluate(ru, l.Batches())
 }
 
+// roomToGenerate refuses a prompt of n tokens (BOS and any chat template
+// included) that leaves no position of a context of ctx for a new token.
+func roomToGenerate(n, ctx int) error {
+	switch {
+	case n > ctx:
+		return fmt.Errorf("--prompt is %d tokens, longer than the model's context of %d (max_position_embeddings in config.json); shorten it", n, ctx)
+	case n == ctx:
+		return fmt.Errorf("--prompt is %d tokens, which fills the model's context of %d (max_position_embeddings in config.json): there is no room to generate; shorten it", n, ctx)
+	}
+	return nil
+}
+
 // GenerateConfig is `mixtune generate`.
 type GenerateConfig struct {
 	Model, Adapter, Prompt string
@@ -192,6 +205,9 @@ func Generate(c GenerateConfig) (string, error) {
 	}
 	prompt, err := text.prompt(c.Prompt, c.System, c.Chat)
 	if err != nil {
+		return "", inputError(err)
+	}
+	if err := roomToGenerate(len(prompt), m.Config.MaxPositionEmbeddings); err != nil {
 		return "", inputError(err)
 	}
 	w, err := mergedWeights(m, lora)

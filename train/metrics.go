@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/mixtune/mixtune/internal/jsonfloat"
@@ -91,7 +90,7 @@ func writeSummary(w io.Writer, s *Summary) {
 		(time.Duration(s.Seconds) * time.Second).String(), human(int(s.TokensPerSec)), s.PeakRSS>>20)
 	if s.TaskAfter != nil && len(s.TaskAfter.Samples) > 0 {
 		a := s.TaskAfter.Samples[0]
-		fmt.Fprintf(w, "  sample: %q → %q (want %q)\n", strings.TrimPrefix(a.Prompt, ""), a.Got, a.Want)
+		fmt.Fprintf(w, "  sample: %q → %q (want %q)\n", a.Prompt, a.Got, a.Want)
 	}
 	fmt.Fprintf(w, "  saved %s\n", s.Saved)
 }

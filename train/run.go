@@ -316,7 +316,7 @@ func (s *session) printHeader() {
 		fmt.Fprintf(out, "data: %s: tokens from the cache\n", f)
 	}
 	tokLine := fmt.Sprintf("tokenizer: %s · %d ids", describeTokenizer(p.format.Tok), p.format.Tok.VocabSize())
-	if p.format.Chat != nil {
+	if chatInUse(p.format, r.Data.Train, r.Data.Validation, r.Task.EvalFile) {
 		tokLine += fmt.Sprintf(" · chat template: %s · loss on %s", r.text.TemplateName, p.format.LossOn)
 	}
 	fmt.Fprintln(out, tokLine)

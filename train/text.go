@@ -1,7 +1,9 @@
 package train
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,8 +96,9 @@ func newText(tok data.Tokenizer, vocab int, c TextConfig) (*Text, error) {
 func templateClock() time.Time { return time.Date(2024, time.July, 26, 0, 0, 0, 0, time.UTC) }
 
 // resolveTokenizer picks the tokenizer spec names for the model in dir:
-// auto (the model directory's tokenizer.json, else bytes), byte, or a
-// directory holding a tokenizer.json.
+// auto (the model directory's tokenizer.json, else bytes), byte, a
+// tokenizer.json file (of any name, with the tokenizer_config.json beside
+// it), or a directory holding a tokenizer.json.
 func resolveTokenizer(dir, spec string) (data.Tokenizer, error) {
 	switch spec {
 	case "", "auto":
@@ -106,8 +109,17 @@ func resolveTokenizer(dir, spec string) (data.Tokenizer, error) {
 	case "byte":
 		return data.NewByteTokenizer(), nil
 	}
-	if !hasTokenizerFile(spec) {
-		return nil, fmt.Errorf("%s: no tokenizer.json there (want auto, byte, or a directory with a tokenizer.json)", spec)
+	const want = "want auto, byte, a tokenizer.json path, or a directory with a tokenizer.json"
+	st, err := os.Stat(spec)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("tokenizer %s: no such file or directory (%s)", spec, want)
+	case err != nil:
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	case !st.IsDir():
+		return loadHFFile(spec)
+	case !hasTokenizerFile(spec):
+		return nil, fmt.Errorf("%s: no tokenizer.json there (%s)", spec, want)
 	}
 	return loadHF(spec)
 }
@@ -128,14 +140,23 @@ func loadHF(dir string) (data.Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hfTokenizer{m: m, dir: dir}, nil
+	return &hfTokenizer{m: m, dir: dir, file: "tokenizer.json"}, nil
+}
+
+// loadHFFile is loadHF for a tokenizer.json named by its path.
+func loadHFFile(path string) (data.Tokenizer, error) {
+	m, err := tokenizer.LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return &hfTokenizer{m: m, dir: filepath.Dir(path), file: filepath.Base(path)}, nil
 }
 
 // describeTokenizer names a tokenizer for the run's log: the file it came
 // from, or the byte tokenizer.
 func describeTokenizer(tok data.Tokenizer) string {
 	if hf, ok := tok.(*hfTokenizer); ok {
-		return filepath.Join(hf.dir, "tokenizer.json") + " (" + hf.m.Tok.Name() + ")"
+		return filepath.Join(hf.dir, hf.file) + " (" + hf.m.Tok.Name() + ")"
 	}
 	return "bytes (" + tok.Name() + ")"
 }
@@ -143,8 +164,9 @@ func describeTokenizer(tok data.Tokenizer) string {
 // hfTokenizer is a Hugging Face tokenizer (tokenizer.json with its
 // tokenizer_config.json) as data needs it.
 type hfTokenizer struct {
-	m   *tokenizer.Model
-	dir string
+	m    *tokenizer.Model
+	dir  string // where tokenizer_config.json is read from
+	file string // the tokenizer.json's name in dir
 }
 
 func (t *hfTokenizer) Encode(s string) ([]int, []data.Span) {
@@ -180,6 +202,34 @@ func (t *hfTokenizer) PAD() int {
 		return t.m.EOS
 	}
 	return 0
+}
+
+// DecodeSpecials is Decode with the special tokens written out.
+func (t *hfTokenizer) DecodeSpecials(ids []int) string { return t.m.Tok.Decode(ids, false) }
+
+// seenText is the text of ids as the model sees it: special tokens written
+// out (<|im_start|>user\n…) where the tokenizer has text for them (the byte
+// tokenizer's BOS and EOS have none).
+func seenText(tok data.Tokenizer, ids []int) string {
+	if d, ok := tok.(interface{ DecodeSpecials([]int) string }); ok {
+		return d.DecodeSpecials(ids)
+	}
+	return tok.Decode(ids)
+}
+
+// chatInUse reports whether any of files (empty names skipped) has rows
+// that f's chat template renders: a run names its template only when the
+// template shapes its data.
+func chatInUse(f data.Format, files ...string) bool {
+	if f.Chat == nil {
+		return false
+	}
+	for _, path := range files {
+		if path != "" && data.Conversational(path, f.Alpaca) {
+			return true
+		}
+	}
+	return false
 }
 
 // templateSource reads a chat template choice: a built-in name, or a

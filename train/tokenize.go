@@ -2,7 +2,10 @@ package train
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 
@@ -13,13 +16,20 @@ import (
 // TokenizeConfig is `mixtune tokenize`: a model's tokenizer (and chat
 // template) applied to a text, or ids decoded back.
 type TokenizeConfig struct {
+	// Model is a model or tokenizer directory: its tokenizer.json and
+	// tokenizer_config.json; config.json, when there, only checks that
+	// the vocabulary fits the model's. Empty when Text.Tokenizer names
+	// the tokenizer.
 	Model string
 	Text  TextConfig
 	Input string
-	// Chat renders Input through the chat template first, with the
-	// generation prompt: a JSON list of {"role", "content"} messages, or
-	// one user message.
+	// Chat renders Input through the chat template first: a JSON list of
+	// {"role", "content"} messages, or one user message.
 	Chat bool
+	// NoGenerationPrompt renders the conversation as it stands, without
+	// the generation prompt that opens the assistant's turn (the template's
+	// add_generation_prompt false): the form of a training conversation.
+	NoGenerationPrompt bool
 	// Decode reads Input as token ids (separated by spaces or commas) and
 	// decodes them.
 	Decode bool
@@ -38,11 +48,11 @@ type Tokens struct {
 
 // Tokenize tokenizes or decodes as c says.
 func Tokenize(c TokenizeConfig) (*Tokens, error) {
-	cfg, err := model.ReadConfig(c.Model)
+	vocab, err := modelVocab(c.Model, c.Text.Tokenizer)
 	if err != nil {
 		return nil, inputError(err)
 	}
-	text, err := loadText(c.Model, cfg.VocabSize, c.Text)
+	text, err := loadText(c.Model, vocab, c.Text)
 	if err != nil {
 		return nil, inputError(err)
 	}
@@ -63,7 +73,7 @@ func Tokenize(c TokenizeConfig) (*Tokens, error) {
 		if err != nil {
 			return nil, inputError(err)
 		}
-		if out.Text, err = text.Format.Chat.Render(msgs, true); err != nil {
+		if out.Text, err = text.Format.Chat.Render(msgs, !c.NoGenerationPrompt); err != nil {
 			return nil, inputError(err)
 		}
 		out.Rendered, out.Template = true, text.TemplateName
@@ -78,6 +88,29 @@ func Tokenize(c TokenizeConfig) (*Tokens, error) {
 		out.Note = fmt.Sprintf("training and generation add BOS (id %d) before these ids", bos)
 	}
 	return out, nil
+}
+
+// modelVocab is the vocabulary size of the model in dir, from its
+// config.json, or 0 (unknown, nothing to check) when dir holds a tokenizer
+// without one. A directory with neither, and no tokenizer named by spec,
+// is not a model.
+func modelVocab(dir, spec string) (int, error) {
+	if dir == "" {
+		return 0, nil
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return 0, err
+	}
+	cfg, err := model.ReadConfig(dir)
+	switch {
+	case err == nil:
+		return cfg.VocabSize, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return 0, err
+	case hasTokenizerFile(dir) || (spec != "" && spec != "auto"):
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%s: neither a tokenizer.json nor a config.json there: not a model or tokenizer directory", dir)
 }
 
 // chatInput reads --chat's input: a JSON list of messages, or a user

@@ -83,7 +83,7 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 
 // textFlags are the recipe's data.tokenizer and data.chat_template.
 func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
-	fs.StringVar(&c.Tokenizer, "tokenizer", "auto", "auto (the model's tokenizer.json, else bytes), byte, or a tokenizer.json path")
+	fs.StringVar(&c.Tokenizer, "tokenizer", "auto", "auto (the model's tokenizer.json, else bytes), byte, a tokenizer.json path, or a directory with one")
 	fs.StringVar(&c.ChatTemplate, "chat-template", "", "a built-in chat template (chatml, llama3, qwen3, ...) or a template; default: the model's own")
 }
 

@@ -133,6 +133,26 @@ func freshDir(dir string) error {
 // exit status 2, like a bad recipe.
 func badInput(err error) error { return &train.InputError{Err: err} }
 
+// rankFits refuses an extraction rank above min(out, in) of a target: the
+// SVD of its weight change has no more singular values than that. The
+// error names the narrowest target, whose side is the largest rank there
+// can be.
+func rankFits(rank int, targets []peft.Target) error {
+	var narrow *peft.Target
+	for i, t := range targets {
+		if narrow == nil || min(t.Out, t.In) < min(narrow.Out, narrow.In) {
+			narrow = &targets[i]
+		}
+	}
+	if narrow == nil {
+		return nil // no targets: Extract says so
+	}
+	if k := min(narrow.Out, narrow.In); rank > k {
+		return usageError{fmt.Sprintf("--rank %d exceeds min(out, in) = %d of %s (%d×%d): the largest rank these target modules allow is %d", rank, k, narrow.Path, narrow.Out, narrow.In, k)}
+	}
+	return nil
+}
+
 // extractRow is one module of `mixtune extract-lora --json`.
 type extractRow struct {
 	Module    string  `json:"module"`
@@ -179,6 +199,9 @@ func cmdExtractLoRA(args []string, stdout, stderr io.Writer) error {
 	targets, err := peft.Targets(peft.ModelTargets(base), strings.Split(*targetsFlag, ","))
 	if err != nil {
 		return usageError{"--target-modules: " + err.Error()}
+	}
+	if err := rankFits(*rank, targets); err != nil {
+		return err
 	}
 	l, reps, err := peft.Extract(targets, base.Weights, tuned.Weights, *rank, f)
 	if err != nil {

@@ -11,11 +11,12 @@ import (
 )
 
 func cmdTokenize(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("tokenize", "tokenize --model DIR [--chat] [--decode] [--json] TEXT | --file F", stderr)
+	fs := newFlags("tokenize", "tokenize (--model DIR | --tokenizer FILE) [--chat [--no-generation-prompt]] [--decode] [--json] TEXT | --file F", stderr)
 	var c train.TokenizeConfig
-	fs.StringVar(&c.Model, "model", "", "model directory (its tokenizer.json, tokenizer_config.json, config.json)")
+	fs.StringVar(&c.Model, "model", "", "model or tokenizer directory: its tokenizer.json and tokenizer_config.json (config.json is optional)")
 	textFlags(fs, &c.Text)
-	fs.BoolVar(&c.Chat, "chat", false, "render the input through the chat template with the generation prompt first: a JSON list of messages, or one user message")
+	fs.BoolVar(&c.Chat, "chat", false, "render the input through the chat template first, ending with the generation prompt: a JSON list of messages, or one user message")
+	fs.BoolVar(&c.NoGenerationPrompt, "no-generation-prompt", false, "with --chat: render the conversation without the generation prompt (as a training conversation is rendered)")
 	fs.BoolVar(&c.Decode, "decode", false, "read the input as token ids (spaces or commas between them) and print their text")
 	file := fs.String("file", "", "read the input from this file instead of the argument")
 	asJSON := fs.Bool("json", false, "print a JSON object")
@@ -23,8 +24,10 @@ func cmdTokenize(args []string, stdout, stderr io.Writer) error {
 		return parseErr(err)
 	}
 	switch {
-	case c.Model == "":
-		return usageError{"--model is required"}
+	case c.Model == "" && (c.Text.Tokenizer == "auto" || c.Text.Tokenizer == ""):
+		return usageError{"--model DIR (or --tokenizer with a tokenizer.json path) is required"}
+	case c.NoGenerationPrompt && !c.Chat:
+		return usageError{"--no-generation-prompt applies to --chat"}
 	case *file != "" && fs.NArg() > 0, *file == "" && fs.NArg() != 1:
 		return usageError{"give the input as one argument or with --file"}
 	case *file != "":

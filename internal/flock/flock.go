@@ -6,6 +6,7 @@ package flock
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -51,4 +52,27 @@ func (l *Lock) Unlock() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// Held reports whether a process holds the lock at path, for readers that
+// only want to know (is this run still training?). It neither creates nor
+// writes the file: it takes a shared lock, which any holder's exclusive one
+// blocks, and drops it at once. A missing file is a free lock.
+func Held(path string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	switch err := tryShared(f); {
+	case errors.Is(err, ErrLocked):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	unlock(f)
+	return false, nil
 }

@@ -51,3 +51,43 @@ func TestLockExcludesAnotherProcess(t *testing.T) {
 		t.Fatal("ErrLocked does not wrap")
 	}
 }
+
+// Held sees a lock another holder has, and sees none after Unlock or when
+// the file does not exist; looking neither takes the lock nor writes the
+// file. (flock locks belong to the open file, so a second open in this
+// process stands for another process.)
+func TestHeld(t *testing.T) {
+	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
+		t.Skip("checked on unix")
+	}
+	path := filepath.Join(t.TempDir(), ".lock")
+	if held, err := Held(path); held || err != nil {
+		t.Fatalf("no file: held %v, %v", held, err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("Held created the file: %v", err)
+	}
+	l, err := Acquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	if held, err := Held(path); !held || err != nil {
+		t.Fatalf("while held: held %v, %v", held, err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Fatalf("Held changed the file: %q → %q", before, after)
+	}
+	if err := l.Unlock(); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := Held(path); held || err != nil {
+		t.Fatalf("after unlock: held %v, %v", held, err)
+	}
+	// looking left it free: another holder can take it
+	l, err = Acquire(path)
+	if err != nil {
+		t.Fatalf("after Held: %v", err)
+	}
+	l.Unlock()
+}

@@ -9,9 +9,14 @@ import (
 	"golang.org/x/sys/windows"
 )
 
-func tryLock(f *os.File) error {
+func tryLock(f *os.File) error { return tryLockFile(f, windows.LOCKFILE_EXCLUSIVE_LOCK) }
+
+// tryShared takes a shared lock, which any exclusive holder blocks.
+func tryShared(f *os.File) error { return tryLockFile(f, 0) }
+
+func tryLockFile(f *os.File, flags uint32) error {
 	var ol windows.Overlapped
-	err := windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, &ol)
+	err := windows.LockFileEx(windows.Handle(f.Fd()), flags|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, &ol)
 	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
 		return ErrLocked
 	}
