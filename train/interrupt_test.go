@@ -1,0 +1,210 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mixtune/mixtune/dist"
+)
+
+// cancelOn is a run's Out that cancels the run once it prints marker: a
+// test stops a run in a chosen phase, whatever the machine's speed.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	marker string
+	cancel context.CancelFunc
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf.Write(p)
+	if c.marker != "" && strings.Contains(c.buf.String(), c.marker) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+func (c *cancelOn) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+// Interrupted before its first step, a run saves nothing, says so, names
+// no resume command (there is nothing to resume), and leaves no run
+// directory: starting again makes the same one, not name-2.
+func TestInterruptBeforeFirstStepSavesNothing(t *testing.T) {
+	dir := fixture(t)
+	cfg := writeConfig(t, dir, goodConfig)
+	for _, tc := range []struct {
+		name   string
+		marker string // "" cancels before Run starts
+		sets   []string
+	}{
+		{"before setup", "", nil},
+		{"measuring the task before", "run: ", nil},
+		{"validating before", "run: ", []string{"task.before=false"}},
+		{"at the first step", "run: ", []string{"task.eval_file=", "data.validation=", "data.validation_split=0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Load(cfg, append([]string{"compute.blas=gonum"}, tc.sets...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &cancelOn{marker: tc.marker, cancel: cancel}
+			if tc.marker == "" {
+				cancel()
+			}
+			sum, err := Run(ctx, r, Options{Out: out})
+			if err != ErrInterrupted || sum != nil {
+				t.Fatalf("got %+v, %v; want ErrInterrupted\n%s", sum, err, out)
+			}
+			msg := out.String()
+			if !strings.Contains(msg, "interrupted before the first step: nothing was trained or saved") ||
+				!strings.Contains(msg, "start the run again") || strings.Contains(msg, "--resume") || strings.Contains(msg, "checkpoint saved") {
+				t.Fatalf("the message does not say that nothing was saved:\n%s", msg)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(dir, "runs")); len(ents) != 0 {
+				t.Fatalf("run directories left behind: %v", ents)
+			}
+		})
+	}
+	// starting again takes the same name
+	r, err := Load(cfg, []string{"compute.blas=gonum", "task.eval_file="})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+	if err != nil || sum.RunDir != filepath.Join(dir, "runs", "t") {
+		t.Fatalf("starting again: %v, %+v", err, sum)
+	}
+}
+
+// Interrupted in the final evaluation, a run stops it, saves the trained
+// adapter, returns ErrInterrupted (the command line's 130, not 0), and
+// prints a resume command that makes the missing measurements.
+func TestInterruptInFinalEvaluation(t *testing.T) {
+	dir := fixture(t)
+	cfg := writeConfig(t, dir, goodConfig)
+	for _, tc := range []struct {
+		name string
+		sets []string
+	}{
+		{"validation", nil},
+		{"task", []string{"data.validation=", "data.validation_split=0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sets := append([]string{"compute.blas=gonum", "name=" + tc.name}, tc.sets...)
+			r, err := Load(cfg, sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &cancelOn{}
+			// the loop ends at the last step without asking ctx: the
+			// cancel is first seen by the final evaluation
+			sum, err := Run(ctx, r, Options{Out: out, afterStep: func(s int) {
+				if s == r.Train.Steps {
+					cancel()
+				}
+			}})
+			if err != ErrInterrupted || sum == nil || !sum.Interrupted || sum.Steps != r.Train.Steps || sum.TaskAfter != nil {
+				t.Fatalf("got %+v, %v; want ErrInterrupted after step %d without the task accuracy\n%s", sum, err, r.Train.Steps, out)
+			}
+			run := filepath.Join(dir, "runs", tc.name)
+			want := fmt.Sprintf("interrupted in the final evaluation, after the last step (%d of %d)", r.Train.Steps, r.Train.Steps)
+			if msg := out.String(); !strings.Contains(msg, want) || !strings.Contains(msg, "Make them with:\n  mixtune train --resume "+run+"\n") {
+				t.Fatalf("the message does not say what was saved and how to finish:\n%s", msg)
+			}
+			if _, err := os.Stat(filepath.Join(run, "adapter", "adapter_model.safetensors")); err != nil {
+				t.Fatal("the trained adapter was not saved")
+			}
+			// the resume it prints makes the measurements
+			done, err := Run(context.Background(), r, Options{Out: io.Discard, ResumeDir: run})
+			if err != nil || done.Interrupted || done.TaskAfter == nil || (done.ValBefore != nil) != (done.ValAfter != nil) {
+				t.Fatalf("resume: %v, %+v", err, done)
+			}
+			var onDisk Summary
+			b, _ := os.ReadFile(filepath.Join(run, summaryFile))
+			if json.Unmarshal(b, &onDisk) != nil || onDisk.Interrupted || onDisk.TaskAfter == nil {
+				t.Fatalf("summary.json after the resume: %s", b)
+			}
+		})
+	}
+}
+
+// With several ranks, an interrupt that reaches rank 0 alone stops every
+// rank in the same phase: before the first step nothing is kept; in the
+// final evaluation every rank returns ErrInterrupted and the adapter is
+// saved.
+func TestDataParallelInterruptInEveryPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains on several ranks")
+	}
+	dir := fixture(t)
+	rec := dpRecipe(t, dir, "train.steps=4")
+	for _, tc := range []struct {
+		name    string
+		marker  string // rank 0 cancels when it prints this
+		atLast  bool   // or after the last step
+		dirKept bool
+	}{
+		{"measuring before", "run: ", false, false},
+		{"final evaluation", "", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 2
+			cs := dist.NewLocal(n)
+			errs := make([]error, n)
+			out := &cancelOn{marker: tc.marker}
+			var wg sync.WaitGroup
+			recipes := []*Recipe{rec(), rec()}
+			for i := range cs {
+				recipes[i].Name = tc.name
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer cs[i].Close()
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					o := Options{Out: io.Discard, Comm: cs[i]}
+					if i == 0 {
+						out.cancel = cancel
+						o.Out = out
+						if tc.atLast {
+							o.afterStep = func(s int) {
+								if s == recipes[0].Train.Steps {
+									cancel()
+								}
+							}
+						}
+					}
+					_, errs[i] = Run(ctx, recipes[i], o)
+				}()
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != ErrInterrupted {
+					t.Fatalf("rank %d: %v, want ErrInterrupted\n%s", i, err, out)
+				}
+			}
+			_, err := os.Stat(filepath.Join(dir, "runs", tc.name, "adapter"))
+			if (err == nil) != tc.dirKept {
+				t.Fatalf("adapter saved: %v, want %v\n%s", err == nil, tc.dirKept, out)
+			}
+		})
+	}
+}
