@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/mixtune/mixtune/dist"
 )
 
 // cancelOn is a run's Out that cancels the run once it prints marker: a
@@ -155,7 +153,7 @@ func TestDataParallelInterruptInEveryPhase(t *testing.T) {
 		t.Skip("trains on several ranks")
 	}
 	dir := fixture(t)
-	rec := dpRecipe(t, dir, "train.steps=4")
+	rec := dpRecipe(t, dir, "train.steps=4") // atLast cancels after step 4
 	for _, tc := range []struct {
 		name    string
 		marker  string // rank 0 cancels when it prints this
@@ -166,36 +164,22 @@ func TestDataParallelInterruptInEveryPhase(t *testing.T) {
 		{"final evaluation", "", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const n = 2
-			cs := dist.NewLocal(n)
-			errs := make([]error, n)
 			out := &cancelOn{marker: tc.marker}
-			var wg sync.WaitGroup
-			recipes := []*Recipe{rec(), rec()}
-			for i := range cs {
-				recipes[i].Name = tc.name
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer cs[i].Close()
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					o := Options{Out: io.Discard, Comm: cs[i]}
-					if i == 0 {
-						out.cancel = cancel
-						o.Out = out
-						if tc.atLast {
-							o.afterStep = func(s int) {
-								if s == recipes[0].Train.Steps {
-									cancel()
-								}
-							}
+			named := func() *Recipe {
+				r := rec()
+				r.Name = tc.name
+				return r
+			}
+			_, errs := trainRanks(2, named, Options{Out: io.Discard}, func(cancel context.CancelFunc, o *Options) {
+				out.cancel, o.Out = cancel, out
+				if tc.atLast {
+					o.afterStep = func(s int) {
+						if s == 4 {
+							cancel()
 						}
 					}
-					_, errs[i] = Run(ctx, recipes[i], o)
-				}()
-			}
-			wg.Wait()
+				}
+			})
 			for i, err := range errs {
 				if err != ErrInterrupted {
 					t.Fatalf("rank %d: %v, want ErrInterrupted\n%s", i, err, out)
