@@ -94,12 +94,14 @@ var ErrInterrupted = errors.New("interrupted")
 // and every input read and checked, before anything is written.
 //
 // Cancelling ctx returns ErrInterrupted, after saying on Options.Out what
-// was saved: in any phase (loading, tokenizing, measuring, training,
-// saving) the run stops at the next batch, token, row or step. Stopped
-// before the first step, nothing is saved: a new run's directory is
-// removed, so that starting again makes the same one. Stopped later, the
-// last step is checkpointed and the adapter (or model) saved, and
-// --resume continues, the final measurements included.
+// was saved. Tokenizing stops at once; validation at the next batch; task
+// accuracy at the next token (or decoder layer of a prefill); training
+// after the current step; loading the model and compiling the graphs when
+// each ends; a save in progress finishes. Stopped before the first step,
+// nothing is saved: a new run's directory is removed, so that starting
+// again makes the same one. Stopped later, the last step is checkpointed
+// and the adapter (or model) saved, and --resume continues, the final
+// measurements included.
 func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 	s, err := setup(ctx, r, opt)
 	if err := agreeSetup(opt.Comm, s, err); err != nil {
