@@ -192,3 +192,37 @@ func TestDataParallelInterruptInEveryPhase(t *testing.T) {
 		})
 	}
 }
+
+// Interrupted while a resume is still loading, a run changes nothing in
+// its directory and says so, with the resume that continues it.
+func TestInterruptBeforeResumingChangesNothing(t *testing.T) {
+	dir := fixture(t)
+	r, err := Load(writeConfig(t, dir, goodConfig), []string{"compute.blas=gonum", "task.eval_file="})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cut, err := Run(ctx, r, Options{Out: io.Discard, afterStep: func(s int) {
+		if s == 2 {
+			cancel()
+		}
+	}})
+	if err != ErrInterrupted {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(cut.RunDir, summaryFile))
+	out := &cancelOn{}
+	if _, err := Run(ctx, r, Options{Out: out, ResumeDir: cut.RunDir}); err != ErrInterrupted {
+		t.Fatalf("resume with a cancelled context: %v", err)
+	}
+	want := "interrupted before resuming: " + cut.RunDir + " is unchanged. Resume with:\n  mixtune train --resume " + cut.RunDir + "\n"
+	if out.String() != want {
+		t.Fatalf("said %q, want %q", out, want)
+	}
+	if after, _ := os.ReadFile(filepath.Join(cut.RunDir, summaryFile)); !bytes.Equal(before, after) {
+		t.Fatal("summary.json changed")
+	}
+	if sum, err := Run(context.Background(), r, Options{Out: io.Discard, ResumeDir: cut.RunDir}); err != nil || sum.Steps != r.Train.Steps {
+		t.Fatalf("the printed resume: %v, %+v", err, sum)
+	}
+}
