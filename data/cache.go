@@ -3,6 +3,7 @@ package data
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -31,7 +32,8 @@ const cacheMagic = "mixtune tokens 1\n"
 // Load returns the examples of the JSONL file at path as LoadJSONL would,
 // from the cache when it holds them (hit), and stores them otherwise.
 // Failing to write the cache is not an error: the examples are returned.
-func (c Cache) Load(path string, f Format, opt LoadOptions) (ex []Example, hit bool, err error) {
+// Cancelling ctx stops tokenizing (see Load); nothing is cached then.
+func (c Cache) Load(ctx context.Context, path string, f Format, opt LoadOptions) (ex []Example, hit bool, err error) {
 	sum, err := fileSum(path)
 	if err != nil {
 		return nil, false, err
@@ -41,7 +43,7 @@ func (c Cache) Load(path string, f Format, opt LoadOptions) (ex []Example, hit b
 	if ex, err := readEntry(entry); err == nil {
 		return ex, true, nil
 	}
-	if ex, err = Load(path, f, opt); err != nil {
+	if ex, err = Load(ctx, path, f, opt); err != nil {
 		return nil, false, err
 	}
 	if os.MkdirAll(c.Dir, 0o755) == nil {

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -27,7 +28,7 @@ func TestCache(t *testing.T) {
 	}
 	load := func(f Format) ([]Example, bool) {
 		t.Helper()
-		ex, hit, err := c.Load(data, f, LoadOptions{})
+		ex, hit, err := c.Load(context.Background(), data, f, LoadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package data
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,7 +89,7 @@ func ParseJSONL(name string, r io.Reader, f Format) ([]Example, error) {
 // parseJSONL is ParseJSONL with the line limit as a parameter, so that tests
 // can exercise the limit without 64 MiB inputs.
 func parseJSONL(name string, r io.Reader, f Format, maxLine int) ([]Example, error) {
-	return parseLines(name, r, f, maxLine, LoadOptions{})
+	return parseLines(context.Background(), name, r, f, maxLine, LoadOptions{})
 }
 
 // LoadOptions tune how a large file is read: rows are tokenized by Workers
@@ -99,14 +100,15 @@ type LoadOptions struct {
 	Progress func(done, total int64)
 }
 
-// Load is LoadJSONL with options.
-func Load(path string, f Format, opt LoadOptions) ([]Example, error) {
+// Load is LoadJSONL with options. Cancelling ctx makes it return
+// ctx.Err() at once (see parseLines).
+func Load(ctx context.Context, path string, f Format, opt LoadOptions) ([]Example, error) {
 	file, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
-	return parseLines(path, file, f, MaxLineBytes, opt)
+	return parseLines(ctx, path, file, f, MaxLineBytes, opt)
 }
 
 // block is a run of lines parsed by one worker, and what came of them.
@@ -121,8 +123,13 @@ type block struct {
 // parseLines reads r's lines and parses them in blocks, on several
 // goroutines; the examples keep the file's order, and the error reported
 // is the first line's.
-func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions) ([]Example, error) {
-	blocks, total, err := splitLines(name, r, maxLine)
+//
+// Cancelling ctx returns ctx.Err() at once, whatever the rows: the workers
+// stop at their next row, and a worker inside one huge row (tens of MB
+// take seconds to tokenize) finishes it in the background, its result
+// dropped. Parsing writes nothing, so nothing is left half done.
+func parseLines(ctx context.Context, name string, r io.Reader, f Format, maxLine int, opt LoadOptions) ([]Example, error) {
+	blocks, total, err := splitLines(ctx, name, r, maxLine)
 	if err != nil {
 		return nil, err
 	}
@@ -136,15 +143,24 @@ func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(len(blocks)); i = next.Add(1) - 1 {
-				blocks[i].parse(name, f)
-				if d := done.Add(blocks[i].size); opt.Progress != nil {
+			for i := next.Add(1) - 1; i < int64(len(blocks)) && ctx.Err() == nil; i = next.Add(1) - 1 {
+				blocks[i].parse(ctx, name, f)
+				if d := done.Add(blocks[i].size); opt.Progress != nil && ctx.Err() == nil {
 					opt.Progress(d, total)
 				}
 			}
 		}()
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil { // blocks skipped after the cancel
+		return nil, err
+	}
 	var out []Example
 	for _, b := range blocks {
 		if b.err != nil {
@@ -163,8 +179,9 @@ func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions
 const linesPerBlock = 256
 
 // splitLines reads every line of r (copying it) into blocks, checking the
-// line limit and dropping a byte order mark at the start.
-func splitLines(name string, r io.Reader, maxLine int) ([]*block, int64, error) {
+// line limit and dropping a byte order mark at the start. It stops with
+// ctx.Err() when ctx is cancelled.
+func splitLines(ctx context.Context, name string, r io.Reader, maxLine int) ([]*block, int64, error) {
 	sc := bufio.NewScanner(r)
 	// +2 leaves room for the "\r\n" that the scanner needs to see in its
 	// buffer to end a line of exactly maxLine bytes.
@@ -182,6 +199,9 @@ func splitLines(name string, r io.Reader, maxLine int) ([]*block, int64, error) 
 			b = bytes.TrimPrefix(b, []byte("\uFEFF"))
 		}
 		if len(blocks) == 0 || len(blocks[len(blocks)-1].lines) == linesPerBlock {
+			if err := ctx.Err(); err != nil {
+				return nil, 0, err
+			}
 			blocks = append(blocks, &block{first: line})
 		}
 		cur := blocks[len(blocks)-1]
@@ -202,11 +222,16 @@ func splitLines(name string, r io.Reader, maxLine int) ([]*block, int64, error) 
 	return blocks, total, nil
 }
 
-// parse parses the block's lines, stopping at the first error.
-func (b *block) parse(name string, f Format) {
+// parse parses the block's lines, stopping at the first error, or with
+// ctx.Err() when ctx is cancelled.
+func (b *block) parse(ctx context.Context, name string, f Format) {
 	for i, l := range b.lines {
 		if l == nil {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			b.err = err
+			return
 		}
 		n := b.first + i
 		if err := checkText(l); err != nil {

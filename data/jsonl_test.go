@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -307,11 +308,11 @@ func TestLoadInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last, total int64
-	one, err := Load(path, ByteFormat(), LoadOptions{Workers: 1})
+	one, err := Load(context.Background(), path, ByteFormat(), LoadOptions{Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	many, err := Load(path, ByteFormat(), LoadOptions{Workers: 7, Progress: func(d, n int64) {
+	many, err := Load(context.Background(), path, ByteFormat(), LoadOptions{Workers: 7, Progress: func(d, n int64) {
 		if d > last { // calls may arrive out of order from the workers
 			last = d
 		}
@@ -331,7 +332,7 @@ func TestLoadInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range []int{1, 8} {
-		if _, err := Load(path, ByteFormat(), LoadOptions{Workers: w}); err == nil || !strings.HasSuffix(err.Error(), `d.jsonl:3007: "text" must be a string`) {
+		if _, err := Load(context.Background(), path, ByteFormat(), LoadOptions{Workers: w}); err == nil || !strings.HasSuffix(err.Error(), `d.jsonl:3007: "text" must be a string`) {
 			t.Fatalf("%d workers: %v", w, err)
 		}
 	}

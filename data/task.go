@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -133,5 +134,5 @@ func readLines(path string) ([]*block, int64, error) {
 		return nil, 0, err
 	}
 	defer file.Close()
-	return splitLines(path, file, MaxLineBytes)
+	return splitLines(context.Background(), path, file, MaxLineBytes)
 }

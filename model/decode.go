@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -60,6 +61,12 @@ type sequence struct {
 // the model's context length, and returns the new tokens (the stop id
 // excluded).
 func (d *Decoder) Generate(prompts [][]int, maxNew int, s Sampling) ([][]int, error) {
+	return d.GenerateContext(context.Background(), prompts, maxNew, s)
+}
+
+// GenerateContext is Generate that stops with ctx.Err() before the next
+// token once ctx is cancelled.
+func (d *Decoder) GenerateContext(ctx context.Context, prompts [][]int, maxNew int, s Sampling) ([][]int, error) {
 	c := d.cfg
 	seqs := make([]*sequence, len(prompts))
 	for i, p := range prompts {
@@ -89,7 +96,13 @@ func (d *Decoder) Generate(prompts [][]int, maxNew int, s Sampling) ([][]int, er
 		fresh[i] = q.tokens
 	}
 	for step := 0; step < maxNew; step++ {
-		logits := d.forward(seqs, fresh)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		logits := d.forwardContext(ctx, seqs, fresh)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		live := false
 		for i, q := range seqs {
 			if q.done {
@@ -131,6 +144,13 @@ func (d *Decoder) ropeFor(n int) {
 // their positions, appending to the caches, and returns each sequence's
 // logits after its last new token (nil for a sequence with none).
 func (d *Decoder) forward(seqs []*sequence, fresh [][]int) [][]float32 {
+	return d.forwardContext(context.Background(), seqs, fresh)
+}
+
+// forwardContext is forward that gives up between layers once ctx is
+// cancelled (a prefill of many prompts takes seconds), returning nil and
+// leaving the caches part filled: the caller must check ctx.
+func (d *Decoder) forwardContext(ctx context.Context, seqs []*sequence, fresh [][]int) [][]float32 {
 	c := d.cfg
 	D, hd := c.HiddenSize, c.HeadDimension()
 	qw, kw := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
@@ -172,6 +192,9 @@ func (d *Decoder) forward(seqs []*sequence, fresh [][]int) [][]float32 {
 	d.ropeFor(slices.Max(pos) + 1)
 	at := func(r int) int { return pos[r] }
 	for l := 0; l < c.NumHiddenLayers; l++ {
+		if ctx.Err() != nil {
+			return nil
+		}
 		p := LayerPrefix(l)
 		nn.RMSNormRows(h, x, d.w[p+"input_layernorm.weight"], D, c.RMSNormEps)
 		linear(q, h, ModulePath(l, "q_proj"), qw, D)

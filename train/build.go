@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -59,21 +60,34 @@ type components struct {
 // build makes the run's components. Every input is read and checked here
 // (datasets, the task file, the model, a from: adapter), and the run's
 // memory estimated against the machine's, so that bad input is reported
-// before a run directory exists.
-func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
-	c := &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm}
+// before a run directory exists. Cancelling ctx stops it with
+// ErrInterrupted: tokenization at once, the other phases when they end.
+func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c *components, err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil { // whatever a phase cut short said, it was the interrupt
+			err = ErrInterrupted
+		}
+		if err != nil && c != nil {
+			c.close()
+			c = nil
+		}
+	}()
+	c = &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm}
 	if c.comm == nil {
 		c.comm = dist.NewSingle()
 	}
 	c.tok = c.format.Tok
 	sel := choice.Selection
 	c.policy = r.policyFor(sel.Precision)
-	var err error
 	if c.eng, err = openEngine(rankCompute(r.Compute, c.comm)); err != nil {
 		return nil, err
 	}
-	c.rows = &rowReader{cache: r.Data.Cache, out: opt.Out, progress: opt.Progress}
-	trainEx, valEx, err := datasets(r, c.format, c.rows)
+	say := opt.Out
+	if say == nil || c.comm.Rank() != 0 {
+		say = io.Discard // rank 0 speaks for the job
+	}
+	c.rows = &rowReader{cache: r.Data.Cache, out: say, progress: opt.Progress}
+	trainEx, valEx, err := datasets(ctx, r, c.format, c.rows)
 	if err != nil {
 		return nil, inputError(err)
 	}
@@ -83,8 +97,14 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 			return nil, inputError(err)
 		}
 	}
+	if ctx.Err() != nil {
+		return nil, ErrInterrupted
+	}
 	if err := c.loaders(r, trainEx, valEx); err != nil {
 		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, ErrInterrupted
 	}
 	if err := checkMemory(r, rowsPerRank(c.batch, c.comm)); err != nil {
 		return nil, err
@@ -92,8 +112,14 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 	if c.model, err = loadModel(r); err != nil {
 		return nil, inputError(err)
 	}
+	if ctx.Err() != nil {
+		return nil, ErrInterrupted
+	}
 	if c.lora, err = newAdapter(r, c.model); err != nil {
 		return nil, inputError(err)
+	}
+	if ctx.Err() != nil {
+		return nil, ErrInterrupted
 	}
 	c.params = trainables(c.model, c.lora)
 	if c.optimizer, err = newOptimizer(r.Optimizer); err != nil {
@@ -119,10 +145,12 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, trainGraph(tap, c.comm.Size(), ckpt)); err != nil {
 		return nil, err
 	}
+	if ctx.Err() != nil {
+		return c, ErrInterrupted // closes the trainer
+	}
 	if len(c.valBatches) > 0 {
 		if c.evaluator, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, graphOptions{checkpoint: ckpt, evalOfFullFineTune: c.lora == nil}); err != nil {
-			c.close()
-			return nil, err
+			return c, err // closes the trainer
 		}
 	}
 	return c, nil
@@ -225,13 +253,13 @@ func loadModel(r *Recipe) (*model.Model, error) {
 
 // datasets tokenizes the training rows and the validation rows (a file,
 // or a seeded split of the training rows).
-func datasets(r *Recipe, f data.Format, rd *rowReader) (trainEx, valEx []data.Example, err error) {
-	trainEx, err = rd.load(r.Data.Train, f)
+func datasets(ctx context.Context, r *Recipe, f data.Format, rd *rowReader) (trainEx, valEx []data.Example, err error) {
+	trainEx, err = rd.load(ctx, r.Data.Train, f)
 	if err != nil {
 		return nil, nil, err
 	}
 	if r.Data.Validation != "" {
-		valEx, err = rd.load(r.Data.Validation, f)
+		valEx, err = rd.load(ctx, r.Data.Validation, f)
 		return trainEx, valEx, err
 	}
 	if r.Data.ValidationSplit == 0 {
@@ -258,12 +286,16 @@ const (
 	progressMinBytes = 8 << 20
 )
 
-func (rd *rowReader) load(path string, f data.Format) ([]data.Example, error) {
+func (rd *rowReader) load(ctx context.Context, path string, f data.Format) ([]data.Example, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	var opt data.LoadOptions
+	if !rd.progress && st.Size() >= progressMinBytes {
+		// a log has no bar: say why nothing happens for a while
+		fmt.Fprintf(rd.out, "data: tokenizing %s (%.1f MB)\n", path, float64(st.Size())/1e6)
+	}
 	if rd.progress && st.Size() >= progressMinBytes {
 		bar := progressbar.NewOptions64(st.Size(), progressbar.OptionSetWriter(rd.out), progressbar.OptionShowBytes(true),
 			progressbar.OptionSetDescription("tokenizing "+filepath.Base(path)), progressbar.OptionSetPredictTime(true),
@@ -277,13 +309,13 @@ func (rd *rowReader) load(path string, f data.Format) ([]data.Example, error) {
 		defer bar.Finish()
 	}
 	if !rd.cache || st.Size() < cacheMinBytes {
-		return data.Load(path, f, opt)
+		return data.Load(ctx, path, f, opt)
 	}
 	dir, err := os.UserCacheDir()
 	if err != nil {
-		return data.Load(path, f, opt)
+		return data.Load(ctx, path, f, opt)
 	}
-	ex, hit, err := data.Cache{Dir: filepath.Join(dir, "mixtune", "tokens")}.Load(path, f, opt)
+	ex, hit, err := data.Cache{Dir: filepath.Join(dir, "mixtune", "tokens")}.Load(ctx, path, f, opt)
 	if hit {
 		rd.hits = append(rd.hits, path)
 	}

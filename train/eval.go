@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -21,10 +22,14 @@ type LossReport struct {
 // evaluate returns the token-weighted mean loss over batches: each batch's
 // mean times its target count, summed in batch order, over all targets.
 // Training's validation and `mixtune eval` both call it, so they agree.
-func evaluate(ru *runner, batches []data.Batch) (LossReport, error) {
+// Cancelling ctx stops it before the next batch with ErrInterrupted.
+func evaluate(ctx context.Context, ru *runner, batches []data.Batch) (LossReport, error) {
 	var sum float64
 	var n int
 	for _, bt := range batches {
+		if ctx.Err() != nil {
+			return LossReport{}, ErrInterrupted
+		}
 		if bt.NumTargets == 0 {
 			continue
 		}
@@ -80,13 +85,17 @@ func loadTask(path string, f data.Format, limit int) (*taskSet, error) {
 }
 
 // accuracy generates a greedy answer to each prompt, up to a stop id, and
-// counts exact matches of the decoded text.
-func (ts *taskSet) accuracy(m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, stop []int, maxNew int) (TaskReport, error) {
+// counts exact matches of the decoded text. Cancelling ctx stops it
+// before the next token with ErrInterrupted.
+func (ts *taskSet) accuracy(ctx context.Context, m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, stop []int, maxNew int) (TaskReport, error) {
 	d := model.NewDecoder(m, weights, be)
 	if len(stop) > 0 {
 		d.Stop = stop
 	}
-	outs, err := d.Generate(ts.prompts, maxNew, model.Sampling{})
+	outs, err := d.GenerateContext(ctx, ts.prompts, maxNew, model.Sampling{})
+	if ctx.Err() != nil {
+		return TaskReport{}, ErrInterrupted
+	}
 	if err != nil {
 		return TaskReport{}, err
 	}
@@ -159,7 +168,7 @@ func Eval(c EvalConfig) (LossReport, error) {
 		return LossReport{}, err
 	}
 	defer ru.close()
-	return evaluate(ru, l.Batches())
+	return evaluate(context.Background(), ru, l.Batches())
 }
 
 // roomToGenerate refuses a prompt of n tokens (BOS and any chat template

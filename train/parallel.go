@@ -2,10 +2,12 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -249,7 +251,7 @@ func agreeSetup(c dist.Comm, s *session, err error) error {
 	if c == nil || c.Size() == 1 {
 		return err
 	}
-	if err := dist.Agree(c, err); err != nil {
+	if err := agreeInterrupted(c, err); err != nil {
 		return err
 	}
 	mine := s.fingerprint()
@@ -593,17 +595,43 @@ func (s *session) interrupted(ctx interface{ Err() error }) (bool, error) {
 	return dist.AnyTrue(s.dp.comm, stop)
 }
 
+// agreeInterrupted is err on every rank, as dist.Agree makes it, except
+// that when any rank was interrupted every rank returns ErrInterrupted:
+// an interrupt is not a failure to report, and every rank must stop
+// alike.
+func agreeInterrupted(c dist.Comm, err error) error {
+	if c == nil || c.Size() == 1 {
+		return err
+	}
+	stop, aerr := dist.AnyTrue(c, errors.Is(err, ErrInterrupted))
+	switch {
+	case aerr != nil:
+		return aerr
+	case stop:
+		return ErrInterrupted
+	}
+	return dist.Agree(c, err)
+}
+
 // validate is the validation loss over every rank's rows of the
 // validation batches: each rank sums its rows' loss, the sums and the
-// token counts are added over the ranks.
-func (s *session) validate() (LossReport, error) {
+// token counts are added over the ranks. Cancelling ctx (on any rank)
+// stops it before the next batch with ErrInterrupted.
+func (s *session) validate(ctx context.Context) (LossReport, error) {
 	p := s.parts
 	if s.dp == nil {
-		return evaluate(p.evaluator, p.valBatches)
+		return evaluate(ctx, p.evaluator, p.valBatches)
 	}
 	var sum float64
 	var n int
 	for _, bt := range p.valBatches {
+		// every rank runs every batch, so every rank asks at each one
+		if stop, err := s.interrupted(ctx); stop || err != nil {
+			if err != nil {
+				return LossReport{}, err
+			}
+			return LossReport{}, ErrInterrupted
+		}
 		local := s.dp.shard(bt)
 		if local.NumTargets == 0 {
 			continue
@@ -630,9 +658,11 @@ func (s *session) validate() (LossReport, error) {
 // taskReport is the task accuracy, each rank answering its share of the
 // questions (rank r the r-th of N contiguous slices); the counts are
 // added and the first samples kept, as one process would have them.
-func (s *session) taskReport() (TaskReport, error) {
+// Cancelling ctx stops a rank before its next token; every rank then
+// returns ErrInterrupted.
+func (s *session) taskReport(ctx context.Context) (TaskReport, error) {
 	if s.dp == nil {
-		return s.taskAccuracy()
+		return s.taskAccuracy(ctx)
 	}
 	p := s.parts
 	all := p.task
@@ -640,10 +670,10 @@ func (s *session) taskReport() (TaskReport, error) {
 	p.task = &taskSet{prompts: all.prompts[lo:hi], wants: all.wants[lo:hi]}
 	rep, err := TaskReport{}, error(nil)
 	if hi > lo {
-		rep, err = s.taskAccuracy()
+		rep, err = s.taskAccuracy(ctx)
 	}
 	p.task = all
-	if err = dist.Agree(s.dp.comm, err); err != nil {
+	if err = agreeInterrupted(s.dp.comm, err); err != nil {
 		return TaskReport{}, err
 	}
 	b, _ := json.Marshal(rep)

@@ -38,6 +38,27 @@ func runRanks(t *testing.T, n int, r func() *Recipe, opt Options, stopAt int) (*
 		}
 		return Run(ctx, r(), opt)
 	}
+	sums, errs := trainRanks(n, r, opt, func(cancel context.CancelFunc, o *Options) {
+		o.afterStep = func(s int) {
+			if s == stopAt {
+				cancel()
+			}
+		}
+	})
+	for i := 1; i < n; i++ {
+		if (errs[i] == nil) != (errs[0] == nil) {
+			t.Fatalf("rank 0 returned %v, rank %d %v", errs[0], i, errs[i])
+		}
+		if errs[0] == nil && (sums[i] == nil || sums[i].Steps != sums[0].Steps || sums[i].FinalLoss != sums[0].FinalLoss || sums[i].RunDir != sums[0].RunDir) {
+			t.Fatalf("rank %d's summary %+v differs from rank 0's %+v", i, sums[i], sums[0])
+		}
+	}
+	return sums[0], errs[0]
+}
+
+// trainRanks runs Run on n in-process ranks, each with its own context;
+// rank0 may set rank 0's options, with the cancel of its context.
+func trainRanks(n int, r func() *Recipe, opt Options, rank0 func(cancel context.CancelFunc, o *Options)) ([]*Summary, []error) {
 	cs := dist.NewLocal(n)
 	sums, errs := make([]*Summary, n), make([]error, n)
 	recipes := make([]*Recipe, n) // made here: a t.Fatal inside a rank would leave the others waiting
@@ -54,26 +75,14 @@ func runRanks(t *testing.T, n int, r func() *Recipe, opt Options, stopAt int) (*
 			defer cancel()
 			o := opt
 			o.Comm = cs[i]
-			if i == 0 {
-				o.afterStep = func(s int) {
-					if s == stopAt {
-						cancel()
-					}
-				}
+			if i == 0 && rank0 != nil {
+				rank0(cancel, &o)
 			}
 			sums[i], errs[i] = Run(ctx, recipes[i], o)
 		}()
 	}
 	wg.Wait()
-	for i := 1; i < n; i++ {
-		if (errs[i] == nil) != (errs[0] == nil) {
-			t.Fatalf("rank 0 returned %v, rank %d %v", errs[0], i, errs[i])
-		}
-		if errs[0] == nil && (sums[i] == nil || sums[i].Steps != sums[0].Steps || sums[i].FinalLoss != sums[0].FinalLoss || sums[i].RunDir != sums[0].RunDir) {
-			t.Fatalf("rank %d's summary %+v differs from rank 0's %+v", i, sums[i], sums[0])
-		}
-	}
-	return sums[0], errs[0]
+	return sums, errs
 }
 
 // dpRecipe is the fixture's recipe with a global batch of 8 rows in 2

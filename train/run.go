@@ -84,21 +84,36 @@ type Summary struct {
 	SkippedSteps int             `json:"skipped_steps"`
 }
 
-// ErrInterrupted reports a run stopped early by a signal; what it trained
-// was saved.
+// ErrInterrupted reports a run stopped early by a signal. Run has said
+// what was saved and how to go on.
 var ErrInterrupted = errors.New("interrupted")
 
 // Run trains as the recipe says and writes the run directory: config.yaml
 // (as given), resolved.yaml, run.json, metrics.jsonl, checkpoints, the
 // adapter (or the full model) and summary.json. Every component is built,
 // and every input read and checked, before anything is written.
-// Cancelling ctx stops after the current step and still saves what was
-// trained.
+//
+// Cancelling ctx returns ErrInterrupted, after saying on Options.Out what
+// was saved. Tokenizing stops at once; validation at the next batch; task
+// accuracy at the next token (or decoder layer of a prefill); training
+// after the current step; loading the model and compiling the graphs when
+// each ends; a save in progress finishes. Stopped before the first step,
+// nothing is saved: a new run's directory is removed, so that starting
+// again makes the same one. Stopped later, the last step is checkpointed
+// and the adapter (or model) saved, and --resume continues, the final
+// measurements included.
 func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 	s, err := setup(ctx, r, opt)
 	if err := agreeSetup(opt.Comm, s, err); err != nil {
 		if s != nil {
 			s.close()
+		}
+		if errors.Is(err, ErrInterrupted) && (opt.Comm == nil || opt.Comm.Rank() == 0) && opt.Out != nil {
+			if opt.ResumeDir != "" {
+				fmt.Fprintf(opt.Out, "interrupted before resuming: %s is unchanged. Resume with:\n  mixtune train --resume %s\n", opt.ResumeDir, opt.ResumeDir)
+			} else {
+				fmt.Fprintln(opt.Out, "interrupted before the first step: nothing was trained or saved; start the run again")
+			}
 		}
 		return nil, err
 	}
@@ -111,13 +126,40 @@ func Run(ctx context.Context, r *Recipe, opt Options) (*Summary, error) {
 		return s.complete, nil
 	}
 	s.printHeader()
-	if err := s.measureBefore(); err != nil {
+	if err := s.measureBefore(ctx); err != nil {
+		if errors.Is(err, ErrInterrupted) {
+			return nil, s.discard()
+		}
 		return nil, err
 	}
 	if err := s.loop(ctx, opt.afterStep); err != nil {
 		return nil, err
 	}
-	return s.finish()
+	if s.sum.Interrupted && s.ck == nil && s.step == 0 {
+		return nil, s.discard()
+	}
+	return s.finish(ctx)
+}
+
+// discard ends a new run interrupted before its first step: nothing was
+// trained, so nothing is kept. Its directory holds only what this process
+// wrote (the recipe, run.json, metrics.jsonl), and is removed, so that
+// starting the run again makes the same directory rather than name-2. It
+// returns ErrInterrupted.
+func (s *session) discard() error {
+	if !s.rank0() {
+		return ErrInterrupted
+	}
+	if s.logger != nil {
+		s.logger.Close()
+		s.logger = nil
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		fmt.Fprintf(s.out, "interrupted before the first step: nothing was trained or saved, but %s could not be removed (%v); remove it, then start the run again\n", s.dir, err)
+		return ErrInterrupted
+	}
+	fmt.Fprintf(s.out, "interrupted before the first step: nothing was trained or saved, and %s was removed; start the run again\n", s.dir)
+	return ErrInterrupted
 }
 
 // session is one training process's state: the components built from the
@@ -146,6 +188,9 @@ type session struct {
 
 // setup builds every component and reads every input; it writes nothing.
 func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
+	if ctx.Err() != nil {
+		return nil, ErrInterrupted
+	}
 	choice := opt.Device
 	if choice == nil {
 		var err error
@@ -153,7 +198,7 @@ func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 			return nil, err
 		}
 	}
-	parts, err := build(r, choice, opt)
+	parts, err := build(ctx, r, choice, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -333,13 +378,13 @@ func (s *session) printHeader() {
 
 // measureBefore measures the untrained model: task accuracy and validation
 // loss. A resumed run has them from its checkpoint.
-func (s *session) measureBefore() error {
+func (s *session) measureBefore(ctx context.Context) error {
 	if s.ck != nil {
 		return nil
 	}
 	p := s.parts
 	if p.task != nil && s.r.Task.Before {
-		rep, err := s.taskReport()
+		rep, err := s.taskReport(ctx)
 		if err != nil {
 			return err
 		}
@@ -347,7 +392,7 @@ func (s *session) measureBefore() error {
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
 	}
 	if p.evaluator != nil {
-		rep, err := s.validate()
+		rep, err := s.validate(ctx)
 		if err != nil {
 			return err
 		}
@@ -394,7 +439,11 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 			return s.everyRank(fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss))
 		}
 		if p.evaluator != nil && r.Train.EvalEvery > 0 && s.step%r.Train.EvalEvery == 0 && s.step < r.Train.Steps {
-			rep, err := s.validate()
+			rep, err := s.validate(ctx)
+			if errors.Is(err, ErrInterrupted) { // the step is whole: checkpoint it below
+				s.sum.Interrupted = true
+				break
+			}
 			if err != nil {
 				return err
 			}
@@ -575,32 +624,23 @@ func (s *session) writeCheckpoint() error {
 }
 
 // finish measures the trained model, saves it and writes summary.json. An
-// interrupted run saves what it trained and skips the measurements.
-func (s *session) finish() (*Summary, error) {
-	r, p, sum := s.r, s.parts, &s.sum
+// interrupted run saves what it trained and skips the measurements; one
+// interrupted while measuring saves the trained model without them, and
+// --resume makes them.
+func (s *session) finish(ctx context.Context) (*Summary, error) {
+	sum := &s.sum
 	sum.RunDir, sum.Steps, sum.FinalLoss = s.dir, s.step, jsonfloat.Float(s.lastLoss)
 	loopSeconds := s.elapsed()
 	sum.Tokens = s.tokensPerStep() * int64(s.step)
 	if loopSeconds > 0 {
 		sum.TokensPerSec = float64(sum.Tokens) / loopSeconds
 	}
-	if sum.Interrupted {
-		fmt.Fprintf(s.out, "interrupted after step %d; checkpoint saved. Resume with:\n  mixtune train --resume %s\n", s.step, s.dir)
-	} else {
-		if p.evaluator != nil {
-			rep, err := s.validate()
-			if err != nil {
-				return nil, err
-			}
-			sum.ValAfter = &rep
-			s.logger.write(map[string]any{"step": s.step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
-		}
-		if p.task != nil && r.Task.After {
-			rep, err := s.taskReport()
-			if err != nil {
-				return nil, err
-			}
-			sum.TaskAfter = &rep
+	stoppedMeasuring := false
+	if !sum.Interrupted {
+		if err := s.measureAfter(ctx); errors.Is(err, ErrInterrupted) {
+			sum.Interrupted, stoppedMeasuring = true, true
+		} else if err != nil {
+			return nil, err
 		}
 	}
 	if !s.rank0() {
@@ -608,7 +648,7 @@ func (s *session) finish() (*Summary, error) {
 		if err := dist.Agree(s.comm(), nil); err != nil {
 			return nil, err
 		}
-		if sum.Interrupted {
+		if sum.Interrupted || ctx.Err() != nil {
 			return sum, ErrInterrupted
 		}
 		return sum, nil
@@ -618,10 +658,43 @@ func (s *session) finish() (*Summary, error) {
 	}
 	writeReports(s.dir, s.out)
 	writeSummary(s.out, sum)
+	switch {
+	case stoppedMeasuring:
+		fmt.Fprintf(s.out, "interrupted in the final evaluation, after the last step (%d of %d): the trained weights are saved in %s and checkpointed, but the final measurements were not made. Make them with:\n  mixtune train --resume %s\n",
+			s.step, s.r.Train.Steps, sum.Saved, s.dir)
+	case sum.Interrupted:
+		fmt.Fprintf(s.out, "interrupted after step %d of %d; checkpoint saved. Resume with:\n  mixtune train --resume %s\n", s.step, s.r.Train.Steps, s.dir)
+	case ctx.Err() != nil:
+		// the signal came while saving, which finished: nothing to resume
+		fmt.Fprintf(s.out, "interrupted while saving; the save finished and the run is complete\n")
+		return sum, ErrInterrupted
+	}
 	if sum.Interrupted {
 		return sum, ErrInterrupted
 	}
 	return sum, nil
+}
+
+// measureAfter measures the trained model: validation loss and task
+// accuracy, each stopped with ErrInterrupted when ctx is cancelled.
+func (s *session) measureAfter(ctx context.Context) error {
+	p, sum := s.parts, &s.sum
+	if p.evaluator != nil {
+		rep, err := s.validate(ctx)
+		if err != nil {
+			return err
+		}
+		sum.ValAfter = &rep
+		s.logger.write(map[string]any{"step": s.step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
+	}
+	if p.task != nil && s.r.Task.After {
+		rep, err := s.taskReport(ctx)
+		if err != nil {
+			return err
+		}
+		sum.TaskAfter = &rep
+	}
+	return nil
 }
 
 // save writes the adapter (or model), summary.json and the last metrics
@@ -656,13 +729,13 @@ func (s *session) save() error {
 }
 
 // taskAccuracy generates greedy answers with the adapter merged in.
-func (s *session) taskAccuracy() (TaskReport, error) {
+func (s *session) taskAccuracy(ctx context.Context) (TaskReport, error) {
 	p := s.parts
 	w, err := mergedWeights(p.model, p.lora)
 	if err != nil {
 		return TaskReport{}, err
 	}
-	return p.task.accuracy(p.model, w, p.eng.BLAS, p.tok, p.stop, s.r.Task.MaxNewTokens)
+	return p.task.accuracy(ctx, p.model, w, p.eng.BLAS, p.tok, p.stop, s.r.Task.MaxNewTokens)
 }
 
 // writeReports refreshes metrics.csv and the plots from metrics.jsonl. A

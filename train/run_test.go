@@ -120,6 +120,8 @@ func TestTrainEndToEnd(t *testing.T) {
 	}
 }
 
+// An interrupted run saves the adapter it trained. (Interrupted before
+// its first step, it saves nothing: TestInterruptBeforeFirstStepSavesNothing.)
 func TestInterruptedRunSavesAdapter(t *testing.T) {
 	dir := fixture(t)
 	r, err := Load(writeConfig(t, dir, goodConfig), []string{"compute.blas=gonum"})
@@ -127,9 +129,13 @@ func TestInterruptedRunSavesAdapter(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	sum, err := Run(ctx, r, Options{Out: io.Discard})
-	if err != ErrInterrupted || sum == nil || !sum.Interrupted || sum.Steps != 0 {
+	defer cancel()
+	sum, err := Run(ctx, r, Options{Out: io.Discard, afterStep: func(s int) {
+		if s == 2 {
+			cancel()
+		}
+	}})
+	if err != ErrInterrupted || sum == nil || !sum.Interrupted || sum.Steps != 2 {
 		t.Fatalf("err %v, summary %+v", err, sum)
 	}
 	if _, err := os.Stat(filepath.Join(sum.RunDir, "adapter", "adapter_model.safetensors")); err != nil {

@@ -332,8 +332,9 @@ func TestForcedChangeBecomesTheRunsRecipe(t *testing.T) {
 	longer := resumeRecipe(t, dir, "train.steps=16")
 	// resumed under --force and stopped before its first step: no new checkpoint
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := Run(ctx, longer, Options{Out: io.Discard, ResumeDir: sum.RunDir, Force: true}); err != ErrInterrupted {
+	defer cancel()
+	out := &cancelOn{marker: "resuming from", cancel: cancel}
+	if _, err := Run(ctx, longer, Options{Out: out, ResumeDir: sum.RunDir, Force: true}); err != ErrInterrupted {
 		t.Fatalf("forced resume: %v", err)
 	}
 	res, err := Load(filepath.Join(sum.RunDir, resolvedFile), nil)

@@ -13,8 +13,8 @@
 //	mixtune bench [--blas native] [--precision bf16] [--json]
 //
 // Exit status: 0 success, 1 a failure while running, 2 a bad command line,
-// recipe or dataset (nothing was started), 130 interrupted (a checkpoint
-// was written; --resume continues).
+// recipe or dataset (nothing was started), 130 interrupted by SIGINT or
+// SIGTERM (train says what was saved, and how to go on).
 package main
 
 import (
@@ -216,6 +216,9 @@ func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 	var choice *train.DeviceChoice
 	if err == nil && !*printPolicy {
 		choice, err = r.ChooseDevice(ctx)
+		if ctx.Err() != nil {
+			err = nil // interrupted: train.Run says so, and what it means for the run
+		}
 	}
 	if err := dist.Agree(comm, err); err != nil { // every rank stops, or none
 		comm.Close()
@@ -231,9 +234,11 @@ func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 	// Anything in this process that initializes CUDA later sees only the
 	// chosen devices, numbered in PCI bus order (nvidia-smi's), never
 	// CUDA's fastest-first order: CUDA reads these once, at its init.
-	for _, kv := range choice.Selection.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		os.Setenv(k, v)
+	if choice != nil {
+		for _, kv := range choice.Selection.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			os.Setenv(k, v)
+		}
 	}
 	_, err = train.Run(ctx, r, train.Options{Out: stderr, Progress: comm.Rank() == 0 && isTerminal(stderr), ResumeDir: *resume, Force: *force,
 		Device: choice, Faults: a.faults, Comm: comm, Overlap: *overlap, BucketBytes: int(*bucketMB * (1 << 20))})
@@ -313,8 +318,10 @@ func loadRecipe(cfg, resume string, sets []string, force bool, stderr io.Writer)
 	return r, nil
 }
 
-// interruptible cancels the context on the first SIGINT or SIGTERM, so the
-// loop stops after its current step and saves; a second signal exits at once.
+// interruptible cancels the context on the first SIGINT or SIGTERM, so
+// that whatever the run is doing (loading, tokenizing, measuring, a step)
+// stops at its next row, batch, token or step, and what was trained is
+// saved; a second signal exits at once, saving nothing more.
 func interruptible(stderr io.Writer) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sig := make(chan os.Signal, 2)
@@ -323,7 +330,7 @@ func interruptible(stderr io.Writer) (context.Context, func()) {
 		if _, ok := <-sig; !ok {
 			return
 		}
-		fmt.Fprintln(stderr, "\nstopping after this step (interrupt again to quit at once)")
+		fmt.Fprintln(stderr, "\nstopping (interrupt again to quit at once)")
 		cancel()
 		if _, ok := <-sig; ok {
 			fmt.Fprintln(stderr, "quitting")

@@ -414,7 +414,7 @@ func TestMPIInterruptCheckpoints(t *testing.T) {
 	} else {
 		fmt.Sscan(out[i+len("interrupted after step "):], &step)
 	}
-	if strings.Count(out, "stopping after this step") != 1 {
+	if strings.Count(out, "stopping (interrupt again") != 1 {
 		t.Errorf("rank 0 alone should say it is stopping:\n%s", out)
 	}
 	verifyNewestCheckpoint(t, filepath.Join(run, "checkpoints"))
