@@ -52,7 +52,7 @@ func Alpha(c peft.Config) float32 {
 // Adapter builds the GGUF adapter file of LoRA l for a base model with
 // config c. DoRA has no llama.cpp adapter form (it rescales each row of
 // the merged weight), so it is refused: merge it into a model export.
-func Adapter(c model.Config, l *peft.LoRA, opt ModelOptions) (*File, []Fallback, error) {
+func Adapter(c model.Config, l *peft.Adapter, opt ModelOptions) (*File, []Fallback, error) {
 	if err := CheckModel(c); err != nil {
 		return nil, nil, err
 	}

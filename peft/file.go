@@ -48,7 +48,7 @@ type adapterConfig struct {
 // Save writes the adapter as PEFT's save_pretrained does, in fp32: the
 // weights under PEFT's keys and adapter_config.json. baseModel is recorded
 // as base_model_name_or_path.
-func (l *LoRA) Save(dir, baseModel string) error { return l.SaveAs(dir, baseModel, amp.FP32) }
+func (l *Adapter) Save(dir, baseModel string) error { return l.SaveAs(dir, baseModel, amp.FP32) }
 
 // SaveAs is Save with the weights stored in dtype.
 //
@@ -58,7 +58,7 @@ func (l *LoRA) Save(dir, baseModel string) error { return l.SaveAs(dir, baseMode
 // that, not the residual the run trained against, is the model the file
 // names. The scaling stays s (alpha is doubled, or multiplied by √2 with
 // rsLoRA).
-func (l *LoRA) SaveAs(dir, baseModel string, dtype amp.Format) error {
+func (l *Adapter) SaveAs(dir, baseModel string, dtype amp.Format) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save adapter: %w", err)
 	}
@@ -216,7 +216,7 @@ func decodeLayers(v any, c *Config) error {
 // adapted modules are those with tensors in the file, in the order of
 // targets. It loads adapters written by PEFT as well as by mixtune: to
 // train further, evaluate, generate or merge.
-func Load(dir string, targets []Target) (*LoRA, error) {
+func Load(dir string, targets []Target) (*Adapter, error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, fmt.Errorf("load adapter: %w", err)

@@ -29,7 +29,7 @@ import (
 // weights holds the base weights by HF name (model.Model.Weights); only
 // PiSSA and DoRA read it. Each A draws from its own stream keyed by seed
 // and module path.
-func New(c Config, targets []Target, seed uint64, weights map[string]*model.Tensor) (*LoRA, error) {
+func New(c Config, targets []Target, seed uint64, weights map[string]*model.Tensor) (*Adapter, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func moduleRNG(seed uint64, path string) *rand.Rand {
 
 // initMagnitude sets m.M to the row norms of W + s·B·A (at least
 // nn.DoRANormFloor: a zero row starts at the floor, with g = 1).
-func (l *LoRA) initMagnitude(m *Module, w *model.Tensor) error {
+func (l *Adapter) initMagnitude(m *Module, w *model.Tensor) error {
 	nn.DoRARowNorms(m.M, w.Data, w.Bits, w.Format, m.A, m.B, m.In, l.Config.R, l.Config.Scaling())
 	return nil
 }
@@ -89,7 +89,7 @@ func (l *LoRA) initMagnitude(m *Module, w *model.Tensor) error {
 // float64 whatever the base format; the factors are rounded to fp32 before
 // the residual is formed, so W_res + s·B·A reproduces W as closely as the
 // base format allows.
-func (l *LoRA) pissa(m *Module, w *model.Tensor) error {
+func (l *Adapter) pissa(m *Module, w *model.Tensor) error {
 	r, s := l.Config.R, l.Config.Scaling()
 	if k := min(m.Out, m.In); r > k {
 		return fmt.Errorf("%s: pissa: r = %d exceeds min(out, in) = %d", m.Path, r, k)

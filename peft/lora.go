@@ -19,6 +19,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/mixtune/mixtune/nn"
+	"github.com/mixtune/mixtune/optim"
 )
 
 // Initializations of A and B (PEFT's init_lora_weights).
@@ -233,16 +234,16 @@ type Module struct {
 	mergedNorm []float64
 }
 
-// LoRA is a set of adapted modules: LoRA, or DoRA when Config.UseDoRA.
-type LoRA struct {
+// Adapter is a set of adapted modules: LoRA, or DoRA when Config.UseDoRA.
+type Adapter struct {
 	Config  Config
 	Modules []*Module
 	byPath  map[string]*Module
 }
 
 // alloc makes an adapter with zeroed weights for targets.
-func alloc(c Config, targets []Target) *LoRA {
-	l := &LoRA{Config: c, byPath: map[string]*Module{}}
+func alloc(c Config, targets []Target) *Adapter {
+	l := &Adapter{Config: c, byPath: map[string]*Module{}}
 	for _, t := range targets {
 		m := &Module{Target: t,
 			A: make([]float32, c.R*t.In), B: make([]float32, t.Out*c.R),
@@ -257,27 +258,20 @@ func alloc(c Config, targets []Target) *LoRA {
 }
 
 // Module returns the adapted module at path, or nil.
-func (l *LoRA) Module(path string) *Module { return l.byPath[path] }
+func (l *Adapter) Module(path string) *Module { return l.byPath[path] }
 
-// Param is one trainable adapter tensor under its PEFT file key, with its
-// gradient buffer: what an optimizer updates.
-type Param struct {
-	Name        string
-	Shape       []int
-	Value, Grad []float32
-}
-
-// Params lists the adapter's trainable tensors, module by module: A, B,
-// and DoRA's magnitude. Value and Grad are the adapter's own buffers, not
-// copies, so an update through them is the adapter's.
-func (l *LoRA) Params() []Param {
-	var ps []Param
+// Params lists the adapter's trainable tensors under their PEFT file
+// keys, module by module: A, B, and DoRA's magnitude. Value and Grad are
+// the adapter's own buffers, not copies, so an optimizer's update through
+// them is the adapter's.
+func (l *Adapter) Params() []*optim.Param {
+	var ps []*optim.Param
 	for _, m := range l.Modules {
 		ps = append(ps,
-			Param{Name: KeyA(m.Path), Shape: []int{l.Config.R, m.In}, Value: m.A, Grad: m.GradA},
-			Param{Name: KeyB(m.Path), Shape: []int{m.Out, l.Config.R}, Value: m.B, Grad: m.GradB})
+			&optim.Param{Name: KeyA(m.Path), Shape: []int{l.Config.R, m.In}, Value: m.A, Grad: m.GradA},
+			&optim.Param{Name: KeyB(m.Path), Shape: []int{m.Out, l.Config.R}, Value: m.B, Grad: m.GradB})
 		if m.M != nil {
-			ps = append(ps, Param{Name: KeyM(m.Path), Shape: []int{m.Out}, Value: m.M, Grad: m.GradM})
+			ps = append(ps, &optim.Param{Name: KeyM(m.Path), Shape: []int{m.Out}, Value: m.M, Grad: m.GradM})
 		}
 	}
 	return ps
@@ -301,7 +295,7 @@ func KeyM(path string) string { return "base_model.model." + path + ".lora_magni
 // with g = m / ‖W + s·B·A‖ per output row, the norm detached. Each adapter
 // weight becomes a trainable param node, recorded in nodes under its PEFT
 // key.
-func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string, x, w, bias *G.Node) *G.Node {
+func (l *Adapter) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string, x, w, bias *G.Node) *G.Node {
 	return func(b *nn.Builder, path string, x, w, bias *G.Node) *G.Node {
 		m, ok := l.byPath[path]
 		if !ok || m.merged {
@@ -336,7 +330,7 @@ func (l *LoRA) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path string,
 }
 
 // NumParams counts the adapter's trainable values.
-func (l *LoRA) NumParams() int {
+func (l *Adapter) NumParams() int {
 	n := 0
 	for _, m := range l.Modules {
 		n += len(m.A) + len(m.B) + len(m.M)
@@ -347,7 +341,7 @@ func (l *LoRA) NumParams() int {
 // Delta returns s·B·A [out, in] for an adapted module, computed in float64
 // and rounded once. For DoRA it is the low-rank update only; Merged gives
 // the merged weight.
-func (l *LoRA) Delta(path string) ([]float32, bool) {
+func (l *Adapter) Delta(path string) ([]float32, bool) {
 	m, ok := l.byPath[path]
 	if !ok {
 		return nil, false
@@ -361,7 +355,7 @@ func (l *LoRA) Delta(path string) ([]float32, bool) {
 }
 
 // delta is s·B·A in float64.
-func (l *LoRA) delta(m *Module) []float64 {
+func (l *Adapter) delta(m *Module) []float64 {
 	return lowRank(m.B, m.A, m.Out, m.In, l.Config.R, l.Config.Scaling())
 }
 

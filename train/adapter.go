@@ -222,7 +222,7 @@ func linearTargets(m *model.Model) []peft.Target { return peft.ModelTargets(m) }
 // newAdapter makes the run's adapter: loaded from adapter.from, or fresh
 // (PiSSA rewrites the targeted base weights to their residuals); nil for
 // full fine-tuning.
-func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
+func newAdapter(r *Recipe, m *model.Model) (*peft.Adapter, error) {
 	if r.Adapter.Type == FullFineTune {
 		return nil, nil
 	}
@@ -245,13 +245,10 @@ func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
 // trainables lists what the optimizer updates: the adapter's A, B and
 // DoRA magnitudes, or every weight of the model. Their gradients are fp32
 // buffers of their own.
-func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
+func trainables(m *model.Model, l *peft.Adapter) []*optim.Param {
 	var ps []*optim.Param
 	if l != nil {
-		for _, p := range l.Params() {
-			ps = append(ps, &optim.Param{Name: p.Name, Shape: p.Shape, Value: p.Value, Grad: p.Grad})
-		}
-		return ps
+		return l.Params()
 	}
 	for _, s := range model.Specs(m.Config) {
 		w := m.Weights[s.Name]
@@ -260,32 +257,20 @@ func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
 	return ps
 }
 
-// mergedWeights returns the base weights with each adapter merged in (LoRA
+// mergedWeights returns the base weights with the adapter merged in (LoRA
 // or DoRA, in fp32), for generation; unadapted weights are shared, not
-// copied. A merge that is not finite (a DoRA row of norm 0, an overflow) is
-// an error naming the module.
-func mergedWeights(m *model.Model, l *peft.LoRA) (map[string][]float32, error) {
-	w := map[string][]float32{}
-	for name, t := range m.Weights {
-		w[name] = t.Float32()
-	}
-	if l == nil {
-		return w, nil
-	}
-	for _, mod := range l.Modules {
-		name := mod.Path + ".weight"
-		merged, err := l.Merged(mod.Path, w[name])
-		if err != nil {
-			return nil, fmt.Errorf("merge the adapter for generation: %w", err)
-		}
-		w[name] = merged
+// copied.
+func mergedWeights(m *model.Model, l *peft.Adapter) (map[string][]float32, error) {
+	w, err := peft.MergedWeights(m, l)
+	if err != nil {
+		return nil, fmt.Errorf("merge the adapter for generation: %w", err)
 	}
 	return w, nil
 }
 
 // loadWithAdapter loads a model and, if adapterDir is set, a PEFT LoRA or
 // DoRA adapter for it.
-func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.LoRA, error) {
+func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.Adapter, error) {
 	m, err := model.Load(modelDir)
 	if err != nil {
 		return nil, nil, err
