@@ -318,7 +318,7 @@ func TestTargetsAndConfigErrors(t *testing.T) {
 		{peft.Config{R: 2, Alpha: -1, TargetModules: []string{"q_proj"}}, "lora_alpha must be a positive number, got -1"},
 		{peft.Config{R: 2, Alpha: 1}, "target_modules is empty"},
 		{peft.Config{R: 2, Alpha: 1, Dropout: 1, TargetModules: []string{"q_proj"}}, "lora_dropout must be in [0, 1), got 1"},
-		{peft.Config{R: 2, Alpha: 1, Init: "olora", TargetModules: []string{"q_proj"}}, `init must be default, gaussian or pissa, got "olora"`},
+		{peft.Config{R: 2, Alpha: 1, Init: "loftq", TargetModules: []string{"q_proj"}}, `init must be default, gaussian, pissa or olora, got "loftq"`},
 		{peft.Config{R: 2, Alpha: 1, TargetModules: []string{"q_proj"}, TargetRegex: "q"}, "target_modules is both a list and a regex"},
 		{peft.Config{R: 2, Alpha: 1, TargetRegex: "(q"}, "target_modules regex: error parsing regexp: missing closing ): `(q`"},
 		{peft.Config{R: 2, Alpha: 1, TargetRegex: "q.*", LayersToTransform: []int{0}}, "layers_to_transform cannot be used with a target_modules regex (PEFT refuses it too; put the layers in the regex)"},

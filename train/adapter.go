@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -134,7 +133,9 @@ func (r *Recipe) validateTargets(bad func(field, format string, args ...any)) bo
 			ok = false
 		}
 		a.TargetModules = nil // the default list gives way to the regex
-		if _, err := regexp.Compile(a.TargetRegex); err != nil {
+		// the regex is written to adapter_config.json for PEFT, which
+		// matches it with Python's re: only what both read alike
+		if err := peft.CheckPortableRegex(a.TargetRegex); err != nil {
 			bad("adapter.target_regex", "%v", err)
 			ok = false
 		}

@@ -37,6 +37,8 @@ func TestAdapterRecipeErrors(t *testing.T) {
 			`C:13: adapter.target_regex: set target_modules (a list of names) or target_regex, not both`},
 		{"bad regex", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: '(q'"), "  target_modules: [q_proj, v_proj]\n", "", 1),
 			"C:13: adapter.target_regex: error parsing regexp: missing closing ): `(q`"},
+		{"regex Python reads differently", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: '.*[[:alpha:]]_proj'"), "  target_modules: [q_proj, v_proj]\n", "", 1),
+			`C:13: adapter.target_regex: the POSIX class [:alpha:] at offset 3 of ".*[[:alpha:]]_proj" is not read the same by Go and by Python's re (Go only: Python reads a set of its characters); use the common subset (see peft.CheckPortableRegex)`},
 		{"regex matching nothing", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: 'q_proj'"), "  target_modules: [q_proj, v_proj]\n", "", 1),
 			`C:13: adapter.target_regex: target_modules regex "q_proj" matches no linear module of the model (paths look like "model.layers.0.self_attn.q_proj")`},
 		{"layers with a regex", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: '.*q_proj'\n  layers_to_transform: [1]"), "  target_modules: [q_proj, v_proj]\n", "", 1),
