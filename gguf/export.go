@@ -47,7 +47,7 @@ func Build(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Export,
 		return nil, err
 	}
 	if adapterDir != "" {
-		if e.LoRA, err = peft.Load(adapterDir, peft.ModelTargets(e.Model)); err != nil {
+		if e.LoRA, err = peft.Load(adapterDir, peft.BaseOf(e.Model)); err != nil {
 			return nil, err
 		}
 	}

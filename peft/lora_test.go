@@ -246,7 +246,7 @@ func TestSaveLoadPEFTFormat(t *testing.T) {
 			t.Errorf("adapter_config.json %s = %v, want %v", k, cfg[k], want)
 		}
 	}
-	l2, err := peft.Load(dir, linearTargets(m))
+	l2, err := peft.Load(dir, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestSaveLoadPEFTFormat(t *testing.T) {
 	}
 	// A model without the adapted modules is refused, naming the module.
 	small := linearTargets(m)[:2]
-	if _, err := peft.Load(dir, small); err == nil {
+	if _, err := peft.Load(dir, peft.Base{Targets: small}); err == nil {
 		t.Fatal("an adapter for missing modules loaded")
 	}
 }

@@ -175,6 +175,10 @@ func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
 		bad("adapter.from", "%v", err)
 		return
 	}
+	if len(c.ModulesToSave) > 0 {
+		bad("adapter.from", "the adapter in %s saves %v whole (modules_to_save); mixtune trains adapters only, so it cannot continue training those (merge it, or evaluate or generate with it)", a.From, c.ModulesToSave)
+		return
+	}
 	has := func(f string) bool { return r.doc != nil && r.doc.Has("adapter."+f) }
 	differs := func(field string, recipe, file any) {
 		if has(field) && fmt.Sprint(recipe) != fmt.Sprint(file) {
@@ -228,7 +232,7 @@ func newAdapter(r *Recipe, m *model.Model) (*peft.Adapter, error) {
 		return nil, nil
 	}
 	if r.Adapter.From != "" {
-		l, err := peft.Load(r.Adapter.From, linearTargets(m))
+		l, err := peft.Load(r.Adapter.From, peft.BaseOf(m))
 		if err != nil {
 			return nil, err
 		}
@@ -279,6 +283,6 @@ func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.Adapter, 
 	if adapterDir == "" {
 		return m, nil, nil
 	}
-	l, err := peft.Load(adapterDir, linearTargets(m))
+	l, err := peft.Load(adapterDir, peft.BaseOf(m))
 	return m, l, err
 }

@@ -86,7 +86,7 @@ func TestDoRARunAndContinue(t *testing.T) {
 	}
 	saved := filepath.Join(sum.RunDir, "adapter")
 	m, _ := model.Load(filepath.Join(dir, "model"))
-	l, err := peft.Load(saved, linearTargets(m))
+	l, err := peft.Load(saved, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestDoRARunAndContinue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, err := peft.Load(filepath.Join(sum2.RunDir, "adapter"), linearTargets(m))
+	l2, err := peft.Load(filepath.Join(sum2.RunDir, "adapter"), peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	if *dtype == "" {
 		f = storedFormat(m)
 	}
-	l, err := peft.Load(*adapterDir, peft.ModelTargets(m))
+	l, err := peft.Load(*adapterDir, peft.BaseOf(m))
 	if err != nil {
 		return badInput(err)
 	}

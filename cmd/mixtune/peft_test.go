@@ -210,7 +210,7 @@ func TestExtractLoRACommand(t *testing.T) {
 	if !strings.Contains(stderr, "note: model.norm.weight changed") {
 		t.Errorf("no note about the changed norm: %q", stderr)
 	}
-	l, err := peft.Load(out, peft.ModelTargets(m))
+	l, err := peft.Load(out, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
