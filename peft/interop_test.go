@@ -145,10 +145,10 @@ func TestLoadPEFTPatterns(t *testing.T) {
 	}
 	dir := peftFile{config: map[string]any{
 		"peft_type": "LORA", "r": 2, "lora_alpha": 4, "task_type": "CAUSAL_LM", "bias": "none",
-		"target_modules":  []string{"q_proj", "v_proj", "o_proj", "c_attn"},
-		"exclude_modules": []string{"model.layers.1.self_attn.o_proj"},
-		"rank_pattern":    map[string]int{`layers\.1\.self_attn\.q_proj`: 3, "v_proj": 1},
-		"alpha_pattern":   map[string]float64{"o_proj": 5},
+		"target_modules":    []string{"q_proj", "v_proj", "o_proj", "c_attn"},
+		"exclude_modules":   []string{"model.layers.1.self_attn.o_proj"},
+		"rank_pattern":      map[string]int{`layers\.1\.self_attn\.q_proj`: 3, "v_proj": 1},
+		"alpha_pattern":     map[string]float64{"o_proj": 5},
 		"init_lora_weights": true, "use_rslora": false, "use_dora": false, "layers_pattern": nil,
 		"megatron_config": nil, "megatron_core": "megatron.core", "loftq_config": map[string]any{},
 		"runtime_config": map[string]any{"ephemeral_gpu_offload": false}, "lora_bias": false,
