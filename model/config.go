@@ -588,9 +588,10 @@ func firstID(field string, raw json.RawMessage) (int, error) {
 // was, every field of its family kept with its value's text unchanged
 // (500000.0 stays 500000.0: transformers warns when a float field such as
 // rope_theta reads as an integer), keys sorted as transformers writes
-// them; only "torch_dtype" and "dtype" are set, both of them, since
-// transformers ≥ 4.56 writes "dtype" and gives it precedence. A random
-// initialization's is a Llama config.
+// them; only "torch_dtype" is set, and "dtype" too when the config has
+// it: transformers ≥ 4.56 writes "dtype" and gives it precedence, so a
+// stale one would name the old dtype. A random initialization's is a
+// Llama config with both.
 func WriteConfig(dir string, c Config, torchDtype string) error {
 	var b []byte
 	var err error
@@ -600,7 +601,10 @@ func WriteConfig(dir string, c Config, torchDtype string) error {
 			return fmt.Errorf("write config: %w", err)
 		}
 		dt, _ := json.Marshal(torchDtype)
-		m["torch_dtype"], m["dtype"] = dt, dt
+		m["torch_dtype"] = dt
+		if _, ok := m["dtype"]; ok {
+			m["dtype"] = dt
+		}
 		b, err = json.MarshalIndent(m, "", "  ")
 	} else {
 		c.TorchDtype = torchDtype
