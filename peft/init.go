@@ -98,13 +98,9 @@ func (l *Adapter) initMagnitude(m *Module, w *model.Tensor) error {
 // base format allows.
 func (l *Adapter) pissa(m *Module, w *model.Tensor) error {
 	r, s := m.R, m.Scaling
-	if k := min(m.Out, m.In); r > k {
-		return fmt.Errorf("%s: pissa: r = %d exceeds min(out, in) = %d", m.Path, r, k)
-	}
-	vals := w.Float32()
-	w64 := make([]float64, len(vals))
-	for i, v := range vals {
-		w64[i] = float64(v)
+	w64, err := splitBase(m, w, InitPiSSA)
+	if err != nil {
+		return err
 	}
 	u, sv, v, err := svd(w64, m.Out, m.In)
 	if err != nil {
@@ -122,6 +118,20 @@ func (l *Adapter) pissa(m *Module, w *model.Tensor) error {
 	}
 	l.keepResidual(m, w, w64)
 	return nil
+}
+
+// splitBase checks that init can take r factors from module m's base
+// weight w and returns w's values in float64, as PiSSA and OLoRA split it.
+func splitBase(m *Module, w *model.Tensor, init string) ([]float64, error) {
+	if k := min(m.Out, m.In); m.R > k {
+		return nil, fmt.Errorf("%s: %s: r = %d exceeds min(out, in) = %d", m.Path, init, m.R, k)
+	}
+	vals := w.Float32()
+	w64 := make([]float64, len(vals))
+	for i, v := range vals {
+		w64[i] = float64(v)
+	}
+	return w64, nil
 }
 
 // keepResidual overwrites the base weight w (whose values are w64) with
@@ -148,13 +158,9 @@ func (l *Adapter) keepResidual(m *Module, w *model.Tensor, w64 []float64) {
 // which is all that merging and saving use.
 func (l *Adapter) olora(m *Module, w *model.Tensor) error {
 	r := m.R
-	if k := min(m.Out, m.In); r > k {
-		return fmt.Errorf("%s: olora: r = %d exceeds min(out, in) = %d", m.Path, r, k)
-	}
-	vals := w.Float32()
-	w64 := make([]float64, len(vals))
-	for i, v := range vals {
-		w64[i] = float64(v)
+	w64, err := splitBase(m, w, InitOLoRA)
+	if err != nil {
+		return err
 	}
 	q, err := orthonormalColumns(w64, m.Out, m.In, r)
 	if err != nil {

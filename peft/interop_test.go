@@ -62,6 +62,17 @@ func loraPair(rng *rand.Rand, prefix, path string, r, out, in int) (a, b safeten
 		safetensors.Tensor{Name: prefix + path + ".lora_B.weight", Shape: []int{out, r}, Data: fill(out * r), Dtype: amp.FP32}
 }
 
+// qAdapter is a tiny model, a random stream seeded with seed, and a random
+// rank-2 LoRA pair for the model's layer-0 q_proj, under PEFT's prefix.
+func qAdapter(t *testing.T, seed uint64) (m *model.Model, rng *rand.Rand, q string, a, b safetensors.Tensor) {
+	m = tinyModel(t)
+	rng = rand.New(rand.NewPCG(seed, seed+1))
+	q = "model.layers.0.self_attn.q_proj"
+	out, in := moduleShape(m, q)
+	a, b = loraPair(rng, "base_model.model.", q, 2, out, in)
+	return m, rng, q, a, b
+}
+
 // moduleShape is the [out, in] of an HF module path of m.
 func moduleShape(m *model.Model, path string) (int, int) {
 	s := m.Weights[path+".weight"].Shape
@@ -227,11 +238,8 @@ func TestLoadAllLinearAnyCase(t *testing.T) {
 // modules merge as usual; on a model with tied embeddings it is refused.
 // Before, modules_to_save was refused.
 func TestLoadModulesToSave(t *testing.T) {
-	m := tinyModel(t)
-	rng := rand.New(rand.NewPCG(5, 6))
-	q := "model.layers.0.self_attn.q_proj"
+	m, rng, q, a, b := qAdapter(t, 5)
 	out, in := moduleShape(m, q)
-	a, b := loraPair(rng, "base_model.model.", q, 2, out, in)
 	head, emb := m.Weights["lm_head.weight"], m.Weights["model.embed_tokens.weight"]
 	newHead, newEmb := make([]float32, len(head.Data)), make([]float32, len(emb.Data))
 	for i := range newHead {
@@ -268,6 +276,20 @@ func TestLoadModulesToSave(t *testing.T) {
 	if err := l.Save(t.TempDir(), "base"); err == nil || !strings.Contains(err.Error(), "modules_to_save") {
 		t.Fatalf("Save: %v, want a refusal naming modules_to_save", err)
 	}
+}
+
+// loadMerged loads the adapter in dir onto m and merges it.
+func loadMerged(t *testing.T, dir string, m *model.Model) (*peft.Adapter, map[string][]float32) {
+	t.Helper()
+	l, err := peft.Load(dir, peft.BaseOf(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := peft.MergedWeights(m, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, merged
 }
 
 // truncSVD is the best rank-r approximation U_r·S_r·V_rᵀ of w [out, in],
@@ -374,14 +396,7 @@ func TestLoadUnconvertedResidualAdapters(t *testing.T) {
 			for _, p := range paths {
 				orig[p] = float64s(m.Weights[p+".weight"].Data)
 			}
-			l, err := peft.Load(dir, peft.BaseOf(m))
-			if err != nil {
-				t.Fatal(err)
-			}
-			merged, err := peft.MergedWeights(m, l)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, merged := loadMerged(t, dir, m)
 			tols := map[string][]float64{}
 			for i, p := range paths {
 				out, in := moduleShape(m, p)
@@ -410,15 +425,7 @@ func TestLoadUnconvertedResidualAdapters(t *testing.T) {
 			if err := l.Save(out, "base"); err != nil {
 				t.Fatal(err)
 			}
-			fresh := tinyModel(t)
-			l2, err := peft.Load(out, peft.BaseOf(fresh))
-			if err != nil {
-				t.Fatal(err)
-			}
-			merged2, err := peft.MergedWeights(fresh, l2)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, merged2 := loadMerged(t, out, tinyModel(t))
 			for _, p := range paths {
 				checkClose(t, p+" (converted)", merged2[p+".weight"], float64s(merged[p+".weight"]), tols[p])
 			}
@@ -432,11 +439,8 @@ func TestLoadUnconvertedResidualAdapters(t *testing.T) {
 // aLoRA adapters merged onto the original weights with exit 0, and the
 // unknown fields were ignored.
 func TestLoadRefusesByName(t *testing.T) {
-	m := tinyModel(t)
-	rng := rand.New(rand.NewPCG(9, 10))
-	q := "model.layers.0.self_attn.q_proj"
-	out, in := moduleShape(m, q)
-	a, b := loraPair(rng, "base_model.model.", q, 2, out, in)
+	m, _, q, a, b := qAdapter(t, 9)
+	out, _ := moduleShape(m, q)
 	plain := []safetensors.Tensor{a, b}
 	for _, tc := range []struct {
 		name    string
