@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,8 +50,17 @@ func TestAdapterRecipeErrors(t *testing.T) {
 			`C:12: adapter.r: init pissa takes r singular vectors: r = 12 exceeds min(out, in) = 8 of model.layers.0.self_attn.v_proj`},
 		{"from a missing adapter", edit("  r: 4", "  r: 4\n  from: DIR/nope"),
 			`C:13: adapter.from: open D/nope/adapter_config.json: no such file or directory`},
+		{"from an adapter with modules_to_save", edit("  r: 4", "  r: 4\n  from: DIR/saves-head"),
+			`C:13: adapter.from: the adapter in D/saves-head saves [lm_head] whole (modules_to_save); mixtune trains adapters only, so it cannot continue training those (merge it, or evaluate or generate with it)`},
 		{"from with type none", edit("  type: lora", "  type: none\n  from: DIR/x"),
 			`C:12: adapter.from: needs type lora or dora (type none trains every weight)`},
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "saves-head"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "saves-head", peft.ConfigFile),
+		[]byte(`{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "modules_to_save": ["lm_head"]}`), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
