@@ -18,7 +18,7 @@ type Export struct {
 	Fallbacks []Fallback
 	Vocab     *Vocab // nil for an adapter
 	Model     *model.Model
-	LoRA      *peft.LoRA // nil without an adapter
+	LoRA      *peft.Adapter // nil without an adapter
 	// Weights are the fp32 weights the file holds before conversion, the
 	// adapter merged (nil for an adapter file).
 	Weights map[string][]float32
@@ -47,7 +47,7 @@ func Build(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Export,
 		return nil, err
 	}
 	if adapterDir != "" {
-		if e.LoRA, err = peft.Load(adapterDir, peft.ModelTargets(e.Model)); err != nil {
+		if e.LoRA, err = peft.Load(adapterDir, peft.BaseOf(e.Model)); err != nil {
 			return nil, err
 		}
 	}
@@ -77,22 +77,12 @@ func DefaultName(modelDir, adapterDir string) string {
 }
 
 // MergedWeights is m's weights in fp32 with l merged in, as `mixtune
-// generate` merges it (peft's Merged, in fp32), so that the file computes
+// generate` merges it (peft.MergedWeights), so that the file computes
 // what generate computes. Unadapted weights are shared, not copied.
-func MergedWeights(m *model.Model, l *peft.LoRA) (map[string][]float32, error) {
-	w := make(map[string][]float32, len(m.Weights))
-	for name, t := range m.Weights {
-		w[name] = t.Float32()
-	}
-	if l == nil {
-		return w, nil
-	}
-	for _, mod := range l.Modules {
-		merged, err := l.Merged(mod.Path, w[mod.Path+".weight"])
-		if err != nil {
-			return nil, fmt.Errorf("merge the adapter: %w", err)
-		}
-		w[mod.Path+".weight"] = merged
+func MergedWeights(m *model.Model, l *peft.Adapter) (map[string][]float32, error) {
+	w, err := peft.MergedWeights(m, l)
+	if err != nil {
+		return nil, fmt.Errorf("merge the adapter: %w", err)
 	}
 	return w, nil
 }

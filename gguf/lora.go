@@ -52,7 +52,7 @@ func Alpha(c peft.Config) float32 {
 // Adapter builds the GGUF adapter file of LoRA l for a base model with
 // config c. DoRA has no llama.cpp adapter form (it rescales each row of
 // the merged weight), so it is refused: merge it into a model export.
-func Adapter(c model.Config, l *peft.LoRA, opt ModelOptions) (*File, []Fallback, error) {
+func Adapter(c model.Config, l *peft.Adapter, opt ModelOptions) (*File, []Fallback, error) {
 	if err := CheckModel(c); err != nil {
 		return nil, nil, err
 	}
@@ -67,10 +67,18 @@ func Adapter(c model.Config, l *peft.LoRA, opt ModelOptions) (*File, []Fallback,
 		{"adapter.type", "lora"},
 		{"adapter.lora.alpha", Alpha(l.Config)},
 	}}
+	if len(l.Config.ModulesToSave) > 0 {
+		return nil, nil, fmt.Errorf("the adapter replaces %v whole (modules_to_save), which a llama.cpp adapter cannot carry; export the model with the adapter merged instead", l.Config.ModulesToSave)
+	}
 	var fallbacks []Fallback
-	r := l.Config.R
 	hd := c.HeadDimension()
+	alpha := float64(Alpha(l.Config))
 	for _, m := range l.Modules {
+		r := m.R
+		// llama.cpp scales each module by the one alpha over its rank
+		if s := alpha / float64(r); math.Abs(s-m.Scaling) > 1e-6*m.Scaling {
+			return nil, nil, fmt.Errorf("%s has scaling %g (from rank_pattern or alpha_pattern), which llama.cpp's alpha/r with the adapter's one alpha %g cannot express; export the model with the adapter merged instead", m.Path, m.Scaling, alpha)
+		}
 		name, err := TensorName(m.Path)
 		if err != nil {
 			return nil, nil, err

@@ -222,3 +222,48 @@ func TestAdapterExport(t *testing.T) {
 		t.Fatal("lm_head got a GGUF adapter name")
 	}
 }
+
+// TestAdapterExportPatterns: a rank_pattern alone is what llama.cpp's
+// alpha/r computes per module (each lora_a has its own rank), so it is
+// written; an alpha_pattern, or modules_to_save, has no llama.cpp adapter
+// form and is refused by name rather than written with the wrong scaling.
+func TestAdapterExportPatterns(t *testing.T) {
+	cfg := model.Config{VocabSize: 40, HiddenSize: 64, IntermediateSize: 96, NumHiddenLayers: 2, NumAttentionHeads: 4,
+		NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-6, RopeTheta: 1e4, InitializerRange: 0.1, BOSTokenID: 1, EOSTokenID: 2}
+	m, err := model.New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		c    peft.Config
+		want string // "" for success
+	}{
+		{peft.Config{R: 8, Alpha: 16, TargetModules: []string{"q_proj", "v_proj"}, RankPattern: []peft.Pattern{{Key: "v_proj", Value: 4}}}, ""},
+		{peft.Config{R: 8, Alpha: 16, TargetModules: []string{"q_proj", "v_proj"}, AlphaPattern: []peft.Pattern{{Key: "v_proj", Value: 4}}},
+			"model.layers.0.self_attn.v_proj has scaling 0.5 (from rank_pattern or alpha_pattern)"},
+		{peft.Config{R: 8, Alpha: 16, TargetModules: []string{"q_proj"}, ModulesToSave: []string{"lm_head"}},
+			"the adapter replaces [lm_head] whole (modules_to_save)"},
+	} {
+		ts, err := peft.Select(peft.ModelTargets(m), tc.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := peft.New(tc.c, ts, 1, m.Weights)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := Adapter(m.Config, l, ModelOptions{Type: F32})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.c, err)
+		case tc.want == "":
+			for _, tn := range f.Tensors {
+				if tn.Name == "blk.0.attn_v.weight.lora_a" && tn.Shape[0] != 4 {
+					t.Errorf("%s: v_proj's lora_a has shape %v, want rank 4", tc.c, tn.Shape)
+				}
+			}
+		case err == nil || !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: %v, want an error containing %q", tc.c, err, tc.want)
+		}
+	}
+}

@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mixtune/mixtune/internal/atomicfile"
@@ -98,6 +101,9 @@ type hfConfig struct {
 	MLPBias          bool            `json:"mlp_bias"`
 	AttentionDropout float64         `json:"attention_dropout"`
 	RopeScaling      json.RawMessage `json:"rope_scaling"`
+	RopeParameters   json.RawMessage `json:"rope_parameters"`
+	RopeThetaRaw     json.RawMessage `json:"rope_theta"`
+	PartialRotary    json.RawMessage `json:"partial_rotary_factor"`
 	EOS              json.RawMessage `json:"eos_token_id"`
 	BOS              json.RawMessage `json:"bos_token_id"`
 	Pad              json.RawMessage `json:"pad_token_id"`
@@ -324,55 +330,204 @@ func (hc *hfConfig) family(c *Config) error {
 			return fmt.Errorf("layer_types[%d] is %q: only full_attention layers are supported", i, t)
 		}
 	}
-	rs, err := parseRopeScaling(hc.RopeScaling)
+	return hc.rope(c)
+}
+
+// rope reads the rotary embedding's theta and scaling from either layout
+// transformers writes:
+//
+//   - v4: top-level rope_theta (10000 when absent) and rope_scaling (null,
+//     or an object with rope_type or type and the scaling's parameters);
+//   - v5: rope_parameters, one object holding rope_type, rope_theta and
+//     the scaling's parameters (RotaryEmbeddingConfigMixin in
+//     modeling_rope_utils.py), top-level rope_theta absent.
+//
+// A config with both is read when the two agree, and refused when they
+// differ, since transformers v4 reads one and v5 the other (v5 prefers a
+// non-empty rope_scaling to rope_parameters, and rope_parameters'
+// rope_theta to the top-level one). A per-layer-type rope_parameters
+// ({"full_attention": {...}}) is read when every layer type has the same
+// parameters. partial_rotary_factor other than 1, and any key or rope_type
+// mixtune does not compute, is refused by name.
+func (hc *hfConfig) rope(c *Config) error {
+	if err := checkPartialRotary("partial_rotary_factor", hc.PartialRotary); err != nil {
+		return err
+	}
+	var topTheta *float64
+	if raw := bytes.TrimSpace(hc.RopeThetaRaw); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		var f float64
+		if err := json.Unmarshal(raw, &f); err != nil {
+			return fmt.Errorf("rope_theta must be a number, got %s", raw)
+		}
+		topTheta = &f
+		c.RopeTheta = f
+	}
+	legacy, _, err := parseRope("rope_scaling", hc.RopeScaling, c.MaxPositionEmbeddings)
 	if err != nil {
 		return err
 	}
-	c.RopeScaling = rs
+	params, err := perLayerRope(hc.RopeParameters, hc.LayerTypes)
+	if err != nil {
+		return err
+	}
+	v5, v5Theta, err := parseRope("rope_parameters", params, c.MaxPositionEmbeddings)
+	if err != nil {
+		return err
+	}
+	c.RopeScaling = legacy
+	if hasJSONValue(params) {
+		if hasJSONValue(hc.RopeScaling) && !sameScaling(legacy, v5) {
+			return fmt.Errorf("rope_scaling %s and rope_parameters %s disagree (transformers v4 reads the first, v5 the second)", compactJSON(hc.RopeScaling), compactJSON(params))
+		}
+		c.RopeScaling = v5
+		if v5Theta != nil {
+			if topTheta != nil && *topTheta != *v5Theta {
+				return fmt.Errorf("rope_theta %g and rope_parameters.rope_theta %g disagree (transformers v4 reads the first, v5 the second)", *topTheta, *v5Theta)
+			}
+			c.RopeTheta = *v5Theta
+		}
+	}
 	return nil
 }
 
-// parseRopeScaling reads rope_scaling: null, or an object whose rope_type
-// (or older type) is default, linear (factor) or llama3 (factor,
-// low_freq_factor, high_freq_factor, original_max_position_embeddings).
-func parseRopeScaling(raw json.RawMessage) (*RopeScaling, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, nil
+// perLayerRope returns rope_parameters as one object: itself, or, when its
+// keys are all layer types (transformers v5's per-layer form), the one
+// object every layer type shares.
+func perLayerRope(raw json.RawMessage, layerTypes []string) (json.RawMessage, error) {
+	if !hasJSONValue(raw) || len(layerTypes) == 0 {
+		return raw, nil
 	}
 	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || len(m) == 0 {
+		return raw, nil // parseRope names the problem
+	}
+	var first json.RawMessage
+	for k, v := range m {
+		if !slices.Contains(layerTypes, k) {
+			return raw, nil // one global object
+		}
+		if first != nil && compactJSON(first) != compactJSON(v) {
+			return nil, fmt.Errorf("rope_parameters differ between layer types (%s): mixtune computes one RoPE for every layer", strings.Join(slices.Sorted(maps.Keys(m)), ", "))
+		}
+		first = v
+	}
+	return first, nil
+}
+
+// checkPartialRotary refuses a partial_rotary_factor other than 1: these
+// families rotate the whole head.
+func checkPartialRotary(field string, raw json.RawMessage) error {
+	if !hasJSONValue(raw) {
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil || f != 1 {
+		return fmt.Errorf("%s %s is not supported: mixtune rotates the whole head (1.0)", field, compactJSON(raw))
+	}
+	return nil
+}
+
+func hasJSONValue(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
+}
+
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func sameScaling(a, b *RopeScaling) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
+
+// ropeKeys are the keys each rope_type reads (besides rope_type, type,
+// and in rope_parameters rope_theta and partial_rotary_factor); any other
+// key changes the computation in a way mixtune does not implement.
+var ropeKeys = map[string][]string{
+	"default": nil,
+	"linear":  {"factor"},
+	"llama3":  {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
+}
+
+// parseRope reads rope_scaling or rope_parameters (field): null, or an
+// object whose rope_type (or older type) is default, linear (factor) or
+// llama3 (factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings). In rope_parameters, rope_type
+// defaults to "default", rope_theta is returned when present, and llama3's
+// original_max_position_embeddings defaults to max_position_embeddings, as
+// transformers v5's standardize_rope_params sets them.
+func parseRope(field string, raw json.RawMessage, maxPositions int) (*RopeScaling, *float64, error) {
+	if !hasJSONValue(raw) {
+		return nil, nil, nil
+	}
+	raw = bytes.TrimSpace(raw)
+	v5 := field == "rope_parameters"
+	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("rope_scaling must be an object or null, got %s", raw)
+		return nil, nil, fmt.Errorf("%s must be an object or null, got %s", field, raw)
 	}
 	var kind string
 	for _, k := range []string{"rope_type", "type"} {
 		if v, ok := m[k]; ok {
 			if err := json.Unmarshal(v, &kind); err != nil {
-				return nil, fmt.Errorf("rope_scaling.%s must be a string, got %s", k, v)
+				return nil, nil, fmt.Errorf("%s.%s must be a string, got %s", field, k, v)
 			}
 			break
+		}
+	}
+	if kind == "" && v5 {
+		kind = "default"
+	}
+	var theta *float64
+	if v5 {
+		if v, ok := m["rope_theta"]; ok && hasJSONValue(v) {
+			var f float64
+			if err := json.Unmarshal(v, &f); err != nil || !(f > 0) || math.IsInf(f, 0) {
+				return nil, nil, fmt.Errorf("rope_parameters.rope_theta must be a positive number, got %s", v)
+			}
+			theta = &f
+		}
+		if err := checkPartialRotary("rope_parameters.partial_rotary_factor", m["partial_rotary_factor"]); err != nil {
+			return nil, nil, err
+		}
+		if _, ok := m["original_max_position_embeddings"]; !ok && kind == "llama3" {
+			m["original_max_position_embeddings"] = json.RawMessage(strconv.Itoa(maxPositions))
+		}
+	}
+	keys, known := ropeKeys[kind]
+	switch {
+	case kind == "":
+		return nil, nil, fmt.Errorf("%s %s has no rope_type", field, raw)
+	case !known:
+		return nil, nil, fmt.Errorf("%s of type %q is not supported (mixtune computes linear and llama3 scaling exactly as transformers; dynamic, yarn and longrope it refuses rather than approximate)", field, kind)
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(keys, k) && k != "rope_type" && k != "type" && !(v5 && (k == "rope_theta" || k == "partial_rotary_factor")) {
+			return nil, nil, fmt.Errorf("%s.%s is not supported with rope_type %s: mixtune would compute RoPE without it", field, k, kind)
 		}
 	}
 	num := func(key string) (float64, error) {
 		v, ok := m[key]
 		if !ok {
-			return 0, fmt.Errorf("rope_scaling of type %s needs %s", kind, key)
+			return 0, fmt.Errorf("%s of type %s needs %s", field, kind, key)
 		}
 		var f float64
 		if err := json.Unmarshal(v, &f); err != nil || !(f > 0) || math.IsInf(f, 0) {
-			return 0, fmt.Errorf("rope_scaling.%s must be a positive number, got %s", key, v)
+			return 0, fmt.Errorf("%s.%s must be a positive number, got %s", field, key, v)
 		}
 		return f, nil
 	}
 	switch kind {
-	case "default":
-		return nil, nil
 	case "linear":
 		f, err := num("factor")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &RopeScaling{Type: kind, Factor: f}, nil
+		return &RopeScaling{Type: kind, Factor: f}, theta, nil
 	case "llama3":
 		rs := &RopeScaling{Type: kind}
 		var err error
@@ -382,21 +537,19 @@ func parseRopeScaling(raw json.RawMessage) (*RopeScaling, error) {
 			dst *float64
 		}{{"factor", &rs.Factor}, {"low_freq_factor", &rs.LowFreqFactor}, {"high_freq_factor", &rs.HighFreqFactor}, {"original_max_position_embeddings", &orig}} {
 			if *p.dst, err = num(p.key); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if orig != math.Trunc(orig) {
-			return nil, fmt.Errorf("rope_scaling.original_max_position_embeddings must be an integer, got %g", orig)
+			return nil, nil, fmt.Errorf("%s.original_max_position_embeddings must be an integer, got %g", field, orig)
 		}
 		rs.OriginalMaxPositionEmbeddings = int(orig)
 		if rs.HighFreqFactor <= rs.LowFreqFactor {
-			return nil, fmt.Errorf("rope_scaling.high_freq_factor (%g) must be greater than low_freq_factor (%g)", rs.HighFreqFactor, rs.LowFreqFactor)
+			return nil, nil, fmt.Errorf("%s.high_freq_factor (%g) must be greater than low_freq_factor (%g)", field, rs.HighFreqFactor, rs.LowFreqFactor)
 		}
-		return rs, nil
-	case "":
-		return nil, fmt.Errorf("rope_scaling %s has no rope_type", raw)
+		return rs, theta, nil
 	}
-	return nil, fmt.Errorf("rope_scaling of type %q is not supported (mixtune computes linear and llama3 scaling exactly as transformers; dynamic, yarn and longrope it refuses rather than approximate)", kind)
+	return nil, theta, nil // default
 }
 
 // optionalInt reads a field that may be an integer or null (0).
@@ -430,20 +583,28 @@ func firstID(field string, raw json.RawMessage) (int, error) {
 	return 0, fmt.Errorf("%s must be an integer or a list of integers, got %s", field, s)
 }
 
-// WriteConfig writes dir/config.json in HF's form, with torch_dtype naming
-// the dtype the weights are stored in. A config read from a file is
-// written back as it was, every field of its family kept (keys sorted, as
-// transformers writes them), with torch_dtype updated; a random
-// initialization's is a Llama config.
+// WriteConfig writes dir/config.json in HF's form, with the dtype the
+// weights are stored in. A config read from a file is written back as it
+// was, every field of its family kept with its value's text unchanged
+// (500000.0 stays 500000.0: transformers warns when a float field such as
+// rope_theta reads as an integer), keys sorted as transformers writes
+// them; only "torch_dtype" is set, and "dtype" too when the config has
+// it: transformers ≥ 4.56 writes "dtype" and gives it precedence, so a
+// stale one would name the old dtype. A random initialization's is a
+// Llama config with both.
 func WriteConfig(dir string, c Config, torchDtype string) error {
 	var b []byte
 	var err error
 	if len(c.Raw) > 0 {
-		var m map[string]any
+		var m map[string]json.RawMessage
 		if err := json.Unmarshal(c.Raw, &m); err != nil {
 			return fmt.Errorf("write config: %w", err)
 		}
-		m["torch_dtype"] = torchDtype
+		dt, _ := json.Marshal(torchDtype)
+		m["torch_dtype"] = dt
+		if _, ok := m["dtype"]; ok {
+			m["dtype"] = dt
+		}
 		b, err = json.MarshalIndent(m, "", "  ")
 	} else {
 		c.TorchDtype = torchDtype
@@ -454,8 +615,9 @@ func WriteConfig(dir string, c Config, torchDtype string) error {
 			AttentionBias bool     `json:"attention_bias"`
 			MLPBias       bool     `json:"mlp_bias"`
 			RopeScaling   any      `json:"rope_scaling"`
+			Dtype         string   `json:"dtype"`
 			Config
-		}{[]string{architectureOf(Llama)}, Llama, "silu", false, false, nil, c}
+		}{[]string{architectureOf(Llama)}, Llama, "silu", false, false, nil, torchDtype, c}
 		if c.HeadDim == 0 {
 			out.Config.HeadDim = c.HeadDimension()
 		}

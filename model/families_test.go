@@ -73,7 +73,7 @@ func (e familyFixture) f64(t *testing.T, name string) []float64 {
 
 // run builds m (with adapter l) in dtype dt on the fixture's batch and
 // returns logits, loss and the gradients of the named parameters.
-func (e familyFixture) run(t *testing.T, m *model.Model, l *peft.LoRA, dt tensor.Dtype, wrtNames []string) ([]float64, float64, map[string][]float64) {
+func (e familyFixture) run(t *testing.T, m *model.Model, l *peft.Adapter, dt tensor.Dtype, wrtNames []string) ([]float64, float64, map[string][]float64) {
 	t.Helper()
 	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, dt)
 	nodes := map[string]*G.Node{}
@@ -174,7 +174,7 @@ func relErr(got, want []float64) float64 {
 
 // adapterFrom makes a LoRA or DoRA adapter on every linear module of m with
 // the fixture's A, B and magnitudes.
-func (e familyFixture) adapterFrom(t *testing.T, m *model.Model, kind string) (*peft.LoRA, []string) {
+func (e familyFixture) adapterFrom(t *testing.T, m *model.Model, kind string) (*peft.Adapter, []string) {
 	t.Helper()
 	c := peft.Config{R: e.r, Alpha: e.alpha, UseDoRA: kind == "dora", TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}
 	ts, err := peft.Select(peft.ModelTargets(m), c)

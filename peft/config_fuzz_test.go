@@ -52,7 +52,7 @@ func FuzzReadConfig(f *testing.F) {
 			return
 		}
 		out := t.TempDir()
-		if err := (&LoRA{Config: c}).SaveAs(out, "base", amp.FP32); err != nil {
+		if err := (&Adapter{Config: c}).SaveAs(out, "base", amp.FP32); err != nil {
 			t.Fatalf("SaveAs(%+v): %v", c, err)
 		}
 		got, err := ReadConfig(out)

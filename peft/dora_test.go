@@ -42,15 +42,6 @@ func TestDoRAGradients(t *testing.T) {
 	}
 }
 
-// adapterParams lists the adapter tensors as the optimizer sees them.
-func adapterParams(l *peft.LoRA) []*optim.Param {
-	var ps []*optim.Param
-	for _, p := range l.Params() {
-		ps = append(ps, &optim.Param{Name: p.Name, Shape: p.Shape, Value: p.Value, Grad: p.Grad})
-	}
-	return ps
-}
-
 // Three AdamW steps through the graph change every adapter tensor and no
 // base weight, bit for bit: LoRA, DoRA with dropout, PiSSA, and DoRA on a
 // bf16 base under a bf16 policy.
@@ -75,7 +66,7 @@ func TestTrainingChangesOnlyTheAdapter(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := cloneWeights(m) // after PiSSA's residual: the frozen base
-		params := adapterParams(l)
+		params := l.Params()
 		start := make([][]float32, len(params))
 		for i, p := range params {
 			start[i] = slices.Clone(p.Value)

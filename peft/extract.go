@@ -27,7 +27,7 @@ type ExtractReport struct {
 // bf16/fp16 values exactly in fp32), and A and B are rounded to dtype,
 // the format they will be saved in. base and tuned hold the weights by HF
 // name.
-func Extract(targets []Target, base, tuned map[string]*model.Tensor, rank int, dtype amp.Format) (*LoRA, []ExtractReport, error) {
+func Extract(targets []Target, base, tuned map[string]*model.Tensor, rank int, dtype amp.Format) (*Adapter, []ExtractReport, error) {
 	var shorts []string
 	for _, t := range targets {
 		if k := min(t.Out, t.In); rank > k {
@@ -94,4 +94,45 @@ func extractModule(m *Module, base, tuned []float32, r int, dtype amp.Format) (E
 	}
 	rep.RelError = math.Sqrt(e2 / norm2)
 	return rep, nil
+}
+
+// SameArchitecture checks that two models have the same weights and shapes.
+func SameArchitecture(a, b *model.Model) error {
+	sa, sb := model.Specs(a.Config), model.Specs(b.Config)
+	if len(sa) != len(sb) {
+		return fmt.Errorf("the tuned model has %d weights, the base %d: not the same architecture", len(sb), len(sa))
+	}
+	for i := range sa {
+		if sa[i].Name != sb[i].Name || !slices.Equal(sa[i].Shape, sb[i].Shape) {
+			return fmt.Errorf("the tuned model's %s %v differs from the base's %s %v: not the same architecture", sb[i].Name, sb[i].Shape, sa[i].Name, sa[i].Shape)
+		}
+	}
+	return nil
+}
+
+// UntouchedChanges names the weights that changed but are not in the
+// adapter (embeddings, norms, the LM head, untargeted modules): the
+// adapter cannot carry those changes.
+func UntouchedChanges(base, tuned *model.Model, targets []Target) []string {
+	in := map[string]bool{}
+	for _, t := range targets {
+		in[t.Path+".weight"] = true
+	}
+	var notes []string
+	for _, s := range model.Specs(base.Config) {
+		if in[s.Name] {
+			continue
+		}
+		a, b := base.Weights[s.Name].Float32(), tuned.Weights[s.Name].Float32()
+		var d, n float64
+		for i := range a {
+			e := float64(b[i]) - float64(a[i])
+			d += e * e
+			n += float64(a[i]) * float64(a[i])
+		}
+		if d > 0 {
+			notes = append(notes, fmt.Sprintf("%s changed (‖ΔW‖/‖W‖ = %.3g) and is not part of the adapter", s.Name, math.Sqrt(d/math.Max(n, 1e-300))))
+		}
+	}
+	return notes
 }

@@ -76,7 +76,7 @@ func TestExtractRecoversAKnownRankDelta(t *testing.T) {
 	if cfg["r"] != float64(r) || cfg["lora_alpha"] != float64(r) {
 		t.Errorf("r = %v, alpha = %v: want both %d (scaling 1)", cfg["r"], cfg["lora_alpha"], r)
 	}
-	l2, err := peft.Load(dir, targets)
+	l2, err := peft.Load(dir, peft.Base{Targets: targets})
 	if err != nil {
 		t.Fatal(err)
 	}

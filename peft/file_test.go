@@ -69,7 +69,7 @@ func TestSaveLoadDoRA(t *testing.T) {
 	if info, _ := f.Info(peft.KeyM("model.layers.0.self_attn.q_proj")); info.Dtype != "BF16" || !slices.Equal(info.Shape, []int{8}) {
 		t.Errorf("magnitude stored as %s %v, want BF16 [8]", info.Dtype, info.Shape)
 	}
-	l2, err := peft.Load(dir, linearTargets(m))
+	l2, err := peft.Load(dir, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestSaveLoadLayersAndGaussian(t *testing.T) {
 	if cfg["init_lora_weights"] != "gaussian" || len(cfg["layers_to_transform"].([]any)) != 1 || cfg["target_modules"].([]any)[0] != "up_proj" {
 		t.Errorf("config %v", cfg)
 	}
-	l2, err := peft.Load(dir, linearTargets(m))
+	l2, err := peft.Load(dir, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestPiSSASavesALoRAOfTheOriginalModel(t *testing.T) {
 			t.Errorf("converted config r = %v, init_lora_weights = %v; want 4, true", cfg["r"], cfg["init_lora_weights"])
 		}
 		m.Weights = orig
-		l2, err := peft.Load(dir, linearTargets(m))
+		l2, err := peft.Load(dir, peft.BaseOf(m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,21 +172,21 @@ func TestLoadErrors(t *testing.T) {
 		os.WriteFile(p, []byte(strings.Replace(string(raw), old, new, 1)), 0o644)
 	}
 	edit(`"use_dora": true`, `"use_dora": false`)
-	_, err := peft.Load(dir, linearTargets(m))
+	_, err := peft.Load(dir, peft.BaseOf(m))
 	want := "tensor base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector is a DoRA magnitude, but adapter_config.json has use_dora false"
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("magnitude without use_dora: %v", err)
 	}
 	edit(`"use_dora": false`, `"use_dora": true`)
 	edit(`"r": 2`, `"r": 3`)
-	_, err = peft.Load(dir, linearTargets(m))
+	_, err = peft.Load(dir, peft.BaseOf(m))
 	want = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has shape [2 8], want [3 8]"
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("rank mismatch: %v", err)
 	}
 	edit(`"r": 3`, `"r": 2`)
 	edit(`"target_modules": [`, `"target_modules": 7, "x": [`)
-	_, err = peft.Load(dir, linearTargets(m))
+	_, err = peft.Load(dir, peft.BaseOf(m))
 	want = "target_modules must be a list of module names or a regex string"
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("bad target_modules: %v", err)
@@ -229,7 +229,7 @@ func TestLoadRefusesDisagreementAndNonFinite(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := save(t)
 			edit(dir, tc.old, tc.new)
-			_, err := peft.Load(dir, linearTargets(m))
+			_, err := peft.Load(dir, peft.BaseOf(m))
 			if err == nil || !strings.Contains(err.Error(), "disagree: "+tc.want) {
 				t.Fatalf("error %v\nwant one ending %q", err, tc.want)
 			}
@@ -237,7 +237,7 @@ func TestLoadRefusesDisagreementAndNonFinite(t *testing.T) {
 	}
 	l.Modules[1].B[3] = float32(math.NaN())
 	dir := save(t)
-	_, err = peft.Load(dir, linearTargets(m))
+	_, err = peft.Load(dir, peft.BaseOf(m))
 	want := "tensor base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight holds a non-finite value (NaN at index 3)"
 	if err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Fatalf("NaN weight: %v", err)

@@ -41,18 +41,18 @@ type built struct {
 	nodes map[string]*G.Node
 }
 
-func build(t *testing.T, m *model.Model, l *peft.LoRA, dt tensor.Dtype) built {
+func build(t *testing.T, m *model.Model, l *peft.Adapter, dt tensor.Dtype) built {
 	t.Helper()
 	return buildWith(t, m, l, dt, nil)
 }
 
 // buildPolicy builds a float32 graph computing as policy p says.
-func buildPolicy(t *testing.T, m *model.Model, l *peft.LoRA, p *amp.Policy) built {
+func buildPolicy(t *testing.T, m *model.Model, l *peft.Adapter, p *amp.Policy) built {
 	t.Helper()
 	return buildWith(t, m, l, tensor.Float32, p)
 }
 
-func buildWith(t *testing.T, m *model.Model, l *peft.LoRA, dt tensor.Dtype, p *amp.Policy) built {
+func buildWith(t *testing.T, m *model.Model, l *peft.Adapter, dt tensor.Dtype, p *amp.Policy) built {
 	t.Helper()
 	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, dt)
 	if p != nil && p.Low != amp.FP32 {
@@ -129,7 +129,7 @@ var allModules = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 // perturb gives every adapter tensor values away from its initialization:
 // B = 0 would make every A gradient zero, and g = 1 would hide mistakes in
 // DoRA's magnitude terms.
-func perturb(l *peft.LoRA) {
+func perturb(l *peft.Adapter) {
 	for i, mod := range l.Modules {
 		for j := range mod.B {
 			mod.B[j] = float32(math.Sin(float64(7*i+j))) * 0.3
@@ -141,7 +141,7 @@ func perturb(l *peft.LoRA) {
 }
 
 // adapterNodes lists the graph nodes of every adapter tensor.
-func adapterNodes(l *peft.LoRA, nodes map[string]*G.Node) []*G.Node {
+func adapterNodes(l *peft.Adapter, nodes map[string]*G.Node) []*G.Node {
 	var params []*G.Node
 	for _, mod := range l.Modules {
 		params = append(params, nodes[peft.KeyA(mod.Path)], nodes[peft.KeyB(mod.Path)])
@@ -246,7 +246,7 @@ func TestSaveLoadPEFTFormat(t *testing.T) {
 			t.Errorf("adapter_config.json %s = %v, want %v", k, cfg[k], want)
 		}
 	}
-	l2, err := peft.Load(dir, linearTargets(m))
+	l2, err := peft.Load(dir, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +261,7 @@ func TestSaveLoadPEFTFormat(t *testing.T) {
 	}
 	// A model without the adapted modules is refused, naming the module.
 	small := linearTargets(m)[:2]
-	if _, err := peft.Load(dir, small); err == nil {
+	if _, err := peft.Load(dir, peft.Base{Targets: small}); err == nil {
 		t.Fatal("an adapter for missing modules loaded")
 	}
 }
@@ -318,7 +318,7 @@ func TestTargetsAndConfigErrors(t *testing.T) {
 		{peft.Config{R: 2, Alpha: -1, TargetModules: []string{"q_proj"}}, "lora_alpha must be a positive number, got -1"},
 		{peft.Config{R: 2, Alpha: 1}, "target_modules is empty"},
 		{peft.Config{R: 2, Alpha: 1, Dropout: 1, TargetModules: []string{"q_proj"}}, "lora_dropout must be in [0, 1), got 1"},
-		{peft.Config{R: 2, Alpha: 1, Init: "olora", TargetModules: []string{"q_proj"}}, `init must be default, gaussian or pissa, got "olora"`},
+		{peft.Config{R: 2, Alpha: 1, Init: "loftq", TargetModules: []string{"q_proj"}}, `init must be default, gaussian, pissa or olora, got "loftq"`},
 		{peft.Config{R: 2, Alpha: 1, TargetModules: []string{"q_proj"}, TargetRegex: "q"}, "target_modules is both a list and a regex"},
 		{peft.Config{R: 2, Alpha: 1, TargetRegex: "(q"}, "target_modules regex: error parsing regexp: missing closing ): `(q`"},
 		{peft.Config{R: 2, Alpha: 1, TargetRegex: "q.*", LayersToTransform: []int{0}}, "layers_to_transform cannot be used with a target_modules regex (PEFT refuses it too; put the layers in the regex)"},

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
 )
 
@@ -21,7 +22,7 @@ import (
 // base weight w [out, in], leaving w and the adapter as they are. A merged
 // value that is not finite is an error naming the
 // module; the values are returned regardless.
-func (l *LoRA) Merged(path string, w []float32) ([]float32, error) {
+func (l *Adapter) Merged(path string, w []float32) ([]float32, error) {
 	m, err := l.module(path, w)
 	if err != nil {
 		return nil, err
@@ -35,7 +36,7 @@ func (l *LoRA) Merged(path string, w []float32) ([]float32, error) {
 // From then on Linear computes the module plainly from w, and Unmerge can
 // restore w. For DoRA it keeps ‖W + ΔW‖ per row, which W' no longer
 // determines (its rows have norm m), so that the unmerge is exact.
-func (l *LoRA) Merge(path string, w []float32) error {
+func (l *Adapter) Merge(path string, w []float32) error {
 	m, err := l.module(path, w)
 	if err != nil {
 		return err
@@ -55,7 +56,7 @@ func (l *LoRA) Merge(path string, w []float32) error {
 
 // Unmerge takes the adapter back out of w: W = W' − ΔW, or for DoRA
 // W = W' · ‖W + ΔW‖ / m − ΔW with the norm kept at merge time.
-func (l *LoRA) Unmerge(path string, w []float32) error {
+func (l *Adapter) Unmerge(path string, w []float32) error {
 	m, err := l.module(path, w)
 	if err != nil {
 		return err
@@ -81,12 +82,12 @@ func (l *LoRA) Unmerge(path string, w []float32) error {
 }
 
 // IsMerged reports whether the adapter of module path is merged into its weight.
-func (l *LoRA) IsMerged(path string) bool {
+func (l *Adapter) IsMerged(path string) bool {
 	m := l.byPath[path]
 	return m != nil && m.merged
 }
 
-func (l *LoRA) module(path string, w []float32) (*Module, error) {
+func (l *Adapter) module(path string, w []float32) (*Module, error) {
 	m := l.byPath[path]
 	if m == nil {
 		return nil, fmt.Errorf("%s is not adapted", path)
@@ -99,7 +100,7 @@ func (l *LoRA) module(path string, w []float32) (*Module, error) {
 
 // merge writes the merged weight of m for base weight w into dst (which may
 // be w) and returns DoRA's row norms of W + ΔW (nil for LoRA).
-func (l *LoRA) merge(m *Module, w, dst []float32) ([]float64, error) {
+func (l *Adapter) merge(m *Module, w, dst []float32) ([]float64, error) {
 	d := l.delta(m)
 	for i := range d {
 		d[i] += float64(w[i]) // W + ΔW
@@ -133,6 +134,50 @@ func CheckFinite(path string, w []float32, in int, f amp.Format) error {
 	for i, v := range w {
 		if r := float64(f.Round(v)); math.IsNaN(r) || math.IsInf(r, 0) {
 			return fmt.Errorf("%s: merged weight [%d, %d] is %v in %s (%v before the cast): the merge is not finite", path, i/in, i%in, r, f, v)
+		}
+	}
+	return nil
+}
+
+// MergedWeights returns m's weights in fp32 with l merged into each
+// adapted module, as generation, evaluation and export use them (nil l:
+// the base weights). Unadapted weights are shared with m, not copied. A
+// merge that is not finite (a DoRA row of norm 0, an overflow) is an error
+// naming the module.
+func MergedWeights(m *model.Model, l *Adapter) (map[string][]float32, error) {
+	w := make(map[string][]float32, len(m.Weights))
+	for name, t := range m.Weights {
+		w[name] = t.Float32()
+	}
+	if l == nil {
+		return w, nil
+	}
+	for _, mod := range l.Modules {
+		name := mod.Path + ".weight"
+		merged, err := l.Merged(mod.Path, w[name])
+		if err != nil {
+			return nil, err
+		}
+		w[name] = merged
+	}
+	return w, nil
+}
+
+// MergeInto folds l into m's fp32 weights in place, module by module, and
+// checks each merged weight once stored in format f (PEFT's safe_merge,
+// at the dtype it will be written in): what `mixtune merge` writes. An
+// error leaves the modules before it merged.
+func MergeInto(m *model.Model, l *Adapter, f amp.Format) error {
+	for _, mod := range l.Modules {
+		w := m.Weights[mod.Path+".weight"]
+		if w == nil || w.Data == nil {
+			return fmt.Errorf("%s: the base model has no fp32 weight %s.weight to merge into", mod.Path, mod.Path)
+		}
+		if err := l.Merge(mod.Path, w.Data); err != nil {
+			return err
+		}
+		if err := CheckFinite(mod.Path, w.Data, mod.In, f); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -54,7 +54,7 @@ func TestDoRAMatchesPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := peft.Load(doraFixture, peft.ModelTargets(m))
+	l, err := peft.Load(doraFixture, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -134,7 +133,9 @@ func (r *Recipe) validateTargets(bad func(field, format string, args ...any)) bo
 			ok = false
 		}
 		a.TargetModules = nil // the default list gives way to the regex
-		if _, err := regexp.Compile(a.TargetRegex); err != nil {
+		// the regex is written to adapter_config.json for PEFT, which
+		// matches it with Python's re: only what both read alike
+		if err := peft.CheckPortableRegex(a.TargetRegex); err != nil {
 			bad("adapter.target_regex", "%v", err)
 			ok = false
 		}
@@ -172,6 +173,10 @@ func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
 	c, err := peft.ReadConfig(a.From)
 	if err != nil {
 		bad("adapter.from", "%v", err)
+		return
+	}
+	if len(c.ModulesToSave) > 0 {
+		bad("adapter.from", "the adapter in %s saves %v whole (modules_to_save); mixtune trains adapters only, so it cannot continue training those (merge it, or evaluate or generate with it)", a.From, c.ModulesToSave)
 		return
 	}
 	has := func(f string) bool { return r.doc != nil && r.doc.Has("adapter."+f) }
@@ -222,12 +227,12 @@ func linearTargets(m *model.Model) []peft.Target { return peft.ModelTargets(m) }
 // newAdapter makes the run's adapter: loaded from adapter.from, or fresh
 // (PiSSA rewrites the targeted base weights to their residuals); nil for
 // full fine-tuning.
-func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
+func newAdapter(r *Recipe, m *model.Model) (*peft.Adapter, error) {
 	if r.Adapter.Type == FullFineTune {
 		return nil, nil
 	}
 	if r.Adapter.From != "" {
-		l, err := peft.Load(r.Adapter.From, linearTargets(m))
+		l, err := peft.Load(r.Adapter.From, peft.BaseOf(m))
 		if err != nil {
 			return nil, err
 		}
@@ -245,13 +250,10 @@ func newAdapter(r *Recipe, m *model.Model) (*peft.LoRA, error) {
 // trainables lists what the optimizer updates: the adapter's A, B and
 // DoRA magnitudes, or every weight of the model. Their gradients are fp32
 // buffers of their own.
-func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
+func trainables(m *model.Model, l *peft.Adapter) []*optim.Param {
 	var ps []*optim.Param
 	if l != nil {
-		for _, p := range l.Params() {
-			ps = append(ps, &optim.Param{Name: p.Name, Shape: p.Shape, Value: p.Value, Grad: p.Grad})
-		}
-		return ps
+		return l.Params()
 	}
 	for _, s := range model.Specs(m.Config) {
 		w := m.Weights[s.Name]
@@ -260,32 +262,20 @@ func trainables(m *model.Model, l *peft.LoRA) []*optim.Param {
 	return ps
 }
 
-// mergedWeights returns the base weights with each adapter merged in (LoRA
+// mergedWeights returns the base weights with the adapter merged in (LoRA
 // or DoRA, in fp32), for generation; unadapted weights are shared, not
-// copied. A merge that is not finite (a DoRA row of norm 0, an overflow) is
-// an error naming the module.
-func mergedWeights(m *model.Model, l *peft.LoRA) (map[string][]float32, error) {
-	w := map[string][]float32{}
-	for name, t := range m.Weights {
-		w[name] = t.Float32()
-	}
-	if l == nil {
-		return w, nil
-	}
-	for _, mod := range l.Modules {
-		name := mod.Path + ".weight"
-		merged, err := l.Merged(mod.Path, w[name])
-		if err != nil {
-			return nil, fmt.Errorf("merge the adapter for generation: %w", err)
-		}
-		w[name] = merged
+// copied.
+func mergedWeights(m *model.Model, l *peft.Adapter) (map[string][]float32, error) {
+	w, err := peft.MergedWeights(m, l)
+	if err != nil {
+		return nil, fmt.Errorf("merge the adapter for generation: %w", err)
 	}
 	return w, nil
 }
 
 // loadWithAdapter loads a model and, if adapterDir is set, a PEFT LoRA or
 // DoRA adapter for it.
-func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.LoRA, error) {
+func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.Adapter, error) {
 	m, err := model.Load(modelDir)
 	if err != nil {
 		return nil, nil, err
@@ -293,6 +283,6 @@ func loadWithAdapter(modelDir, adapterDir string) (*model.Model, *peft.LoRA, err
 	if adapterDir == "" {
 		return m, nil, nil
 	}
-	l, err := peft.Load(adapterDir, linearTargets(m))
+	l, err := peft.Load(adapterDir, peft.BaseOf(m))
 	return m, l, err
 }

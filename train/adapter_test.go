@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,6 +38,8 @@ func TestAdapterRecipeErrors(t *testing.T) {
 			`C:13: adapter.target_regex: set target_modules (a list of names) or target_regex, not both`},
 		{"bad regex", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: '(q'"), "  target_modules: [q_proj, v_proj]\n", "", 1),
 			"C:13: adapter.target_regex: error parsing regexp: missing closing ): `(q`"},
+		{"regex Python reads differently", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: '.*[[:alpha:]]_proj'"), "  target_modules: [q_proj, v_proj]\n", "", 1),
+			`C:13: adapter.target_regex: the POSIX class [:alpha:] at offset 3 of ".*[[:alpha:]]_proj" is not read the same by Go and by Python's re (Go only: Python reads a set of its characters); use the common subset (see peft.CheckPortableRegex)`},
 		{"regex matching nothing", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: 'q_proj'"), "  target_modules: [q_proj, v_proj]\n", "", 1),
 			`C:13: adapter.target_regex: target_modules regex "q_proj" matches no linear module of the model (paths look like "model.layers.0.self_attn.q_proj")`},
 		{"layers with a regex", strings.Replace(edit("  r: 4", "  r: 4\n  target_regex: '.*q_proj'\n  layers_to_transform: [1]"), "  target_modules: [q_proj, v_proj]\n", "", 1),
@@ -47,8 +50,17 @@ func TestAdapterRecipeErrors(t *testing.T) {
 			`C:12: adapter.r: init pissa takes r singular vectors: r = 12 exceeds min(out, in) = 8 of model.layers.0.self_attn.v_proj`},
 		{"from a missing adapter", edit("  r: 4", "  r: 4\n  from: DIR/nope"),
 			`C:13: adapter.from: open D/nope/adapter_config.json: no such file or directory`},
+		{"from an adapter with modules_to_save", edit("  r: 4", "  r: 4\n  from: DIR/saves-head"),
+			`C:13: adapter.from: the adapter in D/saves-head saves [lm_head] whole (modules_to_save); mixtune trains adapters only, so it cannot continue training those (merge it, or evaluate or generate with it)`},
 		{"from with type none", edit("  type: lora", "  type: none\n  from: DIR/x"),
 			`C:12: adapter.from: needs type lora or dora (type none trains every weight)`},
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "saves-head"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "saves-head", peft.ConfigFile),
+		[]byte(`{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "modules_to_save": ["lm_head"]}`), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,7 +96,7 @@ func TestDoRARunAndContinue(t *testing.T) {
 	}
 	saved := filepath.Join(sum.RunDir, "adapter")
 	m, _ := model.Load(filepath.Join(dir, "model"))
-	l, err := peft.Load(saved, linearTargets(m))
+	l, err := peft.Load(saved, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +123,7 @@ func TestDoRARunAndContinue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, err := peft.Load(filepath.Join(sum2.RunDir, "adapter"), linearTargets(m))
+	l2, err := peft.Load(filepath.Join(sum2.RunDir, "adapter"), peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}

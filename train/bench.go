@@ -65,7 +65,7 @@ type BenchResult struct {
 }
 
 // benchModel builds the benchmark's engine, random model and adapter.
-func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.LoRA, error) {
+func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.Adapter, error) {
 	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
 	if err != nil {
 		return nil, nil, nil, err
@@ -119,7 +119,7 @@ type benchRun struct {
 	c      BenchConfig
 	eng    *nn.Engine
 	m      *model.Model
-	lora   *peft.LoRA
+	lora   *peft.Adapter
 	params []*optim.Param
 	opt    optim.Optimizer
 	ru     *runner

@@ -39,7 +39,7 @@ type components struct {
 	stop        []int // ids that end a generation
 	rows        *rowReader
 	model       *model.Model
-	lora        *peft.LoRA // nil for full fine-tuning
+	lora        *peft.Adapter // nil for full fine-tuning
 	params      []*optim.Param
 	optimizer   optim.Optimizer
 	schedule    optim.Schedule
@@ -371,7 +371,7 @@ type graphOptions struct {
 
 // newRunner builds and compiles the graph. With params, it also takes the
 // gradient of the loss with respect to each of them.
-func newRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy) (*runner, error) {
+func newRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen int, params []*optim.Param, policy *amp.Policy) (*runner, error) {
 	return buildRunner(eng, m, l, batch, seqLen, params, policy, graphOptions{})
 }
 
@@ -386,7 +386,7 @@ func trainGraph(tap nn.GradTap, world int, checkpoint bool) graphOptions {
 	return graphOptions{tap: tap, denseGrads: world > 1, checkpoint: checkpoint}
 }
 
-func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int, params []*optim.Param, policy *amp.Policy, o graphOptions) (*runner, error) {
+func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen int, params []*optim.Param, policy *amp.Policy, o graphOptions) (*runner, error) {
 	b := nn.NewBuilder(eng, tensor.Float32)
 	if params != nil {
 		b.GradTap = o.tap

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,20 +52,14 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	if *dtype == "" {
 		f = storedFormat(m)
 	}
-	l, err := peft.Load(*adapterDir, peft.ModelTargets(m))
+	l, err := peft.Load(*adapterDir, peft.BaseOf(m))
 	if err != nil {
 		return badInput(err)
 	}
-	// fp32 merge of every module, then one check at the output dtype,
-	// before anything is written
-	for _, mod := range l.Modules {
-		w := m.Weights[mod.Path+".weight"]
-		if err := l.Merge(mod.Path, w.Data); err != nil {
-			return err
-		}
-		if err := peft.CheckFinite(mod.Path, w.Data, mod.In, f); err != nil {
-			return err
-		}
+	// every module merged and checked at the output dtype before
+	// anything is written
+	if err := peft.MergeInto(m, l, f); err != nil {
+		return err
 	}
 	if err := m.Save(*out, f, int64(shard)); err != nil {
 		return err
@@ -193,7 +186,7 @@ func cmdExtractLoRA(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return badInput(err)
 	}
-	if err := sameArchitecture(base, tuned); err != nil {
+	if err := peft.SameArchitecture(base, tuned); err != nil {
 		return badInput(err)
 	}
 	targets, err := peft.Targets(peft.ModelTargets(base), strings.Split(*targetsFlag, ","))
@@ -214,7 +207,7 @@ func cmdExtractLoRA(args []string, stdout, stderr io.Writer) error {
 	for i, r := range reps {
 		rows[i] = extractRow{r.Path, r.DeltaNorm, r.RelError}
 	}
-	for _, note := range untouchedChanges(base, tuned, targets) {
+	for _, note := range peft.UntouchedChanges(base, tuned, targets) {
 		fmt.Fprintln(stderr, "note: "+note)
 	}
 	if *asJSON {
@@ -228,45 +221,4 @@ func cmdExtractLoRA(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "rank %d · %d modules · mean relative error %.4g · %d adapter params (%s) → %s\n", *rank, len(rows), mean, l.NumParams(), f, *out)
 	return nil
-}
-
-// sameArchitecture checks that two models have the same weights and shapes.
-func sameArchitecture(a, b *model.Model) error {
-	sa, sb := model.Specs(a.Config), model.Specs(b.Config)
-	if len(sa) != len(sb) {
-		return fmt.Errorf("the tuned model has %d weights, the base %d: not the same architecture", len(sb), len(sa))
-	}
-	for i := range sa {
-		if sa[i].Name != sb[i].Name || !slices.Equal(sa[i].Shape, sb[i].Shape) {
-			return fmt.Errorf("the tuned model's %s %v differs from the base's %s %v: not the same architecture", sb[i].Name, sb[i].Shape, sa[i].Name, sa[i].Shape)
-		}
-	}
-	return nil
-}
-
-// untouchedChanges names the weights that changed but are not in the
-// adapter (embeddings, norms, the LM head, untargeted modules): the
-// adapter cannot carry those changes.
-func untouchedChanges(base, tuned *model.Model, targets []peft.Target) []string {
-	in := map[string]bool{}
-	for _, t := range targets {
-		in[t.Path+".weight"] = true
-	}
-	var notes []string
-	for _, s := range model.Specs(base.Config) {
-		if in[s.Name] {
-			continue
-		}
-		a, b := base.Weights[s.Name].Float32(), tuned.Weights[s.Name].Float32()
-		var d, n float64
-		for i := range a {
-			e := float64(b[i]) - float64(a[i])
-			d += e * e
-			n += float64(a[i]) * float64(a[i])
-		}
-		if d > 0 {
-			notes = append(notes, fmt.Sprintf("%s changed (‖ΔW‖/‖W‖ = %.3g) and is not part of the adapter", s.Name, math.Sqrt(d/math.Max(n, 1e-300))))
-		}
-	}
-	return notes
 }

@@ -52,7 +52,7 @@ func runIn(t *testing.T, args ...string) (int, string, string) {
 }
 
 // forward returns the logits of m (with adapter l, if any) on fixed tokens.
-func forward(t *testing.T, m *model.Model, l *peft.LoRA) []float32 {
+func forward(t *testing.T, m *model.Model, l *peft.Adapter) []float32 {
 	t.Helper()
 	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, tensor.Float32)
 	gc := model.GraphConfig{Batch: 2, SeqLen: 6}
@@ -210,7 +210,7 @@ func TestExtractLoRACommand(t *testing.T) {
 	if !strings.Contains(stderr, "note: model.norm.weight changed") {
 		t.Errorf("no note about the changed norm: %q", stderr)
 	}
-	l, err := peft.Load(out, peft.ModelTargets(m))
+	l, err := peft.Load(out, peft.BaseOf(m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestMergeEveryFamily(t *testing.T) {
 }
 
 // smallForward is forward for the family fixtures' 40-id vocabulary.
-func smallForward(t *testing.T, m *model.Model, l *peft.LoRA) []float32 {
+func smallForward(t *testing.T, m *model.Model, l *peft.Adapter) []float32 {
 	t.Helper()
 	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, tensor.Float32)
 	gc := model.GraphConfig{Batch: 1, SeqLen: 7}
