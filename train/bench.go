@@ -136,9 +136,11 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 		return nil, err
 	}
 	b := &benchRun{c: c, eng: eng, m: m, lora: lora, params: trainables(m, lora), weight: 1}
-	if b.opt, err = optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}); err != nil {
+	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+	if err != nil {
 		return nil, err
 	}
+	b.opt = engineOptimizer{opt, eng}
 	rows, world := c.Batch, 1
 	var tap nn.GradTap
 	if c.Comm != nil && c.Comm.Size() > 1 {
@@ -186,11 +188,7 @@ func (b *benchRun) step() error {
 		b.comm.wait += ct.wait
 		b.comm.busy += ct.busy
 	}
-	if err := b.opt.Step(b.params, 1e-3); err != nil {
-		return err
-	}
-	b.eng.WeightVersion++
-	return nil
+	return b.opt.Step(b.params, 1e-3)
 }
 
 // result reports a timing of dt seconds per step.

@@ -96,9 +96,11 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 		return nil, inputError(err)
 	}
 	c.params = trainables(c.model, c.lora)
-	if c.optimizer, err = newOptimizer(r.Optimizer); err != nil {
+	steps, err := newOptimizer(r.Optimizer)
+	if err != nil {
 		return nil, err
 	}
+	c.optimizer = engineOptimizer{steps, c.eng}
 	c.schedule = r.schedule()
 	if sel.LossScaling {
 		if c.scaler, err = amp.NewLossScaler(r.scalerConfig()); err != nil {
@@ -295,6 +297,24 @@ func newLoader(ex []data.Example, d DataConfig, batch int, shuffle bool, seed ui
 		Mode: d.Mode, Shuffle: shuffle, Seed: seed, PadID: tok.PAD()})
 }
 
+// engineOptimizer is the optimizer a run steps with: each step that
+// updates the weights tells the engine, which then recomputes what its
+// ops derived from them (low-precision copies, DoRA norms). The step is
+// the one place weights change while training, so the engine learns of
+// every change and of nothing else.
+type engineOptimizer struct {
+	optim.Optimizer
+	eng *nn.Engine
+}
+
+func (o engineOptimizer) Step(params []*optim.Param, lr float64) error {
+	if err := o.Optimizer.Step(params, lr); err != nil {
+		return err // Step left the weights as they were
+	}
+	o.eng.WeightsChanged()
+	return nil
+}
+
 func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
 	if c.Name == SGD {
 		return optim.NewSGD(optim.SGDConfig{Momentum: c.Momentum, WeightDecay: c.WeightDecay, Nesterov: c.Nesterov})
@@ -425,7 +445,6 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.LoRA, batch, seqLen int
 // step and first says whether to overwrite or add into the param grads.
 // noise keys random ops (dropout) for this micro-batch; 0 turns them off.
 func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (float64, error) {
-	ru.eng.NoiseKey = noise
 	copy(ru.ids, bt.Inputs)
 	copy(ru.tgt, bt.Targets)
 	if bt.Positions != nil {
@@ -440,8 +459,7 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 			return 0, err
 		}
 	}
-	ru.vm.Reset()
-	if err := ru.vm.RunAll(); err != nil {
+	if err := ru.eng.Run(ru.vm, nn.Pass{Noise: noise}); err != nil {
 		return 0, err
 	}
 	params := ru.params

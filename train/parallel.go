@@ -486,7 +486,7 @@ func (s *session) shareRestored(rs rootState, ostate map[string][]float32) error
 			return err
 		}
 	}
-	p.eng.WeightVersion = st.WeightVer
+	p.eng.WeightsChanged() // the weights were replaced
 	s.ck = &loadedCheckpoint{Dir: rs.CheckpointAt, State: st}
 	s.step = st.Step
 	s.lastLoss, s.priorSeconds = float64(st.LastLoss), st.LoopSeconds
@@ -498,7 +498,7 @@ func (s *session) shareRestored(rs rootState, ostate map[string][]float32) error
 func (s *session) stateNow() checkpointState {
 	p := s.parts
 	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
-		WeightVer: p.eng.WeightVersion, Skipped: s.sum.SkippedSteps, LoopSeconds: s.priorSeconds,
+		Skipped: s.sum.SkippedSteps, LoopSeconds: s.priorSeconds,
 		LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
 	if p.scaler != nil {
 		sc := p.scaler.State()

@@ -266,7 +266,7 @@ func (s *session) restore(ck *loadedCheckpoint) error {
 			return fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
 		}
 	}
-	p.eng.WeightVersion = ck.State.WeightVer
+	p.eng.WeightsChanged() // the weights were replaced
 	s.lastLoss, s.priorSeconds = float64(ck.State.LastLoss), ck.State.LoopSeconds
 	s.sum.SkippedSteps, s.sum.ValBefore, s.sum.TaskBefore = ck.State.Skipped, ck.State.ValBefore, ck.State.TaskBefore
 	return restoreMetrics(filepath.Join(s.dir, "metrics.jsonl"), ck)
@@ -485,9 +485,7 @@ func (s *session) trainStep() (stepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if res.stepped {
-		p.eng.WeightVersion++ // low-precision copies of the weights are now stale
-	} else {
+	if !res.stepped {
 		s.sum.SkippedSteps++
 	}
 	return res, nil
@@ -556,7 +554,7 @@ func (s *session) writeCheckpoint() error {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
-		WeightVer: p.eng.WeightVersion, MetricsBytes: int64(len(metrics)), Skipped: s.sum.SkippedSteps,
+		MetricsBytes: int64(len(metrics)), Skipped: s.sum.SkippedSteps,
 		LoopSeconds: s.elapsed(), LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
 	if p.scaler != nil {
 		sc := p.scaler.State()
