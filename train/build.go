@@ -449,10 +449,8 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 	copy(ru.tgt, bt.Targets)
 	if bt.Positions != nil {
 		copy(ru.pos, bt.Positions)
-	} else { // one document per row
-		for i := range ru.pos {
-			ru.pos[i] = i % bt.SeqLen
-		}
+	} else {
+		rowPositions(ru.pos, bt.SeqLen)
 	}
 	if ru.lossGrad != nil {
 		if err := G.Let(ru.lossGrad, weight); err != nil {
@@ -472,18 +470,33 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 			rg.add(p.Grad, g, first)
 			continue
 		}
-		if first {
-			copy(p.Grad, g)
-		} else {
-			for j, v := range g {
-				p.Grad[j] += v
-			}
-		}
+		accumulate(p.Grad, g, first)
 	}
 	return float64(ru.g.Loss.Value().Data().(float32)), nil
 }
 
 func (ru *runner) close() { ru.vm.Close() }
+
+// accumulate puts a micro-batch's gradient g into a step's gradient dst:
+// the step's first micro-batch overwrites it, the others add to it.
+func accumulate(dst, g []float32, first bool) {
+	if first {
+		copy(dst, g)
+		return
+	}
+	for j, v := range g {
+		dst[j] += v
+	}
+}
+
+// rowPositions fills pos with the positions of rows of seqLen tokens that
+// each hold one document: 0, 1, …, seqLen−1 in every row. A batch without
+// Positions has these.
+func rowPositions(pos []int, seqLen int) {
+	for i := range pos {
+		pos[i] = i % seqLen
+	}
+}
 
 // rowGrad adds a row-sparse gradient (an untied embedding table's, see
 // nn.Builder.RowSparse) into its param's dense buffer, touching only the
@@ -516,14 +529,7 @@ func (r *rowGrad) add(dst, g []float32, first bool) {
 		r.dirty = r.dirty[:0]
 	}
 	for _, id := range r.rows() {
-		d, s := dst[id*w:(id+1)*w], g[id*w:(id+1)*w]
-		if first {
-			copy(d, s)
-		} else {
-			for j, v := range s {
-				d[j] += v
-			}
-		}
+		accumulate(dst[id*w:(id+1)*w], g[id*w:(id+1)*w], first)
 		if !r.listed[id] {
 			r.listed[id] = true
 			r.dirty = append(r.dirty, id)

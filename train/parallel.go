@@ -131,12 +131,11 @@ func (dp *dataParallel) shard(bt data.Batch) data.Batch {
 	if bt.Positions != nil {
 		copy(out.Positions, bt.Positions[dp.lo*L:dp.hi*L])
 	} else {
-		for i := 0; i < n; i++ {
-			out.Positions[i] = i % L
-		}
+		rowPositions(out.Positions[:n], L)
 	}
+	rowPositions(out.Positions[n:], L) // padding rows: a document each
 	for i := n; i < len(out.Inputs); i++ {
-		out.Inputs[i], out.Targets[i], out.Positions[i] = dp.padID, data.IgnoreIndex, (i-n)%L
+		out.Inputs[i], out.Targets[i] = dp.padID, data.IgnoreIndex
 	}
 	for _, t := range out.Targets[:n] {
 		if t != data.IgnoreIndex {
@@ -159,13 +158,7 @@ func (dp *dataParallel) tap(names map[string]int) func(string) func([]float32) {
 		p := dp.params[i]
 		return func(g []float32) {
 			dp.fired++
-			if dp.first {
-				copy(p.Grad, g)
-			} else {
-				for j, v := range g {
-					p.Grad[j] += v
-				}
-			}
+			accumulate(p.Grad, g, dp.first)
 			if !dp.last {
 				return
 			}
