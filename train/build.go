@@ -53,7 +53,7 @@ type components struct {
 	evaluator   *runner // nil without validation data
 	warnings    []string
 	comm        dist.Comm     // the processes training together; a Single for one
-	dp          *dataParallel // nil for one process
+	dp          *dataParallel // this process's part of every batch: all of it for one
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -107,15 +107,13 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 			return nil, err
 		}
 	}
-	rows := c.batch
+	// this rank's rows of every micro-batch (parallel.go)
+	c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
+	rows := c.dp.rows
+	c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
 	var tap nn.GradTap
-	if c.comm.Size() > 1 { // data parallel: this rank's rows of every micro-batch (parallel.go)
-		c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
-		rows = c.dp.rows
-		c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
-		if opt.Overlap {
-			tap = c.dp.tap(paramIndex(c.params))
-		}
+	if c.dp.overlap {
+		tap = c.dp.tap(paramIndex(c.params))
 	}
 	ckpt := r.Compute.ActivationCheckpointing
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, trainGraph(tap, c.comm.Size(), ckpt)); err != nil {

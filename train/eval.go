@@ -22,24 +22,38 @@ type LossReport struct {
 // mean times its target count, summed in batch order, over all targets.
 // Training's validation and `mixtune eval` both call it, so they agree.
 func evaluate(ru *runner, batches []data.Batch) (LossReport, error) {
-	var sum float64
-	var n int
+	sum, n, err := sumLosses(ru, batches, func(bt data.Batch) data.Batch { return bt })
+	if err != nil {
+		return LossReport{}, err
+	}
+	return lossReport(sum, n, len(batches))
+}
+
+// sumLosses is the summed loss of each batch's part (part(batch): a data-
+// parallel rank's rows) over its target tokens, and their count.
+func sumLosses(ru *runner, batches []data.Batch, part func(data.Batch) data.Batch) (sum float64, n int, err error) {
 	for _, bt := range batches {
+		bt = part(bt)
 		if bt.NumTargets == 0 {
 			continue
 		}
 		loss, err := ru.run(bt, 0, true, 0)
 		if err != nil {
-			return LossReport{}, err
+			return 0, 0, err
 		}
 		sum += loss * float64(bt.NumTargets)
 		n += bt.NumTargets
 	}
+	return sum, n, nil
+}
+
+// lossReport is the mean of a summed loss over n target tokens.
+func lossReport(sum float64, n, batches int) (LossReport, error) {
 	if n == 0 {
 		return LossReport{}, fmt.Errorf("no target tokens to evaluate")
 	}
 	mean := sum / float64(n)
-	return LossReport{Loss: jsonfloat.Float(mean), Perplexity: jsonfloat.Float(math.Exp(mean)), Tokens: n, Batches: len(batches)}, nil
+	return LossReport{Loss: jsonfloat.Float(mean), Perplexity: jsonfloat.Float(math.Exp(mean)), Tokens: n, Batches: batches}, nil
 }
 
 // TaskReport is the exact-match accuracy of greedy answers.
