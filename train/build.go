@@ -67,8 +67,10 @@ func build(r *Recipe, choice *DeviceChoice, opt Options) (*components, error) {
 	}
 	c.tok = c.format.Tok
 	sel := choice.Selection
-	c.policy = r.policyFor(sel.Precision)
 	var err error
+	if c.policy, err = r.policyFor(sel.Precision); err != nil {
+		return nil, err
+	}
 	if c.eng, err = openEngine(rankCompute(r.Compute, c.comm)); err != nil {
 		return nil, err
 	}
