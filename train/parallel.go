@@ -552,10 +552,10 @@ func (s *session) interrupted(ctx interface{ Err() error }) (bool, error) {
 	return dist.AnyTrue(s.dp.comm, ctx.Err() != nil)
 }
 
-// validate is the validation loss over every rank's rows of the
-// validation batches: each rank sums its rows' loss, the sums and the
-// token counts are added over the ranks.
-func (s *session) validate() (LossReport, error) {
+// validationLoss is the mean loss per target token of the validation
+// batches, over every rank's rows of them: each rank sums its rows' loss,
+// the sums and the token counts are added over the ranks.
+func (s *session) validationLoss() (LossReport, error) {
 	p := s.parts
 	sum, n, err := sumLosses(p.evaluator, p.valBatches, s.dp.shard)
 	if err != nil {

@@ -359,7 +359,7 @@ func (s *session) measureBefore() error {
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
 	}
 	if p.evaluator != nil {
-		rep, err := s.validate()
+		rep, err := s.validationLoss()
 		if err != nil {
 			return err
 		}
@@ -406,7 +406,7 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 			return s.everyRank(fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss))
 		}
 		if p.evaluator != nil && r.Train.EvalEvery > 0 && s.step%r.Train.EvalEvery == 0 && s.step < r.Train.Steps {
-			rep, err := s.validate()
+			rep, err := s.validationLoss()
 			if err != nil {
 				return err
 			}
@@ -608,7 +608,7 @@ func (s *session) finish() (*Summary, error) {
 		fmt.Fprintf(s.out, "interrupted after step %d; checkpoint saved. Resume with:\n  mixtune train --resume %s\n", s.step, s.dir)
 	} else {
 		if p.evaluator != nil {
-			rep, err := s.validate()
+			rep, err := s.validationLoss()
 			if err != nil {
 				return nil, err
 			}
