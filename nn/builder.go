@@ -75,7 +75,8 @@ type Pass struct {
 
 // Run runs vm, a machine for a graph built on e, once from the start as
 // pass p. Ops read p only during the run: a graph run any other way
-// (vm.RunAll) is an evaluation pass.
+// (vm.RunAll) is an evaluation pass. An engine runs one pass at a time;
+// graphs that must run at once with different passes need an engine each.
 func (e *Engine) Run(vm G.VM, p Pass) error {
 	e.pass = p
 	defer func() { e.pass = Pass{} }()
