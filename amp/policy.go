@@ -1,6 +1,7 @@
 package amp
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -27,9 +28,10 @@ func (c Class) String() string {
 	return "promote"
 }
 
-// Ops are the op kinds a policy classifies: every computation of the
-// Llama graph is one of them.
-var Ops = map[string]string{
+// opKinds are the op kinds a policy classifies, with what each computes:
+// every computation of the Llama graph is one of them. Never written;
+// OpNames and IsOp read it.
+var opKinds = map[string]string{
 	"linear":           "matmul of activations with a weight (projections, adapters, LM head)",
 	"attention_scores": "Q·Kᵀ/√d inside attention",
 	"attention_values": "softmax(scores)·V inside attention",
@@ -85,8 +87,8 @@ func (p Policy) Format(op string, inputs ...Format) Format {
 
 // Move puts op in the list for class c, as a config's override does.
 func (p *Policy) Move(op string, c Class) error {
-	if _, ok := Ops[op]; !ok {
-		return fmt.Errorf("unknown op %q (known: %s)", op, strings.Join(OpNames(), ", "))
+	if !IsOp(op) {
+		return unknownOp(op)
 	}
 	drop := func(l []string) []string {
 		return slices.DeleteFunc(slices.Clone(l), func(s string) bool { return s == op })
@@ -112,8 +114,8 @@ func (p Policy) Validate() error {
 		ops  []string
 	}{{"low_precision", p.LowOps}, {"fp32", p.FP32Ops}, {"promote", p.Promote}} {
 		for _, op := range l.ops {
-			if _, ok := Ops[op]; !ok {
-				return fmt.Errorf("%s: unknown op %q (known: %s)", l.name, op, strings.Join(OpNames(), ", "))
+			if !IsOp(op) {
+				return fmt.Errorf("%s: %w", l.name, unknownOp(op))
 			}
 			if prev, dup := seen[op]; dup {
 				return fmt.Errorf("op %q is in both %s and %s", op, prev, l.name)
@@ -131,12 +133,88 @@ func (p Policy) Validate() error {
 
 // OpNames lists the op kinds in sorted order.
 func OpNames() []string {
-	names := make([]string, 0, len(Ops))
-	for n := range Ops {
+	names := make([]string, 0, len(opKinds))
+	for n := range opKinds {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	return names
+}
+
+// IsOp reports whether op is an op kind a policy classifies.
+func IsOp(op string) bool {
+	_, ok := opKinds[op]
+	return ok
+}
+
+func unknownOp(op string) error {
+	return fmt.Errorf("unknown op %q (known: %s)", op, strings.Join(OpNames(), ", "))
+}
+
+// Moves are changes to a policy's op lists, as a recipe spells them: the
+// ops to put in each class's list.
+type Moves struct {
+	LowPrecision, FullPrecision, Promote []string
+}
+
+// MoveError is a move that cannot be made: an unknown op, or an op that
+// another list already moves.
+type MoveError struct {
+	Class Class // the list that names the op
+	Index int   // the op's index in that list
+	Err   error
+}
+
+func (e *MoveError) Error() string { return fmt.Sprintf("%s[%d]: %v", e.Class, e.Index, e.Err) }
+func (e *MoveError) Unwrap() error { return e.Err }
+
+// lists are the moves by class, in the order they are made.
+func (m Moves) lists() []struct {
+	c   Class
+	ops []string
+} {
+	return []struct {
+		c   Class
+		ops []string
+	}{{LowPrecision, m.LowPrecision}, {FullPrecision, m.FullPrecision}, {Promote, m.Promote}}
+}
+
+// Check lists every move that cannot be made, in list order: each op must
+// exist and be moved once.
+func (m Moves) Check() []*MoveError {
+	var errs []*MoveError
+	movedBy := map[string]Class{}
+	for _, l := range m.lists() {
+		for i, op := range l.ops {
+			if !IsOp(op) {
+				errs = append(errs, &MoveError{l.c, i, unknownOp(op)})
+			} else if prev, dup := movedBy[op]; dup {
+				errs = append(errs, &MoveError{l.c, i, fmt.Errorf("op %q is already moved to %s", op, prev)})
+			}
+			movedBy[op] = l.c
+		}
+	}
+	return errs
+}
+
+// Apply returns p with every move made, or the moves that cannot be made
+// (Check), joined.
+func (m Moves) Apply(p Policy) (Policy, error) {
+	if errs := m.Check(); len(errs) > 0 {
+		joined := make([]error, len(errs))
+		for i, e := range errs {
+			joined[i] = e
+		}
+		return p, errors.Join(joined...)
+	}
+	for _, l := range m.lists() {
+		for _, op := range l.ops {
+			if err := p.Move(op, l.c); err != nil {
+				return p, err
+			}
+		}
+	}
+	return p, p.Validate()
 }
 
 // Widest is the format that represents all of fs exactly: fp32 if any is

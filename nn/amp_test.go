@@ -126,7 +126,7 @@ func TestGradUnderflowCount(t *testing.T) {
 	}
 }
 
-func TestCastCacheFollowsWeightVersion(t *testing.T) {
+func TestCastCacheFollowsWeightsChanged(t *testing.T) {
 	b := lowBuilder(amp.BF16)
 	x := b.Param("x", []int{1, 1}, []float32{1}, false)
 	wData, frozenData := []float32{1}, []float32{1}
@@ -149,7 +149,7 @@ func TestCastCacheFollowsWeightVersion(t *testing.T) {
 	if got := run(); got != 2 {
 		t.Fatalf("within a step the cast copy is reused: y = %v, want 2", got)
 	}
-	b.Eng.WeightVersion++
+	b.Eng.WeightsChanged()
 	if got := run(); got != 4 {
 		t.Fatalf("after an optimizer step the trainable weight is cast again, the frozen one never: y = %v, want 3+1", got)
 	}

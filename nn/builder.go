@@ -25,20 +25,14 @@ import (
 	"github.com/mixtune/mixtune/blas"
 )
 
-// Engine is what kernels need at run time.
+// Engine is what kernels need at run time: the backend and thread count it
+// is configured with, and the state of the run in progress, which only its
+// own methods change. A training loop hands the engine each micro-batch's
+// Pass as it runs the graph (Run) and tells it when the weights change
+// (WeightsChanged); nothing else of the loop lives here.
 type Engine struct {
 	BLAS    blas.Backend
 	Workers int // goroutines for row-parallel kernels; results never depend on it
-	// WeightVersion counts optimizer steps. Low-precision copies of
-	// parameters are cast again only when it changes: once per step, not
-	// once per micro-batch, and never from a stale master weight.
-	WeightVersion uint64
-	// NoiseKey seeds random ops (dropout). The training loop sets it for
-	// every micro-batch from the run's seed and position, and a random op
-	// draws from a pure function of it and the op's identity, so a resumed
-	// run draws the same masks as an uninterrupted one with no RNG state
-	// to save. Zero means evaluation: random ops are off.
-	NoiseKey uint64
 	// NoiseRowOffset is the index, in the whole micro-batch, of the first
 	// row (token) this engine's graph holds: a data-parallel rank holds a
 	// slice of the micro-batch, and draws each token's dropout mask as one
@@ -48,7 +42,14 @@ type Engine struct {
 	// backward pass and how many of them underflowed to zero.
 	Grads GradCount
 
-	scratch16 []float32 // see block16
+	// pass is the run in progress (Run); the zero Pass outside one.
+	pass Pass
+	// weights counts WeightsChanged calls. Low-precision copies of
+	// parameters are cast again only when it changes: once per optimizer
+	// step, not once per micro-batch, and never from a stale master weight.
+	weights uint64
+
+	blocks sync.Pool // *[]float32 conversion blocks of 16-bit weights (weights16.go)
 
 	// binds counts the weights bound to this engine's graph: a
 	// checkpointed layer's graph (checkpoint.go) serves every layer of its
@@ -60,6 +61,33 @@ type Engine struct {
 	// layer is bound, as that layer's ops in a whole graph would.
 	idOffset int
 }
+
+// Pass is what one run of a graph depends on besides its inputs and
+// weights: the training loop's choice for one micro-batch.
+type Pass struct {
+	// Noise seeds random ops (dropout). A training loop derives it from
+	// the run's seed and position, and a random op draws from a pure
+	// function of it and the op's identity, so a resumed run draws the
+	// same masks as an uninterrupted one with no RNG state to save. Zero
+	// means evaluation: random ops are off.
+	Noise uint64
+}
+
+// Run runs vm, a machine for a graph built on e, once from the start as
+// pass p. Ops read p only during the run: a graph run any other way
+// (vm.RunAll) is an evaluation pass. An engine runs one pass at a time;
+// graphs that must run at once with different passes need an engine each.
+func (e *Engine) Run(vm G.VM, p Pass) error {
+	e.pass = p
+	defer func() { e.pass = Pass{} }()
+	vm.Reset()
+	return vm.RunAll()
+}
+
+// WeightsChanged tells the engine that trainable weights were written (an
+// optimizer step, a restored checkpoint): what its ops derived from them,
+// low-precision copies and DoRA norms, is computed again on the next run.
+func (e *Engine) WeightsChanged() { e.weights++ }
 
 // GradCount counts gradient values rounded to fp16 or bf16 and those that
 // became zero doing so: the loss that dynamic loss scaling exists to

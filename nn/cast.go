@@ -10,8 +10,8 @@ import (
 
 // Cast rounds x to format f: the one place a value narrows. A parameter's
 // cast is cached: a trainable one is redone only when the engine's
-// WeightVersion changes, so its fp32 master weight is rounded once per
-// optimizer step however many micro-batches use it, and never served
+// weights change (Engine.WeightsChanged), so its fp32 master weight is
+// rounded once per optimizer step however many micro-batches use it, and never served
 // stale after an update; a frozen one is rounded once for good.
 func (b *Builder) Cast(x *G.Node, f amp.Format) *G.Node {
 	check(b.Dtype == tensor.Float32, "cast to %v needs a float32 graph", f)
@@ -36,7 +36,7 @@ type castCache uint8
 
 const (
 	noCache      castCache = iota // an activation: cast every time
-	cachePerStep                  // a trainable weight: cast when WeightVersion changes
+	cachePerStep                  // a trainable weight: cast again after Engine.WeightsChanged
 	cacheForever                  // a frozen weight: cast once
 )
 
@@ -58,12 +58,12 @@ func (o *castOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 
 func (o *castOp) Do(vs ...G.Value) (G.Value, error) {
 	t, y := o.buf.get()
-	if o.valid && o.binds == o.eng.binds && (o.cache == cacheForever || o.cache == cachePerStep && o.version == o.eng.WeightVersion) {
+	if o.valid && o.binds == o.eng.binds && (o.cache == cacheForever || o.cache == cachePerStep && o.version == o.eng.weights) {
 		return t, nil
 	}
 	x := vs[0].Data().([]float32)
 	o.eng.parallel(len(y), 1<<14, func(lo, hi int) { o.out.RoundTo(y[lo:hi], x[lo:hi]) })
-	o.version, o.binds, o.valid = o.eng.WeightVersion, o.eng.binds, true
+	o.version, o.binds, o.valid = o.eng.weights, o.eng.binds, true
 	return t, nil
 }
 

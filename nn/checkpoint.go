@@ -138,7 +138,7 @@ func paramData(v G.Value) []float32 {
 func (lg *layerGraph) bind(eng *Engine, idOffset int, x G.Value, values []G.Value, trained []G.Value) error {
 	le := lg.b.Eng
 	le.BLAS, le.Workers = eng.BLAS, eng.Workers
-	le.WeightVersion, le.NoiseKey, le.NoiseRowOffset = eng.WeightVersion, eng.NoiseKey, eng.NoiseRowOffset
+	le.weights, le.pass, le.NoiseRowOffset = eng.weights, eng.pass, eng.NoiseRowOffset
 	le.idOffset = idOffset
 	le.binds++
 	if err := G.Let(lg.x, x); err != nil {

@@ -38,8 +38,7 @@ const DoRANormFloor = 1e-6
 //
 // The result is detached: it never needs or passes a gradient. It depends
 // only on weights, which change only at optimizer steps, so it is
-// recomputed only when the engine's WeightVersion changes, not once per
-// micro-batch. module names the adapted module in errors.
+// recomputed only after Engine.WeightsChanged, not once per micro-batch. module names the adapted module in errors.
 func (b *Builder) DoRANorm(w, a, bm *G.Node, s float64, module string) *G.Node {
 	ws, as, bs := shapeOf(w), shapeOf(a), shapeOf(bm)
 	check(len(ws) == 2 && len(as) == 2 && len(bs) == 2 && as[1] == ws[1] && bs[0] == ws[0] && bs[1] == as[0],
@@ -96,7 +95,7 @@ func (o *doraNormOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 
 func (o *doraNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	t, norms := o.buf.get()
-	if o.valid && o.version == o.eng.WeightVersion && o.binds == o.eng.binds {
+	if o.valid && o.version == o.eng.weights && o.binds == o.eng.binds {
 		return t, nil
 	}
 	a, bm := vs[1].Data().([]T), vs[2].Data().([]T)
@@ -118,7 +117,7 @@ func (o *doraNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	o.eng.parallel(o.out, 16, func(lo, hi int) {
 		rowNorms(norms, row, a, bm, lo, hi, o.in, o.r, o.s)
 	})
-	o.version, o.binds, o.valid = o.eng.WeightVersion, o.eng.binds, true
+	o.version, o.binds, o.valid = o.eng.weights, o.eng.binds, true
 	return t, nil
 }
 

@@ -75,12 +75,12 @@ func TestDoRANormValueAndCache(t *testing.T) {
 			t.Errorf("norm[%d] = %v, want %v", o, got[o], float32(want[o]))
 		}
 	}
-	// A changes only at an optimizer step, which advances WeightVersion
+	// A changes only at an optimizer step, which calls WeightsChanged
 	f32(a)[0] += 0.5
 	if !slices.Equal(get(), got) {
 		t.Fatal("the norm was recomputed within a step")
 	}
-	b.Eng.WeightVersion++
+	b.Eng.WeightsChanged()
 	if slices.Equal(get(), got) {
 		t.Fatal("the norm was not recomputed after the weights changed")
 	}
@@ -199,7 +199,7 @@ func TestDoRAModuleGradientsWithDetachedNorm(t *testing.T) {
 		// build makes the module with the norm op, or with the norm it
 		// computes at the start held as a constant
 		build := func(constant bool) (*Builder, *G.Node, []*G.Node) {
-			b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 2, NoiseKey: 31}, tensor.Float64)
+			b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 2, pass: Pass{Noise: 31}}, tensor.Float64)
 			rng := rand.New(rand.NewPCG(6, 6))
 			x := randParam(b, rng, "x", 1, 5, in)
 			wd, ad, bd := randData(rng, 1, out*in), randData(rng, 0.5, r*in), randData(rng, 0.5, out*r)

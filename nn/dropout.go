@@ -12,12 +12,12 @@ import (
 // others scaled by 1/(1−p), as torch.nn.Dropout does in training mode; the
 // gradient passes through the same mask with the same scale.
 //
-// The mask is a pure function of the engine's NoiseKey and the op's id:
-// row i of x draws from a PCG seeded with (NoiseKey, id·2³²+i+
-// Engine.NoiseRowOffset). A resumed
-// run therefore redraws the masks of an uninterrupted one, with no random
-// state to save, and the result does not depend on the worker count.
-// NoiseKey 0 means evaluation: x passes through unchanged.
+// The mask is a pure function of the run's noise key (Pass.Noise) and the
+// op's id: row i of x draws from a PCG seeded with (key, id·2³²+i+
+// Engine.NoiseRowOffset). A resumed run therefore redraws the masks of an
+// uninterrupted one, with no random state to save, and the result does not
+// depend on the worker count. Key 0 means evaluation: x passes through
+// unchanged.
 //
 // The output keeps x's format: dropout of a bf16 tensor is a bf16 tensor,
 // as in PyTorch.
@@ -43,7 +43,7 @@ type dropoutOp[T Float] struct {
 	p          float64
 	buf        buffer[T]
 	keep       []bool // the mask of the last forward pass
-	key        uint64 // the NoiseKey keep was drawn for; 0: no mask (identity)
+	key        uint64 // the noise key keep was drawn for; 0: no mask (identity)
 	binds      uint64 // the engine's binds keep was drawn under
 }
 
@@ -90,7 +90,7 @@ func keepMask(keep []bool, key uint64, id, row int, p float64) {
 func (o *dropoutOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	x := vs[0].Data().([]T)
 	t, y := o.buf.get()
-	key := o.eng.NoiseKey
+	key := o.eng.pass.Noise
 	if key == 0 {
 		o.key = 0
 		copy(y, x)

@@ -17,7 +17,7 @@ import (
 // runs it under noise key key, and returns x, y and dx.
 func dropoutRun(t *testing.T, workers int, key uint64, p float64, rows, cols int) (x, y, dx []float32) {
 	t.Helper()
-	b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: workers, NoiseKey: key}, tensor.Float32)
+	b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: workers}, tensor.Float32)
 	rng := rand.New(rand.NewPCG(3, 3))
 	xn := randParam(b, rng, "x", 1, rows, cols)
 	yn := b.Dropout(xn, p)
@@ -33,10 +33,33 @@ func dropoutRun(t *testing.T, workers int, key uint64, p float64, rows, cols int
 	}
 	vm := G.NewTapeMachine(b.G)
 	defer vm.Close()
-	if err := vm.RunAll(); err != nil {
+	if err := b.Eng.Run(vm, Pass{Noise: key}); err != nil {
 		t.Fatal(err)
 	}
 	return f32(xn), slices.Clone(f32(yn)), slices.Clone(f32(grads[0]))
+}
+
+// A pass's noise key holds for that run only: the next run of the same
+// graph without one is an evaluation, and passes x through.
+func TestRunScopesThePass(t *testing.T) {
+	b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 2}, tensor.Float32)
+	x := randParam(b, rand.New(rand.NewPCG(1, 2)), "x", 1, 16, 16)
+	y := b.Dropout(x, 0.5)
+	vm := G.NewTapeMachine(b.G)
+	defer vm.Close()
+	if err := b.Eng.Run(vm, Pass{Noise: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(f32(x), f32(y)) {
+		t.Fatal("a training pass dropped nothing")
+	}
+	vm.Reset()
+	if err := vm.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f32(x), f32(y)) {
+		t.Fatal("a run after a training pass still dropped values: the pass outlived its run")
+	}
 }
 
 func TestDropoutForwardAndBackwardShareTheMask(t *testing.T) {
@@ -89,7 +112,7 @@ func TestDropoutMaskIsAFunctionOfKeyAndOp(t *testing.T) {
 
 func TestDropoutGradient(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 2, NoiseKey: 777}, tensor.Float64)
+	b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 2, pass: Pass{Noise: 777}}, tensor.Float64)
 	x := randParam(b, rng, "x", 1, 6, 5)
 	worst := nntest.GradCheck(t, b.G, weightedSum(t, b, b.Dropout(x, 0.4), rng), []*G.Node{x}, checkTol)
 	t.Logf("worst relative error %.2g", worst)
@@ -97,7 +120,7 @@ func TestDropoutGradient(t *testing.T) {
 
 func TestDropoutKeepsTheInputFormat(t *testing.T) {
 	b := lowBuilder(amp.BF16)
-	b.Eng.NoiseKey = 5
+	b.Eng.pass = Pass{Noise: 5} // as Run sets it, for the direct RunAll below
 	rng := rand.New(rand.NewPCG(1, 1))
 	x := b.Cast(randParam(b, rng, "x", 1, 8, 9), amp.BF16)
 	y := b.Dropout(x, 0.1)

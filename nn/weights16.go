@@ -35,16 +35,20 @@ type weights16 struct {
 	stored, compute amp.Format
 }
 
-// block16 returns the engine's conversion scratch for n values. One
-// scratch serves every 16-bit matmul: an engine runs one op at a time
-// (a tape machine is sequential), and a block is used up before the next
-// is converted. A scratch per op would cost a block per linear layer,
-// eating into the memory that 16-bit storage saves.
-func (e *Engine) block16(n int) []float32 {
-	if len(e.scratch16) < n {
-		e.scratch16 = make([]float32, n)
+// block16 lends a conversion block of n values from the engine's pool;
+// release gives it back. A matmul takes one block and reuses it for every
+// slab of its weight, so the blocks in use are one per matmul running at
+// once: one for a graph on a tape machine, which runs an op at a time,
+// where a block kept per op would cost one per linear layer and eat into
+// the memory that 16-bit storage saves. Two graphs sharing an engine may
+// run at the same time; each matmul then has a block of its own.
+func (e *Engine) block16(n int) (blk []float32, release func()) {
+	p, _ := e.blocks.Get().(*[]float32)
+	if p == nil || cap(*p) < n {
+		b := make([]float32, n)
+		p = &b
 	}
-	return e.scratch16[:n]
+	return (*p)[:n], func() { e.blocks.Put(p) }
 }
 
 // finish rounds a converted block to the compute format when that is a
@@ -88,10 +92,12 @@ func (w *weights16) sgemm(e *Engine, f amp.Format, grad, transA, transB bool, m,
 // rows×cols 16-bit weight, converted to float32 (row-major, cols wide):
 // for y = x·Wᵀ, where a row block of W gives the columns r0..r1 of y.
 func (w *weights16) rowBlocks(e *Engine, bits []uint16, rows, cols int, fn func(r0, r1 int, block []float32)) {
-	rb := max(16, weightBlockElems/cols)
+	rb := min(max(16, weightBlockElems/cols), rows)
+	buf, release := e.block16(rb * cols)
+	defer release()
 	for r0 := 0; r0 < rows; r0 += rb {
 		r1 := min(r0+rb, rows)
-		blk := e.block16((r1 - r0) * cols)
+		blk := buf[:(r1-r0)*cols]
 		src := bits[r0*cols : r1*cols]
 		e.parallel(len(src), 1<<14, func(lo, hi int) { w.stored.FromBits16Slice(blk[lo:hi], src[lo:hi]) })
 		w.finish(e, blk)
@@ -104,11 +110,13 @@ func (w *weights16) rowBlocks(e *Engine, bits []uint16, rows, cols int, fn func(
 // dx = g·W, where a column slab of W gives the columns c0..c1 of dx
 // whole, so no output is accumulated across blocks.
 func (w *weights16) colBlocks(e *Engine, bits []uint16, rows, cols int, fn func(c0, c1 int, block []float32)) {
-	cb := max(16, weightBlockElems/rows)
+	cb := min(max(16, weightBlockElems/rows), cols)
+	buf, release := e.block16(rows * cb)
+	defer release()
 	for c0 := 0; c0 < cols; c0 += cb {
 		c1 := min(c0+cb, cols)
 		width := c1 - c0
-		blk := e.block16(rows * width)
+		blk := buf[:rows*width]
 		e.parallel(rows, max(1, (1<<14)/width), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				w.stored.FromBits16Slice(blk[r*width:(r+1)*width], bits[r*cols+c0:r*cols+c1])

@@ -20,8 +20,8 @@ import (
 // Gradients of every A, B and magnitude through the whole model match
 // float64 central differences, with and without dropout. The norm
 // ‖W + s·B·A‖ is detached in the forward pass, and the check holds it
-// fixed the same way: the DoRANorm op computes it once per WeightVersion,
-// which stays put while the central differences move A and B.
+// fixed the same way: the DoRANorm op computes it again only after
+// Engine.WeightsChanged, never called while the differences move A and B.
 func TestDoRAGradients(t *testing.T) {
 	for _, c := range []peft.Config{
 		{R: 2, Alpha: 3, UseDoRA: true, TargetModules: allModules},
@@ -35,9 +35,9 @@ func TestDoRAGradients(t *testing.T) {
 		}
 		perturb(l)
 		bt := build(t, m, l, tensor.Float64)
-		bt.b.Eng.NoiseKey = 4242
+		bt.pass = nn.Pass{Noise: 4242}
 		params := adapterNodes(l, bt.nodes)
-		worst := nntest.GradCheck(t, bt.b.G, bt.g.Loss, params, 1e-8)
+		worst := nntest.GradCheck(t, bt.b.G, bt.g.Loss, params, 1e-8, nntest.RunWith(bt.run))
 		t.Logf("%s: %d adapter tensors (A, B, m), worst relative error %.2g", c, len(params), worst)
 	}
 }
@@ -81,9 +81,7 @@ func TestTrainingChangesOnlyTheAdapter(t *testing.T) {
 		vm := G.NewTapeMachine(bt.b.G)
 		opt, _ := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 		for step := 1; step <= 3; step++ {
-			bt.b.Eng.NoiseKey = uint64(step)
-			vm.Reset()
-			if err := vm.RunAll(); err != nil {
+			if err := bt.b.Eng.Run(vm, nn.Pass{Noise: uint64(step)}); err != nil {
 				t.Fatal(err)
 			}
 			for i, g := range grads {
@@ -92,7 +90,7 @@ func TestTrainingChangesOnlyTheAdapter(t *testing.T) {
 			if err := opt.Step(params, 1e-2); err != nil {
 				t.Fatal(err)
 			}
-			bt.b.Eng.WeightVersion++
+			bt.b.Eng.WeightsChanged()
 		}
 		vm.Close()
 		for name, w := range m.Weights {

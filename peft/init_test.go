@@ -27,7 +27,7 @@ func logits64(t *testing.T, bt built) []float64 {
 	t.Helper()
 	vm := G.NewTapeMachine(bt.b.G)
 	defer vm.Close()
-	if err := vm.RunAll(); err != nil {
+	if err := bt.run(vm); err != nil {
 		t.Fatal(err)
 	}
 	return slices.Clone(bt.g.Logits.Value().Data().([]float64))
@@ -94,7 +94,7 @@ func TestInitGivesTheBaseModelOutputs(t *testing.T) {
 			t.Fatal(err)
 		}
 		bt := build(t, m, l, tensor.Float32)
-		bt.b.Eng.NoiseKey = 99 // training mode: dropout on
+		bt.pass = nn.Pass{Noise: 99} // training mode: dropout on
 		d := maxAbsDiff(base, logits(t, bt))
 		if c.Init != peft.InitPiSSA {
 			t.Logf("%s: max |logit − base logit| = %.2g", c, d)
@@ -223,13 +223,13 @@ func TestDropoutOnTheAdapterBranchOnly(t *testing.T) {
 	ts, _ := peft.Targets(linearTargets(m), allModules)
 	l, _ := peft.New(peft.Config{R: 4, Alpha: 8, Dropout: 0.5, TargetModules: allModules}, ts, 3, nil)
 	bt := build(t, m, l, tensor.Float32)
-	bt.b.Eng.NoiseKey = 7
+	bt.pass = nn.Pass{Noise: 7}
 	if d := maxAbsDiff(base, logits(t, bt)); d != 0 {
 		t.Fatalf("with B = 0 dropout moved the outputs by %g: it reached the base path", d)
 	}
 	perturb(l)
 	train := build(t, m, l, tensor.Float32)
-	train.b.Eng.NoiseKey = 7
+	train.pass = nn.Pass{Noise: 7}
 	eval := build(t, m, l, tensor.Float32)
 	noDrop, _ := peft.New(peft.Config{R: 4, Alpha: 8, TargetModules: allModules}, ts, 3, nil)
 	for i := range noDrop.Modules {

@@ -59,26 +59,21 @@ func (a AdapterConfig) peftConfig() peft.Config {
 		TargetRegex: a.TargetRegex, LayersToTransform: a.LayersToTransform}
 }
 
-// validateAdapter checks the adapter section. It fills in what the recipe
-// leaves to others: init's default, and with from, the loaded adapter's
-// own hyperparameters.
-func (r *Recipe) validateAdapter(bad func(field, format string, args ...any)) {
-	a := &r.Config.Adapter
+// checkAdapter checks the adapter section's own values; with from, the
+// loaded adapter's hyperparameters apply, and resolveAdapter checks them.
+func (r *Recipe) checkAdapter(bad func(field, format string, args ...any)) {
+	a := r.Adapter
 	if a.Type == FullFineTune {
 		if a.From != "" {
 			bad("adapter.from", "needs type lora or dora (type none trains every weight)")
 		}
 		return
 	}
-	if a.Init == "" {
-		a.Init = peft.InitDefault
-	}
 	if !(a.Dropout >= 0 && a.Dropout < 1) {
 		bad("adapter.dropout", "must be in [0, 1), got %g", a.Dropout)
 	}
 	if a.From != "" {
-		r.validateFrom(bad)
-		return
+		return // the adapter's own hyperparameters apply (resolveAdapter)
 	}
 	if a.R <= 0 {
 		bad("adapter.r", "must be > 0, got %d", a.R)
@@ -87,11 +82,45 @@ func (r *Recipe) validateAdapter(bad func(field, format string, args ...any)) {
 		bad("adapter.alpha", "must be > 0, got %g", a.Alpha)
 	}
 	switch a.Init {
-	case peft.InitDefault, peft.InitGaussian, peft.InitPiSSA:
+	case "", peft.InitDefault, peft.InitGaussian, peft.InitPiSSA:
 	default:
 		bad("adapter.init", "must be default, gaussian or pissa, got %q", a.Init)
 	}
-	if !r.validateTargets(bad) || r.Base.NumHiddenLayers == 0 {
+	r.validateTargets(bad)
+}
+
+// resolveAdapter fills in what the recipe leaves to the adapter: the
+// default init, and, with adapter.from, the hyperparameters of the
+// adapter it continues. It checks the targets against the model: each
+// layer named exists, and what they select (r at most what PiSSA can
+// take; a warning for a rank above what a module can use).
+func (r *Recipe) resolveAdapter(bad func(field, format string, args ...any)) {
+	a := &r.Config.Adapter
+	if a.Type == FullFineTune {
+		return
+	}
+	if a.Init == "" {
+		a.Init = peft.InitDefault
+	}
+	if a.From != "" {
+		r.validateFrom(bad)
+		return
+	}
+	usable := r.validateTargets(func(string, string, ...any) {}) // check reported why not
+	if a.TargetRegex != "" {
+		a.TargetModules = nil // the default list gives way to the regex
+	}
+	if !usable {
+		return
+	}
+	layersOK := true
+	for i, l := range a.LayersToTransform {
+		if n := r.Base.NumHiddenLayers; n > 0 && l >= n {
+			bad(fmt.Sprintf("adapter.layers_to_transform[%d]", i), "layer %d does not exist (the model has layers 0 to %d)", l, n-1)
+			layersOK = false
+		}
+	}
+	if !layersOK || r.Base.NumHiddenLayers == 0 {
 		return
 	}
 	// what the targets select in this model, checked before any work
@@ -124,7 +153,7 @@ func (r *Recipe) validateAdapter(bad func(field, format string, args ...any)) {
 // validateTargets checks target_modules, target_regex and
 // layers_to_transform on their own; false if they are unusable.
 func (r *Recipe) validateTargets(bad func(field, format string, args ...any)) bool {
-	a := &r.Config.Adapter
+	a := r.Adapter
 	ok := true
 	known := append(slices.Clone(model.AttentionModules), model.MLPModules...)
 	if a.TargetRegex != "" {
@@ -132,7 +161,6 @@ func (r *Recipe) validateTargets(bad func(field, format string, args ...any)) bo
 			bad("adapter.target_regex", "set target_modules (a list of names) or target_regex, not both")
 			ok = false
 		}
-		a.TargetModules = nil // the default list gives way to the regex
 		// the regex is written to adapter_config.json for PEFT, which
 		// matches it with Python's re: only what both read alike
 		if err := peft.CheckPortableRegex(a.TargetRegex); err != nil {
@@ -156,8 +184,8 @@ func (r *Recipe) validateTargets(bad func(field, format string, args ...any)) bo
 		}
 	}
 	for i, l := range a.LayersToTransform {
-		if n := r.Base.NumHiddenLayers; l < 0 || (n > 0 && l >= n) {
-			bad(fmt.Sprintf("adapter.layers_to_transform[%d]", i), "layer %d does not exist (the model has layers 0 to %d)", l, n-1)
+		if l < 0 {
+			bad(fmt.Sprintf("adapter.layers_to_transform[%d]", i), "layer %d does not exist (layers count from 0)", l)
 			ok = false
 		}
 	}

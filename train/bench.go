@@ -123,7 +123,7 @@ type benchRun struct {
 	params []*optim.Param
 	opt    optim.Optimizer
 	ru     *runner
-	dp     *dataParallel // nil for one process
+	dp     *dataParallel // this rank's part: all of the batch for one process
 	bt     data.Batch    // this rank's rows
 	weight float32       // their share of the batch's targets
 	loss   float64       // the last step's
@@ -136,21 +136,22 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 		return nil, err
 	}
 	b := &benchRun{c: c, eng: eng, m: m, lora: lora, params: trainables(m, lora), weight: 1}
-	if b.opt, err = optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}); err != nil {
+	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+	if err != nil {
 		return nil, err
 	}
-	rows, world := c.Batch, 1
+	b.opt = engineOptimizer{opt, eng}
+	comm := c.Comm
+	if comm == nil {
+		comm = dist.NewSingle()
+	}
+	b.dp = newDataParallel(comm, c.Batch, c.SeqLen, 0, b.params, c.Overlap, c.BucketBytes)
 	var tap nn.GradTap
-	if c.Comm != nil && c.Comm.Size() > 1 {
-		world = c.Comm.Size()
-		b.dp = newDataParallel(c.Comm, c.Batch, c.SeqLen, 0, b.params, c.Overlap, c.BucketBytes)
-		rows = b.dp.rows
-		if c.Overlap {
-			tap = b.dp.tap(paramIndex(b.params))
-		}
+	if b.dp.overlap {
+		tap = b.dp.tap(paramIndex(b.params))
 	}
 	policy := amp.DefaultPolicy(c.Precision)
-	if b.ru, err = buildRunner(eng, m, lora, rows, c.SeqLen, b.params, &policy, trainGraph(tap, world, c.Checkpoint)); err != nil {
+	if b.ru, err = buildRunner(eng, m, lora, b.dp.rows, c.SeqLen, b.params, &policy, trainGraph(tap, b.dp.size, c.Checkpoint)); err != nil {
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -159,38 +160,29 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 	for i := range b.bt.Inputs {
 		b.bt.Inputs[i], b.bt.Targets[i] = rng.IntN(c.Vocab), rng.IntN(c.Vocab)
 	}
-	if b.dp != nil { // this rank's rows, weighted by their share of the batch
-		b.bt = b.dp.shard(b.bt)
-		b.weight = float32(b.bt.NumTargets) / float32(n)
-	}
+	b.bt = b.dp.shard(b.bt) // this rank's rows, weighted by their share of the batch
+	b.weight = float32(b.bt.NumTargets) / float32(n)
 	return b, nil
 }
 
 // step is one optimizer step on the batch (with the ranks' gradient sums).
 func (b *benchRun) step() error {
-	if b.dp != nil {
-		b.dp.beforeMicro(0, 1)
-	}
+	b.dp.beforeMicro(0, 1)
 	loss, err := b.ru.run(b.bt, b.weight, true, 1)
 	if err != nil {
 		return err
 	}
-	b.loss = loss
-	if b.dp != nil {
-		sc := []float64{loss * float64(b.weight)}
-		ct, err := b.dp.reduce(b.ru.tapped, sc)
-		if err != nil {
-			return err
-		}
-		b.loss = sc[0]
+	sc := []float64{loss * float64(b.weight)}
+	ct, err := b.dp.reduce(b.ru.tapped, sc)
+	if err != nil {
+		return err
+	}
+	b.loss = sc[0]
+	if ct != nil {
 		b.comm.wait += ct.wait
 		b.comm.busy += ct.busy
 	}
-	if err := b.opt.Step(b.params, 1e-3); err != nil {
-		return err
-	}
-	b.eng.WeightVersion++
-	return nil
+	return b.opt.Step(b.params, 1e-3)
 }
 
 // result reports a timing of dt seconds per step.
@@ -201,7 +193,7 @@ func (b *benchRun) result(dt float64) BenchResult {
 	for _, p := range b.params {
 		res.Trainable += len(p.Value)
 	}
-	if b.dp != nil {
+	if b.dp.size > 1 {
 		res.Ranks = b.dp.size
 		res.AllreduceMs = b.comm.wait.Seconds() * 1e3 / float64(c.Steps)
 		res.AllreduceBusyMs = b.comm.busy.Seconds() * 1e3 / float64(c.Steps)

@@ -54,7 +54,7 @@ type components struct {
 	evaluator   *runner // nil without validation data
 	warnings    []string
 	comm        dist.Comm     // the processes training together; a Single for one
-	dp          *dataParallel // nil for one process
+	dp          *dataParallel // this process's part of every batch: all of it for one
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -78,7 +78,9 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	}
 	c.tok = c.format.Tok
 	sel := choice.Selection
-	c.policy = r.policyFor(sel.Precision)
+	if c.policy, err = r.policyFor(sel.Precision); err != nil {
+		return nil, err
+	}
 	if c.eng, err = openEngine(rankCompute(r.Compute, c.comm)); err != nil {
 		return nil, err
 	}
@@ -122,24 +124,24 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		return nil, ErrInterrupted
 	}
 	c.params = trainables(c.model, c.lora)
-	if c.optimizer, err = newOptimizer(r.Optimizer); err != nil {
+	steps, err := newOptimizer(r.Optimizer)
+	if err != nil {
 		return nil, err
 	}
+	c.optimizer = engineOptimizer{steps, c.eng}
 	c.schedule = r.schedule()
 	if sel.LossScaling {
 		if c.scaler, err = amp.NewLossScaler(r.scalerConfig()); err != nil {
 			return nil, err
 		}
 	}
-	rows := c.batch
+	// this rank's rows of every micro-batch (parallel.go)
+	c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
+	rows := c.dp.rows
+	c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
 	var tap nn.GradTap
-	if c.comm.Size() > 1 { // data parallel: this rank's rows of every micro-batch (parallel.go)
-		c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
-		rows = c.dp.rows
-		c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
-		if opt.Overlap {
-			tap = c.dp.tap(paramIndex(c.params))
-		}
+	if c.dp.overlap {
+		tap = c.dp.tap(paramIndex(c.params))
 	}
 	ckpt := r.Compute.ActivationCheckpointing
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, trainGraph(tap, c.comm.Size(), ckpt)); err != nil {
@@ -327,6 +329,24 @@ func newLoader(ex []data.Example, d DataConfig, batch int, shuffle bool, seed ui
 		Mode: d.Mode, Shuffle: shuffle, Seed: seed, PadID: tok.PAD()})
 }
 
+// engineOptimizer is the optimizer a run steps with: each step that
+// updates the weights tells the engine, which then recomputes what its
+// ops derived from them (low-precision copies, DoRA norms). The step is
+// the one place weights change while training, so the engine learns of
+// every change and of nothing else.
+type engineOptimizer struct {
+	optim.Optimizer
+	eng *nn.Engine
+}
+
+func (o engineOptimizer) Step(params []*optim.Param, lr float64) error {
+	if err := o.Optimizer.Step(params, lr); err != nil {
+		return err // Step left the weights as they were
+	}
+	o.eng.WeightsChanged()
+	return nil
+}
+
 func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
 	if c.Name == SGD {
 		return optim.NewSGD(optim.SGDConfig{Momentum: c.Momentum, WeightDecay: c.WeightDecay, Nesterov: c.Nesterov})
@@ -457,23 +477,19 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 // step and first says whether to overwrite or add into the param grads.
 // noise keys random ops (dropout) for this micro-batch; 0 turns them off.
 func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (float64, error) {
-	ru.eng.NoiseKey = noise
 	copy(ru.ids, bt.Inputs)
 	copy(ru.tgt, bt.Targets)
 	if bt.Positions != nil {
 		copy(ru.pos, bt.Positions)
-	} else { // one document per row
-		for i := range ru.pos {
-			ru.pos[i] = i % bt.SeqLen
-		}
+	} else {
+		rowPositions(ru.pos, bt.SeqLen)
 	}
 	if ru.lossGrad != nil {
 		if err := G.Let(ru.lossGrad, weight); err != nil {
 			return 0, err
 		}
 	}
-	ru.vm.Reset()
-	if err := ru.vm.RunAll(); err != nil {
+	if err := ru.eng.Run(ru.vm, nn.Pass{Noise: noise}); err != nil {
 		return 0, err
 	}
 	params := ru.params
@@ -486,18 +502,33 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 			rg.add(p.Grad, g, first)
 			continue
 		}
-		if first {
-			copy(p.Grad, g)
-		} else {
-			for j, v := range g {
-				p.Grad[j] += v
-			}
-		}
+		accumulate(p.Grad, g, first)
 	}
 	return float64(ru.g.Loss.Value().Data().(float32)), nil
 }
 
 func (ru *runner) close() { ru.vm.Close() }
+
+// accumulate puts a micro-batch's gradient g into a step's gradient dst:
+// the step's first micro-batch overwrites it, the others add to it.
+func accumulate(dst, g []float32, first bool) {
+	if first {
+		copy(dst, g)
+		return
+	}
+	for j, v := range g {
+		dst[j] += v
+	}
+}
+
+// rowPositions fills pos with the positions of rows of seqLen tokens that
+// each hold one document: 0, 1, …, seqLen−1 in every row. A batch without
+// Positions has these.
+func rowPositions(pos []int, seqLen int) {
+	for i := range pos {
+		pos[i] = i % seqLen
+	}
+}
 
 // rowGrad adds a row-sparse gradient (an untied embedding table's, see
 // nn.Builder.RowSparse) into its param's dense buffer, touching only the
@@ -530,14 +561,7 @@ func (r *rowGrad) add(dst, g []float32, first bool) {
 		r.dirty = r.dirty[:0]
 	}
 	for _, id := range r.rows() {
-		d, s := dst[id*w:(id+1)*w], g[id*w:(id+1)*w]
-		if first {
-			copy(d, s)
-		} else {
-			for j, v := range s {
-				d[j] += v
-			}
-		}
+		accumulate(dst[id*w:(id+1)*w], g[id*w:(id+1)*w], first)
 		if !r.listed[id] {
 			r.listed[id] = true
 			r.dirty = append(r.dirty, id)

@@ -66,7 +66,6 @@ type checkpointState struct {
 	Scaler       *amp.ScalerState   `json:"loss_scaler,omitempty"`
 	OptimStep    int64              `json:"optimizer_step"`
 	OptimScalars map[string]float64 `json:"optimizer_scalars"`
-	WeightVer    uint64             `json:"weight_version"`
 	MetricsBytes int64              `json:"metrics_bytes"` // metrics.jsonl's length at this step
 	Skipped      int                `json:"skipped_steps"`
 	LoopSeconds  float64            `json:"loop_seconds"`

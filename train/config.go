@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"strings"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
@@ -259,14 +258,11 @@ type Recipe struct {
 	// text is how the data's text becomes tokens: the tokenizer and chat
 	// template the data section chooses, resolved once.
 	text *Text
-	// tok is the tokenizer data.tokenizer names, when a random
-	// initialisation took its vocabulary from it.
-	tok data.Tokenizer
 }
 
-// Load reads and validates a config file with --set overrides applied.
-// Every error is a *yamlconf.Error or yamlconf.Errors naming file, line
-// and field.
+// Load reads a config file with --set overrides applied, checks it, and
+// resolves what it names. Every error is a *yamlconf.Error or
+// yamlconf.Errors naming file, line and field.
 func Load(path string, sets []string) (*Recipe, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -277,11 +273,27 @@ func Load(path string, sets []string) (*Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.defaultArchitecture()
 	r := &Recipe{Config: cfg, Path: path, Raw: raw, Sets: sets, doc: doc}
-	if errs := r.validate(); len(errs) > 0 {
+	// Every problem is reported at once: the resolved checks run even
+	// when the recipe's own values have problems, and skip what those
+	// make meaningless.
+	errs := r.check()
+	errs = append(errs, r.resolve()...)
+	if len(errs) > 0 {
 		return nil, errs
 	}
 	return r, nil
+}
+
+// defaultArchitecture gives init: random the architecture
+// configs/reference.yaml shows when the recipe has no architecture
+// section, as it gives every field left out of one.
+func (c *Config) defaultArchitecture() {
+	if c.Model.Init == InitRandom && c.Model.Architecture == nil {
+		c.Model.Architecture = new(Architecture)
+		c.Model.Architecture.SetDefaults()
+	}
 }
 
 // validName is what a run directory may be called: one path element of
@@ -290,11 +302,12 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 const maxNameLen = 100
 
-// validate checks every value before any work starts; it collects all
-// problems rather than stopping at the first. Values of a single field
-// were checked when they were parsed; what is left are ranges and the
-// fields that depend on each other or on files.
-func (r *Recipe) validate() yamlconf.Errors {
+// check checks the recipe's own values: ranges, and the fields that
+// depend on each other. It reads no file and changes nothing; it
+// collects all problems rather than stopping at the first. Values of a
+// single field were checked when they were parsed; what depends on files
+// (the model, the tokenizer, the data) is resolve's.
+func (r *Recipe) check() yamlconf.Errors {
 	var errs yamlconf.Errors
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, r.doc.Errorf(field, format, args...))
@@ -309,15 +322,14 @@ func (r *Recipe) validate() yamlconf.Errors {
 	if err := r.scalerConfig().Validate(); err != nil {
 		bad("amp", "%v", err)
 	}
-	r.validateOpLists(bad)
-	r.validateModel(bad)
-	r.validateData(&errs, bad)
-	r.validateAdapter(bad)
+	for _, e := range r.opMoves().Check() {
+		bad(fmt.Sprintf("%s[%d]", opListField[e.Class], e.Index), "%v", e.Err)
+	}
+	r.checkModel(bad)
+	r.checkData(bad)
+	r.checkAdapter(bad)
 	r.validateLoop(bad)
 	r.validateOptimizer(bad)
-	if c.Task.EvalFile != "" {
-		r.checkFile(&errs, "task.eval_file", c.Task.EvalFile)
-	}
 	if c.Task.MaxNewTokens <= 0 {
 		bad("task.max_new_tokens", "must be > 0, got %d", c.Task.MaxNewTokens)
 	}
@@ -328,6 +340,45 @@ func (r *Recipe) validate() yamlconf.Errors {
 		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)
 	}
 	return errs
+}
+
+// resolve reads what the recipe names and checks what depends on it: the
+// base model's config (model.path's, or model.architecture's with the
+// tokenizer's vocabulary), the tokenizer and chat template, adapter.from
+// and the adapter's targets in that model, and the data and task files.
+// It sets Base and text, and the adapter fields adapter.from defines.
+func (r *Recipe) resolve() yamlconf.Errors {
+	var errs yamlconf.Errors
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, r.doc.Errorf(field, format, args...))
+	}
+	tok, tokErr := resolveTokenizer(r.modelDir(), r.Data.Tokenizer)
+	r.resolveModel(bad, tok)
+	r.resolveText(bad, tok, tokErr)
+	d := r.Data
+	if d.Train != "" {
+		r.checkFile(&errs, "data.train", d.Train)
+	}
+	if d.Validation != "" {
+		r.checkFile(&errs, "data.validation", d.Validation)
+	}
+	if r.Base.MaxPositionEmbeddings > 0 && d.SeqLen > r.Base.MaxPositionEmbeddings {
+		bad("data.seq_len", "%d exceeds the model's max_position_embeddings (%d)", d.SeqLen, r.Base.MaxPositionEmbeddings)
+	}
+	r.resolveAdapter(bad)
+	if r.Task.EvalFile != "" {
+		r.checkFile(&errs, "task.eval_file", r.Task.EvalFile)
+	}
+	return errs
+}
+
+// modelDir is the directory whose tokenizer data.tokenizer: auto means:
+// model.path's, none for a random initialisation.
+func (r *Recipe) modelDir() string {
+	if r.Model.Init == InitRandom {
+		return ""
+	}
+	return r.Model.Path
 }
 
 // validateLoop checks the train section's counts.
@@ -393,63 +444,25 @@ func (r *Recipe) validateOptimizer(bad func(field, format string, args ...any)) 
 	}
 }
 
-// validateOpLists checks that each op the recipe moves exists and is
-// moved once.
-func (r *Recipe) validateOpLists(bad func(field, format string, args ...any)) {
-	movedTo := map[string]string{}
-	a := r.AMP
-	for _, l := range []struct {
-		field string
-		ops   []string
-	}{{"amp.low_precision_ops", a.LowPrecisionOps}, {"amp.fp32_ops", a.FP32Ops}, {"amp.promote_ops", a.PromoteOps}} {
-		for i, op := range l.ops {
-			field := fmt.Sprintf("%s[%d]", l.field, i)
-			if _, ok := amp.Ops[op]; !ok {
-				bad(field, "unknown op %q (known: %s)", op, strings.Join(amp.OpNames(), ", "))
-			} else if prev, dup := movedTo[op]; dup {
-				bad(field, "op %q is already moved by %s", op, prev)
-			}
-			movedTo[op] = l.field
-		}
-	}
+// opListField names the recipe's list that moves ops to each class.
+var opListField = map[amp.Class]string{amp.LowPrecision: "amp.low_precision_ops", amp.FullPrecision: "amp.fp32_ops", amp.Promote: "amp.promote_ops"}
+
+// opMoves are the recipe's changes to the default op lists.
+func (r *Recipe) opMoves() amp.Moves {
+	return amp.Moves{LowPrecision: r.AMP.LowPrecisionOps, FullPrecision: r.AMP.FP32Ops, Promote: r.AMP.PromoteOps}
 }
 
-// validateModel reads the base model's config, and checks it against the
-// weight files' headers before anything is allocated, so a config that
-// claims a million layers is refused at once.
-func (r *Recipe) validateModel(bad func(field, format string, args ...any)) {
+// checkModel checks that the model section says where the model comes
+// from, and nothing that does not apply to it.
+func (r *Recipe) checkModel(bad func(field, format string, args ...any)) {
 	m := r.Model
 	switch m.Init {
 	case InitPretrained:
 		if m.Path == "" {
 			bad("model.path", "required with init: pretrained")
-		} else if base, err := model.Inspect(m.Path); err != nil {
-			bad("model.path", "%v", err)
-		} else {
-			r.Base = base
 		}
 		if r.doc.Has("model.architecture") {
 			bad("model.architecture", "only used with init: random (the pretrained model's config.json defines it)")
-		}
-		r.Model.Architecture = nil
-	case InitRandom:
-		if m.Architecture == nil {
-			bad("model.architecture", "required with init: random")
-		} else {
-			if r.Data.Tokenizer != "" && r.Data.Tokenizer != "auto" && r.Data.Tokenizer != "byte" {
-				if t, err := resolveTokenizer("", r.Data.Tokenizer); err == nil { // else validateText reports it
-					r.tok = t
-				}
-			}
-			if base := r.archConfig(); base.Validate() != nil {
-				bad("model.architecture", "%v", base.Validate())
-				// r.Base stays zero: the checks that depend on the model
-				// (the adapter's targets in every layer, seq_len) skip an
-				// architecture that is wrong already; listing targets in
-				// 10^8 layers ran out of memory (found by FuzzLoad)
-			} else {
-				r.Base = base
-			}
 		}
 	}
 	if m.BaseDtype != amp.FP32 && r.Adapter.Type == FullFineTune {
@@ -457,55 +470,80 @@ func (r *Recipe) validateModel(bad func(field, format string, args ...any)) {
 	}
 }
 
-// validateData checks the data section: files exist, lengths fit the model.
-// The rows themselves are read when the run sets up, before it writes
+// resolveModel reads the base model's config, and checks it against the
+// weight files' headers before anything is allocated, so a config that
+// claims a million layers is refused at once; or builds a random
+// initialisation's from the architecture and tok's vocabulary (the byte
+// tokenizer's when tok is nil: resolveText reports why).
+func (r *Recipe) resolveModel(bad func(field, format string, args ...any), tok data.Tokenizer) {
+	m := r.Model
+	switch m.Init {
+	case InitPretrained:
+		if m.Path == "" {
+			return // check reported it
+		}
+		base, err := model.Inspect(m.Path)
+		if err != nil {
+			bad("model.path", "%v", err)
+			return
+		}
+		r.Base = base
+	case InitRandom:
+		if m.Architecture == nil { // Load gives it the defaults
+			bad("model.architecture", "required with init: random")
+			return
+		}
+		if tok == nil {
+			tok = data.NewByteTokenizer()
+		}
+		base := archConfig(*m.Architecture, tok)
+		if err := base.Validate(); err != nil {
+			bad("model.architecture", "%v", err)
+			// r.Base stays zero: the checks that depend on the model
+			// (the adapter's targets in every layer, seq_len) skip an
+			// architecture that is wrong already; listing targets in
+			// 10^8 layers ran out of memory (found by FuzzLoad)
+			return
+		}
+		r.Base = base
+	}
+}
+
+// checkData checks the data section's own values. The files are checked
+// by resolve, and the rows read when the run sets up, before it writes
 // anything.
-func (r *Recipe) validateData(errs *yamlconf.Errors, bad func(field, format string, args ...any)) {
+func (r *Recipe) checkData(bad func(field, format string, args ...any)) {
 	d := r.Data
-	r.validateText(bad)
 	if d.Train == "" {
 		bad("data.train", "required: a JSONL file of training rows")
-	} else {
-		r.checkFile(errs, "data.train", d.Train)
 	}
-	if d.Validation != "" {
-		r.checkFile(errs, "data.validation", d.Validation)
-	} else if d.ValidationSplit < 0 || d.ValidationSplit >= 1 {
+	if d.Validation == "" && (d.ValidationSplit < 0 || d.ValidationSplit >= 1) {
 		bad("data.validation_split", "must be in [0, 1), got %g", d.ValidationSplit)
 	}
 	if d.SeqLen <= 0 {
 		bad("data.seq_len", "must be > 0, got %d", d.SeqLen)
-	} else if r.Base.MaxPositionEmbeddings > 0 && d.SeqLen > r.Base.MaxPositionEmbeddings {
-		bad("data.seq_len", "%d exceeds the model's max_position_embeddings (%d)", d.SeqLen, r.Base.MaxPositionEmbeddings)
 	}
 }
 
-// validateText resolves the tokenizer and the chat template, each error at
-// its field.
-func (r *Recipe) validateText(bad func(field, format string, args ...any)) {
+// resolveText makes the tokenizer tok (or its error, tokErr) and the chat
+// template into the recipe's Text, each error at its field.
+func (r *Recipe) resolveText(bad func(field, format string, args ...any), tok data.Tokenizer, tokErr error) {
 	d := r.Data
-	dir := r.Model.Path
-	if r.Model.Init == InitRandom {
-		dir = ""
-	}
-	tc := TextConfig{Tokenizer: d.Tokenizer, ChatTemplate: d.ChatTemplate, LossOn: d.LossOn, Alpaca: d.PromptFormat == PromptAlpaca}
-	tok, err := r.tok, error(nil)
-	if tok == nil {
-		tok, err = resolveTokenizer(dir, tc.Tokenizer)
-	}
-	if err != nil {
-		bad("data.tokenizer", "%v", err)
+	if tokErr != nil {
+		bad("data.tokenizer", "%v", tokErr)
 		return
 	}
-	if _, _, err := templateSource(tc.ChatTemplate); err != nil {
+	if _, _, err := templateSource(d.ChatTemplate); err != nil {
 		bad("data.chat_template", "%v", err)
 		return
 	}
+	tc := TextConfig{Tokenizer: d.Tokenizer, ChatTemplate: d.ChatTemplate, LossOn: d.LossOn, Alpaca: d.PromptFormat == PromptAlpaca}
 	t, err := newText(tok, r.Base.VocabSize, tc)
+	var small *vocabTooSmall
 	switch {
 	case err == nil:
 		r.text = t
-	case strings.Contains(err.Error(), "vocabulary"):
+	case errors.As(err, &small):
 		bad("model.path", "%v", err)
 	default:
 		bad("data.chat_template", "%v", err)
@@ -514,21 +552,17 @@ func (r *Recipe) validateText(bad func(field, format string, args ...any)) {
 
 // Policy is the precision policy: autocast's default lists for the
 // recipe's precision, with the recipe's moves applied.
-func (r *Recipe) Policy() amp.Policy { return r.policyFor(r.Precision) }
+func (r *Recipe) Policy() (amp.Policy, error) { return r.policyFor(r.Precision) }
 
 // policyFor is Policy for a precision the device resolved (bf16 may fall
-// back to fp16).
-func (r *Recipe) policyFor(f amp.Format) amp.Policy {
-	p := amp.DefaultPolicy(f)
-	for _, mv := range []struct {
-		ops []string
-		c   amp.Class
-	}{{r.AMP.LowPrecisionOps, amp.LowPrecision}, {r.AMP.FP32Ops, amp.FullPrecision}, {r.AMP.PromoteOps, amp.Promote}} {
-		for _, op := range mv.ops {
-			p.Move(op, mv.c) // validated by Load
-		}
+// back to fp16). Load refused moves that cannot be made; a recipe built
+// another way gets its error here.
+func (r *Recipe) policyFor(f amp.Format) (amp.Policy, error) {
+	p, err := r.opMoves().Apply(amp.DefaultPolicy(f))
+	if err != nil {
+		return p, fmt.Errorf("amp op lists: %w", err)
 	}
-	return p
+	return p, nil
 }
 
 // LossScaling reports whether the run scales its loss at the recipe's
@@ -565,16 +599,9 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-// archConfig is the model config of a random initialisation; special
-// token ids come from the byte tokenizer.
-// The vocabulary and special ids are the tokenizer's: r.tok (data.tokenizer's
-// tokenizer.json) when set, else the byte tokenizer's.
-func (r *Recipe) archConfig() model.Config {
-	a := r.Model.Architecture
-	var tok data.Tokenizer = data.NewByteTokenizer()
-	if r.tok != nil {
-		tok = r.tok
-	}
+// archConfig is the model config of a random initialisation of a: the
+// vocabulary and special token ids are tok's.
+func archConfig(a Architecture, tok data.Tokenizer) model.Config {
 	kv := a.NumKeyValueHeads
 	if kv == 0 {
 		kv = a.NumAttentionHeads

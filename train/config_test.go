@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/internal/yamlconf"
 	"github.com/mixtune/mixtune/model"
 )
 
@@ -219,5 +222,77 @@ func TestReferenceDocumentsEveryField(t *testing.T) {
 		if !strings.Contains(text, "\n"+strings.Repeat("  ", strings.Count(f, "."))+leaf+":") {
 			t.Errorf("configs/reference.yaml does not document %s", f)
 		}
+	}
+}
+
+// decoded is a recipe as Load has it before checking: defaults, the file
+// and the overrides.
+func decoded(t *testing.T, path string) *Recipe {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	doc, err := yamlconf.Decode(path, raw, nil, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.defaultArchitecture()
+	return &Recipe{Config: cfg, Path: path, Raw: raw, doc: doc}
+}
+
+// Checking a recipe reads no file and resolves nothing: a recipe whose
+// files are all missing passes the checks, and resolving it names each
+// missing file at its field.
+func TestCheckReadsNoFilesResolveDoes(t *testing.T) {
+	dir := t.TempDir()
+	r := decoded(t, writeConfig(t, dir, goodConfig)) // DIR holds no model and no data
+	if errs := r.check(); len(errs) > 0 {
+		t.Fatalf("check: %v", errs)
+	}
+	if !reflect.DeepEqual(r.Base, model.Config{}) || r.text != nil {
+		t.Fatalf("check resolved: base %+v, text %v", r.Base, r.text)
+	}
+	var fields []string
+	for _, e := range r.resolve() {
+		fields = append(fields, e.Field)
+	}
+	if want := []string{"model.path", "data.train", "data.validation", "task.eval_file"}; !slices.Equal(fields, want) {
+		t.Fatalf("resolve reported %q, want %q", fields, want)
+	}
+}
+
+// A model whose vocabulary is smaller than its tokenizer's is the model's
+// problem: reported at model.path (by the error's type), not at the chat
+// template where other text errors go.
+func TestSmallVocabularyIsTheModelsError(t *testing.T) {
+	dir := fixture(t)
+	r := decoded(t, writeConfig(t, dir, goodConfig))
+	r.Base.VocabSize = 100 // the byte tokenizer has 259 ids
+	var field string
+	r.resolveText(func(f, format string, args ...any) { field = f }, data.NewByteTokenizer(), nil)
+	if field != "model.path" {
+		t.Fatalf("reported at %q", field)
+	}
+}
+
+// init: random without an architecture section trains the architecture
+// configs/reference.yaml shows, as every field left out of one takes
+// the value shown there; resolved.yaml records it.
+func TestRandomInitWithoutArchitecture(t *testing.T) {
+	dir := fixture(t)
+	body := strings.Replace(goodConfig, "  path: DIR/model\n", "  init: random\n", 1)
+	r, err := Load(writeConfig(t, dir, body), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a Architecture
+	a.SetDefaults()
+	if want := archConfig(a, data.NewByteTokenizer()); !reflect.DeepEqual(r.Base, want) {
+		t.Fatalf("base %+v, want %+v", r.Base, want)
+	}
+	if r.Model.Architecture == nil || *r.Model.Architecture != a {
+		t.Fatalf("recipe's architecture %+v", r.Model.Architecture)
 	}
 }

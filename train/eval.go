@@ -24,27 +24,50 @@ type LossReport struct {
 // Training's validation and `mixtune eval` both call it, so they agree.
 // Cancelling ctx stops it before the next batch with ErrInterrupted.
 func evaluate(ctx context.Context, ru *runner, batches []data.Batch) (LossReport, error) {
-	var sum float64
-	var n int
-	for _, bt := range batches {
+	stop := func() error {
 		if ctx.Err() != nil {
-			return LossReport{}, ErrInterrupted
+			return ErrInterrupted
 		}
+		return nil
+	}
+	sum, n, err := sumLosses(ru, batches, func(bt data.Batch) data.Batch { return bt }, stop)
+	if err != nil {
+		return LossReport{}, err
+	}
+	return lossReport(sum, n, len(batches))
+}
+
+// sumLosses is the summed loss of each batch's part (part(batch): a data-
+// parallel rank's rows) over its target tokens, and their count. stop is
+// asked before every batch (on every rank, whether or not its part has
+// targets, so that a collective stop check stays in step); its error ends
+// the sum.
+func sumLosses(ru *runner, batches []data.Batch, part func(data.Batch) data.Batch, stop func() error) (sum float64, n int, err error) {
+	for _, bt := range batches {
+		if err := stop(); err != nil {
+			return 0, 0, err
+		}
+		bt = part(bt)
 		if bt.NumTargets == 0 {
 			continue
 		}
 		loss, err := ru.run(bt, 0, true, 0)
 		if err != nil {
-			return LossReport{}, err
+			return 0, 0, err
 		}
 		sum += loss * float64(bt.NumTargets)
 		n += bt.NumTargets
 	}
+	return sum, n, nil
+}
+
+// lossReport is the mean of a summed loss over n target tokens.
+func lossReport(sum float64, n, batches int) (LossReport, error) {
 	if n == 0 {
 		return LossReport{}, fmt.Errorf("no target tokens to evaluate")
 	}
 	mean := sum / float64(n)
-	return LossReport{Loss: jsonfloat.Float(mean), Perplexity: jsonfloat.Float(math.Exp(mean)), Tokens: n, Batches: len(batches)}, nil
+	return LossReport{Loss: jsonfloat.Float(mean), Perplexity: jsonfloat.Float(math.Exp(mean)), Tokens: n, Batches: batches}, nil
 }
 
 // TaskReport is the exact-match accuracy of greedy answers.

@@ -19,9 +19,7 @@ import (
 // losses and the final weights.
 func fullFineTune(t *testing.T, tied bool, f amp.Format, o graphOptions, steps int) ([]float64, map[string][]float32, *runner) {
 	t.Helper()
-	m, err := model.New(model.Config{VocabSize: 259, HiddenSize: 16, IntermediateSize: 24, NumHiddenLayers: 2,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
-		InitializerRange: 0.2, TieWordEmbeddings: tied, BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}, 3)
+	m, err := model.New(headTestConfig(tied), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +32,11 @@ func fullFineTune(t *testing.T, tied bool, f amp.Format, o graphOptions, steps i
 		t.Fatal(err)
 	}
 	t.Cleanup(ru.close)
-	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
+	adamw, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 	if err != nil {
 		t.Fatal(err)
 	}
+	opt := engineOptimizer{adamw, eng} // as build makes it
 	rng := rand.New(rand.NewPCG(4, 4))
 	var losses []float64
 	for s := 0; s < steps; s++ {
@@ -61,13 +60,18 @@ func fullFineTune(t *testing.T, tied bool, f amp.Format, o graphOptions, steps i
 		if err := opt.Step(params, 1e-2); err != nil {
 			t.Fatal(err)
 		}
-		eng.WeightVersion++
 	}
 	w := map[string][]float32{}
 	for _, p := range params {
 		w[p.Name] = append([]float32(nil), p.Value...)
 	}
 	return losses, w, ru
+}
+
+func headTestConfig(tied bool) model.Config {
+	return model.Config{VocabSize: 259, HiddenSize: 16, IntermediateSize: 24, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
+		InitializerRange: 0.2, TieWordEmbeddings: tied, BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}
 }
 
 // Full fine-tuning with the fused head and the row-sparse embedding
@@ -135,4 +139,41 @@ func TestFusedHeadInBlocksTrainsToRounding(t *testing.T) {
 		t.Errorf("weights differ from the unfused run's by up to %.3g", worst)
 	}
 	t.Logf("weights differ from the unfused run's by up to %.3g", worst)
+}
+
+// The run's optimizer tells the engine of each step: after training, a
+// bf16 graph computes with the updated weights, as one built afresh on
+// them does, and not with low-precision copies cast before the last step.
+func TestOptimizerStepRecastsTheWeights(t *testing.T) {
+	for _, f := range []amp.Format{amp.BF16, amp.FP16} {
+		_, trained, ru := fullFineTune(t, false, f, graphOptions{}, 2)
+		m, err := model.New(headTestConfig(false), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range trained {
+			copy(m.Weights[name].Data, w)
+		}
+		policy := amp.DefaultPolicy(f)
+		fresh, err := buildRunner(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, m, nil, 2, 12, nil, &policy, graphOptions{evalOfFullFineTune: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.close()
+		bt := data.Batch{Rows: 2, SeqLen: 12, Inputs: make([]int, 24), Targets: make([]int, 24)}
+		for i := range bt.Inputs {
+			bt.Inputs[i], bt.Targets[i] = (7*i)%256, (11*i)%256
+		}
+		got, err := ru.run(bt, 1, true, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fresh.run(bt, 0, true, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%v: loss %v after training, %v on a graph built on the trained weights", f, got, want)
+		}
+	}
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
-	"github.com/mixtune/mixtune/internal/jsonfloat"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/optim"
 )
@@ -88,12 +87,17 @@ const defaultBucketBytes = 4 << 20
 // newDataParallel prepares a rank's part: its rows, and one flat gradient
 // buffer that the params' gradients become slices of (allocated once and
 // kept: one reduction call for all of them, and a buffer an RDMA
-// registration cache can keep registered).
+// registration cache can keep registered). A process training alone
+// (c.Size() 1) has every row, and sums nothing: its gradients stay where
+// they are, and it overlaps nothing.
 func newDataParallel(c dist.Comm, batch, seqLen, padID int, params []*optim.Param, overlap bool, bucketBytes int) *dataParallel {
 	dp := &dataParallel{comm: c, rank: c.Rank(), size: c.Size(), batch: batch, seqLen: seqLen, padID: padID,
-		params: params, overlap: overlap}
+		params: params, overlap: overlap && c.Size() > 1}
 	dp.lo, dp.hi = shardRows(batch, dp.size, dp.rank)
 	dp.rows = (batch + dp.size - 1) / dp.size
+	if dp.size == 1 {
+		return dp
+	}
 	n := 0
 	for _, p := range params {
 		n += len(p.Grad)
@@ -133,12 +137,11 @@ func (dp *dataParallel) shard(bt data.Batch) data.Batch {
 	if bt.Positions != nil {
 		copy(out.Positions, bt.Positions[dp.lo*L:dp.hi*L])
 	} else {
-		for i := 0; i < n; i++ {
-			out.Positions[i] = i % L
-		}
+		rowPositions(out.Positions[:n], L)
 	}
+	rowPositions(out.Positions[n:], L) // padding rows: a document each
 	for i := n; i < len(out.Inputs); i++ {
-		out.Inputs[i], out.Targets[i], out.Positions[i] = dp.padID, data.IgnoreIndex, (i-n)%L
+		out.Inputs[i], out.Targets[i] = dp.padID, data.IgnoreIndex
 	}
 	for _, t := range out.Targets[:n] {
 		if t != data.IgnoreIndex {
@@ -161,13 +164,7 @@ func (dp *dataParallel) tap(names map[string]int) func(string) func([]float32) {
 		p := dp.params[i]
 		return func(g []float32) {
 			dp.fired++
-			if dp.first {
-				copy(p.Grad, g)
-			} else {
-				for j, v := range g {
-					p.Grad[j] += v
-				}
-			}
+			accumulate(p.Grad, g, dp.first)
 			if !dp.last {
 				return
 			}
@@ -201,9 +198,13 @@ type commTimes struct{ wait, busy time.Duration }
 
 // reduce sums the step's gradients and scalars over the ranks. tapped says
 // the hooks have been accumulating (and, with overlap, reducing) the
-// gradients.
-func (dp *dataParallel) reduce(tapped bool, scalars []float64) (commTimes, error) {
-	var ct commTimes
+// gradients. It reports how long the sums took; nil for one process, which
+// has nothing to sum.
+func (dp *dataParallel) reduce(tapped bool, scalars []float64) (*commTimes, error) {
+	if dp.size == 1 {
+		return nil, nil
+	}
+	ct := &commTimes{}
 	t := time.Now()
 	if tapped && dp.overlap {
 		if dp.next != len(dp.buckets) {
@@ -234,15 +235,7 @@ func (dp *dataParallel) reduce(tapped bool, scalars []float64) (commTimes, error
 
 // ----- the session's distributed steps -----
 
-func (s *session) rank0() bool { return s.dp == nil || s.dp.rank == 0 }
-
-// comm is the session's group; a single process has a Single.
-func (s *session) comm() dist.Comm {
-	if s.dp == nil {
-		return dist.NewSingle()
-	}
-	return s.dp.comm
-}
+func (s *session) rank0() bool { return s.dp.rank == 0 }
 
 // agreeSetup makes every rank learn whether every rank built its
 // components, and refuses ranks started with different binaries, recipes,
@@ -396,14 +389,15 @@ type tensorShape struct {
 
 // openShared opens the run directory on rank 0 and hands every other rank
 // what it needs: the directory's name and, on resume, the restored
-// weights, optimizer state, data position and loss scale.
+// weights, optimizer state, data position and loss scale. A process
+// training alone has no one to hand them to.
 func (s *session) openShared() error {
-	if s.dp == nil {
-		return s.openRunDir()
-	}
 	var err error
 	if s.rank0() {
 		err = s.openRunDir()
+	}
+	if s.dp.size == 1 {
+		return err
 	}
 	if err := dist.Agree(s.dp.comm, err); err != nil {
 		return err
@@ -477,36 +471,8 @@ func (s *session) shareRestored(rs rootState, ostate map[string][]float32) error
 		return nil
 	}
 	st := rs.State
-	if err := p.optimizer.Load(optim.State{Step: st.OptimStep, Scalars: st.OptimScalars, Tensors: ostate}); err != nil {
-		return fmt.Errorf("resume: rank 0's optimizer state: %w", err)
-	}
-	if err := p.trainLoader.Restore(st.Loader); err != nil {
-		return fmt.Errorf("resume: rank 0's data position: %w", err)
-	}
-	if p.scaler != nil && st.Scaler != nil {
-		if err := p.scaler.Load(*st.Scaler); err != nil {
-			return err
-		}
-	}
-	p.eng.WeightVersion = st.WeightVer
 	s.ck = &loadedCheckpoint{Dir: rs.CheckpointAt, State: st}
-	s.step = st.Step
-	s.lastLoss, s.priorSeconds = float64(st.LastLoss), st.LoopSeconds
-	s.sum.SkippedSteps, s.sum.ValBefore, s.sum.TaskBefore = st.Skipped, st.ValBefore, st.TaskBefore
-	return nil
-}
-
-// stateNow is the loop's state as a checkpoint records it.
-func (s *session) stateNow() checkpointState {
-	p := s.parts
-	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
-		WeightVer: p.eng.WeightVersion, Skipped: s.sum.SkippedSteps, LoopSeconds: s.priorSeconds,
-		LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
-	if p.scaler != nil {
-		sc := p.scaler.State()
-		st.Scaler = &sc
-	}
-	return st
+	return s.restoreLoop(st, optim.State{Step: st.OptimStep, Scalars: st.OptimScalars, Tensors: ostate}, "resume: rank 0's state")
 }
 
 // bcastJSON sends rank 0's v to every rank.
@@ -541,8 +507,8 @@ func bcastJSON(c dist.Comm, v any) error {
 // gradients keep bit-identical; a difference means the sums were not the
 // same bits everywhere, and the ranks are training different models.
 func (s *session) checkReplicas(when string) error {
-	if s.dp == nil {
-		return nil
+	if s.dp.size == 1 {
+		return nil // one replica
 	}
 	h := fnv.New64a()
 	buf := make([]byte, 0, 1<<16)
@@ -578,9 +544,6 @@ func (s *session) checkReplicas(when string) error {
 // the same summed values (a diverged loss): the ranks end together, and
 // rank 0 alone reports it.
 func (s *session) everyRank(err error) error {
-	if s.dp == nil {
-		return err
-	}
 	return &dist.JobError{Msg: err.Error(), Err: err, Quiet: s.dp.rank != 0}
 }
 
@@ -588,11 +551,7 @@ func (s *session) everyRank(err error) error {
 // this process or, with several ranks, any of them; every rank stops after
 // the same step.
 func (s *session) interrupted(ctx interface{ Err() error }) (bool, error) {
-	stop := ctx.Err() != nil
-	if s.dp == nil {
-		return stop, nil
-	}
-	return dist.AnyTrue(s.dp.comm, stop)
+	return dist.AnyTrue(s.dp.comm, ctx.Err() != nil)
 }
 
 // agreeInterrupted is err on every rank, as dist.Agree makes it, except
@@ -613,46 +572,29 @@ func agreeInterrupted(c dist.Comm, err error) error {
 	return dist.Agree(c, err)
 }
 
-// validate is the validation loss over every rank's rows of the
-// validation batches: each rank sums its rows' loss, the sums and the
-// token counts are added over the ranks. Cancelling ctx (on any rank)
-// stops it before the next batch with ErrInterrupted.
-func (s *session) validate(ctx context.Context) (LossReport, error) {
+// validationLoss is the mean loss per target token of the validation
+// batches, over every rank's rows of them: each rank sums its rows' loss,
+// the sums and the token counts are added over the ranks. Cancelling ctx
+// (on any rank) stops it before the next batch with ErrInterrupted.
+func (s *session) validationLoss(ctx context.Context) (LossReport, error) {
 	p := s.parts
-	if s.dp == nil {
-		return evaluate(ctx, p.evaluator, p.valBatches)
+	// every rank runs every batch, so every rank asks at each one
+	stop := func() error {
+		stop, err := s.interrupted(ctx)
+		if err == nil && stop {
+			err = ErrInterrupted
+		}
+		return err
 	}
-	var sum float64
-	var n int
-	for _, bt := range p.valBatches {
-		// every rank runs every batch, so every rank asks at each one
-		if stop, err := s.interrupted(ctx); stop || err != nil {
-			if err != nil {
-				return LossReport{}, err
-			}
-			return LossReport{}, ErrInterrupted
-		}
-		local := s.dp.shard(bt)
-		if local.NumTargets == 0 {
-			continue
-		}
-		loss, err := p.evaluator.run(local, 0, true, 0)
-		if err != nil {
-			return LossReport{}, err
-		}
-		sum += loss * float64(local.NumTargets)
-		n += local.NumTargets
+	sum, n, err := sumLosses(p.evaluator, p.valBatches, s.dp.shard, stop)
+	if err != nil {
+		return LossReport{}, err
 	}
 	x := []float64{sum, float64(n)}
 	if err := s.dp.comm.AllreduceFloat64(x); err != nil {
 		return LossReport{}, err
 	}
-	sum, n = x[0], int(x[1])
-	if n == 0 {
-		return LossReport{}, fmt.Errorf("no target tokens to evaluate")
-	}
-	mean := sum / float64(n)
-	return LossReport{Loss: jsonfloat.Float(mean), Perplexity: jsonfloat.Float(math.Exp(mean)), Tokens: n, Batches: len(p.valBatches)}, nil
+	return lossReport(x[0], int(x[1]), len(p.valBatches))
 }
 
 // taskReport is the task accuracy, each rank answering its share of the
@@ -661,18 +603,12 @@ func (s *session) validate(ctx context.Context) (LossReport, error) {
 // Cancelling ctx stops a rank before its next token; every rank then
 // returns ErrInterrupted.
 func (s *session) taskReport(ctx context.Context) (TaskReport, error) {
-	if s.dp == nil {
-		return s.taskAccuracy(ctx)
-	}
-	p := s.parts
-	all := p.task
+	all := s.parts.task
 	lo, hi := shardRows(len(all.prompts), s.dp.size, s.dp.rank)
-	p.task = &taskSet{prompts: all.prompts[lo:hi], wants: all.wants[lo:hi]}
 	rep, err := TaskReport{}, error(nil)
 	if hi > lo {
-		rep, err = s.taskAccuracy(ctx)
+		rep, err = s.taskAccuracy(ctx, &taskSet{prompts: all.prompts[lo:hi], wants: all.wants[lo:hi]})
 	}
-	p.task = all
 	if err = agreeInterrupted(s.dp.comm, err); err != nil {
 		return TaskReport{}, err
 	}

@@ -364,7 +364,10 @@ func TestGradTapsFireDuringBackward(t *testing.T) {
 			var policy *amp.Policy
 			if precision != amp.FP32 {
 				r := &Recipe{Config: Defaults()}
-				p := r.policyFor(precision)
+				p, err := r.policyFor(precision)
+				if err != nil {
+					t.Fatal(err)
+				}
 				policy = &p
 			}
 			bt := data.Batch{Rows: c.Batch, SeqLen: c.SeqLen, Inputs: make([]int, c.Batch*c.SeqLen), Targets: make([]int, c.Batch*c.SeqLen)}

@@ -174,7 +174,7 @@ type session struct {
 	lock   *flock.Lock
 	logger *metricsLog
 	ck     *loadedCheckpoint // the checkpoint resumed from, if any
-	dp     *dataParallel     // this rank's part; nil for one process
+	dp     *dataParallel     // this rank's part of every batch: all of it for one process
 
 	step         int     // optimizer steps done
 	checkpointed int     // the step the newest checkpoint holds
@@ -203,7 +203,7 @@ func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 		return nil, err
 	}
 	out := opt.Out
-	if out == nil || parts.dp != nil && parts.dp.rank != 0 {
+	if out == nil || parts.dp.rank != 0 {
 		out = io.Discard // rank 0 speaks for the job
 	}
 	return &session{r: r, opt: opt, out: out, start: time.Now(), parts: parts, dp: parts.dp,
@@ -296,25 +296,37 @@ func (s *session) checkRecipe(ck *loadedCheckpoint) error {
 // restore puts the checkpoint's state back: weights, optimizer, data
 // position, loss scale, and metrics.jsonl as it stood at that step.
 func (s *session) restore(ck *loadedCheckpoint) error {
-	p := s.parts
-	if err := ck.restore(p.params); err != nil {
+	if err := ck.restore(s.parts.params); err != nil {
 		return err
 	}
-	if err := p.optimizer.Load(ck.Optim); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+	if err := s.restoreLoop(ck.State, ck.Optim, "checkpoint "+ck.Dir); err != nil {
+		return err
 	}
-	if err := p.trainLoader.Restore(ck.State.Loader); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+	return restoreMetrics(filepath.Join(s.dir, "metrics.jsonl"), ck)
+}
+
+// restoreLoop puts back the state of the loop that st records, once the
+// weights are in place (read from a checkpoint, or sent by rank 0):
+// optimizer, data position, loss scale and the session's counters. from
+// names where the state came from, in errors.
+func (s *session) restoreLoop(st checkpointState, ostate optim.State, from string) error {
+	p := s.parts
+	p.eng.WeightsChanged() // the weights were replaced
+	if err := p.optimizer.Load(ostate); err != nil {
+		return fmt.Errorf("%s: optimizer state: %w", from, err)
 	}
-	if p.scaler != nil && ck.State.Scaler != nil {
-		if err := p.scaler.Load(*ck.State.Scaler); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+	if err := p.trainLoader.Restore(st.Loader); err != nil {
+		return fmt.Errorf("%s: data position: %w", from, err)
+	}
+	if p.scaler != nil && st.Scaler != nil {
+		if err := p.scaler.Load(*st.Scaler); err != nil {
+			return fmt.Errorf("%s: loss scale: %w", from, err)
 		}
 	}
-	p.eng.WeightVersion = ck.State.WeightVer
-	s.lastLoss, s.priorSeconds = float64(ck.State.LastLoss), ck.State.LoopSeconds
-	s.sum.SkippedSteps, s.sum.ValBefore, s.sum.TaskBefore = ck.State.Skipped, ck.State.ValBefore, ck.State.TaskBefore
-	return restoreMetrics(filepath.Join(s.dir, "metrics.jsonl"), ck)
+	s.step = st.Step
+	s.lastLoss, s.priorSeconds = float64(st.LastLoss), st.LoopSeconds
+	s.sum.SkippedSteps, s.sum.ValBefore, s.sum.TaskBefore = st.Skipped, st.ValBefore, st.TaskBefore
+	return nil
 }
 
 // restoreMetrics rewrites metrics.jsonl as it stood at the checkpoint: the
@@ -365,7 +377,7 @@ func (s *session) printHeader() {
 		tokLine += fmt.Sprintf(" · chat template: %s · loss on %s", r.text.TemplateName, p.format.LossOn)
 	}
 	fmt.Fprintln(out, tokLine)
-	if s.dp != nil {
+	if s.dp.size > 1 {
 		info := s.dp.comm.Info()
 		fmt.Fprintf(out, "data parallel: %d ranks on %s · %s · %s · %d of %d rows per rank · %s sums%s\n", s.dp.size, hostCount(info.Hosts),
 			info.Launcher, info.Library, s.dp.rows, s.dp.batch, info.Reduction, overlapNote(s.opt.Overlap))
@@ -392,7 +404,7 @@ func (s *session) measureBefore(ctx context.Context) error {
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
 	}
 	if p.evaluator != nil {
-		rep, err := s.validate(ctx)
+		rep, err := s.validationLoss(ctx)
 		if err != nil {
 			return err
 		}
@@ -427,7 +439,7 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 		tps := s.tokensPerSecond()
 		bar.update(s.step, res.loss, res.lr, tps)
 		if s.step%r.Train.LogEvery == 0 || s.step == r.Train.Steps {
-			s.logger.write(res.record(s.step, tps, s.elapsed()))
+			s.logger.write(res.record(s.step, tps, s.loopSeconds()))
 			if !s.opt.Progress {
 				bar.line(res.line(s.step, r.Train.Steps, tps))
 			}
@@ -439,7 +451,7 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 			return s.everyRank(fmt.Errorf("step %d: the loss is %v: training diverged (lower optimizer.lr, or check the data)", s.step, res.loss))
 		}
 		if p.evaluator != nil && r.Train.EvalEvery > 0 && s.step%r.Train.EvalEvery == 0 && s.step < r.Train.Steps {
-			rep, err := s.validate(ctx)
+			rep, err := s.validationLoss(ctx)
 			if errors.Is(err, ErrInterrupted) { // the step is whole: checkpoint it below
 				s.sum.Interrupted = true
 				break
@@ -501,10 +513,8 @@ func (s *session) trainStep() (stepResult, error) {
 	}
 	var lossSum float64
 	for i, bt := range micro {
-		if s.dp != nil { // this rank's rows; total stays the global batch's
-			bt = s.dp.shard(bt)
-			s.dp.beforeMicro(i, len(micro))
-		}
+		bt = s.dp.shard(bt) // this rank's rows; total stays the global batch's
+		s.dp.beforeMicro(i, len(micro))
 		w := res.scale * float32(bt.NumTargets) / float32(max(total, 1))
 		loss, err := p.trainer.run(bt, w, i == 0, noiseKey(r.Seed, s.step, i))
 		if err != nil {
@@ -516,27 +526,22 @@ func (s *session) trainStep() (stepResult, error) {
 		lossSum += loss * float64(bt.NumTargets)
 	}
 	res.rounded, res.underflowed = p.eng.Grads.Take()
-	if s.dp != nil { // sum the gradients, the loss and the rounding counts over the ranks
-		sc := []float64{lossSum, float64(res.rounded), float64(res.underflowed)}
-		ct, err := s.dp.reduce(p.trainer.tapped, sc)
-		if err != nil {
-			return res, err
-		}
-		res.comm = &ct
-		lossSum, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
+	// sum the gradients, the loss and the rounding counts over the ranks
+	sc := []float64{lossSum, float64(res.rounded), float64(res.underflowed)}
+	var err error
+	if res.comm, err = s.dp.reduce(p.trainer.tapped, sc); err != nil {
+		return res, err
 	}
+	lossSum, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
 	res.loss = lossSum / float64(max(total, 1))
 	s.lastLoss = res.loss
 	res.finiteLoss = !math.IsNaN(res.loss) && !math.IsInf(res.loss, 0)
 	res.lr = p.schedule.LR(s.step)
-	var err error
 	res.update, err = applyStep(p.params, p.optimizer, p.scaler, r.Optimizer.GradClip, res.lr, total > 0, res.finiteLoss)
 	if err != nil {
 		return res, err
 	}
-	if res.stepped {
-		p.eng.WeightVersion++ // low-precision copies of the weights are now stale
-	} else {
+	if !res.stepped {
 		s.sum.SkippedSteps++
 	}
 	return res, nil
@@ -579,8 +584,28 @@ func (s *session) tokensPerSecond() float64 {
 	return float64(s.tokensPerStep()) * float64(s.step-s.legFirstStep) / time.Since(s.legStart).Seconds()
 }
 
-// elapsed is the training loop's time over every leg of the run.
-func (s *session) elapsed() float64 { return s.priorSeconds + time.Since(s.legStart).Seconds() }
+// loopSeconds is the training loop's time over every leg of the run so
+// far: the earlier legs', and this leg's once its loop has started.
+func (s *session) loopSeconds() float64 {
+	if s.legStart.IsZero() {
+		return s.priorSeconds
+	}
+	return s.priorSeconds + time.Since(s.legStart).Seconds()
+}
+
+// stateNow is the loop's state as a checkpoint records it (all but the
+// optimizer's, which it saves itself, and the length of metrics.jsonl).
+func (s *session) stateNow() checkpointState {
+	p := s.parts
+	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
+		Skipped: s.sum.SkippedSteps, LoopSeconds: s.loopSeconds(),
+		LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
+	if p.scaler != nil {
+		sc := p.scaler.State()
+		st.Scaler = &sc
+	}
+	return st
+}
 
 // checkpoint saves everything needed to continue after the current step,
 // then prunes old checkpoints and redraws the reports.
@@ -594,7 +619,7 @@ func (s *session) checkpoint() error {
 	} else {
 		s.checkpointed = s.step
 	}
-	return dist.Agree(s.comm(), err)
+	return dist.Agree(s.dp.comm, err)
 }
 
 // writeCheckpoint writes the checkpoint (rank 0).
@@ -604,13 +629,8 @@ func (s *session) writeCheckpoint() error {
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
-		WeightVer: p.eng.WeightVersion, MetricsBytes: int64(len(metrics)), Skipped: s.sum.SkippedSteps,
-		LoopSeconds: s.elapsed(), LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
-	if p.scaler != nil {
-		sc := p.scaler.State()
-		st.Scaler = &sc
-	}
+	st := s.stateNow()
+	st.MetricsBytes = int64(len(metrics))
 	root := filepath.Join(s.dir, "checkpoints")
 	if _, err := writeCheckpoint(root, st, p.params, p.optimizer, metrics, s.opt.Faults.CheckpointStage); err != nil {
 		return err
@@ -630,7 +650,7 @@ func (s *session) writeCheckpoint() error {
 func (s *session) finish(ctx context.Context) (*Summary, error) {
 	sum := &s.sum
 	sum.RunDir, sum.Steps, sum.FinalLoss = s.dir, s.step, jsonfloat.Float(s.lastLoss)
-	loopSeconds := s.elapsed()
+	loopSeconds := s.loopSeconds()
 	sum.Tokens = s.tokensPerStep() * int64(s.step)
 	if loopSeconds > 0 {
 		sum.TokensPerSec = float64(sum.Tokens) / loopSeconds
@@ -645,7 +665,7 @@ func (s *session) finish(ctx context.Context) (*Summary, error) {
 	}
 	if !s.rank0() {
 		// rank 0 saves; the others learn whether it could
-		if err := dist.Agree(s.comm(), nil); err != nil {
+		if err := dist.Agree(s.dp.comm, nil); err != nil {
 			return nil, err
 		}
 		if sum.Interrupted || ctx.Err() != nil {
@@ -653,7 +673,7 @@ func (s *session) finish(ctx context.Context) (*Summary, error) {
 		}
 		return sum, nil
 	}
-	if err := dist.Agree(s.comm(), s.save()); err != nil {
+	if err := dist.Agree(s.dp.comm, s.save()); err != nil {
 		return nil, err
 	}
 	writeReports(s.dir, s.out)
@@ -680,7 +700,7 @@ func (s *session) finish(ctx context.Context) (*Summary, error) {
 func (s *session) measureAfter(ctx context.Context) error {
 	p, sum := s.parts, &s.sum
 	if p.evaluator != nil {
-		rep, err := s.validate(ctx)
+		rep, err := s.validationLoss(ctx)
 		if err != nil {
 			return err
 		}
@@ -728,14 +748,14 @@ func (s *session) save() error {
 	return nil
 }
 
-// taskAccuracy generates greedy answers with the adapter merged in.
-func (s *session) taskAccuracy(ctx context.Context) (TaskReport, error) {
+// taskAccuracy generates greedy answers to ts with the adapter merged in.
+func (s *session) taskAccuracy(ctx context.Context, ts *taskSet) (TaskReport, error) {
 	p := s.parts
 	w, err := mergedWeights(p.model, p.lora)
 	if err != nil {
 		return TaskReport{}, err
 	}
-	return p.task.accuracy(ctx, p.model, w, p.eng.BLAS, p.tok, p.stop, s.r.Task.MaxNewTokens)
+	return ts.accuracy(ctx, p.model, w, p.eng.BLAS, p.tok, p.stop, s.r.Task.MaxNewTokens)
 }
 
 // writeReports refreshes metrics.csv and the plots from metrics.jsonl. A

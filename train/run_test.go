@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
@@ -222,5 +223,22 @@ func TestDifferentSeedsDiffer(t *testing.T) {
 	}
 	if !differ {
 		t.Fatal("seeds 3 and 4 gave the same losses")
+	}
+}
+
+// A checkpoint records the loop time of every leg: before this leg's loop
+// starts (rank 0 sending its restored state to the other ranks), the
+// earlier legs' alone, and during it, theirs and this leg's so far. The
+// two places that built a checkpoint's state each had one case wrong:
+// one counted the time since year 1 before the loop, the other dropped
+// the running leg.
+func TestLoopSecondsCountsEveryLeg(t *testing.T) {
+	s := &session{priorSeconds: 40}
+	if got := s.loopSeconds(); got != 40 {
+		t.Errorf("before the loop: %v s, want the earlier legs' 40", got)
+	}
+	s.legStart = time.Now().Add(-3 * time.Second)
+	if got := s.loopSeconds(); got < 43 || got > 43+60 {
+		t.Errorf("3 s into the loop: %v s, want 43 and a little", got)
 	}
 }

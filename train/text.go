@@ -58,7 +58,7 @@ func loadText(dir string, vocab int, c TextConfig) (*Text, error) {
 // newText is loadText once the tokenizer is resolved.
 func newText(tok data.Tokenizer, vocab int, c TextConfig) (*Text, error) {
 	if tv := tok.VocabSize(); vocab > 0 && vocab < tv {
-		return nil, fmt.Errorf("the model's vocabulary (%d ids) is smaller than its tokenizer's (%d): ids the tokenizer produces would be outside the embedding", vocab, tv)
+		return nil, &vocabTooSmall{model: vocab, tokenizer: tv}
 	}
 	t := &Text{Format: data.Format{Tok: tok, LossOn: c.LossOn, Alpaca: c.Alpaca, VocabSize: vocab}}
 	var opts chat.Options
@@ -87,6 +87,14 @@ func newText(tok data.Tokenizer, vocab int, c TextConfig) (*Text, error) {
 	t.Format.Chat = data.ChatTemplate(tmpl, src, opts)
 	t.TemplateName = name
 	return t, nil
+}
+
+// vocabTooSmall is a model whose vocabulary cannot hold its tokenizer's
+// ids: the model's fault (or the pairing's), not the template's.
+type vocabTooSmall struct{ model, tokenizer int }
+
+func (e *vocabTooSmall) Error() string {
+	return fmt.Sprintf("the model's vocabulary (%d ids) is smaller than its tokenizer's (%d): ids the tokenizer produces would be outside the embedding", e.model, e.tokenizer)
 }
 
 // templateClock is the date templates print (Llama 3.x writes "Today

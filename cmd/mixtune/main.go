@@ -226,7 +226,10 @@ func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	if *printPolicy {
 		comm.Close()
-		p := r.Policy()
+		p, err := r.Policy()
+		if err != nil {
+			return err
+		}
 		fmt.Fprint(stdout, p.String())
 		fmt.Fprintf(stdout, "loss scaling: %v\n", r.LossScaling())
 		return nil

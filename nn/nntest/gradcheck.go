@@ -24,13 +24,27 @@ import (
 //     param's largest |numeric| element,
 //
 // exceeds tol, and returns the worst of both measures over all params.
-func GradCheck(t testing.TB, g *G.ExprGraph, cost *G.Node, params []*G.Node, tol float64) float64 {
+func GradCheck(t testing.TB, g *G.ExprGraph, cost *G.Node, params []*G.Node, tol float64, opts ...Option) float64 {
 	t.Helper()
 	grads, err := G.Grad(cost, params...)
 	if err != nil {
 		t.Fatalf("Grad: %v", err)
 	}
-	return compare(t, g, cost, grads, 1, params, tol)
+	return compare(t, g, cost, grads, 1, params, tol, opts)
+}
+
+// Option changes how a gradient check runs the graph.
+type Option func(*checkConfig)
+
+type checkConfig struct {
+	run func(G.VM) error
+}
+
+// RunWith runs the graph with run, which starts vm from the beginning,
+// instead of vm.RunAll: for graphs whose ops read a per-run state, such as
+// the noise key of dropout (nn.Engine.Run).
+func RunWith(run func(vm G.VM) error) Option {
+	return func(c *checkConfig) { c.run = run }
 }
 
 // GradCheckSeeded is GradCheck for gradients taken as a training loop takes
@@ -44,18 +58,24 @@ func GradCheckSeeded(t testing.TB, g *G.ExprGraph, cost, seed *G.Node, params []
 	if err != nil {
 		t.Fatalf("Backpropagate: %v", err)
 	}
-	return compare(t, g, cost, grads, scalar(seed.Value()), params, tol)
+	return compare(t, g, cost, grads, scalar(seed.Value()), params, tol, nil)
 }
 
 // compare runs the graph, reads the gradient nodes and checks them
 // against seed times the central differences of cost.
-func compare(t testing.TB, g *G.ExprGraph, cost *G.Node, grads G.Nodes, seed float64, params []*G.Node, tol float64) float64 {
+func compare(t testing.TB, g *G.ExprGraph, cost *G.Node, grads G.Nodes, seed float64, params []*G.Node, tol float64, opts []Option) float64 {
 	t.Helper()
+	cfg := checkConfig{run: func(vm G.VM) error {
+		vm.Reset()
+		return vm.RunAll()
+	}}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	m := G.NewTapeMachine(g)
 	defer m.Close()
 	eval := func() float64 {
-		m.Reset()
-		if err := m.RunAll(); err != nil {
+		if err := cfg.run(m); err != nil {
 			t.Fatalf("run: %v", err)
 		}
 		return scalar(cost.Value())
