@@ -104,13 +104,17 @@ func writeAndPublish(path string, write func(io.Writer) error, publish func(tmp,
 // whole by a rename that never replaces, so that no one sees a partial
 // directory and two writers never mix their files. An empty directory at
 // path (one made for the output beforehand) is taken over; anything else
-// there gives an *ExistsError, and is untouched. On any error the
-// temporary directory is removed.
+// there gives an *ExistsError, and is untouched. Missing parents are
+// made. On any error the temporary directory is removed.
 func CreateDir(path string, fill func(dir string) error) (err error) {
 	path = filepath.Clean(path)
 	parent, base := filepath.Split(path)
 	if parent == "" {
 		parent = "."
+	}
+	// The parents are made as os.MkdirAll(path) would have made them.
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
 	}
 	tmp, err := os.MkdirTemp(parent, "."+base+".tmp-*")
 	if err != nil {
