@@ -93,6 +93,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if err != nil {
 		return nil, inputError(err)
 	}
+	c.warnings = append(c.warnings, c.rows.warnings...)
 	c.valExamples = len(valEx)
 	if r.Task.EvalFile != "" {
 		if c.task, err = loadTask(r.Task.EvalFile, c.format, r.Task.Limit); err != nil {
@@ -279,6 +280,7 @@ type rowReader struct {
 	out      io.Writer
 	progress bool
 	hits     []string // files whose tokens came from the cache
+	warnings []string // cache entries found but not used, and why
 }
 
 // Sizes above which a file's tokens are cached, and a progress bar shown:
@@ -288,7 +290,18 @@ const (
 	progressMinBytes = 8 << 20
 )
 
+// load reads path's examples and checks every id against the model's
+// vocabulary (f's), so that an id the embedding lacks is reported here,
+// naming its line, before a run directory exists.
 func (rd *rowReader) load(ctx context.Context, path string, f data.Format) ([]data.Example, error) {
+	ex, err := rd.read(ctx, path, f)
+	if err != nil {
+		return nil, err
+	}
+	return ex, f.CheckIDs(path, ex)
+}
+
+func (rd *rowReader) read(ctx context.Context, path string, f data.Format) ([]data.Example, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -317,9 +330,12 @@ func (rd *rowReader) load(ctx context.Context, path string, f data.Format) ([]da
 	if err != nil {
 		return data.Load(ctx, path, f, opt)
 	}
-	ex, hit, err := data.Cache{Dir: filepath.Join(dir, "mixtune", "tokens")}.Load(ctx, path, f, opt)
-	if hit {
+	ex, look, err := data.Cache{Dir: filepath.Join(dir, "mixtune", "tokens")}.Load(ctx, path, f, opt)
+	if look.Hit {
 		rd.hits = append(rd.hits, path)
+	}
+	if look.Rejected != nil {
+		rd.warnings = append(rd.warnings, fmt.Sprintf("%v; not used: %s was tokenized again", look.Rejected, path))
 	}
 	return ex, err
 }

@@ -66,10 +66,14 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	if *asLoRA {
 		what = "LoRA adapter"
 	}
-	if err := atomicfile.Write(*out, func(w io.Writer) error {
+	// The check above fails early; this publish decides: of two exports
+	// to one path at once, the second finds the first's file.
+	if err := atomicfile.Create(*out, func(w io.Writer) error {
 		_, err := f.WriteTo(w)
 		return err
-	}); err != nil {
+	}); errors.Is(err, os.ErrExist) {
+		return usageError{fmt.Sprintf("--out %s already exists; choose a new file", *out)}
+	} else if err != nil {
 		return fmt.Errorf("write %s: %w", *out, err)
 	}
 	st, err := os.Stat(*out)

@@ -61,11 +61,14 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	if err := peft.MergeInto(m, l, f); err != nil {
 		return err
 	}
-	if err := m.Save(*out, f, int64(shard)); err != nil {
+	var copied []string
+	if err := newOutDir(*out, func(dir string) error {
+		if err := m.Save(dir, f, int64(shard)); err != nil {
+			return err
+		}
+		copied, err = copyTokenizerFiles(*modelDir, dir)
 		return err
-	}
-	copied, err := copyTokenizerFiles(*modelDir, *out)
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "merged %s into %d modules of %s → %s (%s)", l.Config, len(l.Modules), *modelDir, *out, f)
@@ -112,14 +115,34 @@ func storedFormat(m *model.Model) amp.Format {
 	return f
 }
 
-// freshDir refuses an output directory that already holds files: commands
-// never overwrite a model.
+// freshDir refuses, before any work, an output directory that already
+// holds files, or a file in its place: commands never overwrite a model.
+// newOutDir makes the final decision.
 func freshDir(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err == nil && len(entries) > 0 {
-		return usageError{fmt.Sprintf("--out %s already exists and is not empty; choose a new directory", dir)}
+		return outExists(dir)
+	}
+	if st, serr := os.Stat(dir); serr == nil && !st.IsDir() {
+		return outExists(dir)
 	}
 	return nil
+}
+
+func outExists(dir string) error {
+	return usageError{fmt.Sprintf("--out %s already exists and is not empty; choose a new directory", dir)}
+}
+
+// newOutDir writes the output directory with fill and publishes it whole
+// with a rename that never replaces: of two commands writing one --out at
+// once, the second finds the first's directory and exits 2, instead of
+// mixing its files into it.
+func newOutDir(dir string, fill func(dir string) error) error {
+	err := atomicfile.CreateDir(dir, fill)
+	if errors.Is(err, os.ErrExist) {
+		return outExists(dir)
+	}
+	return err
 }
 
 // badInput marks an error in a model or adapter directory the user named:
@@ -200,7 +223,7 @@ func cmdExtractLoRA(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := l.SaveAs(*out, *baseDir, f); err != nil {
+	if err := newOutDir(*out, func(dir string) error { return l.SaveAs(dir, *baseDir, f) }); err != nil {
 		return err
 	}
 	rows := make([]extractRow, len(reps))
