@@ -27,21 +27,21 @@ type Device struct {
 
 // deviceFuncs are the device-level entry points, from vkGetDeviceProcAddr.
 type deviceFuncs struct {
-	destroyDevice, getDeviceQueue, deviceWaitIdle                                              uintptr
-	createBuffer, destroyBuffer, getBufferMemoryRequirements, bindBufferMemory                 uintptr
-	allocateMemory, freeMemory, mapMemory, unmapMemory                                         uintptr
-	createShaderModule, destroyShaderModule                                                    uintptr
-	createDescriptorSetLayout, destroyDescriptorSetLayout                                      uintptr
-	createPipelineLayout, destroyPipelineLayout                                                uintptr
-	createPipelineCache, destroyPipelineCache, getPipelineCacheData                            uintptr
-	createComputePipelines, destroyPipeline                                                    uintptr
-	createDescriptorPool, destroyDescriptorPool, resetDescriptorPool                           uintptr
-	allocateDescriptorSets, updateDescriptorSets                                               uintptr
-	createCommandPool, destroyCommandPool, resetCommandPool, allocateCommandBuffers            uintptr
-	beginCommandBuffer, endCommandBuffer                                                       uintptr
+	destroyDevice, getDeviceQueue, deviceWaitIdle                                             uintptr
+	createBuffer, destroyBuffer, getBufferMemoryRequirements, bindBufferMemory                uintptr
+	allocateMemory, freeMemory, mapMemory, unmapMemory                                        uintptr
+	createShaderModule, destroyShaderModule                                                   uintptr
+	createDescriptorSetLayout, destroyDescriptorSetLayout                                     uintptr
+	createPipelineLayout, destroyPipelineLayout                                               uintptr
+	createPipelineCache, destroyPipelineCache, getPipelineCacheData                           uintptr
+	createComputePipelines, destroyPipeline                                                   uintptr
+	createDescriptorPool, destroyDescriptorPool, resetDescriptorPool                          uintptr
+	allocateDescriptorSets, updateDescriptorSets                                              uintptr
+	createCommandPool, destroyCommandPool, resetCommandPool, allocateCommandBuffers           uintptr
+	beginCommandBuffer, endCommandBuffer                                                      uintptr
 	cmdBindPipeline, cmdBindDescriptorSets, cmdPushConstants, cmdDispatch, cmdPipelineBarrier uintptr
-	cmdCopyBuffer, cmdFillBuffer                                                               uintptr
-	queueSubmit, createFence, destroyFence, waitForFences, resetFences                         uintptr
+	cmdCopyBuffer, cmdFillBuffer                                                              uintptr
+	queueSubmit, createFence, destroyFence, waitForFences, resetFences                        uintptr
 }
 
 // OpenDevice creates a logical device on p with one queue from the first
