@@ -22,6 +22,11 @@ type Device struct {
 	submitMu sync.Mutex // vkQueueSubmit needs the queue externally synchronized
 	alloc    *allocator
 
+	// stageAlways makes Buffer.Write and Read copy through staging
+	// buffers even where device memory is mapped (tests the discrete-GPU
+	// path on lavapipe).
+	stageAlways bool
+
 	fn deviceFuncs
 }
 

@@ -15,7 +15,7 @@ import (
 
 // mirrors pairs every Go mirror with its C structure.
 var mirrors = []struct {
-	c  string
+	c      string
 	mirror any
 }{
 	{"VkApplicationInfo", applicationInfo{}},

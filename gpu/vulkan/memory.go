@@ -254,7 +254,7 @@ func (d *Device) newBuffer(size int, kind memKind) (*Buffer, error) {
 		return nil, fmt.Errorf("vulkan: %w", err)
 	}
 	coherent := d.mem.MemoryTypes[typ].PropertyFlags&memoryPropertyHostCoherent != 0
-	if b.blk.mapped != nil && coherent { // non-coherent memory would need flushes: stage instead
+	if b.blk.mapped != nil && coherent && !(kind == kindDevice && d.stageAlways) { // non-coherent memory would need flushes: stage instead
 		b.host = unsafe.Slice((*byte)(unsafe.Add(b.blk.mapped, b.off)), size)
 	}
 	return b, nil
