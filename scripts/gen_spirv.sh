@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../gpu/vulkan/shaders"
 command -v glslc >/dev/null || { echo "gen_spirv: glslc not found (apt-get install glslc)" >&2; exit 1; }
 want=$(sed -n 's/^# glslc: //p' build.txt)
-have=$(glslc --version | head -1)
+have=$(glslc --version | sed -n 1p) # sed reads it all: no SIGPIPE under pipefail
 if [[ $want != "$have" ]]; then
 	echo "gen_spirv: build.txt names glslc '$want'; this is '$have' (updating the line)" >&2
 	sed -i "s/^# glslc: .*/# glslc: $have/" build.txt

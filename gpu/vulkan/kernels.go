@@ -77,11 +77,13 @@ type Kernels struct {
 	gemmF32 *Kernel
 	gemmB16 *Kernel
 	round16 *Kernel
+	adamw   *Kernel
 }
 
 const (
 	gemmPush  = 14 * 4
 	roundPush = 2 * 4
+	adamPush  = 10 * 4
 )
 
 // NewKernels builds every kernel for d, with the GEMM variant ChooseGemm picks.
@@ -100,6 +102,7 @@ func NewKernels(d *Device) (*Kernels, error) {
 		{&ks.gemmF32, v.F32, 3, gemmPush},
 		{&ks.gemmB16, v.B16, 3, gemmPush},
 		{&ks.round16, "round16.spv", 2, roundPush},
+		{&ks.adamw, "adamw.spv", 4, adamPush},
 	}
 	for _, s := range specs {
 		code, err := spirv(s.file)
@@ -116,7 +119,7 @@ func NewKernels(d *Device) (*Kernels, error) {
 
 // Close destroys the kernels.
 func (ks *Kernels) Close() {
-	for _, k := range []*Kernel{ks.gemmF32, ks.gemmB16, ks.round16} {
+	for _, k := range []*Kernel{ks.gemmF32, ks.gemmB16, ks.round16, ks.adamw} {
 		if k != nil {
 			k.Close()
 		}
@@ -251,6 +254,64 @@ func (ks *Kernels) Round16(r *Recorder, h Half, x, y *Buffer, n int) error {
 	binary.LittleEndian.PutUint32(push, uint32(n))
 	binary.LittleEndian.PutUint32(push[4:], uint32(h))
 	if err := r.Dispatch(ks.round16, []*Buffer{x, y}, push, groups, 1, 1); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// AdamWStep is one AdamW step's hyperparameters, as optim.AdamWConfig
+// and the learning rate, with the bias corrections 1 − β1^t and
+// 1 − β2^t for the parameter's step t, computed by the caller (optim
+// computes them in double-double; see optim.powInt).
+type AdamWStep struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	BiasCorrection1, BiasCorrection2   float64
+}
+
+// AdamW records one AdamW step over n parameters: param, its gradient grad
+// and the moments m and v, all fp32, updated in place, in the order and
+// with the fused multiply-adds of optim.AdamW (to a few ulps: Vulkan does
+// not promise correctly rounded sqrt and division).
+func (ks *Kernels) AdamW(r *Recorder, s AdamWStep, param, grad, m, v *Buffer, n int) error {
+	wrap := func(err error) error { return fmt.Errorf("vulkan: AdamW over %d values: %w", n, err) }
+	if n < 0 || n > math.MaxUint32 {
+		return wrap(fmt.Errorf("bad count"))
+	}
+	if !(s.BiasCorrection1 > 0 && s.BiasCorrection2 > 0) || !(s.Eps > 0) {
+		return wrap(fmt.Errorf("bias corrections %g, %g and eps %g must be positive", s.BiasCorrection1, s.BiasCorrection2, s.Eps))
+	}
+	if n == 0 {
+		return nil
+	}
+	bufs := []*Buffer{param, grad, m, v}
+	for i, b := range bufs {
+		if err := extent([]string{"param", "grad", "m", "v"}[i], b, 0, 1, n, n, 4); err != nil {
+			return wrap(err)
+		}
+		for _, o := range bufs[:i] {
+			if o == b {
+				return wrap(fmt.Errorf("param, grad, m and v must be four buffers"))
+			}
+		}
+	}
+	applyDecay := uint32(0)
+	if s.WeightDecay != 0 {
+		applyDecay = 1
+	}
+	push := make([]byte, adamPush)
+	for i, x := range []uint32{
+		uint32(n), applyDecay,
+		math.Float32bits(float32(1 - s.LR*s.WeightDecay)),
+		math.Float32bits(float32(s.Beta1)), math.Float32bits(float32(1 - s.Beta1)),
+		math.Float32bits(float32(s.Beta2)), math.Float32bits(float32(1 - s.Beta2)),
+		math.Float32bits(float32(-(s.LR / s.BiasCorrection1))),
+		math.Float32bits(float32(math.Sqrt(s.BiasCorrection2))),
+		math.Float32bits(float32(s.Eps)),
+	} {
+		binary.LittleEndian.PutUint32(push[4*i:], x)
+	}
+	groups := min((uint32(n)+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535)
+	if err := r.Dispatch(ks.adamw, bufs, push, groups, 1, 1); err != nil {
 		return wrap(err)
 	}
 	return nil
