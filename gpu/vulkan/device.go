@@ -76,6 +76,10 @@ func (in *Instance) OpenDevice(p *PhysicalDevice) (*Device, error) {
 	*prio = 1
 	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
 	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
+	if p.HasExtension("VK_KHR_portability_subset") { // must be enabled where offered (MoltenVK)
+		names := []*byte{cstr("VK_KHR_portability_subset")}
+		dci.EnabledExtensionCount, dci.PpEnabledExtensionNames = 1, &names[0]
+	}
 	d := &Device{Physical: p, inst: in, family: uint32(family)}
 	if err := check("vkCreateDevice", call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&d.h)))); err != nil {
 		return nil, fmt.Errorf("vulkan: %s: %w", p.Name, err)

@@ -47,6 +47,19 @@ func NewInstance(lib *Library, appName string) (*Instance, error) {
 		ApiVersion:       v,
 	}
 	ci := &instanceCreateInfo{SType: stInstanceCreateInfo, PApplicationInfo: app}
+	// MoltenVK (macOS) is a "portability" driver: the loader lists it only
+	// when the application enables VK_KHR_portability_enumeration.
+	exts, err := lib.instanceExtensions()
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: %w", err)
+	}
+	for _, e := range exts {
+		if e == "VK_KHR_portability_enumeration" {
+			names := []*byte{cstr(e)}
+			ci.Flags |= instanceCreateEnumeratePortability
+			ci.EnabledExtensionCount, ci.PpEnabledExtensionNames = 1, &names[0]
+		}
+	}
 	in := &Instance{lib: lib, version: v}
 	if err := check("vkCreateInstance", call(lib.createInstance, uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&in.h)))); err != nil {
 		if e, ok := err.(*Error); ok && e.Result == ErrorIncompatibleDriver {
@@ -55,7 +68,7 @@ func NewInstance(lib *Library, appName string) (*Instance, error) {
 		return nil, fmt.Errorf("vulkan: %w", err)
 	}
 	get := func(n string) uintptr { return lib.instanceProc(in.h, n) }
-	err := resolve("instance", get, []procEntry{
+	err = resolve("instance", get, []procEntry{
 		{"vkDestroyInstance", &in.destroyInstance},
 		{"vkEnumeratePhysicalDevices", &in.enumeratePhysicalDevices},
 		{"vkGetPhysicalDeviceProperties2", &in.getPhysicalDeviceProperties2},

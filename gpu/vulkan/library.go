@@ -102,3 +102,30 @@ func resolve(what string, get func(string) uintptr, entries []procEntry) error {
 	}
 	return nil
 }
+
+// instanceExtensions lists the instance extensions the loader offers.
+func (l *Library) instanceExtensions() ([]string, error) {
+	for range 3 { // the count can change between the two calls
+		var n uint32
+		if err := check("vkEnumerateInstanceExtensionProperties", call(l.enumerateInstanceExtensions, 0, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, nil
+		}
+		props := make([]extensionProperties, n)
+		r := call(l.enumerateInstanceExtensions, 0, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+		if Result(int32(r)) == Incomplete {
+			continue
+		}
+		if err := check("vkEnumerateInstanceExtensionProperties", r); err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, n)
+		for _, e := range props[:n] {
+			names = append(names, gostr(e.ExtensionName[:]))
+		}
+		return names, nil
+	}
+	return nil, fmt.Errorf("vkEnumerateInstanceExtensionProperties: the list kept changing")
+}

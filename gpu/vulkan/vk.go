@@ -138,6 +138,8 @@ const (
 const (
 	queueComputeBit = 0x2
 
+	instanceCreateEnumeratePortability = 0x1 // VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR
+
 	memoryPropertyDeviceLocal  = 0x1
 	memoryPropertyHostVisible  = 0x2
 	memoryPropertyHostCoherent = 0x4
@@ -156,17 +158,16 @@ const (
 	commandBufferLevelPrimary     = 0
 	commandBufferOneTimeSubmit    = 0x1
 
-	pipelineStageTransfer   = 0x1000
-	pipelineStageCompute    = 0x800
-	pipelineStageHost       = 0x4000
-	accessShaderRead        = 0x20
-	accessShaderWrite       = 0x40
-	accessTransferRead      = 0x800
-	accessTransferWrite     = 0x1000
-	accessHostRead          = 0x2000
-	accessHostWrite         = 0x4000
-	sharingModeExclusive    = 0
-	physicalDeviceTypeOther = 0
+	pipelineStageTransfer = 0x1000
+	pipelineStageCompute  = 0x800
+	pipelineStageHost     = 0x4000
+	accessShaderRead      = 0x20
+	accessShaderWrite     = 0x40
+	accessTransferRead    = 0x800
+	accessTransferWrite   = 0x1000
+	accessHostRead        = 0x2000
+	accessHostWrite       = 0x4000
+	sharingModeExclusive  = 0
 )
 
 // apiVersion packs a Vulkan version number (VK_MAKE_API_VERSION, variant 0).
