@@ -51,7 +51,13 @@ type deviceFuncs struct {
 
 // OpenDevice creates a logical device on p with one queue from the first
 // queue family that does compute, and an empty pipeline cache.
-func (in *Instance) OpenDevice(p *PhysicalDevice) (*Device, error) {
+func (in *Instance) OpenDevice(p *PhysicalDevice) (*Device, error) { return in.OpenDeviceCache(p, nil) }
+
+// OpenDeviceCache is OpenDevice with the pipeline cache seeded from
+// cacheData, as PipelineCacheData returned it (perhaps in an earlier
+// process). The driver checks the data's header and ignores data made by
+// another device or driver version.
+func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Device, error) {
 	if p == nil || p.h == 0 {
 		return nil, fmt.Errorf("vulkan: OpenDevice: no physical device")
 	}
@@ -122,6 +128,9 @@ func (in *Instance) OpenDevice(p *PhysicalDevice) (*Device, error) {
 	call(f.getDeviceQueue, d.h, uintptr(family), 0, uintptr(unsafe.Pointer(&d.queue)))
 	call(in.getPhysicalDeviceMemoryProps, p.h, uintptr(unsafe.Pointer(&d.mem)))
 	pci := &pipelineCacheCreateInfo{SType: stPipelineCacheCreateInfo}
+	if len(cacheData) > 0 {
+		pci.InitialDataSize, pci.PInitialData = uintptr(len(cacheData)), unsafe.Pointer(&cacheData[0])
+	}
 	if err := check("vkCreatePipelineCache", call(f.createPipelineCache, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&d.cache)))); err != nil {
 		call(f.destroyDevice, d.h, 0)
 		return nil, fmt.Errorf("vulkan: %w", err)
@@ -130,13 +139,28 @@ func (in *Instance) OpenDevice(p *PhysicalDevice) (*Device, error) {
 	return d, nil
 }
 
-// PipelineCacheSize is the size in bytes of the pipeline cache's data.
-func (d *Device) PipelineCacheSize() (int, error) {
-	var n uintptr
-	if err := check("vkGetPipelineCacheData", call(d.fn.getPipelineCacheData, d.h, uintptr(d.cache), uintptr(unsafe.Pointer(&n)), 0)); err != nil {
-		return 0, fmt.Errorf("vulkan: %w", err)
+// PipelineCacheData is the pipeline cache's contents, to be saved and
+// given to OpenDeviceCache so later runs skip shader compilation.
+func (d *Device) PipelineCacheData() ([]byte, error) {
+	for range 3 { // the cache can grow between the two calls
+		var n uintptr
+		if err := check("vkGetPipelineCacheData", call(d.fn.getPipelineCacheData, d.h, uintptr(d.cache), uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+			return nil, fmt.Errorf("vulkan: %w", err)
+		}
+		if n == 0 {
+			return nil, nil
+		}
+		data := make([]byte, n)
+		r := call(d.fn.getPipelineCacheData, d.h, uintptr(d.cache), uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&data[0])))
+		if Result(int32(r)) == Incomplete {
+			continue
+		}
+		if err := check("vkGetPipelineCacheData", r); err != nil {
+			return nil, fmt.Errorf("vulkan: %w", err)
+		}
+		return data[:n], nil
 	}
-	return int(n), nil
+	return nil, fmt.Errorf("vulkan: vkGetPipelineCacheData: the cache kept growing")
 }
 
 // WaitIdle waits until the device has finished all submitted work.

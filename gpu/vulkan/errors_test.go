@@ -233,3 +233,39 @@ func TestBuffers(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineCache: the cache's data after building the kernels seeds a
+// second device, whose kernels then build and run.
+func TestPipelineCache(t *testing.T) {
+	e, _ := openKernels(t)
+	data, err := e.dev.PipelineCacheData()
+	must(t, err)
+	// VkPipelineCacheHeaderVersionOne: 32 bytes, header length 32, version 1.
+	if len(data) < 32 || data[0] != 32 || data[4] != 1 {
+		t.Fatalf("pipeline cache data: %d bytes, header % x", len(data), data[:min(len(data), 8)])
+	}
+	d2, err := e.inst.OpenDeviceCache(e.dev.Physical, data)
+	must(t, err)
+	defer d2.Close()
+	ks2, err := NewKernels(d2)
+	must(t, err)
+	defer ks2.Close()
+	x, err := d2.NewBuffer(8)
+	must(t, err)
+	defer x.Free()
+	y, err := d2.NewBuffer(4)
+	must(t, err)
+	defer y.Free()
+	must(t, x.WriteFloat32(0, []float32{1, -2}))
+	r, err := d2.NewRecorder()
+	must(t, err)
+	defer r.Close()
+	must(t, ks2.Round16(r, BF16, x, y, 2))
+	must(t, r.Submit())
+	got := make([]uint16, 2)
+	must(t, y.ReadUint16(0, got))
+	if got[0] != 0x3f80 || got[1] != 0xc000 {
+		t.Fatalf("bf16(1, -2) on the cache-seeded device = %#04x, want 0x3f80 0xc000", got)
+	}
+	t.Logf("pipeline cache: %d bytes", len(data))
+}
