@@ -17,8 +17,8 @@
 //
 // The kernels (GLSL under shaders/, compiled by scripts/gen_spirv.sh with
 // glslc and committed as SPIR-V) are a tiled fp32 GEMM, the same GEMM
-// reading B as bf16 or fp16 bits, exact fp32→bf16/fp16 rounding, and an
-// AdamW step that follows optim.AdamW's operation order.
+// reading B as bf16 or fp16 bits, exact fp32→bf16/fp16 rounding, RMSNorm forward, and
+// an AdamW step that follows optim.AdamW's operation order.
 // Mesa's lavapipe runs them on the CPU, so the tests run on every CI
 // machine; the same binary runs on NVIDIA's, AMD's and Intel's drivers.
 //

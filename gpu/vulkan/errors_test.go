@@ -164,6 +164,21 @@ func TestBadArguments(t *testing.T) {
 	if err := r.Dispatch(ks.round16, []*Buffer{A, B}, make([]byte, roundPush), 0, 1, 1); err == nil || !strings.Contains(err.Error(), "workgroups") {
 		t.Errorf("Dispatch with 0 workgroups: %v", err)
 	}
+	if err := ks.RMSNorm(r, A, B, A, 2, 8, 1e-6); err == nil || !strings.Contains(err.Error(), "must not share") {
+		t.Errorf("RMSNorm in place: %v", err)
+	}
+	if err := ks.RMSNorm(r, A, B, C, 9, 8, 1e-6); err == nil || !strings.Contains(err.Error(), "needs 288 bytes") {
+		t.Errorf("RMSNorm past the end of x: %v", err)
+	}
+	if err := ks.AdamW(r, AdamWStep{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, A, B, C, freed, 4); err == nil {
+		t.Error("AdamW with zero bias corrections succeeded")
+	}
+	if err := ks.AdamW(r, AdamWStep{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, BiasCorrection1: 0.1, BiasCorrection2: 0.001}, A, B, C, A, 4); err == nil || !strings.Contains(err.Error(), "four buffers") {
+		t.Errorf("AdamW with v = param: %v", err)
+	}
+	if r.Len() != 0 {
+		t.Errorf("refused calls recorded %d commands", r.Len())
+	}
 	if _, err := d.NewBuffer(0); err == nil {
 		t.Error("NewBuffer(0) succeeded")
 	}

@@ -78,12 +78,14 @@ type Kernels struct {
 	gemmB16 *Kernel
 	round16 *Kernel
 	adamw   *Kernel
+	rmsnorm *Kernel
 }
 
 const (
 	gemmPush  = 14 * 4
 	roundPush = 2 * 4
 	adamPush  = 10 * 4
+	rmsPush   = 3 * 4
 )
 
 // NewKernels builds every kernel for d, with the GEMM variant ChooseGemm picks.
@@ -103,6 +105,7 @@ func NewKernels(d *Device) (*Kernels, error) {
 		{&ks.gemmB16, v.B16, 3, gemmPush},
 		{&ks.round16, "round16.spv", 2, roundPush},
 		{&ks.adamw, "adamw.spv", 4, adamPush},
+		{&ks.rmsnorm, "rmsnorm.spv", 3, rmsPush},
 	}
 	for _, s := range specs {
 		code, err := spirv(s.file)
@@ -119,7 +122,7 @@ func NewKernels(d *Device) (*Kernels, error) {
 
 // Close destroys the kernels.
 func (ks *Kernels) Close() {
-	for _, k := range []*Kernel{ks.gemmF32, ks.gemmB16, ks.round16, ks.adamw} {
+	for _, k := range []*Kernel{ks.gemmF32, ks.gemmB16, ks.round16, ks.adamw, ks.rmsnorm} {
 		if k != nil {
 			k.Close()
 		}
@@ -312,6 +315,41 @@ func (ks *Kernels) AdamW(r *Recorder, s AdamWStep, param, grad, m, v *Buffer, n 
 	}
 	groups := min((uint32(n)+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535)
 	if err := r.Dispatch(ks.adamw, bufs, push, groups, 1, 1); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// RMSNorm records y = w·(x·rstd) row by row, rstd = 1/sqrt(mean(x²) + eps),
+// over rows×d values of x (packed rows) with the d weights w, as
+// nn.RMSNormRows computes (the sum of squares in fp32 here: see
+// shaders/rmsnorm.comp for the bound).
+func (ks *Kernels) RMSNorm(r *Recorder, x, w, y *Buffer, rows, d int, eps float64) error {
+	wrap := func(err error) error { return fmt.Errorf("vulkan: RMSNorm %d×%d: %w", rows, d, err) }
+	if rows < 0 || d <= 0 || !(eps >= 0) {
+		return wrap(fmt.Errorf("rows must be ≥ 0, d > 0 and eps ≥ 0 (eps %g)", eps))
+	}
+	if rows == 0 {
+		return nil
+	}
+	if err := extent("x", x, 0, rows, d, d, 4); err != nil {
+		return wrap(err)
+	}
+	if err := extent("w", w, 0, 1, d, d, 4); err != nil {
+		return wrap(err)
+	}
+	if err := extent("y", y, 0, rows, d, d, 4); err != nil {
+		return wrap(err)
+	}
+	if y == x || y == w {
+		return wrap(fmt.Errorf("y must not share a buffer with x or w"))
+	}
+	push := make([]byte, rmsPush)
+	binary.LittleEndian.PutUint32(push, uint32(rows))
+	binary.LittleEndian.PutUint32(push[4:], uint32(d))
+	binary.LittleEndian.PutUint32(push[8:], math.Float32bits(float32(eps)))
+	groups := min(uint32(rows), ks.d.Physical.MaxWorkgroupCount[0], 65535)
+	if err := r.Dispatch(ks.rmsnorm, []*Buffer{x, w, y}, push, groups, 1, 1); err != nil {
 		return wrap(err)
 	}
 	return nil
