@@ -241,14 +241,16 @@ func (in *Instance) describe(h handle) (*PhysicalDevice, error) {
 
 	// Properties2 with the structures the device can fill chained behind it.
 	props := &physicalDeviceProperties2{SType: stPhysicalDeviceProperties2}
-	// Ask for the core version first: DriverProperties needs 1.2 or the extension.
+	// Ask for the core version first: the driver and fp16 structures need 1.2 or their extensions.
 	call(in.getPhysicalDeviceProperties2, h, uintptr(unsafe.Pointer(props)))
 	api := props.Properties.ApiVersion
+	// Core 1.2 structures need both the device and the instance at 1.2.
+	core12 := min(api, in.version) >= apiVersion(1, 2, 0)
 	id := &physicalDeviceIDProperties{SType: stPhysicalDeviceIDProperties}
 	sub := &physicalDeviceSubgroupProperties{SType: stPhysicalDeviceSubgroupProps, PNext: unsafe.Pointer(id)}
 	props.PNext = unsafe.Pointer(sub)
 	drv := &physicalDeviceDriverProperties{SType: stPhysicalDeviceDriverProps}
-	if api >= apiVersion(1, 2, 0) || p.HasExtension("VK_KHR_driver_properties") {
+	if core12 || p.HasExtension("VK_KHR_driver_properties") {
 		drv.PNext = props.PNext
 		props.PNext = unsafe.Pointer(drv)
 	}
@@ -288,7 +290,7 @@ func (in *Instance) describe(h handle) (*PhysicalDevice, error) {
 		}
 	}
 
-	if api >= apiVersion(1, 2, 0) || p.HasExtension("VK_KHR_shader_float16_int8") {
+	if core12 || p.HasExtension("VK_KHR_shader_float16_int8") {
 		f16 := &physicalDeviceShaderFloat16Int8Features{SType: stPhysicalDeviceFloat16Int8}
 		feats := &physicalDeviceFeatures2{SType: stPhysicalDeviceFeatures2, PNext: unsafe.Pointer(f16)}
 		call(in.getPhysicalDeviceFeatures2, h, uintptr(unsafe.Pointer(feats)))
