@@ -3,6 +3,8 @@ package vulkan
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +22,9 @@ func TestSPIRVUpToDate(t *testing.T) {
 		t.Skip("no glslc (Debian: apt-get install glslc) to recompile the shaders")
 	}
 	list, err := os.ReadFile("shaders/build.txt")
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("no shaders/build.txt here: the test binary runs outside gpu/vulkan's sources")
+	}
 	must(t, err)
 	out, err := exec.Command(glslc, "--version").Output()
 	must(t, err)
