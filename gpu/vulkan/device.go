@@ -1,0 +1,187 @@
+package vulkan
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Device is a logical VkDevice with one compute queue, its memory
+// suballocator and a pipeline cache. Its methods may be called from
+// several goroutines (allocation and submission are locked); a Recorder
+// belongs to one goroutine.
+type Device struct {
+	Physical *PhysicalDevice
+	inst     *Instance
+	h        handle
+	family   uint32
+	queue    handle
+	cache    ndHandle
+	mem      physicalDeviceMemoryProperties
+
+	submitMu sync.Mutex // vkQueueSubmit needs the queue externally synchronized
+	alloc    *allocator
+
+	// stageAlways makes Buffer.Write and Read copy through staging
+	// buffers even where device memory is mapped (tests the discrete-GPU
+	// path on lavapipe).
+	stageAlways bool
+
+	fn deviceFuncs
+}
+
+// deviceFuncs are the device-level entry points, from vkGetDeviceProcAddr.
+type deviceFuncs struct {
+	destroyDevice, getDeviceQueue, deviceWaitIdle                                             uintptr
+	createBuffer, destroyBuffer, getBufferMemoryRequirements, bindBufferMemory                uintptr
+	allocateMemory, freeMemory, mapMemory, unmapMemory                                        uintptr
+	createShaderModule, destroyShaderModule                                                   uintptr
+	createDescriptorSetLayout, destroyDescriptorSetLayout                                     uintptr
+	createPipelineLayout, destroyPipelineLayout                                               uintptr
+	createPipelineCache, destroyPipelineCache, getPipelineCacheData                           uintptr
+	createComputePipelines, destroyPipeline                                                   uintptr
+	createDescriptorPool, destroyDescriptorPool, resetDescriptorPool                          uintptr
+	allocateDescriptorSets, updateDescriptorSets                                              uintptr
+	createCommandPool, destroyCommandPool, resetCommandPool, allocateCommandBuffers           uintptr
+	beginCommandBuffer, endCommandBuffer                                                      uintptr
+	cmdBindPipeline, cmdBindDescriptorSets, cmdPushConstants, cmdDispatch, cmdPipelineBarrier uintptr
+	cmdCopyBuffer, cmdFillBuffer                                                              uintptr
+	queueSubmit, createFence, destroyFence, waitForFences, resetFences                        uintptr
+}
+
+// OpenDevice creates a logical device on p with one queue from the first
+// queue family that does compute, and an empty pipeline cache.
+func (in *Instance) OpenDevice(p *PhysicalDevice) (*Device, error) { return in.OpenDeviceCache(p, nil) }
+
+// OpenDeviceCache is OpenDevice with the pipeline cache seeded from
+// cacheData, as PipelineCacheData returned it (perhaps in an earlier
+// process). The driver checks the data's header and ignores data made by
+// another device or driver version.
+func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Device, error) {
+	if p == nil || p.h == 0 {
+		return nil, fmt.Errorf("vulkan: OpenDevice: no physical device")
+	}
+	var n uint32
+	call(in.getPhysicalDeviceQueueFamilies, p.h, uintptr(unsafe.Pointer(&n)), 0)
+	if n == 0 {
+		return nil, fmt.Errorf("vulkan: %s has no queue families", p.Name)
+	}
+	fams := make([]queueFamilyProperties, n)
+	call(in.getPhysicalDeviceQueueFamilies, p.h, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&fams[0])))
+	family := -1
+	for i, f := range fams[:n] {
+		if f.QueueFlags&queueComputeBit != 0 && f.QueueCount > 0 {
+			family = i
+			break
+		}
+	}
+	if family < 0 {
+		return nil, fmt.Errorf("vulkan: %s has no compute queue", p.Name)
+	}
+	prio := new(float32)
+	*prio = 1
+	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
+	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
+	if p.HasExtension("VK_KHR_portability_subset") { // must be enabled where offered (MoltenVK)
+		names := []*byte{cstr("VK_KHR_portability_subset")}
+		dci.EnabledExtensionCount, dci.PpEnabledExtensionNames = 1, &names[0]
+	}
+	d := &Device{Physical: p, inst: in, family: uint32(family)}
+	if err := check("vkCreateDevice", call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&d.h)))); err != nil {
+		return nil, fmt.Errorf("vulkan: %s: %w", p.Name, err)
+	}
+	get := func(name string) uintptr {
+		s := cstr(name)
+		return call(in.getDeviceProcAddr, d.h, uintptr(unsafe.Pointer(s)))
+	}
+	f := &d.fn
+	err := resolve("device "+p.Name, get, []procEntry{
+		{"vkDestroyDevice", &f.destroyDevice}, {"vkGetDeviceQueue", &f.getDeviceQueue}, {"vkDeviceWaitIdle", &f.deviceWaitIdle},
+		{"vkCreateBuffer", &f.createBuffer}, {"vkDestroyBuffer", &f.destroyBuffer},
+		{"vkGetBufferMemoryRequirements", &f.getBufferMemoryRequirements}, {"vkBindBufferMemory", &f.bindBufferMemory},
+		{"vkAllocateMemory", &f.allocateMemory}, {"vkFreeMemory", &f.freeMemory},
+		{"vkMapMemory", &f.mapMemory}, {"vkUnmapMemory", &f.unmapMemory},
+		{"vkCreateShaderModule", &f.createShaderModule}, {"vkDestroyShaderModule", &f.destroyShaderModule},
+		{"vkCreateDescriptorSetLayout", &f.createDescriptorSetLayout}, {"vkDestroyDescriptorSetLayout", &f.destroyDescriptorSetLayout},
+		{"vkCreatePipelineLayout", &f.createPipelineLayout}, {"vkDestroyPipelineLayout", &f.destroyPipelineLayout},
+		{"vkCreatePipelineCache", &f.createPipelineCache}, {"vkDestroyPipelineCache", &f.destroyPipelineCache},
+		{"vkGetPipelineCacheData", &f.getPipelineCacheData},
+		{"vkCreateComputePipelines", &f.createComputePipelines}, {"vkDestroyPipeline", &f.destroyPipeline},
+		{"vkCreateDescriptorPool", &f.createDescriptorPool}, {"vkDestroyDescriptorPool", &f.destroyDescriptorPool},
+		{"vkResetDescriptorPool", &f.resetDescriptorPool},
+		{"vkAllocateDescriptorSets", &f.allocateDescriptorSets}, {"vkUpdateDescriptorSets", &f.updateDescriptorSets},
+		{"vkCreateCommandPool", &f.createCommandPool}, {"vkDestroyCommandPool", &f.destroyCommandPool},
+		{"vkResetCommandPool", &f.resetCommandPool}, {"vkAllocateCommandBuffers", &f.allocateCommandBuffers},
+		{"vkBeginCommandBuffer", &f.beginCommandBuffer}, {"vkEndCommandBuffer", &f.endCommandBuffer},
+		{"vkCmdBindPipeline", &f.cmdBindPipeline}, {"vkCmdBindDescriptorSets", &f.cmdBindDescriptorSets},
+		{"vkCmdPushConstants", &f.cmdPushConstants}, {"vkCmdDispatch", &f.cmdDispatch},
+		{"vkCmdPipelineBarrier", &f.cmdPipelineBarrier}, {"vkCmdCopyBuffer", &f.cmdCopyBuffer}, {"vkCmdFillBuffer", &f.cmdFillBuffer},
+		{"vkQueueSubmit", &f.queueSubmit}, {"vkCreateFence", &f.createFence}, {"vkDestroyFence", &f.destroyFence},
+		{"vkWaitForFences", &f.waitForFences}, {"vkResetFences", &f.resetFences},
+	})
+	if err != nil {
+		if f.destroyDevice != 0 {
+			call(f.destroyDevice, d.h, 0)
+		}
+		return nil, err
+	}
+	call(f.getDeviceQueue, d.h, uintptr(family), 0, uintptr(unsafe.Pointer(&d.queue)))
+	call(in.getPhysicalDeviceMemoryProps, p.h, uintptr(unsafe.Pointer(&d.mem)))
+	pci := &pipelineCacheCreateInfo{SType: stPipelineCacheCreateInfo}
+	if len(cacheData) > 0 {
+		pci.InitialDataSize, pci.PInitialData = uintptr(len(cacheData)), unsafe.Pointer(&cacheData[0])
+	}
+	if err := check("vkCreatePipelineCache", call(f.createPipelineCache, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&d.cache)))); err != nil {
+		call(f.destroyDevice, d.h, 0)
+		return nil, fmt.Errorf("vulkan: %w", err)
+	}
+	d.alloc = newAllocator(d)
+	return d, nil
+}
+
+// PipelineCacheData is the pipeline cache's contents, to be saved and
+// given to OpenDeviceCache so later runs skip shader compilation.
+func (d *Device) PipelineCacheData() ([]byte, error) {
+	for range 3 { // the cache can grow between the two calls
+		var n uintptr
+		if err := check("vkGetPipelineCacheData", call(d.fn.getPipelineCacheData, d.h, uintptr(d.cache), uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+			return nil, fmt.Errorf("vulkan: %w", err)
+		}
+		if n == 0 {
+			return nil, nil
+		}
+		data := make([]byte, n)
+		r := call(d.fn.getPipelineCacheData, d.h, uintptr(d.cache), uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&data[0])))
+		if Result(int32(r)) == Incomplete {
+			continue
+		}
+		if err := check("vkGetPipelineCacheData", r); err != nil {
+			return nil, fmt.Errorf("vulkan: %w", err)
+		}
+		return data[:n], nil
+	}
+	return nil, fmt.Errorf("vulkan: vkGetPipelineCacheData: the cache kept growing")
+}
+
+// WaitIdle waits until the device has finished all submitted work.
+func (d *Device) WaitIdle() error {
+	d.submitMu.Lock()
+	defer d.submitMu.Unlock()
+	if err := check("vkDeviceWaitIdle", call(d.fn.deviceWaitIdle, d.h)); err != nil {
+		return fmt.Errorf("vulkan: %w", err)
+	}
+	return nil
+}
+
+// Close waits for the device, frees its memory and destroys it. Buffers,
+// kernels and recorders made from it must not be used afterwards.
+func (d *Device) Close() {
+	if d.h == 0 {
+		return
+	}
+	call(d.fn.deviceWaitIdle, d.h)
+	d.alloc.close()
+	call(d.fn.destroyPipelineCache, d.h, uintptr(d.cache), 0)
+	call(d.fn.destroyDevice, d.h, 0)
+	d.h = 0
+}

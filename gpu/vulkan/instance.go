@@ -1,0 +1,373 @@
+package vulkan
+
+import (
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+// Instance is a VkInstance with the instance-level entry points it needs.
+type Instance struct {
+	lib     *Library
+	h       handle
+	version uint32 // the API version asked for
+
+	destroyInstance                  uintptr
+	enumeratePhysicalDevices         uintptr
+	getPhysicalDeviceProperties2     uintptr
+	getPhysicalDeviceFeatures2       uintptr
+	getPhysicalDeviceMemoryProps     uintptr
+	getPhysicalDeviceQueueFamilies   uintptr
+	enumerateDeviceExtensionProperty uintptr
+	createDevice                     uintptr
+	getDeviceProcAddr                uintptr
+}
+
+// NewInstance creates a Vulkan instance on lib, asking for the loader's
+// version capped at 1.3. Vulkan 1.1 is the minimum (for
+// vkGetPhysicalDeviceProperties2).
+func NewInstance(lib *Library, appName string) (*Instance, error) {
+	if lib == nil || lib.gipa == 0 {
+		return nil, fmt.Errorf("vulkan: NewInstance: library not loaded")
+	}
+	v := lib.Version()
+	if v < apiVersion(1, 1, 0) {
+		return nil, fmt.Errorf("vulkan: loader %s speaks Vulkan %s; 1.1 is needed: %w", lib.name, versionString(v), ErrNoDevice)
+	}
+	if v > apiVersion(1, 3, 0) {
+		v = apiVersion(1, 3, 0)
+	}
+	app := &applicationInfo{
+		SType:            stApplicationInfo,
+		PApplicationName: cstr(appName),
+		PEngineName:      cstr("mixtune"),
+		ApiVersion:       v,
+	}
+	ci := &instanceCreateInfo{SType: stInstanceCreateInfo, PApplicationInfo: app}
+	// MoltenVK (macOS) is a "portability" driver: the loader lists it only
+	// when the application enables VK_KHR_portability_enumeration.
+	exts, err := lib.instanceExtensions()
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: %w", err)
+	}
+	for _, e := range exts {
+		if e == "VK_KHR_portability_enumeration" {
+			names := []*byte{cstr(e)}
+			ci.Flags |= instanceCreateEnumeratePortability
+			ci.EnabledExtensionCount, ci.PpEnabledExtensionNames = 1, &names[0]
+		}
+	}
+	in := &Instance{lib: lib, version: v}
+	if err := check("vkCreateInstance", call(lib.createInstance, uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&in.h)))); err != nil {
+		if e, ok := err.(*Error); ok && e.Result == ErrorIncompatibleDriver {
+			return nil, fmt.Errorf("vulkan: %w (no driver: %v)", ErrNoDevice, err)
+		}
+		return nil, fmt.Errorf("vulkan: %w", err)
+	}
+	get := func(n string) uintptr { return lib.instanceProc(in.h, n) }
+	err = resolve("instance", get, []procEntry{
+		{"vkDestroyInstance", &in.destroyInstance},
+		{"vkEnumeratePhysicalDevices", &in.enumeratePhysicalDevices},
+		{"vkGetPhysicalDeviceProperties2", &in.getPhysicalDeviceProperties2},
+		{"vkGetPhysicalDeviceFeatures2", &in.getPhysicalDeviceFeatures2},
+		{"vkGetPhysicalDeviceMemoryProperties", &in.getPhysicalDeviceMemoryProps},
+		{"vkGetPhysicalDeviceQueueFamilyProperties", &in.getPhysicalDeviceQueueFamilies},
+		{"vkEnumerateDeviceExtensionProperties", &in.enumerateDeviceExtensionProperty},
+		{"vkCreateDevice", &in.createDevice},
+		{"vkGetDeviceProcAddr", &in.getDeviceProcAddr},
+	})
+	if err != nil {
+		if in.destroyInstance != 0 {
+			call(in.destroyInstance, in.h, 0)
+		}
+		return nil, err
+	}
+	return in, nil
+}
+
+// Close destroys the instance. Devices opened from it must be closed first.
+func (in *Instance) Close() {
+	if in.h != 0 {
+		call(in.destroyInstance, in.h, 0)
+		in.h = 0
+	}
+}
+
+// DeviceType is VkPhysicalDeviceType.
+type DeviceType uint32
+
+// The physical device types.
+const (
+	TypeOther DeviceType = iota
+	TypeIntegratedGPU
+	TypeDiscreteGPU
+	TypeVirtualGPU
+	TypeCPU
+)
+
+func (t DeviceType) String() string {
+	switch t {
+	case TypeIntegratedGPU:
+		return "integrated GPU"
+	case TypeDiscreteGPU:
+		return "discrete GPU"
+	case TypeVirtualGPU:
+		return "virtual GPU"
+	case TypeCPU:
+		return "CPU"
+	}
+	return "other"
+}
+
+// PhysicalDevice describes one Vulkan device: what device selection and
+// kernel selection need to know about it.
+type PhysicalDevice struct {
+	Index         int // position in vkEnumeratePhysicalDevices' order
+	Name          string
+	VendorID      uint32
+	DeviceID      uint32
+	Type          DeviceType
+	APIVersion    uint32 // packed; see VersionString
+	DriverVersion uint32 // packed the vendor's way; see DriverVersionString
+	DriverID      uint32 // VkDriverId, 0 when unknown
+	DriverName    string // VkPhysicalDeviceDriverProperties.driverName
+	DriverInfo    string
+	UUID          [16]byte // deviceUUID: NVIDIA's is the CUDA/NVML GPU UUID
+	PCIBusID      string   // "0000:01:00.0" with VK_EXT_pci_bus_info, else ""
+
+	DeviceLocalBytes        uint64 // the largest device-local heap
+	SubgroupSize            uint32
+	MaxSharedMemory         uint32 // maxComputeSharedMemorySize, bytes
+	MaxStorageBufferRange   uint32
+	MaxWorkgroupInvocations uint32
+	MaxWorkgroupCount       [3]uint32
+	MaxPushConstants        uint32
+	MinStorageBufferAlign   uint64
+
+	ShaderFloat16        bool // shaderFloat16 (VkPhysicalDeviceShaderFloat16Int8Features)
+	CooperativeMatrixKHR bool // VK_KHR_cooperative_matrix
+	CooperativeMatrixNV  bool // VK_NV_cooperative_matrix
+	CooperativeMatrix2NV bool // VK_NV_cooperative_matrix2
+	ShaderBFloat16       bool // VK_KHR_shader_bfloat16
+
+	Extensions []string // sorted
+
+	h handle
+}
+
+// Vendor names the vendor from its PCI id.
+func (p *PhysicalDevice) Vendor() string {
+	switch p.VendorID {
+	case 0x10de:
+		return "NVIDIA"
+	case 0x1002:
+		return "AMD"
+	case 0x8086:
+		return "Intel"
+	case 0x13b5:
+		return "ARM"
+	case 0x5143:
+		return "Qualcomm"
+	case 0x106b:
+		return "Apple"
+	case 0x10005:
+		return "Mesa"
+	}
+	return fmt.Sprintf("0x%04x", p.VendorID)
+}
+
+// UUIDString formats UUID as NVIDIA does: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+func (p *PhysicalDevice) UUIDString() string {
+	h := hex.EncodeToString(p.UUID[:])
+	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// VersionString is the device's Vulkan version, as major.minor.patch.
+func (p *PhysicalDevice) VersionString() string { return versionString(p.APIVersion) }
+
+// DriverVersionString decodes DriverVersion: NVIDIA packs 10.8.8.6 bits,
+// the others (Mesa included) the Vulkan version layout.
+func (p *PhysicalDevice) DriverVersionString() string {
+	v := p.DriverVersion
+	if p.VendorID == 0x10de {
+		return fmt.Sprintf("%d.%d.%d.%d", v>>22&0x3ff, v>>14&0xff, v>>6&0xff, v&0x3f)
+	}
+	return versionString(v)
+}
+
+// HasExtension reports whether the device offers the named extension.
+func (p *PhysicalDevice) HasExtension(name string) bool {
+	i := sort.SearchStrings(p.Extensions, name)
+	return i < len(p.Extensions) && p.Extensions[i] == name
+}
+
+// PhysicalDevices lists the instance's devices with their properties. With
+// none, the error wraps ErrNoDevice.
+func (in *Instance) PhysicalDevices() ([]*PhysicalDevice, error) {
+	var n uint32
+	if err := check("vkEnumeratePhysicalDevices", call(in.enumeratePhysicalDevices, in.h, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+		return nil, fmt.Errorf("vulkan: %w", err)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("vulkan: the loader found %w (is an ICD installed? VK_DRIVER_FILES selects one)", ErrNoDevice)
+	}
+	hs := make([]handle, n)
+	if err := check("vkEnumeratePhysicalDevices", call(in.enumeratePhysicalDevices, in.h, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&hs[0])))); err != nil {
+		return nil, fmt.Errorf("vulkan: %w", err)
+	}
+	devs := make([]*PhysicalDevice, 0, n)
+	for i, h := range hs[:n] {
+		p, err := in.describe(h)
+		if err != nil {
+			return nil, fmt.Errorf("vulkan: device %d: %w", i, err)
+		}
+		p.Index = i
+		devs = append(devs, p)
+	}
+	return devs, nil
+}
+
+// describe queries one physical device.
+func (in *Instance) describe(h handle) (*PhysicalDevice, error) {
+	p := &PhysicalDevice{h: h}
+	exts, err := in.deviceExtensions(h)
+	if err != nil {
+		return nil, err
+	}
+	p.Extensions = exts
+
+	// Properties2 with the structures the device can fill chained behind it.
+	props := &physicalDeviceProperties2{SType: stPhysicalDeviceProperties2}
+	// Ask for the core version first: the driver and fp16 structures need 1.2 or their extensions.
+	call(in.getPhysicalDeviceProperties2, h, uintptr(unsafe.Pointer(props)))
+	api := props.Properties.ApiVersion
+	// Core 1.2 structures need both the device and the instance at 1.2.
+	core12 := min(api, in.version) >= apiVersion(1, 2, 0)
+	id := &physicalDeviceIDProperties{SType: stPhysicalDeviceIDProperties}
+	sub := &physicalDeviceSubgroupProperties{SType: stPhysicalDeviceSubgroupProps, PNext: unsafe.Pointer(id)}
+	props.PNext = unsafe.Pointer(sub)
+	drv := &physicalDeviceDriverProperties{SType: stPhysicalDeviceDriverProps}
+	if core12 || p.HasExtension("VK_KHR_driver_properties") {
+		drv.PNext = props.PNext
+		props.PNext = unsafe.Pointer(drv)
+	}
+	pci := &physicalDevicePCIBusInfoPropertiesEXT{SType: stPhysicalDevicePCIBusInfo}
+	hasPCI := p.HasExtension("VK_EXT_pci_bus_info")
+	if hasPCI {
+		pci.PNext = props.PNext
+		props.PNext = unsafe.Pointer(pci)
+	}
+	call(in.getPhysicalDeviceProperties2, h, uintptr(unsafe.Pointer(props)))
+
+	pp := &props.Properties
+	p.Name = gostr(pp.DeviceName[:])
+	p.VendorID, p.DeviceID = pp.VendorID, pp.DeviceID
+	p.Type = DeviceType(pp.DeviceType)
+	p.APIVersion, p.DriverVersion = pp.ApiVersion, pp.DriverVersion
+	p.DriverID = drv.DriverID
+	p.DriverName, p.DriverInfo = gostr(drv.DriverName[:]), gostr(drv.DriverInfo[:])
+	p.UUID = id.DeviceUUID
+	if hasPCI {
+		p.PCIBusID = fmt.Sprintf("%04x:%02x:%02x.%x", pci.PciDomain, pci.PciBus, pci.PciDevice, pci.PciFunction)
+	}
+	p.SubgroupSize = sub.SubgroupSize
+	lim := &pp.Limits
+	p.MaxSharedMemory = lim.MaxComputeSharedMemorySize
+	p.MaxStorageBufferRange = lim.MaxStorageBufferRange
+	p.MaxWorkgroupInvocations = lim.MaxComputeWorkGroupInvocations
+	p.MaxWorkgroupCount = lim.MaxComputeWorkGroupCount
+	p.MaxPushConstants = lim.MaxPushConstantsSize
+	p.MinStorageBufferAlign = lim.MinStorageBufferOffsetAlignment
+
+	var mem physicalDeviceMemoryProperties
+	call(in.getPhysicalDeviceMemoryProps, h, uintptr(unsafe.Pointer(&mem)))
+	for _, heap := range mem.MemoryHeaps[:min(mem.MemoryHeapCount, maxMemoryHeaps)] {
+		if heap.Flags&memoryHeapDeviceLocal != 0 && heap.Size > p.DeviceLocalBytes {
+			p.DeviceLocalBytes = heap.Size
+		}
+	}
+
+	if core12 || p.HasExtension("VK_KHR_shader_float16_int8") {
+		f16 := &physicalDeviceShaderFloat16Int8Features{SType: stPhysicalDeviceFloat16Int8}
+		feats := &physicalDeviceFeatures2{SType: stPhysicalDeviceFeatures2, PNext: unsafe.Pointer(f16)}
+		call(in.getPhysicalDeviceFeatures2, h, uintptr(unsafe.Pointer(feats)))
+		p.ShaderFloat16 = f16.ShaderFloat16 != 0
+	}
+	p.CooperativeMatrixKHR = p.HasExtension("VK_KHR_cooperative_matrix")
+	p.CooperativeMatrixNV = p.HasExtension("VK_NV_cooperative_matrix")
+	p.CooperativeMatrix2NV = p.HasExtension("VK_NV_cooperative_matrix2")
+	p.ShaderBFloat16 = p.HasExtension("VK_KHR_shader_bfloat16")
+	return p, nil
+}
+
+// deviceExtensions lists the device's extension names, sorted.
+func (in *Instance) deviceExtensions(h handle) ([]string, error) {
+	for range 3 { // the count can change between the two calls
+		var n uint32
+		if err := check("vkEnumerateDeviceExtensionProperties", call(in.enumerateDeviceExtensionProperty, h, 0, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, nil
+		}
+		props := make([]extensionProperties, n)
+		r := call(in.enumerateDeviceExtensionProperty, h, 0, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+		if Result(int32(r)) == Incomplete {
+			continue
+		}
+		if err := check("vkEnumerateDeviceExtensionProperties", r); err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, n)
+		for _, e := range props[:n] {
+			names = append(names, gostr(e.ExtensionName[:]))
+		}
+		sort.Strings(names)
+		return names, nil
+	}
+	return nil, fmt.Errorf("vkEnumerateDeviceExtensionProperties: the list kept changing")
+}
+
+// Select picks one of devs by spec: a decimal index into devs, a UUID
+// ("GPU-…" or bare hex, dashes optional; a unique prefix is enough) or a
+// PCI bus id ("0000:01:00.0", or without the domain "01:00.0").
+func Select(devs []*PhysicalDevice, spec string) (*PhysicalDevice, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, fmt.Errorf("vulkan: empty device selector")
+	}
+	if i, err := strconv.Atoi(spec); err == nil {
+		if i < 0 || i >= len(devs) {
+			return nil, fmt.Errorf("vulkan: device index %d out of range (%d devices)", i, len(devs))
+		}
+		return devs[i], nil
+	}
+	var found []*PhysicalDevice
+	if strings.Count(spec, ":") >= 1 && strings.Contains(spec, ".") {
+		for _, d := range devs {
+			if d.PCIBusID != "" && (strings.EqualFold(d.PCIBusID, spec) || strings.EqualFold(d.PCIBusID[5:], spec)) {
+				found = append(found, d)
+			}
+		}
+	} else {
+		want := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(spec, "GPU-"), "gpu-"), "-", ""))
+		if want == "" {
+			return nil, fmt.Errorf("vulkan: empty UUID in device selector %q", spec)
+		}
+		for _, d := range devs {
+			if strings.HasPrefix(hex.EncodeToString(d.UUID[:]), want) {
+				found = append(found, d)
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("vulkan: no device matches %q", spec)
+	case 1:
+		return found[0], nil
+	}
+	return nil, fmt.Errorf("vulkan: %d devices match %q; give more of the UUID", len(found), spec)
+}

@@ -1,0 +1,356 @@
+package vulkan
+
+import (
+	"embed"
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// shaderFS holds the SPIR-V compiled from shaders/*.comp (see
+// shaders/build.txt and scripts/gen_spirv.sh).
+//
+//go:embed shaders/*.spv
+var shaderFS embed.FS
+
+func spirv(name string) ([]byte, error) {
+	b, err := shaderFS.ReadFile("shaders/" + name)
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: embedded shader %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// Half is a 16-bit floating-point format.
+type Half int
+
+// The 16-bit formats.
+const (
+	BF16 Half = iota
+	FP16
+)
+
+func (h Half) String() string {
+	if h == FP16 {
+		return "fp16"
+	}
+	return "bf16"
+}
+
+// GemmVariant is one GEMM implementation: its shaders and what the device
+// must report for it to run. Kernel selection takes the first variant in
+// GemmVariants whose Supported accepts the device.
+type GemmVariant struct {
+	Name      string
+	F32, B16  string // SPIR-V file names under shaders/
+	Supported func(*PhysicalDevice) bool
+	Workgroup [2]uint32 // the C tile one workgroup computes, M × N
+}
+
+// GemmVariants lists the GEMM implementations, best first. Only the scalar
+// tiled kernel exists so far; cooperative-matrix variants (chosen when
+// CooperativeMatrixKHR/NV is reported) go before it.
+func GemmVariants() []GemmVariant {
+	return []GemmVariant{{
+		Name: "scalar-tiled-64x64",
+		F32:  "gemm_f32.spv", B16: "gemm_b16.spv",
+		// 8.5 KiB of shared memory and 256 invocations: every Vulkan device.
+		Supported: func(p *PhysicalDevice) bool { return p.MaxSharedMemory >= 8704 && p.MaxWorkgroupInvocations >= 256 },
+		Workgroup: [2]uint32{64, 64},
+	}}
+}
+
+// ChooseGemm is the first of GemmVariants that p supports.
+func ChooseGemm(p *PhysicalDevice) (GemmVariant, error) {
+	for _, v := range GemmVariants() {
+		if v.Supported(p) {
+			return v, nil
+		}
+	}
+	return GemmVariant{}, fmt.Errorf("vulkan: no GEMM variant runs on %s", p.Name)
+}
+
+// Kernels are the package's compute kernels built for one device.
+type Kernels struct {
+	d       *Device
+	Variant GemmVariant // the GEMM variant chosen for the device
+	gemmF32 *Kernel
+	gemmB16 *Kernel
+	round16 *Kernel
+	adamw   *Kernel
+	rmsnorm *Kernel
+}
+
+const (
+	gemmPush  = 14 * 4
+	roundPush = 2 * 4
+	adamPush  = 10 * 4
+	rmsPush   = 3 * 4
+)
+
+// NewKernels builds every kernel for d, with the GEMM variant ChooseGemm picks.
+func NewKernels(d *Device) (*Kernels, error) {
+	v, err := ChooseGemm(d.Physical)
+	if err != nil {
+		return nil, err
+	}
+	ks := &Kernels{d: d, Variant: v}
+	specs := []struct {
+		dst  **Kernel
+		file string
+		bufs int
+		push int
+	}{
+		{&ks.gemmF32, v.F32, 3, gemmPush},
+		{&ks.gemmB16, v.B16, 3, gemmPush},
+		{&ks.round16, "round16.spv", 2, roundPush},
+		{&ks.adamw, "adamw.spv", 4, adamPush},
+		{&ks.rmsnorm, "rmsnorm.spv", 3, rmsPush},
+	}
+	for _, s := range specs {
+		code, err := spirv(s.file)
+		if err == nil {
+			*s.dst, err = d.NewKernel(KernelSpec{Name: s.file, SPIRV: code, Buffers: s.bufs, PushSize: s.push})
+		}
+		if err != nil {
+			ks.Close()
+			return nil, err
+		}
+	}
+	return ks, nil
+}
+
+// Close destroys the kernels.
+func (ks *Kernels) Close() {
+	for _, k := range []*Kernel{ks.gemmF32, ks.gemmB16, ks.round16, ks.adamw, ks.rmsnorm} {
+		if k != nil {
+			k.Close()
+		}
+	}
+}
+
+// GemmArgs describe C = Alpha·op(A)·op(B) + Beta·C over row-major matrices
+// in buffers, at element offsets. op(A) is M×K, stored M×K with leading
+// dimension Lda (K×M when TransA); op(B) is K×N, stored K×N with Ldb (N×K
+// when TransB); C is M×N with Ldc. With Beta == 0 C is not read. B holds
+// float32 values, or 16-bit ones of format BHalf when B16 is set.
+type GemmArgs struct {
+	M, N, K          int
+	TransA, TransB   bool
+	Alpha, Beta      float32
+	A, B, C          *Buffer
+	Lda, Ldb, Ldc    int
+	AOff, BOff, COff int
+	B16              bool
+	BHalf            Half
+}
+
+// extent checks that a rows×cols row-major matrix with leading dimension
+// ld at element offset off fits in buf's size bytes of elem-byte elements.
+func extent(name string, buf *Buffer, off, rows, cols, ld, elem int) error {
+	if buf == nil || buf.h == 0 {
+		return fmt.Errorf("%s: %w", name, ErrFreed)
+	}
+	if off < 0 || ld < cols || ld < 1 {
+		return fmt.Errorf("%s: offset %d, leading dimension %d for %d columns", name, off, ld, cols)
+	}
+	last := uint64(off) + uint64(rows-1)*uint64(ld) + uint64(cols)
+	if last > math.MaxUint32 {
+		return fmt.Errorf("%s: %d elements exceed the kernels' 32-bit indexing", name, last)
+	}
+	if last*uint64(elem) > buf.size {
+		return fmt.Errorf("%s: %d×%d (ld %d, offset %d) needs %d bytes; the buffer has %d", name, rows, cols, ld, off, last*uint64(elem), buf.size)
+	}
+	return nil
+}
+
+// Gemm records the GEMM g into r.
+func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
+	wrap := func(err error) error { return fmt.Errorf("vulkan: Gemm %d×%d×%d: %w", g.M, g.N, g.K, err) }
+	if g.M < 0 || g.N < 0 || g.K < 0 {
+		return wrap(fmt.Errorf("negative size"))
+	}
+	if g.M == 0 || g.N == 0 {
+		return nil
+	}
+	if g.B16 && g.BHalf != BF16 && g.BHalf != FP16 {
+		return wrap(fmt.Errorf("unknown 16-bit format %d", g.BHalf))
+	}
+	ar, ac := g.M, g.K
+	if g.TransA {
+		ar, ac = g.K, g.M
+	}
+	br, bc := g.K, g.N
+	if g.TransB {
+		br, bc = g.N, g.K
+	}
+	belem := 4
+	if g.B16 {
+		belem = 2
+	}
+	if g.K > 0 {
+		if err := extent("A", g.A, g.AOff, ar, ac, g.Lda, 4); err != nil {
+			return wrap(err)
+		}
+		if err := extent("B", g.B, g.BOff, br, bc, g.Ldb, belem); err != nil {
+			return wrap(err)
+		}
+	} else if g.A == nil || g.B == nil { // K = 0: C = beta·C, A and B unread but bound
+		return wrap(fmt.Errorf("A and B must be buffers even when K is 0"))
+	}
+	if err := extent("C", g.C, g.COff, g.M, g.N, g.Ldc, 4); err != nil {
+		return wrap(err)
+	}
+	if g.A == g.C || g.B == g.C {
+		return wrap(fmt.Errorf("C must not share a buffer with A or B"))
+	}
+	tile := ks.Variant.Workgroup
+	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
+	push := make([]byte, gemmPush)
+	b01 := func(b bool) uint32 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for i, v := range []uint32{
+		uint32(g.M), uint32(g.N), uint32(g.K), uint32(g.Lda), uint32(g.Ldb), uint32(g.Ldc),
+		uint32(g.AOff), uint32(g.BOff), uint32(g.COff), b01(g.TransA), b01(g.TransB),
+		math.Float32bits(g.Alpha), math.Float32bits(g.Beta), b01(g.BHalf == FP16),
+	} {
+		binary.LittleEndian.PutUint32(push[4*i:], v)
+	}
+	k := ks.gemmF32
+	if g.B16 {
+		k = ks.gemmB16
+	}
+	if err := r.Dispatch(k, []*Buffer{g.A, g.B, g.C}, push, gx, gy, 1); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// Round16 records the rounding of n float32 values in x to format h into
+// y, as 16-bit values two to a word (the layout Buffer.ReadUint16 reads
+// on little-endian hosts), bit for bit what amp.BF16.Bits16 and
+// amp.FP16.Bits16 compute.
+func (ks *Kernels) Round16(r *Recorder, h Half, x, y *Buffer, n int) error {
+	wrap := func(err error) error { return fmt.Errorf("vulkan: Round16 %s of %d values: %w", h, n, err) }
+	if h != BF16 && h != FP16 {
+		return wrap(fmt.Errorf("unknown 16-bit format %d", h))
+	}
+	if n < 0 || n > math.MaxUint32-1 {
+		return wrap(fmt.Errorf("bad count"))
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := extent("x", x, 0, 1, n, n, 4); err != nil {
+		return wrap(err)
+	}
+	if err := extent("y", y, 0, 1, (n+1)/2, (n+1)/2, 4); err != nil {
+		return wrap(err)
+	}
+	words := uint32((n + 1) / 2)
+	groups := min((words+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535)
+	push := make([]byte, roundPush)
+	binary.LittleEndian.PutUint32(push, uint32(n))
+	binary.LittleEndian.PutUint32(push[4:], uint32(h))
+	if err := r.Dispatch(ks.round16, []*Buffer{x, y}, push, groups, 1, 1); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// AdamWStep is one AdamW step's hyperparameters, as optim.AdamWConfig
+// and the learning rate, with the bias corrections 1 − β1^t and
+// 1 − β2^t for the parameter's step t, computed by the caller (optim
+// computes them in double-double; see optim.powInt).
+type AdamWStep struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	BiasCorrection1, BiasCorrection2   float64
+}
+
+// AdamW records one AdamW step over n parameters: param, its gradient grad
+// and the moments m and v, all fp32, updated in place, in the order and
+// with the fused multiply-adds of optim.AdamW (to a few ulps: Vulkan does
+// not promise correctly rounded sqrt and division).
+func (ks *Kernels) AdamW(r *Recorder, s AdamWStep, param, grad, m, v *Buffer, n int) error {
+	wrap := func(err error) error { return fmt.Errorf("vulkan: AdamW over %d values: %w", n, err) }
+	if n < 0 || n > math.MaxUint32 {
+		return wrap(fmt.Errorf("bad count"))
+	}
+	if !(s.BiasCorrection1 > 0 && s.BiasCorrection2 > 0) || !(s.Eps > 0) {
+		return wrap(fmt.Errorf("bias corrections %g, %g and eps %g must be positive", s.BiasCorrection1, s.BiasCorrection2, s.Eps))
+	}
+	if n == 0 {
+		return nil
+	}
+	bufs := []*Buffer{param, grad, m, v}
+	for i, b := range bufs {
+		if err := extent([]string{"param", "grad", "m", "v"}[i], b, 0, 1, n, n, 4); err != nil {
+			return wrap(err)
+		}
+		for _, o := range bufs[:i] {
+			if o == b {
+				return wrap(fmt.Errorf("param, grad, m and v must be four buffers"))
+			}
+		}
+	}
+	applyDecay := uint32(0)
+	if s.WeightDecay != 0 {
+		applyDecay = 1
+	}
+	push := make([]byte, adamPush)
+	for i, x := range []uint32{
+		uint32(n), applyDecay,
+		math.Float32bits(float32(1 - s.LR*s.WeightDecay)),
+		math.Float32bits(float32(s.Beta1)), math.Float32bits(float32(1 - s.Beta1)),
+		math.Float32bits(float32(s.Beta2)), math.Float32bits(float32(1 - s.Beta2)),
+		math.Float32bits(float32(-(s.LR / s.BiasCorrection1))),
+		math.Float32bits(float32(math.Sqrt(s.BiasCorrection2))),
+		math.Float32bits(float32(s.Eps)),
+	} {
+		binary.LittleEndian.PutUint32(push[4*i:], x)
+	}
+	groups := min((uint32(n)+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535)
+	if err := r.Dispatch(ks.adamw, bufs, push, groups, 1, 1); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// RMSNorm records y = w·(x·rstd) row by row, rstd = 1/sqrt(mean(x²) + eps),
+// over rows×d values of x (packed rows) with the d weights w, as
+// nn.RMSNormRows computes (the sum of squares in fp32 here: see
+// shaders/rmsnorm.comp for the bound).
+func (ks *Kernels) RMSNorm(r *Recorder, x, w, y *Buffer, rows, d int, eps float64) error {
+	wrap := func(err error) error { return fmt.Errorf("vulkan: RMSNorm %d×%d: %w", rows, d, err) }
+	if rows < 0 || d <= 0 || !(eps >= 0) {
+		return wrap(fmt.Errorf("rows must be ≥ 0, d > 0 and eps ≥ 0 (eps %g)", eps))
+	}
+	if rows == 0 {
+		return nil
+	}
+	if err := extent("x", x, 0, rows, d, d, 4); err != nil {
+		return wrap(err)
+	}
+	if err := extent("w", w, 0, 1, d, d, 4); err != nil {
+		return wrap(err)
+	}
+	if err := extent("y", y, 0, rows, d, d, 4); err != nil {
+		return wrap(err)
+	}
+	if y == x || y == w {
+		return wrap(fmt.Errorf("y must not share a buffer with x or w"))
+	}
+	push := make([]byte, rmsPush)
+	binary.LittleEndian.PutUint32(push, uint32(rows))
+	binary.LittleEndian.PutUint32(push[4:], uint32(d))
+	binary.LittleEndian.PutUint32(push[8:], math.Float32bits(float32(eps)))
+	groups := min(uint32(rows), ks.d.Physical.MaxWorkgroupCount[0], 65535)
+	if err := r.Dispatch(ks.rmsnorm, []*Buffer{x, w, y}, push, groups, 1, 1); err != nil {
+		return wrap(err)
+	}
+	return nil
+}

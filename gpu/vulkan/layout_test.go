@@ -1,0 +1,140 @@
+package vulkan
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// mirrors pairs every Go mirror with its C structure.
+var mirrors = []struct {
+	c      string
+	mirror any
+}{
+	{"VkApplicationInfo", applicationInfo{}},
+	{"VkInstanceCreateInfo", instanceCreateInfo{}},
+	{"VkExtensionProperties", extensionProperties{}},
+	{"VkPhysicalDeviceSparseProperties", physicalDeviceSparseProperties{}},
+	{"VkPhysicalDeviceLimits", physicalDeviceLimits{}},
+	{"VkPhysicalDeviceProperties", physicalDeviceProperties{}},
+	{"VkPhysicalDeviceProperties2", physicalDeviceProperties2{}},
+	{"VkPhysicalDeviceIDProperties", physicalDeviceIDProperties{}},
+	{"VkConformanceVersion", conformanceVersion{}},
+	{"VkPhysicalDeviceDriverProperties", physicalDeviceDriverProperties{}},
+	{"VkPhysicalDeviceSubgroupProperties", physicalDeviceSubgroupProperties{}},
+	{"VkPhysicalDevicePCIBusInfoPropertiesEXT", physicalDevicePCIBusInfoPropertiesEXT{}},
+	{"VkPhysicalDeviceFeatures2", physicalDeviceFeatures2{}},
+	{"VkPhysicalDeviceShaderFloat16Int8Features", physicalDeviceShaderFloat16Int8Features{}},
+	{"VkMemoryType", memoryType{}},
+	{"VkMemoryHeap", memoryHeap{}},
+	{"VkPhysicalDeviceMemoryProperties", physicalDeviceMemoryProperties{}},
+	{"VkExtent3D", extent3D{}},
+	{"VkQueueFamilyProperties", queueFamilyProperties{}},
+	{"VkDeviceQueueCreateInfo", deviceQueueCreateInfo{}},
+	{"VkDeviceCreateInfo", deviceCreateInfo{}},
+	{"VkBufferCreateInfo", bufferCreateInfo{}},
+	{"VkMemoryRequirements", memoryRequirements{}},
+	{"VkMemoryAllocateInfo", memoryAllocateInfo{}},
+	{"VkShaderModuleCreateInfo", shaderModuleCreateInfo{}},
+	{"VkPipelineCacheCreateInfo", pipelineCacheCreateInfo{}},
+	{"VkDescriptorSetLayoutBinding", descriptorSetLayoutBinding{}},
+	{"VkDescriptorSetLayoutCreateInfo", descriptorSetLayoutCreateInfo{}},
+	{"VkPushConstantRange", pushConstantRange{}},
+	{"VkPipelineLayoutCreateInfo", pipelineLayoutCreateInfo{}},
+	{"VkPipelineShaderStageCreateInfo", pipelineShaderStageCreateInfo{}},
+	{"VkComputePipelineCreateInfo", computePipelineCreateInfo{}},
+	{"VkDescriptorPoolSize", descriptorPoolSize{}},
+	{"VkDescriptorPoolCreateInfo", descriptorPoolCreateInfo{}},
+	{"VkDescriptorSetAllocateInfo", descriptorSetAllocateInfo{}},
+	{"VkDescriptorBufferInfo", descriptorBufferInfo{}},
+	{"VkWriteDescriptorSet", writeDescriptorSet{}},
+	{"VkCommandPoolCreateInfo", commandPoolCreateInfo{}},
+	{"VkCommandBufferAllocateInfo", commandBufferAllocateInfo{}},
+	{"VkCommandBufferBeginInfo", commandBufferBeginInfo{}},
+	{"VkMemoryBarrier", memoryBarrier{}},
+	{"VkBufferCopy", bufferCopy{}},
+	{"VkSubmitInfo", submitInfo{}},
+	{"VkFenceCreateInfo", fenceCreateInfo{}},
+}
+
+// cField is a Go mirror's field name as C spells it: the first letter lower-cased.
+func cField(goName string) string { return strings.ToLower(goName[:1]) + goName[1:] }
+
+// TestStructLayouts compiles a C program against vulkan_core.h that prints
+// the size of every mirrored structure and the offset and size of each
+// field, and compares them with the Go mirrors'.
+func TestStructLayouts(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler (cc) to compile the layout check")
+	}
+	var header string
+	for _, dir := range []string{"/usr/include", "/usr/local/include"} {
+		if p := filepath.Join(dir, "vulkan", "vulkan_core.h"); fileExists(p) {
+			header = p
+		}
+	}
+	if header == "" {
+		t.Skip("no vulkan/vulkan_core.h (Debian: libvulkan-dev) to check the struct layouts against")
+	}
+	var src bytes.Buffer
+	src.WriteString("#include <stdio.h>\n#include <stddef.h>\n#include <vulkan/vulkan_core.h>\nint main(void) {\n")
+	want := map[string]uint64{} // "T" → size, "T.f" → offset, "T.f#" → size
+	for _, m := range mirrors {
+		ty := reflect.TypeOf(m.mirror)
+		fmt.Fprintf(&src, "\tprintf(\"%s %%zu\\n\", sizeof(%s));\n", m.c, m.c)
+		want[m.c] = uint64(ty.Size())
+		for i := range ty.NumField() {
+			f := ty.Field(i)
+			cf := cField(f.Name)
+			fmt.Fprintf(&src, "\tprintf(\"%s.%s %%zu\\n\", offsetof(%s, %s));\n", m.c, cf, m.c, cf)
+			fmt.Fprintf(&src, "\tprintf(\"%s.%s# %%zu\\n\", sizeof(((%s *)0)->%s));\n", m.c, cf, m.c, cf)
+			want[m.c+"."+cf] = uint64(f.Offset)
+			want[m.c+"."+cf+"#"] = uint64(f.Type.Size())
+		}
+	}
+	src.WriteString("\treturn 0;\n}\n")
+	dir := t.TempDir()
+	cfile, bin := filepath.Join(dir, "layout.c"), filepath.Join(dir, "layout")
+	if err := os.WriteFile(cfile, src.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-o", bin, cfile).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		name, val, _ := strings.Cut(sc.Text(), " ")
+		n, err := strconv.ParseUint(val, 10, 64)
+		if err != nil {
+			t.Fatalf("layout program printed %q", sc.Text())
+		}
+		if w, ok := want[name]; !ok {
+			t.Errorf("layout program printed unknown %q", name)
+		} else if w != n {
+			t.Errorf("%s: C says %d, the Go mirror %d", name, n, w)
+		}
+		got++
+	}
+	if got != len(want) {
+		t.Errorf("checked %d sizes and offsets; want %d", got, len(want))
+	}
+	t.Logf("%d structures, %d sizes and offsets checked against %s", len(mirrors), got, header)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,65 @@
+package vulkan
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSPIRVUpToDate recompiles every shader as shaders/build.txt says and
+// compares with the committed SPIR-V, so a shader edited without running
+// scripts/gen_spirv.sh fails here. It needs the glslc build.txt names:
+// another version compiles to other (valid) bytes.
+func TestSPIRVUpToDate(t *testing.T) {
+	glslc, err := exec.LookPath("glslc")
+	if err != nil {
+		t.Skip("no glslc (Debian: apt-get install glslc) to recompile the shaders")
+	}
+	list, err := os.ReadFile("shaders/build.txt")
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("no shaders/build.txt here: the test binary runs outside gpu/vulkan's sources")
+	}
+	must(t, err)
+	out, err := exec.Command(glslc, "--version").Output()
+	must(t, err)
+	have := strings.SplitN(string(out), "\n", 2)[0]
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(list))
+	for sc.Scan() {
+		line := sc.Text()
+		if want, ok := strings.CutPrefix(line, "# glslc: "); ok && want != have {
+			t.Skipf("the SPIR-V was compiled by glslc %q; this is %q", want, have)
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		dst := filepath.Join(t.TempDir(), f[0])
+		args := append([]string{"-fshader-stage=compute", "--target-env=vulkan1.1", "-O"}, f[2:]...)
+		args = append(args, "-o", dst, filepath.Join("shaders", f[1]))
+		if msg, err := exec.Command(glslc, args...).CombinedOutput(); err != nil {
+			t.Fatalf("glslc %v: %v\n%s", args, err, msg)
+		}
+		fresh, err := os.ReadFile(dst)
+		must(t, err)
+		committed, err := spirv(f[0])
+		must(t, err)
+		if !bytes.Equal(fresh, committed) {
+			t.Errorf("shaders/%s is stale: recompiling %s gives other SPIR-V; run scripts/gen_spirv.sh", f[0], f[1])
+		}
+		if _, err := spirvWords(committed); err != nil {
+			t.Errorf("shaders/%s: %v", f[0], err)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("shaders/build.txt lists no shaders")
+	}
+	t.Logf("%d SPIR-V files match %s", n, have)
+}
