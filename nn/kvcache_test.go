@@ -46,8 +46,9 @@ func attentionOutput(t *testing.T, be blas.Backend, dt tensor.Dtype, policy *amp
 // under the bf16 policy. On the native backend, whose every element of a
 // product is summed in an order that depends on k alone and where the
 // keys training weights by 0 beyond a row's position add exact zeros,
-// the rows are the training op's bits; on another backend they differ
-// by at most the training op's own error against float64.
+// the rows are the training op's bits; on another backend (gonum,
+// OpenBLAS where it loads) they differ by at most the training op's own
+// error against float64.
 func TestCachedAttentionMatchesAttention(t *testing.T) {
 	bf16 := amp.DefaultPolicy(amp.BF16)
 	cases := []struct {
@@ -58,8 +59,14 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 		{"gqa window", AttentionShape{Batch: 2, SeqLen: 40, Heads: 4, KVHeads: 2, HeadDim: 8, Window: 7}},
 		{"mqa long", AttentionShape{Batch: 2, SeqLen: 300, Heads: 3, KVHeads: 1, HeadDim: 16}},
 	}
+	backends := []blas.Backend{blas.Native{Workers: 2}, blas.Gonum{}}
+	if ob, err := blas.OpenOpenBLAS(1); err == nil {
+		backends = append(backends, ob)
+	} else {
+		t.Logf("OpenBLAS not checked: %v", err)
+	}
 	for _, tc := range cases {
-		for _, be := range []blas.Backend{blas.Native{Workers: 2}, blas.Gonum{}} {
+		for _, be := range backends {
 			for _, policy := range []*amp.Policy{nil, &bf16} {
 				name := tc.name + "/" + be.Name() + "/fp32"
 				if policy != nil {
@@ -94,6 +101,7 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 						runs = append(runs, [][2]int{{1, 1}, {0, 1}})
 					}
 					runs = append(runs, [][2]int{{0, T - 7}, {1, T - 9}})
+					var worst float64
 					for ri, run := range runs {
 						var seqs, src []int // src: each row's row in the training batch
 						next := []int{c.Len(0), c.Len(1)}
@@ -120,6 +128,7 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 						for r, i := range src {
 							for j := 0; j < qw; j++ {
 								g, w := got[r*qw+j], want[i*qw+j]
+								worst = max(worst, math.Abs(g-w))
 								if native && g != w || math.Abs(g-w) > bound {
 									t.Fatalf("run %d, row %d (sequence %d, position %d), element %d: %v, training op %v (bound %.3g)",
 										ri, r, seqs[r], i%T, j, g, w, bound)
@@ -127,6 +136,7 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 							}
 						}
 					}
+					t.Logf("largest difference %.2g, bound %.2g", worst, bound)
 				})
 			}
 		}
