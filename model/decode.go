@@ -261,6 +261,10 @@ func (d *Decoder) run(rows []decodeRow) ([][]float32, error) {
 			picks = append(picks, i)
 		}
 	}
+	asked := len(picks)
+	if asked == 0 { // a piece of a long prompt: the head on one row, unread, not on all
+		picks = []int{len(rows) - 1}
+	}
 	dg, err := d.graph(len(rows), len(picks))
 	if err != nil {
 		return nil, err
@@ -278,7 +282,7 @@ func (d *Decoder) run(rows []decodeRow) ([][]float32, error) {
 	}
 	all := dg.g.Logits.Value().Data().([]float32)
 	V := d.m.Config.VocabSize
-	out := make([][]float32, len(picks))
+	out := make([][]float32, asked)
 	for i := range out {
 		out[i] = slices.Clone(all[i*V : (i+1)*V])
 	}
