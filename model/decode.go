@@ -3,24 +3,34 @@ package model
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
 
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/nn"
 )
 
-// Decoder generates text with a key/value cache: each new token costs one
-// row through the model instead of a pass over the whole sequence. It
-// reads plain fp32 weights (adapters merged in by the caller) and runs the
-// same kernels as the training graph.
+// Decoder generates text with the model's one graph (Build) in its
+// decoding form: a key/value cache (nn.KVCache) keeps every layer's keys
+// and values, so a prompt costs one pass and each new token one row, and
+// each step runs the ops, kernels and rounding points of the training
+// forward, under the same precision policy and adapter modules
+// (DecodeConfig). A Decoder serves one generation at a time.
 type Decoder struct {
-	cfg     Config
-	w       map[string][]float32
-	be      blas.Backend
-	invFreq []float32
-	rope    nn.RopeTable[float32] // grown to the longest sequence generated, not max_position_embeddings
+	m      *Model
+	eng    *nn.Engine
+	cfg    DecodeConfig
+	cache  *nn.KVCache
+	graphs []*decodeGraph // built graphs, the most recently used first
+	// maxRows caps the rows one run computes: a decoding graph holds every
+	// op's output, so its memory grows with its rows times the layers.
+	maxRows int
 	// Stop are the ids that end a generation (not returned): the config's
 	// eos_token_id, or every end-of-sequence id generation_config.json
 	// lists (Llama 3 ends a turn with <|eot_id|> and a document with
@@ -28,17 +38,51 @@ type Decoder struct {
 	Stop []int
 }
 
-// NewDecoder prepares generation with weights w, by HF name; a nil w uses
-// m's own weights.
+// DecodeConfig is how a Decoder computes, as a training graph would: a
+// precision policy (nil or fp32: everything in fp32) and the linear
+// modules' function (nil: plain matmuls; an adapter's, unmerged).
+type DecodeConfig struct {
+	Policy *amp.Policy
+	Linear LinearFunc
+}
+
+// decodeBudget is the activation memory one decoding run may take; it
+// sets Decoder.maxRows (at least minDecodeRows, at most maxDecodeRows) and
+// so how many prompt tokens are computed together.
+const (
+	decodeBudget  = 512 << 20
+	minDecodeRows = 16
+	maxDecodeRows = 1024
+	// keptGraphs is how many graphs of different shapes a Decoder keeps:
+	// the prompt's and the steps', and one spare as sequences finish.
+	keptGraphs = 3
+)
+
+// NewDecoder prepares fp32 generation with weights w, by HF name, in
+// place of m's own (merged adapters: see NewDecoderWith for unmerged
+// ones); names w lacks, or all with a nil w, keep m's weights.
 func NewDecoder(m *Model, w map[string][]float32, be blas.Backend) *Decoder {
-	if w == nil {
-		w = map[string][]float32{}
-		for name, t := range m.Weights {
-			w[name] = t.Float32()
+	if w != nil {
+		mw := &Model{Config: m.Config, Weights: maps.Clone(m.Weights)}
+		for name, data := range w {
+			if t, ok := m.Weights[name]; ok {
+				mw.Weights[name] = &Tensor{Shape: t.Shape, Data: data}
+			}
 		}
+		m = mw
 	}
+	return NewDecoderWith(m, nn.NewEngine(be), DecodeConfig{})
+}
+
+// NewDecoderWith prepares generation with m's weights on eng, computing as
+// cfg says.
+func NewDecoderWith(m *Model, eng *nn.Engine, cfg DecodeConfig) *Decoder {
 	c := m.Config
-	return &Decoder{cfg: c, w: w, be: be, invFreq: c.InvFreq(), Stop: []int{c.EOSTokenID}}
+	hd := c.HeadDimension()
+	// every op's output per row, with room for casts and biases
+	perRow := 4 * (c.NumHiddenLayers*(8*c.HiddenSize+4*(c.NumAttentionHeads+c.NumKeyValueHeads)*hd+3*c.IntermediateSize) + c.VocabSize)
+	return &Decoder{m: m, eng: eng, cfg: cfg, cache: nn.NewKVCache(c.NumHiddenLayers, c.NumKeyValueHeads*hd, c.InvFreq()),
+		maxRows: min(max(decodeBudget/max(perRow, 1), minDecodeRows), maxDecodeRows), Stop: []int{c.EOSTokenID}}
 }
 
 // Sampling chooses the next token: greedy when Temperature is 0, else
@@ -49,14 +93,6 @@ type Sampling struct {
 	Seed        uint64
 }
 
-// sequence is one generation in flight: its tokens so far and its cache,
-// [layer][position · kvDim].
-type sequence struct {
-	tokens []int
-	k, v   [][]float32
-	done   bool
-}
-
 // Generate continues every prompt until a Stop id, maxNew new tokens, or
 // the model's context length, and returns the new tokens (the stop id
 // excluded).
@@ -65,10 +101,9 @@ func (d *Decoder) Generate(prompts [][]int, maxNew int, s Sampling) ([][]int, er
 }
 
 // GenerateContext is Generate that stops with ctx.Err() before the next
-// token once ctx is cancelled.
+// token, and between the runs of a long prefill, once ctx is cancelled.
 func (d *Decoder) GenerateContext(ctx context.Context, prompts [][]int, maxNew int, s Sampling) ([][]int, error) {
-	c := d.cfg
-	seqs := make([]*sequence, len(prompts))
+	c := d.m.Config
 	for i, p := range prompts {
 		if len(p) == 0 {
 			return nil, fmt.Errorf("prompt %d is empty", i)
@@ -76,54 +111,44 @@ func (d *Decoder) GenerateContext(ctx context.Context, prompts [][]int, maxNew i
 		if len(p) >= c.MaxPositionEmbeddings {
 			return nil, fmt.Errorf("prompt %d has %d tokens; the model's context is %d", i, len(p), c.MaxPositionEmbeddings)
 		}
-		for _, id := range p {
-			if id < 0 || id >= c.VocabSize {
-				return nil, fmt.Errorf("prompt %d: token id %d is outside the vocabulary (size %d)", i, id, c.VocabSize)
-			}
+		if err := d.inVocabulary(p); err != nil {
+			return nil, fmt.Errorf("prompt %d: %w", i, err)
 		}
-		seqs[i] = &sequence{tokens: slices.Clone(p), k: make([][]float32, c.NumHiddenLayers), v: make([][]float32, c.NumHiddenLayers)}
 	}
-	longest := 0
-	for _, p := range prompts {
-		longest = max(longest, len(p))
+	d.cache.Reset()
+	for range prompts {
+		d.cache.Add()
 	}
-	d.ropeFor(min(longest+maxNew, c.MaxPositionEmbeddings))
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
 	out := make([][]int, len(prompts))
 	// prefill: every prompt token; then one token per live sequence
-	fresh := make([][]int, len(seqs))
-	for i, q := range seqs {
-		fresh[i] = q.tokens
-	}
+	fresh := slices.Clone(prompts)
 	for step := 0; step < maxNew; step++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		logits := d.forwardContext(ctx, seqs, fresh)
-		if err := ctx.Err(); err != nil {
+		logits, err := d.feed(ctx, fresh)
+		if err != nil {
 			return nil, err
 		}
 		live := false
-		for i, q := range seqs {
-			if q.done {
+		for i, lg := range logits {
+			if lg == nil { // finished
 				fresh[i] = nil
 				continue
 			}
-			next := pick(logits[i], s, rng)
+			next := pick(lg, s, rng)
 			stop := slices.Contains(d.Stop, next)
-			if stop || len(q.tokens)+1 >= c.MaxPositionEmbeddings {
-				q.done = true
-			}
 			if !stop {
 				out[i] = append(out[i], next)
-				q.tokens = append(q.tokens, next)
+			}
+			if stop || d.cache.Len(i)+1 >= c.MaxPositionEmbeddings {
+				fresh[i] = nil
+				d.cache.Drop(i)
+				continue
 			}
 			fresh[i] = []int{next}
-			if q.done {
-				fresh[i] = nil
-			} else {
-				live = true
-			}
+			live = true
 		}
 		if !live {
 			break
@@ -132,161 +157,191 @@ func (d *Decoder) GenerateContext(ctx context.Context, prompts [][]int, maxNew i
 	return out, nil
 }
 
-// ropeFor makes the rotary table cover n positions: built for the lengths
-// generated, not for a 128k context that one generation never reaches.
-func (d *Decoder) ropeFor(n int) {
-	if len(d.rope.Cos) < n*len(d.invFreq) {
-		d.rope = nn.NewRopeTableFreqs[float32](n, d.invFreq)
-	}
+// decodeRow is one token of a run: the sequence it continues, and whether
+// the run returns its logits.
+type decodeRow struct {
+	seq, id int
+	logits  bool
 }
 
-// forward runs the new tokens of every sequence through the model at
-// their positions, appending to the caches, and returns each sequence's
-// logits after its last new token (nil for a sequence with none).
-func (d *Decoder) forward(seqs []*sequence, fresh [][]int) [][]float32 {
-	return d.forwardContext(context.Background(), seqs, fresh)
-}
-
-// forwardContext is forward that gives up between layers once ctx is
-// cancelled (a prefill of many prompts takes seconds), returning nil and
-// leaving the caches part filled: the caller must check ctx.
-func (d *Decoder) forwardContext(ctx context.Context, seqs []*sequence, fresh [][]int) [][]float32 {
-	c := d.cfg
-	D, hd := c.HiddenSize, c.HeadDimension()
-	qw, kw := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
-	// rows of all sequences' new tokens, stacked: row r belongs to seq owner[r] at position pos[r]
-	var owner, pos, ids []int
+// feed runs the new tokens of every sequence through the model and
+// returns each sequence's logits after its last new token (nil for a
+// sequence with none). Cancelling ctx stops it between runs with
+// ctx.Err(), the cache part filled: the caller must not go on.
+func (d *Decoder) feed(ctx context.Context, fresh [][]int) ([][]float32, error) {
+	var rows []decodeRow
 	for i, f := range fresh {
-		start := len(seqs[i].k[0]) / kw // tokens already in the cache
 		for j, id := range f {
-			owner, pos, ids = append(owner, i), append(pos, start+j), append(ids, id)
+			rows = append(rows, decodeRow{seq: i, id: id, logits: j == len(f)-1})
 		}
 	}
-	n := len(ids)
-	if n == 0 {
-		return make([][]float32, len(seqs))
+	logits, err := d.runRows(ctx, rows)
+	if err != nil {
+		return nil, err
 	}
-	add := func(dst, src []float32) {
-		for i := range dst {
-			dst[i] += src[i]
+	out := make([][]float32, len(fresh))
+	for _, r := range rows {
+		if r.logits {
+			out[r.seq], logits = logits[0], logits[1:]
 		}
 	}
-	x := make([]float32, n*D)
-	emb := d.w["model.embed_tokens.weight"]
-	for r, id := range ids {
-		copy(x[r*D:(r+1)*D], emb[id*D:(id+1)*D])
-	}
-	h := make([]float32, n*D)
-	q, k, v := make([]float32, n*qw), make([]float32, n*kw), make([]float32, n*kw)
-	att := make([]float32, n*qw)
-	f := c.IntermediateSize
-	g, u := make([]float32, n*f), make([]float32, n*f)
-	linear := func(y, in []float32, path string, out, inF int) {
-		blas.Gemm(d.be, false, true, n, out, inF, 1, in, inF, d.w[path+".weight"], inF, 0, y, out)
-		if bias, ok := d.w[path+".bias"]; ok {
-			for r := 0; r < n; r++ {
-				add(y[r*out:(r+1)*out], bias)
-			}
-		}
-	}
-	d.ropeFor(slices.Max(pos) + 1)
-	at := func(r int) int { return pos[r] }
-	for l := 0; l < c.NumHiddenLayers; l++ {
-		if ctx.Err() != nil {
-			return nil
-		}
-		p := LayerPrefix(l)
-		nn.RMSNormRows(h, x, d.w[p+"input_layernorm.weight"], D, c.RMSNormEps)
-		linear(q, h, ModulePath(l, "q_proj"), qw, D)
-		linear(k, h, ModulePath(l, "k_proj"), kw, D)
-		linear(v, h, ModulePath(l, "v_proj"), kw, D)
-		if c.QKNorm {
-			nn.RMSNormRows(q, q, d.w[p+"self_attn.q_norm.weight"], hd, c.RMSNormEps)
-			nn.RMSNormRows(k, k, d.w[p+"self_attn.k_norm.weight"], hd, c.RMSNormEps)
-		}
-		d.rope.RotateRows(q, c.NumAttentionHeads, at, 1)
-		d.rope.RotateRows(k, c.NumKeyValueHeads, at, 1)
-		for r := 0; r < n; r++ {
-			s := seqs[owner[r]]
-			s.k[l] = append(s.k[l], k[r*kw:(r+1)*kw]...)
-			s.v[l] = append(s.v[l], v[r*kw:(r+1)*kw]...)
-		}
-		d.attend(att, q, seqs, owner, pos, l)
-		linear(h, att, ModulePath(l, "o_proj"), D, qw)
-		add(x, h)
-		nn.RMSNormRows(h, x, d.w[p+"post_attention_layernorm.weight"], D, c.RMSNormEps)
-		linear(g, h, ModulePath(l, "gate_proj"), f, D)
-		linear(u, h, ModulePath(l, "up_proj"), f, D)
-		nn.SwiGLUInto(g, g, u)
-		linear(h, g, ModulePath(l, "down_proj"), D, f)
-		add(x, h)
-	}
-	// logits only for each sequence's last new row
-	head := d.w["lm_head.weight"]
-	if c.TieWordEmbeddings {
-		head = emb
-	}
-	out := make([][]float32, len(seqs))
-	for r := 0; r < n; r++ {
-		if r+1 < n && owner[r+1] == owner[r] {
-			continue
-		}
-		hr := make([]float32, D)
-		nn.RMSNormRows(hr, x[r*D:(r+1)*D], d.w["model.norm.weight"], D, c.RMSNormEps)
-		lg := make([]float32, c.VocabSize)
-		blas.Gemm(d.be, false, true, 1, c.VocabSize, D, 1, hr, D, head, D, 0, lg, c.VocabSize)
-		out[owner[r]] = lg
-	}
-	return out
+	return out, nil
 }
 
-// attend computes causal attention of each new row against its
-// sequence's cache, which already holds the row's own key and value.
-func (d *Decoder) attend(out, q []float32, seqs []*sequence, owner, pos []int, layer int) {
-	c := d.cfg
-	hd := c.HeadDimension()
-	qw, kw := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
-	group := c.NumAttentionHeads / c.NumKeyValueHeads
-	scale := 1 / math.Sqrt(float64(hd))
-	var scores []float64
-	for r := range owner {
-		K, V := seqs[owner[r]].k[layer], seqs[owner[r]].v[layer]
-		if len(scores) <= pos[r] {
-			scores = make([]float64, pos[r]+1)
+// runRows puts rows through the model in runs of at most maxRows and
+// returns the logits of the rows that ask for them, in order. Cancelling
+// ctx stops it between runs with ctx.Err().
+func (d *Decoder) runRows(ctx context.Context, rows []decodeRow) ([][]float32, error) {
+	var out [][]float32
+	for len(rows) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
-		first := 0 // a sliding window sees the window's tokens only
-		if c.SlidingWindow > 0 {
-			first = max(0, pos[r]-c.SlidingWindow+1)
+		n := min(len(rows), d.maxRows)
+		logits, err := d.run(rows[:n])
+		if err != nil {
+			return nil, err
 		}
-		for h := 0; h < c.NumAttentionHeads; h++ {
-			qh := q[r*qw+h*hd : r*qw+(h+1)*hd]
-			kv := (h / group) * hd
-			m := math.Inf(-1)
-			for j := first; j <= pos[r]; j++ {
-				var dot float64
-				kj := K[j*kw+kv : j*kw+kv+hd]
-				for e := range qh {
-					dot += float64(qh[e]) * float64(kj[e])
-				}
-				scores[j] = dot * scale
-				m = max(m, scores[j])
-			}
-			var z float64
-			for j := first; j <= pos[r]; j++ {
-				scores[j] = math.Exp(scores[j] - m)
-				z += scores[j]
-			}
-			o := out[r*qw+h*hd : r*qw+(h+1)*hd]
-			clear(o)
-			for j := first; j <= pos[r]; j++ {
-				wj := float32(scores[j] / z)
-				vj := V[j*kw+kv : j*kw+kv+hd]
-				for e := range o {
-					o[e] += wj * vj[e]
-				}
-			}
+		out = append(out, logits...)
+		rows = rows[n:]
+	}
+	return out, nil
+}
+
+// Logits returns the logits after each token of tokens, fed through the
+// cache as Generate feeds a prompt and its continuation: the first
+// prefill tokens in one run (all of them, up to the rows a run holds, when
+// prefill ≥ len(tokens)), then one token per run. The logits at every
+// position are what the training graph's forward computes on the same
+// tokens, to the order of fp32 sums; a whole sequence in one run of one
+// sequence is that forward's computation, call for call, and gives its
+// bits.
+func (d *Decoder) Logits(tokens []int, prefill int) ([][]float32, error) {
+	c := d.m.Config
+	if len(tokens) == 0 || len(tokens) > c.MaxPositionEmbeddings {
+		return nil, fmt.Errorf("%d tokens: the model takes 1 to %d (its context)", len(tokens), c.MaxPositionEmbeddings)
+	}
+	if err := d.inVocabulary(tokens); err != nil {
+		return nil, err
+	}
+	d.cache.Reset()
+	d.cache.Add()
+	var out [][]float32
+	for p := 0; p < len(tokens); {
+		n := 1
+		if p == 0 {
+			n = min(max(prefill, 1), len(tokens))
+		}
+		rows := make([]decodeRow, n)
+		for i := range rows {
+			rows[i] = decodeRow{id: tokens[p+i], logits: true}
+		}
+		logits, err := d.runRows(context.Background(), rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, logits...)
+		p += n
+	}
+	return out, nil
+}
+
+// inVocabulary checks that every id is a token of the model's vocabulary.
+func (d *Decoder) inVocabulary(ids []int) error {
+	for _, id := range ids {
+		if id < 0 || id >= d.m.Config.VocabSize {
+			return fmt.Errorf("token id %d is outside the vocabulary (size %d)", id, d.m.Config.VocabSize)
 		}
 	}
+	return nil
+}
+
+// decodeGraph is a decoding graph of one shape: rows new tokens, of which
+// outputs get logits; ids and picks are its inputs' backing.
+type decodeGraph struct {
+	rows, outputs int
+	g             *Graph
+	vm            G.VM
+	ids, picks    []int
+}
+
+// run puts rows, adjacent for each sequence, through a graph of their
+// shape, appending to the cache, and returns the logits of the rows that
+// ask for them, in order (each slice its own).
+func (d *Decoder) run(rows []decodeRow) ([][]float32, error) {
+	var seqs, picks []int
+	for i, r := range rows {
+		seqs = append(seqs, r.seq)
+		if r.logits {
+			picks = append(picks, i)
+		}
+	}
+	asked := len(picks)
+	if asked == 0 { // a piece of a long prompt: the head on one row, unread, not on all
+		picks = []int{len(rows) - 1}
+	}
+	dg, err := d.graph(len(rows), len(picks))
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range rows {
+		dg.ids[i] = r.id
+	}
+	copy(dg.picks, picks)
+	if err := d.cache.SetRows(seqs); err != nil {
+		return nil, err
+	}
+	dg.vm.Reset()
+	if err := dg.vm.RunAll(); err != nil {
+		return nil, fmt.Errorf("decode %d tokens: %w", len(rows), err)
+	}
+	all := dg.g.Logits.Value().Data().([]float32)
+	V := d.m.Config.VocabSize
+	out := make([][]float32, asked)
+	for i := range out {
+		out[i] = slices.Clone(all[i*V : (i+1)*V])
+	}
+	return out, nil
+}
+
+// graph returns the decoding graph for rows tokens with outputs logits,
+// built on first use; the least recently used beyond keptGraphs is let go.
+func (d *Decoder) graph(rows, outputs int) (*decodeGraph, error) {
+	for i, dg := range d.graphs {
+		if dg.rows == rows && dg.outputs == outputs {
+			copy(d.graphs[1:i+1], d.graphs[:i])
+			d.graphs[0] = dg
+			return dg, nil
+		}
+	}
+	b := nn.NewBuilder(d.eng, tensor.Float32)
+	if p := d.cfg.Policy; p != nil && p.Low != amp.FP32 {
+		b.Policy = p
+	}
+	gc := GraphConfig{Batch: rows, SeqLen: 1, Linear: d.cfg.Linear, Cache: d.cache}
+	if outputs < rows {
+		gc.Outputs = outputs
+	}
+	g, err := d.m.Build(b, gc)
+	if err != nil {
+		return nil, err
+	}
+	dg := &decodeGraph{rows: rows, outputs: outputs, g: g, ids: make([]int, rows), picks: make([]int, outputs)}
+	if err := G.Let(g.IDs, tensor.New(tensor.WithShape(rows), tensor.WithBacking(dg.ids))); err != nil {
+		return nil, err
+	}
+	if g.Outputs != nil {
+		if err := G.Let(g.Outputs, tensor.New(tensor.WithShape(outputs), tensor.WithBacking(dg.picks))); err != nil {
+			return nil, err
+		}
+	}
+	dg.vm = G.NewTapeMachine(b.G)
+	d.graphs = append([]*decodeGraph{dg}, d.graphs...)
+	if len(d.graphs) > keptGraphs {
+		d.graphs[keptGraphs].vm.Close()
+		d.graphs = d.graphs[:keptGraphs]
+	}
+	return dg, nil
 }
 
 // pick chooses the next token from logits.
@@ -338,24 +393,22 @@ func pick(logits []float32, s Sampling, rng *rand.Rand) int {
 // token at a time through the cache as generation does. Exports compare
 // their readers' probabilities against these.
 func (d *Decoder) LogProbs(tokens []int) ([]float64, error) {
-	c := d.cfg
 	if len(tokens) < 2 {
 		return nil, fmt.Errorf("log-probabilities need at least 2 tokens, got %d", len(tokens))
 	}
-	if len(tokens) > c.MaxPositionEmbeddings {
+	if c := d.m.Config; len(tokens) > c.MaxPositionEmbeddings {
 		return nil, fmt.Errorf("%d tokens are more than the model's context (%d)", len(tokens), c.MaxPositionEmbeddings)
 	}
-	for _, id := range tokens {
-		if id < 0 || id >= c.VocabSize {
-			return nil, fmt.Errorf("token id %d is outside the vocabulary (size %d)", id, c.VocabSize)
-		}
+	if err := d.inVocabulary(tokens); err != nil {
+		return nil, err
 	}
-	d.ropeFor(len(tokens))
-	s := &sequence{k: make([][]float32, c.NumHiddenLayers), v: make([][]float32, c.NumHiddenLayers)}
-	out := make([]float64, len(tokens)-1)
-	for i := range out {
-		logits := d.forward([]*sequence{s}, [][]int{{tokens[i]}})[0]
-		out[i] = logSoftmaxAt(logits, tokens[i+1])
+	logits, err := d.Logits(tokens[:len(tokens)-1], 1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(logits))
+	for i, lg := range logits {
+		out[i] = logSoftmaxAt(lg, tokens[i+1])
 	}
 	return out, nil
 }

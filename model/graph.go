@@ -49,6 +49,17 @@ type GraphConfig struct {
 	// the graph holds one layer's activations, not every layer's, for
 	// about a third more compute. Gradients are bit-identical.
 	CheckpointLayers bool
+	// Cache, when set, builds a decoding graph: its Batch·SeqLen rows are
+	// new tokens of Cache's sequences, at the positions Cache.SetRows gives
+	// them, attending to their sequences' earlier tokens through the cache
+	// (nn.KVCache). It has Logits and no loss; Positions, FusedHead and
+	// CheckpointLayers are not used with it. Decoder builds these graphs
+	// with SeqLen 1.
+	Cache *nn.KVCache
+	// Outputs, with Cache and between 1 and Batch·SeqLen−1, is how many
+	// rows the head computes: those Graph.Outputs lists, each sequence's
+	// last new token. 0 computes every row.
+	Outputs int
 }
 
 // Graph is a built model graph. Inputs are set per micro-batch; Loss is
@@ -57,8 +68,9 @@ type Graph struct {
 	B       *nn.Builder
 	IDs     *G.Node // [Batch·SeqLen] token ids
 	Targets *G.Node // [Batch·SeqLen] next-token targets, nn.IgnoreIndex for no loss
-	Logits  *G.Node // [Batch·SeqLen, vocab]; nil with GraphConfig.FusedHead
-	Loss    *G.Node // scalar
+	Logits  *G.Node // [Batch·SeqLen, vocab]; nil with GraphConfig.FusedHead; [Outputs, vocab] with GraphConfig.Outputs
+	Loss    *G.Node // scalar; nil with GraphConfig.Cache
+	Outputs *G.Node // [GraphConfig.Outputs] rows the head computes; nil without
 	Params  map[string]*G.Node
 }
 
@@ -73,6 +85,9 @@ type Graph struct {
 //	  h = rmsnorm(x)
 //	  x = x + (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ            [N, F] → [N, D]
 //	logits = rmsnorm(x)·Wheadᵀ                     [N, V]  (in blocks of tokens with FusedHead)
+//
+// Training, evaluation and decoding all run this graph: decoding builds it
+// with a key/value cache (GraphConfig.Cache) and feeds it new tokens only.
 func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	c := m.Config
 	if gc.Batch < 1 || gc.SeqLen < 1 {
@@ -95,8 +110,14 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	if gc.Positions != nil && len(gc.Positions) != n {
 		return nil, fmt.Errorf("build graph: %d positions for %d tokens", len(gc.Positions), n)
 	}
+	decode := gc.Cache != nil
+	if decode && (gc.Positions != nil || gc.FusedHead || gc.CheckpointLayers || gc.Outputs < 0 || gc.Outputs >= n) {
+		return nil, fmt.Errorf("build graph: a decoding graph of %d rows with %d outputs has no positions, fused head or checkpointing", n, gc.Outputs)
+	}
 	g.IDs = b.IntInput("input_ids", n)
-	g.Targets = b.IntInput("targets", n)
+	if !decode {
+		g.Targets = b.IntInput("targets", n)
+	}
 	embed := param("model.embed_tokens.weight")
 	x := b.Embedding(g.IDs, embed)
 	for i := 0; i < c.NumHiddenLayers; i++ {
@@ -113,10 +134,18 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 		})
 		maps.Copy(g.Params, trained)
 	}
+	if decode && gc.Outputs > 0 {
+		g.Outputs = b.IntInput("outputs", gc.Outputs)
+		x = b.Rows(x, g.Outputs)
+	}
 	x = b.RMSNorm(x, param("model.norm.weight"), c.RMSNormEps)
 	head := embed
 	if !c.TieWordEmbeddings {
 		head = param("lm_head.weight")
+	}
+	if decode {
+		g.Logits = linear(b, "lm_head", x, head, nil)
+		return g, nil
 	}
 	if gc.FusedHead {
 		g.Loss = b.LMHeadLoss(x, head, g.Targets, gc.LossGrad, gc.HeadChunk)
@@ -145,8 +174,14 @@ func (m *Model) param(b *nn.Builder, gc GraphConfig, name string) *G.Node {
 func (m *Model) layer(b *nn.Builder, gc GraphConfig, linear LinearFunc, param func(string) *G.Node, i int, x *G.Node) *G.Node {
 	c := m.Config
 	attn := nn.AttentionShape{Batch: gc.Batch, SeqLen: gc.SeqLen, Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDimension(),
-		Positions: gc.Positions, Window: c.SlidingWindow}
+		Positions: gc.Positions, Window: c.SlidingWindow, Cache: gc.Cache, Layer: i}
 	invFreq := c.InvFreq()
+	rope := func(x *G.Node, heads int) *G.Node {
+		if gc.Cache != nil { // each row at its place in its sequence
+			return b.RopeCached(x, heads, gc.Cache)
+		}
+		return b.RopeFreqs(x, heads, gc.SeqLen, invFreq, gc.Positions)
+	}
 	p := LayerPrefix(i)
 	lin := func(short string, in *G.Node) *G.Node {
 		mod := ModulePath(i, short)
@@ -162,8 +197,7 @@ func (m *Model) layer(b *nn.Builder, gc GraphConfig, linear LinearFunc, param fu
 		q = b.RMSNormHeads(q, param(p+"self_attn.q_norm.weight"), c.NumAttentionHeads, c.RMSNormEps)
 		k = b.RMSNormHeads(k, param(p+"self_attn.k_norm.weight"), c.NumKeyValueHeads, c.RMSNormEps)
 	}
-	q = b.RopeFreqs(q, c.NumAttentionHeads, gc.SeqLen, invFreq, gc.Positions)
-	k = b.RopeFreqs(k, c.NumKeyValueHeads, gc.SeqLen, invFreq, gc.Positions)
+	q, k = rope(q, c.NumAttentionHeads), rope(k, c.NumKeyValueHeads)
 	v := lin("v_proj", h)
 	x = b.Add(x, lin("o_proj", b.Attention(q, k, v, attn)))
 

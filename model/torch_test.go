@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -223,15 +224,18 @@ func TestDecoderMatchesGraph(t *testing.T) {
 	for row := 0; row < e.batch; row++ {
 		ids := e.ids[row*e.seqLen : (row+1)*e.seqLen]
 		for _, prefill := range []int{1, 3, e.seqLen} {
-			s := &sequence{k: make([][]float32, m.Config.NumHiddenLayers), v: make([][]float32, m.Config.NumHiddenLayers)}
+			d.cache.Reset()
+			d.cache.Add()
 			var got [][]float32
 			for p := 0; p < e.seqLen; {
 				n := 1
 				if p == 0 {
 					n = prefill
 				}
-				s.tokens = ids[:p+n]
-				lg := d.forward([]*sequence{s}, [][]int{ids[p : p+n]})
+				lg, err := d.feed(context.Background(), [][]int{ids[p : p+n]})
+				if err != nil {
+					t.Fatal(err)
+				}
 				for len(got) < p+n-1 {
 					got = append(got, nil) // positions inside a prefill have no logits
 				}
@@ -265,9 +269,13 @@ func TestGenerateGreedyStopsAtEOS(t *testing.T) {
 	for i, prompt := range [][]int{{1, 5, 9}, {1, 22}} {
 		seq := append([]int(nil), prompt...)
 		for j, tok := range out[i] {
-			s := &sequence{tokens: seq, k: make([][]float32, m.Config.NumHiddenLayers), v: make([][]float32, m.Config.NumHiddenLayers)}
-			lg := d.forward([]*sequence{s}, [][]int{seq})[0]
-			if best := pick(lg, Sampling{}, nil); best != tok {
+			d.cache.Reset()
+			d.cache.Add()
+			lg, err := d.feed(context.Background(), [][]int{seq})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if best := pick(lg[0], Sampling{}, nil); best != tok {
 				t.Fatalf("prompt %d step %d: generated %d, argmax %d", i, j, tok, best)
 			}
 			if tok == m.Config.EOSTokenID {

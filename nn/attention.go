@@ -28,6 +28,13 @@ type AttentionShape struct {
 	// Kernel picks the implementation; the zero value, AttentionAuto,
 	// decides by sequence length. Tests and benchmarks force one.
 	Kernel AttentionKernel
+	// Cache, when set, makes a decoding graph's attention: the
+	// Batch·SeqLen rows are new tokens of Cache's sequences (see
+	// KVCache.SetRows), attending through the cache to their sequences'
+	// earlier tokens, and Layer names the layer's place in it. Positions
+	// and Kernel are not used; the graph is float32 and not differentiated.
+	Cache *KVCache
+	Layer int
 }
 
 // AttentionKernel names an implementation of Attention. Both compute the
@@ -112,6 +119,11 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	base := b.newBase("attention", q, k, v)
 	base.out = fv
 	f := attnFormats{scores: fs, softmax: fsm, values: fv}
+	if s.Cache != nil {
+		check(b.Dtype == tensor.Float32 && s.Positions == nil && s.Layer >= 0 && s.Layer < s.Cache.layers && ks[1] == s.Cache.width,
+			"attention: a decoding graph's layer %d of %d, k %v for cached rows of %d", s.Layer, s.Cache.layers, ks, s.Cache.width)
+		return b.apply(&attentionCacheOp{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}, q, k, v)
+	}
 	if s.tiled() {
 		if b.Dtype == tensor.Float64 {
 			return b.apply(&attentionTiledOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)

@@ -113,6 +113,7 @@ type ropeOp[T Float] struct {
 	heads, seqLen int
 	positions     []int // nil: row mod seqLen
 	table         RopeTable[T]
+	cache         *KVCache // a decoding graph's: positions and table come from it
 	buf           buffer[T]
 }
 
@@ -123,6 +124,11 @@ func (o *ropeOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (o *ropeOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	if o.cache != nil {
+		if err := o.cache.rows(o.shape[0]); err != nil {
+			return nil, err
+		}
+	}
 	t, y := o.buf.get()
 	o.rotate(y, vals[T](vs)[0], 1)
 	roundAll(o.eng, o.out, y)
@@ -131,13 +137,17 @@ func (o *ropeOp[T]) Do(vs ...G.Value) (G.Value, error) {
 
 func (o *ropeOp[T]) rotate(y, x []T, sign T) {
 	width := o.shape[1]
+	table, positions := o.table, o.positions
+	if o.cache != nil {
+		table, positions = any(o.cache.rope).(RopeTable[T]), o.cache.pos
+	}
 	o.eng.parallel(o.shape[0], 16, func(lo, hi int) {
 		copy(y[lo*width:hi*width], x[lo*width:hi*width])
 		pos := func(r int) int { return (lo + r) % o.seqLen }
-		if o.positions != nil {
-			pos = func(r int) int { return o.positions[lo+r] }
+		if positions != nil {
+			pos = func(r int) int { return positions[lo+r] }
 		}
-		o.table.RotateRows(y[lo*width:hi*width], o.heads, pos, sign)
+		table.RotateRows(y[lo*width:hi*width], o.heads, pos, sign)
 	})
 }
 
