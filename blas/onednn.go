@@ -121,6 +121,19 @@ const (
 // was measured faster than Native's AVX2/FMA kernel (README, Performance).
 func (o *OneDNN) avx512() bool { return o.isa&dnnlISAAVX512Core == dnnlISAAVX512Core }
 
+// isaLabel names the kernels oneDNN dispatches to.
+func (o *OneDNN) isaLabel() string {
+	switch {
+	case o.isa&dnnlISAAVX512BF16 == dnnlISAAVX512BF16:
+		return "AVX-512 with BF16"
+	case o.isa&dnnlISAAVX512Core == dnnlISAAVX512Core:
+		return "AVX-512, bf16 emulated"
+	case o.isa&dnnlISAAVX2 == dnnlISAAVX2:
+		return "AVX2"
+	}
+	return "below AVX2"
+}
+
 func dnnlOp(t bool) byte {
 	if t {
 		return 'T'

@@ -66,6 +66,9 @@ func OpenOpenBLAS(threads int) (*OpenBLAS, error) {
 		var corename func() *byte
 		purego.RegisterLibFunc(&corename, lib, "openblas_get_corename")
 		o.core = cString(corename())
+		if err := openBLASCoreCheck(o.core, hostX86Features()); err != nil {
+			return nil, fmt.Errorf("load OpenBLAS from %s: %w (OPENBLAS_CORETYPE=%q)", path, err, os.Getenv("OPENBLAS_CORETYPE"))
+		}
 	}
 	o.name = "openblas (" + info + ")"
 	return o, nil
