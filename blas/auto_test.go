@@ -1,7 +1,9 @@
 package blas
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -270,5 +272,47 @@ func TestAutoOnThisMachine(t *testing.T) {
 	again, err := Choose(KindAuto, 0, AutoOptions{Dir: dir})
 	if err != nil || again.Kind != c.Kind || !strings.Contains(again.Reason, ", cached "+dir) {
 		t.Errorf("second choice %s, %v, reason %q", again.Kind, err, again.Reason)
+	}
+}
+
+// OPENBLAS_CORETYPE naming kernels this CPU cannot run is refused when
+// OpenBLAS loads, with the core's name, instead of dying of SIGILL at the
+// first product (it did, with SkylakeX on an AVX2-only Zen 3). OpenBLAS
+// reads the variable once, when it is loaded, so a child process runs it.
+func TestOpenBLASUnsupportedCoreType(t *testing.T) {
+	if os.Getenv("MIXTUNE_TEST_CORE_CHILD") == "1" {
+		o, err := OpenOpenBLAS(1)
+		if err != nil {
+			fmt.Println("refused:", err)
+			return
+		}
+		c := make([]float32, 64*64)
+		o.Sgemm(false, false, 64, 64, 64, 1, c, 64, c, 64, 0, c, 64)
+		fmt.Printf("ran core=%s\n", o.core)
+		return
+	}
+	if _, err := OpenOpenBLAS(1); err != nil {
+		t.Skipf("no OpenBLAS: %v", err)
+	}
+	core := ""
+	for _, c := range []string{"SkylakeX", "Cooperlake", "SapphireRapids"} {
+		if openBLASCoreCheck(c, hostX86Features()) != nil {
+			core = c
+			break
+		}
+	}
+	if core == "" {
+		t.Skip("this CPU runs every OpenBLAS kernel family checked")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenBLASUnsupportedCoreType$")
+	cmd.Env = append(os.Environ(), "MIXTUNE_TEST_CORE_CHILD=1", "OPENBLAS_CORETYPE="+core)
+	out, err := cmd.CombinedOutput()
+	switch s := string(out); {
+	case err == nil && strings.Contains(s, "refused:") && strings.Contains(s, core):
+		t.Logf("OPENBLAS_CORETYPE=%s: %s", core, strings.TrimSpace(s[strings.Index(s, "refused:"):]))
+	case err == nil && strings.Contains(s, "ran core=") && !strings.Contains(s, "ran core="+core):
+		t.Skipf("this OpenBLAS does not know core %s: %s", core, s)
+	default:
+		t.Fatalf("OPENBLAS_CORETYPE=%s: %v\n%.2000s", core, err, s)
 	}
 }
