@@ -1,0 +1,108 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mixtune/mixtune/blas"
+)
+
+// readJSON reads a run directory's JSON file into a map.
+func readJSON(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return m
+}
+
+// summary.json names the backend that computed the run (its Name, with
+// kernels or core) and why it ran, and run.json its kind and auto's
+// reason: another backend rounds differently, and `mixtune compare` shows
+// which one each run used.
+func TestSummaryNamesBackend(t *testing.T) {
+	dir := fixture(t)
+	sum, err := Run(context.Background(), resumeRecipe(t, dir, "train.steps=2"), Options{Out: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := readJSON(t, filepath.Join(sum.RunDir, summaryFile))
+	if s["backend"] != "gonum (pure Go)" || s["backend_reason"] != "named by the recipe (compute.blas: gonum)" {
+		t.Errorf("summary.json: backend %q, backend_reason %q", s["backend"], s["backend_reason"])
+	}
+	m := readJSON(t, filepath.Join(sum.RunDir, "run.json"))
+	if m["blas"] != "gonum (pure Go)" || m["blas_kind"] != "gonum" {
+		t.Errorf("run.json: blas %q, blas_kind %q", m["blas"], m["blas_kind"])
+	}
+}
+
+// With compute.blas: auto, the banner, summary.json and run.json say
+// why auto picked its backend; a resumed run keeps the backend its
+// run.json says it started with, whatever a calibration would pick now
+// (here: a run.json that says gonum, which auto never picks), so that it
+// computes as the uninterrupted run did.
+func TestResumeKeepsStartedBackend(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir := fixture(t)
+	r := resumeRecipe(t, dir, "compute.blas=auto")
+	ctx, cancel := context.WithCancel(context.Background())
+	var log strings.Builder
+	sum, err := Run(ctx, r, Options{Out: &log, afterStep: func(s int) {
+		if s == 5 {
+			cancel()
+		}
+	}})
+	cancel()
+	if err != ErrInterrupted {
+		t.Fatalf("first leg: %v, want an interruption", err)
+	}
+	if !strings.Contains(log.String(), "\nblas: auto → ") {
+		t.Errorf("the banner does not say why auto picked its backend:\n%s", log.String())
+	}
+	runJSON := filepath.Join(sum.RunDir, "run.json")
+	m := readJSON(t, runJSON)
+	kind, _ := m["blas_kind"].(string)
+	if reason, _ := m["blas_reason"].(string); !strings.HasPrefix(reason, "auto → "+kind+": fastest of ") {
+		t.Fatalf("run.json: blas_kind %q, blas_reason %q", kind, reason)
+	}
+	// the run started on gonum, as far as run.json knows
+	m["blas"], m["blas_kind"] = "gonum (pure Go)", string(blas.KindGonum)
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(runJSON, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), r, Options{Out: io.Discard, ResumeDir: sum.RunDir}); err != nil {
+		t.Fatal(err)
+	}
+	s := readJSON(t, filepath.Join(sum.RunDir, summaryFile))
+	if reason, _ := s["backend_reason"].(string); s["backend"] != "gonum (pure Go)" || !strings.Contains(reason, "the backend this run started with") {
+		t.Errorf("resumed summary.json: backend %q, backend_reason %q", s["backend"], s["backend_reason"])
+	}
+}
+
+func TestBackendKind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want blas.Kind
+	}{
+		{"openblas (OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64; libopenblas.so.0, 2 goroutines × 1 thread)", blas.KindOpenBLAS},
+		{"onednn (libdnnl.so.2 2.6.3, OpenMP, AVX2; 2 goroutines × 1 thread)", blas.KindOneDNN},
+		{"native (Go, AVX2/FMA kernel)", blas.KindNative},
+		{"gonum (pure Go)", blas.KindGonum},
+		{"", ""}, {"cuda (H100)", ""}, {"auto", ""},
+	} {
+		if got := backendKind(tc.name); got != tc.want {
+			t.Errorf("backendKind(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
