@@ -53,7 +53,7 @@ type components struct {
 	trainer     *runner
 	evaluator   *runner // nil without validation data
 	warnings    []string
-	blasReason  string // why auto picked the backend; "" when it was named
+	blasReason  string        // why auto picked the backend; "" when it was named
 	comm        dist.Comm     // the processes training together; a Single for one
 	dp          *dataParallel // nil for one process
 }
