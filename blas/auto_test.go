@@ -316,3 +316,25 @@ func TestOpenBLASUnsupportedCoreType(t *testing.T) {
 		t.Fatalf("OPENBLAS_CORETYPE=%s: %v\n%.2000s", core, err, s)
 	}
 }
+
+// TestOpenBLASReportsCore says which kernels OpenBLAS runs, for CI's log
+// (.ci/run runs the backend tests once per core type the CPU supports,
+// and skips a core type where this test skips: OpenBLAS then runs
+// another family than OPENBLAS_CORETYPE names, as it does with a name it
+// does not know, and those runs would not test what they say). It fails
+// where OpenBLAS does not say which kernels it runs: auto's cache key and
+// the banner need that.
+func TestOpenBLASReportsCore(t *testing.T) {
+	o, err := OpenOpenBLAS(1)
+	if err != nil {
+		t.Skipf("no OpenBLAS: %v", err)
+	}
+	if o.core == "" {
+		t.Fatalf("%s does not name its kernels (openblas_get_corename)", o.Name())
+	}
+	want, set := os.LookupEnv("OPENBLAS_CORETYPE")
+	t.Logf("OpenBLAS core: %s (OPENBLAS_CORETYPE %s)", coreLabel(o.core), map[bool]string{true: "= " + want, false: "unset"}[set])
+	if want != "" && !strings.EqualFold(o.core, want) {
+		t.Skipf("OPENBLAS_CORETYPE=%s, but OpenBLAS runs its %s kernels: this OpenBLAS does not know that name", want, coreLabel(o.core))
+	}
+}
