@@ -57,10 +57,13 @@ type candidate struct {
 // probe finds the candidates and measures them; tests replace it.
 type probe interface {
 	candidates(threads int) (cs []candidate, skipped []string)
-	measure(c candidate) Measurement
+	measure(cs []candidate) []Measurement
+	cpuSeconds() float64 // the process's CPU time so far; < 0 if unknown
 }
 
 type realProbe struct{}
+
+func (realProbe) cpuSeconds() float64 { return processCPUSeconds() }
 
 // candidates are the backends that load: native always, OpenBLAS and
 // oneDNN where their libraries load (and OpenBLAS's kernels run on this
@@ -88,14 +91,24 @@ func coreLabel(core string) string {
 	return core
 }
 
-func (realProbe) measure(c candidate) Measurement {
-	m := Measurement{Kind: c.kind, Label: c.label, Name: c.be.Name()}
-	if err := checkCorrect(c.be); err != nil {
-		m.Error = err.Error()
-		return m
+// measure checks each candidate's products and times the correct ones
+// (timeShapes).
+func (realProbe) measure(cs []candidate) []Measurement {
+	ms := make([]Measurement, len(cs))
+	var timed []Backend
+	var at []int
+	for i, c := range cs {
+		ms[i] = Measurement{Kind: c.kind, Label: c.label, Name: c.be.Name()}
+		if err := checkCorrect(c.be); err != nil {
+			ms[i].Error = err.Error()
+			continue
+		}
+		timed, at = append(timed, c.be), append(at, i)
 	}
-	m.GFLOPS = timeShapes(c.be, calibrationShapes, calibrationRepeats)
-	return m
+	for j, g := range timeShapes(timed, calibrationShapes, calibrationRepeats) {
+		ms[at[j]].GFLOPS = g
+	}
+	return ms
 }
 
 // Measurement is one backend's calibration result.
@@ -119,19 +132,23 @@ var calibrationShapes = []calShape{
 }
 
 // calibrationRepeats is how often each shape is timed after a warm-up
-// call; the best time counts. 3 kept the choice stable across runs on a
-// loaded 2-core machine while the whole calibration stays under a second
-// per backend there.
-const calibrationRepeats = 3
+// call; the best time counts. 5 passes of 2.8 GFLOP take about 0.1 s per
+// backend at 150 GFLOP/s.
+const calibrationRepeats = 5
 
 type calShape struct {
 	transA, transB bool
 	m, n, k        int
 }
 
-// timeShapes returns Σ flops / Σ (best of repeats) seconds, in GFLOP/s.
-func timeShapes(be Backend, shapes []calShape, repeats int) float64 {
-	var flops, secs float64
+// timeShapes returns, per backend, Σ flops / Σ (best of repeats) seconds
+// over shapes, in GFLOP/s. The backends take turns, shape by shape and
+// repeat by repeat, so that a machine whose load changes while they are
+// measured slows each of them alike, and the best time of each is taken
+// in the same quiet moments.
+func timeShapes(bes []Backend, shapes []calShape, repeats int) []float64 {
+	var flops float64
+	secs := make([]float64, len(bes))
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, sh := range shapes {
 		a := randFloat32s(rng, sh.m*sh.k)
@@ -144,18 +161,29 @@ func timeShapes(be Backend, shapes []calShape, repeats int) float64 {
 		if sh.transB {
 			ldb = sh.k
 		}
-		best := math.Inf(1)
+		best := make([]float64, len(bes))
+		for i := range best {
+			best[i] = math.Inf(1)
+		}
 		for r := 0; r <= repeats; r++ { // the first call warms caches and packs
-			t0 := time.Now()
-			be.Sgemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, a, lda, b, ldb, 0, c, sh.n)
-			if r > 0 {
-				best = min(best, time.Since(t0).Seconds())
+			for i, be := range bes {
+				t0 := time.Now()
+				be.Sgemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, a, lda, b, ldb, 0, c, sh.n)
+				if r > 0 {
+					best[i] = min(best[i], time.Since(t0).Seconds())
+				}
 			}
 		}
 		flops += 2 * float64(sh.m) * float64(sh.n) * float64(sh.k)
-		secs += best
+		for i := range secs {
+			secs[i] += best[i]
+		}
 	}
-	return flops / secs / 1e9
+	g := make([]float64, len(bes))
+	for i := range g {
+		g[i] = flops / secs[i] / 1e9
+	}
+	return g
 }
 
 func randFloat32s(rng *rand.Rand, n int) []float32 {

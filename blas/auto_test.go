@@ -52,6 +52,9 @@ type fakeProbe struct {
 	kinds    []Kind
 	gflops   map[Kind]float64
 	measured int
+	trackCPU bool    // cpuSeconds reports CPU time
+	busy     bool    // the process gets no CPU time while it measures
+	cpu      float64 // CPU seconds so far, advanced by the fake clock's users
 }
 
 func (p *fakeProbe) candidates(threads int) ([]candidate, []string) {
@@ -62,9 +65,25 @@ func (p *fakeProbe) candidates(threads int) ([]candidate, []string) {
 	return cs, nil
 }
 
-func (p *fakeProbe) measure(c candidate) Measurement {
-	p.measured++
-	return Measurement{Kind: c.kind, Label: c.label, Name: c.be.Name(), GFLOPS: p.gflops[c.kind]}
+func (p *fakeProbe) measure(cs []candidate) []Measurement {
+	var ms []Measurement
+	for _, c := range cs {
+		p.measured++
+		ms = append(ms, Measurement{Kind: c.kind, Label: c.label, Name: c.be.Name(), GFLOPS: p.gflops[c.kind]})
+	}
+	return ms
+}
+
+// cpuSeconds is unknown (so not checked) unless trackCPU: then p.cpu, or
+// 0 throughout when busy.
+func (p *fakeProbe) cpuSeconds() float64 {
+	switch {
+	case !p.trackCPU:
+		return -1
+	case p.busy:
+		return 0
+	}
+	return p.cpu
 }
 
 func newFakeProbe() *fakeProbe {
@@ -269,6 +288,10 @@ func TestAutoOnThisMachine(t *testing.T) {
 	if !strings.HasPrefix(c.Reason, "auto → "+string(c.Kind)+": fastest of ") || !strings.HasPrefix(c.Backend.Name(), string(c.Kind)) {
 		t.Errorf("picked %s (%s), reason %q", c.Kind, c.Backend.Name(), c.Reason)
 	}
+	if strings.Contains(c.Reason, "on a busy machine") {
+		t.Logf("measured on a busy machine: not cached, so the cache is not checked here (TestAutoCalibrationCache does)")
+		return
+	}
 	again, err := Choose(KindAuto, 0, AutoOptions{Dir: dir})
 	if err != nil || again.Kind != c.Kind || !strings.Contains(again.Reason, ", cached "+dir) {
 		t.Errorf("second choice %s, %v, reason %q", again.Kind, err, again.Reason)
@@ -336,5 +359,40 @@ func TestOpenBLASReportsCore(t *testing.T) {
 	t.Logf("OpenBLAS core: %s (OPENBLAS_CORETYPE %s)", coreLabel(o.core), map[bool]string{true: "= " + want, false: "unset"}[set])
 	if want != "" && !strings.EqualFold(o.core, want) {
 		t.Skipf("OPENBLAS_CORETYPE=%s, but OpenBLAS runs its %s kernels: this OpenBLAS does not know that name", want, coreLabel(o.core))
+	}
+}
+
+// A calibration measured while other processes held the CPUs is used
+// but not cached, with a warning: a busy moment must not fix the choice
+// for good.
+func TestAutoBusyMachineNotCached(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		dir := t.TempDir()
+		p := newFakeProbe()
+		p.trackCPU, p.busy = true, busy
+		clock := time.Date(2026, 11, 26, 1, 0, 0, 0, time.UTC)
+		opt := AutoOptions{Dir: dir, Getenv: env(nil), Now: func() time.Time {
+			clock = clock.Add(time.Second)
+			p.cpu += 2 // two threads busy for the second, as far as an idle machine goes
+			return clock
+		}}
+		for range 2 {
+			c, err := chooseAuto(2, opt, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warned := len(c.Warnings) == 1 && strings.Contains(c.Warnings[0], "the machine was busy")
+			if warned != busy || strings.Contains(c.Reason, "on a busy machine") != busy {
+				t.Errorf("busy %v: warnings %q, reason %q", busy, c.Warnings, c.Reason)
+			}
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		wantFiles, wantMeasured := 1, 3
+		if busy {
+			wantFiles, wantMeasured = 0, 6
+		}
+		if len(files) != wantFiles || p.measured != wantMeasured {
+			t.Errorf("busy %v: %d cache files, %d measured; want %d, %d", busy, len(files), p.measured, wantFiles, wantMeasured)
+		}
 	}
 }

@@ -63,6 +63,12 @@ func AutoOptionsFromEnv(getenv func(string) string) (AutoOptions, error) {
 	return opt, nil
 }
 
+// busyShare is the share of its threads' CPU time below which the
+// calibration counts as measured on a busy machine, and is not cached: on
+// an idle 2-core Zen 3 it gets about 90% (small products run on one
+// thread); with other processes compiling beside it, 10-30%.
+const busyShare = 0.6
+
 // calibration is one cached result: the key it was measured under, in
 // words and hashed, and the measurements.
 type calibration struct {
@@ -173,13 +179,17 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 		}
 	}
 	if cal == nil {
-		t0 := now()
+		t0, cpu0 := now(), p.cpuSeconds()
 		cal = &calibration{Key: key, KeyText: fields, Measured: t0}
-		for _, c := range cs {
-			cal.Results = append(cal.Results, p.measure(c))
-		}
-		source = fmt.Sprintf("in %.1f s", now().Sub(t0).Seconds())
+		cal.Results = p.measure(cs)
+		wall, cpu := now().Sub(t0).Seconds(), p.cpuSeconds()-cpu0
+		source = fmt.Sprintf("in %.1f s", wall)
+		share := cpu / (wall * float64(threads))
+		busy := cpu0 >= 0 && wall > 0 && share < busyShare
 		switch {
+		case busy:
+			warnings = append(warnings, fmt.Sprintf("the machine was busy while auto measured the BLAS backends (they got %.0f%% of %d CPUs): the choice may not hold, and is measured again next run", 100*share, threads))
+			source += fmt.Sprintf(" on a busy machine (%.0f%% of %d CPUs), not cached", 100*share, threads)
 		case path == "":
 			source += ", not cached"
 		default:
