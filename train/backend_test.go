@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/dist"
 )
 
 // readJSON reads a run directory's JSON file into a map.
@@ -104,5 +106,35 @@ func TestBackendKind(t *testing.T) {
 		if got := backendKind(tc.name); got != tc.want {
 			t.Errorf("backendKind(%q) = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The ranks of a data-parallel job run the backend rank 0's calibration
+// picked: each rank measuring on its own could pick another on a loaded
+// machine, and ranks that round differently no longer train as one
+// process would.
+func TestRanksRunRankZerosBackend(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	comms := dist.NewLocal(2)
+	parts := make([]*components, len(comms))
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		parts[i] = &components{comm: c}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = parts[i].openBackend(ComputeConfig{BLAS: blas.KindAuto, Threads: 1}, "")
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	kind := strings.TrimPrefix(strings.SplitN(parts[0].blasReason, ":", 2)[0], "auto → ")
+	if !strings.HasPrefix(parts[0].blasReason, "auto → "+kind+": fastest of ") || parts[1].blasReason != "auto → "+kind+": picked by rank 0" {
+		t.Errorf("rank 0: %q; rank 1: %q", parts[0].blasReason, parts[1].blasReason)
 	}
 }

@@ -253,7 +253,9 @@ func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.E
 }
 
 // backendKinds index the kinds rank 0 broadcasts.
-var backendKinds = []blas.Kind{blas.KindNative, blas.KindOpenBLAS, blas.KindOneDNN, blas.KindGonum}
+func backendKinds() []blas.Kind {
+	return []blas.Kind{blas.KindNative, blas.KindOpenBLAS, blas.KindOneDNN, blas.KindGonum}
+}
 
 // openRankBackend lets rank 0 choose and every other rank open what it
 // chose: a calibration on each rank could pick differently on a loaded
@@ -267,7 +269,7 @@ func (c *components) openRankBackend(compute ComputeConfig) (*nn.Engine, error) 
 	if c.comm.Rank() == 0 {
 		var choice blas.Choice
 		if eng, choice, err = openEngine(compute); err == nil {
-			msg[0] = byte(1 + slices.Index(backendKinds, choice.Kind))
+			msg[0] = byte(1 + slices.Index(backendKinds(), choice.Kind))
 			c.blasReason = choice.Reason
 			c.warnings = append(c.warnings, choice.Warnings...)
 		}
@@ -278,10 +280,10 @@ func (c *components) openRankBackend(compute ComputeConfig) (*nn.Engine, error) 
 	if c.comm.Rank() == 0 {
 		return eng, err
 	}
-	if msg[0] == 0 || int(msg[0]) > len(backendKinds) {
+	if msg[0] == 0 || int(msg[0]) > len(backendKinds()) {
 		return nil, fmt.Errorf("rank 0 could not open a BLAS backend")
 	}
-	compute.BLAS = backendKinds[msg[0]-1]
+	compute.BLAS = backendKinds()[msg[0]-1]
 	eng, _, err = openEngine(compute)
 	if err != nil {
 		return nil, fmt.Errorf("open %s, the backend rank 0 picked: %w", compute.BLAS, err)
