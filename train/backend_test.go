@@ -138,3 +138,54 @@ func TestRanksRunRankZerosBackend(t *testing.T) {
 		t.Errorf("rank 0: %q; rank 1: %q", parts[0].blasReason, parts[1].blasReason)
 	}
 }
+
+// A resumed run whose backend runs other kernels than the run started on
+// (here a run.json that names another native kernel) says so: its numbers
+// will differ from an uninterrupted run's. The thread count is no such
+// difference.
+func TestResumeWarnsOfOtherKernels(t *testing.T) {
+	dir := fixture(t)
+	r := resumeRecipe(t, dir, "compute.blas=native")
+	ctx, cancel := context.WithCancel(context.Background())
+	sum, err := Run(ctx, r, Options{Out: io.Discard, afterStep: func(s int) {
+		if s == 5 {
+			cancel()
+		}
+	}})
+	cancel()
+	if err != ErrInterrupted {
+		t.Fatalf("first leg: %v, want an interruption", err)
+	}
+	runJSON := filepath.Join(sum.RunDir, "run.json")
+	m := readJSON(t, runJSON)
+	now, _ := m["blas"].(string)
+	m["blas"] = "native (Go, another kernel)"
+	b, _ := json.Marshal(m)
+	if err := os.WriteFile(runJSON, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	if _, err := Run(context.Background(), r, Options{Out: &log, ResumeDir: sum.RunDir}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "warning: this run started on native (Go, another kernel) and resumes on " + now + ": other kernels round differently"; !strings.Contains(log.String(), want) {
+		t.Errorf("no warning %q in\n%s", want, log.String())
+	}
+}
+
+func TestSameKernels(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"onednn (libdnnl.so.2 2.6.3, OpenMP, AVX2; 2 goroutines × 1 thread)", "onednn (libdnnl.so.2 2.6.3, OpenMP, AVX2; 16 goroutines × 1 thread)", true},
+		{"openblas (OpenBLAS 0.3.21 Haswell; libopenblas.so.0, 2 goroutines × 1 thread)", "openblas (OpenBLAS 0.3.21 Zen; libopenblas.so.0, 2 goroutines × 1 thread)", false},
+		{"native (Go, AVX2/FMA kernel)", "native (Go, AVX-512/FMA kernel)", true},
+		{"native (Go, AVX2/FMA kernel)", "native (Go, portable kernel)", false},
+		{"gonum (pure Go)", "gonum (pure Go)", true},
+	} {
+		if got := sameKernels(tc.a, tc.b); got != tc.same {
+			t.Errorf("sameKernels(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}

@@ -227,9 +227,21 @@ func openEngine(c ComputeConfig) (*nn.Engine, blas.Choice, error) {
 // would pick now; and the ranks of a data-parallel job all run the
 // backend rank 0 picks.
 func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.Engine, error) {
+	eng, err := c.openRunBackend(compute, resumeDir)
+	if err != nil || resumeDir == "" {
+		return eng, err
+	}
+	if _, started, ok := startedBackend(resumeDir); ok && !sameKernels(started, eng.BLAS.Name()) {
+		c.warnings = append(c.warnings, fmt.Sprintf("this run started on %s and resumes on %s: other kernels round differently, and its numbers will differ from an uninterrupted run's", started, eng.BLAS.Name()))
+	}
+	return eng, nil
+}
+
+// openRunBackend is openBackend without the check of a resumed run's kernels.
+func (c *components) openRunBackend(compute ComputeConfig, resumeDir string) (*nn.Engine, error) {
 	compute = rankCompute(compute, c.comm)
 	if compute.BLAS == blas.KindAuto && resumeDir != "" {
-		if kind, ok := startedBackend(resumeDir); ok {
+		if kind, _, ok := startedBackend(resumeDir); ok {
 			fixed := compute
 			fixed.BLAS = kind
 			eng, _, err := openEngine(fixed)
@@ -237,7 +249,7 @@ func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.E
 				c.blasReason = fmt.Sprintf("auto → %s: the backend this run started with (run.json), kept so that the resumed run computes as it began", kind)
 				return eng, nil
 			}
-			c.warnings = append(c.warnings, fmt.Sprintf("this run started on %s, which does not load now (%v): auto picks again, and the resumed run's numbers will differ from an uninterrupted run's", kind, err))
+			c.warnings = append(c.warnings, fmt.Sprintf("this run started on %s, which does not load now (%v): auto picks again", kind, err))
 		}
 	}
 	if compute.BLAS == blas.KindAuto && c.comm.Size() > 1 {

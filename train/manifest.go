@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -173,22 +174,36 @@ func backendKind(name string) blas.Kind {
 
 // startedBackend is the backend kind a run directory's run.json says
 // the run started with (blas_kind, or from the name where an older
-// run.json has none); ok is false where it says none.
-func startedBackend(dir string) (blas.Kind, bool) {
+// run.json has none), and its name; ok is false where it says none.
+func startedBackend(dir string) (kind blas.Kind, name string, ok bool) {
 	b, err := os.ReadFile(filepath.Join(dir, "run.json"))
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
 	var m struct {
 		BLAS     string    `json:"blas"`
 		BLASKind blas.Kind `json:"blas_kind"`
 	}
 	if json.Unmarshal(b, &m) != nil {
-		return "", false
+		return "", "", false
 	}
 	k := m.BLASKind
 	if k == "" {
 		k = backendKind(m.BLAS)
 	}
-	return k, k != "" && k != blas.KindAuto
+	return k, m.BLAS, k != "" && k != blas.KindAuto
+}
+
+// backendThreads is the part of a backend's Name that says how many
+// goroutines share a product, which does not change its results.
+var backendThreads = regexp.MustCompile(`\d+ goroutines × 1 thread`)
+
+// sameKernels says whether two backend Names compute the same bits:
+// the same kernels, whatever the thread count; native's AVX-512 kernel
+// gives the bits of its AVX2 one by design (blas.nativeKernel12AVX512).
+func sameKernels(a, b string) bool {
+	norm := func(s string) string {
+		return strings.Replace(backendThreads.ReplaceAllString(s, ""), "native (Go, AVX-512/FMA kernel)", "native (Go, AVX2/FMA kernel)", 1)
+	}
+	return norm(a) == norm(b)
 }
