@@ -1,6 +1,7 @@
 package blas
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -22,8 +23,8 @@ type Choice struct {
 }
 
 // Choose opens the backend kind names, as Open does; "auto" opens the
-// fastest backend on this machine, by a calibration (Calibrate) cached
-// per machine, library and thread count as opt says.
+// fastest backend on this machine, by a short calibration (measure)
+// cached per machine, library and thread count as opt says.
 func Choose(kind Kind, threads int, opt AutoOptions) (Choice, error) {
 	if kind != KindAuto && kind != "" {
 		be, err := openKind(kind, threads)
@@ -54,8 +55,14 @@ type candidate struct {
 	be    Backend
 }
 
+// errNotInstalled is a library that is not on this machine: auto passes
+// over it without a word, unlike one that loads but cannot be used.
+var errNotInstalled = errors.New("library not found")
+
 // probe finds the candidates and measures them; tests replace it.
 type probe interface {
+	// candidates are the backends that load; skipped says why a library
+	// that is installed is left out.
 	candidates(threads int) (cs []candidate, skipped []string)
 	measure(cs []candidate) []Measurement
 	cpuSeconds() float64 // the process's CPU time so far; < 0 if unknown
@@ -67,19 +74,24 @@ func (realProbe) cpuSeconds() float64 { return processCPUSeconds() }
 
 // candidates are the backends that load: native always, OpenBLAS and
 // oneDNN where their libraries load (and OpenBLAS's kernels run on this
-// CPU, see openBLASCoreCheck). skipped says why a library was left out.
+// CPU, see openBLASCoreCheck).
 func (realProbe) candidates(threads int) ([]candidate, []string) {
 	cs := []candidate{{KindNative, "native(" + nativeBest.name + ")", Native{Workers: threads}}}
 	var skipped []string
+	skip := func(err error) {
+		if !errors.Is(err, errNotInstalled) {
+			skipped = append(skipped, err.Error())
+		}
+	}
 	if ob, err := OpenOpenBLAS(threads); err == nil {
 		cs = append(cs, candidate{KindOpenBLAS, "openblas(" + coreLabel(ob.core) + ")", ob})
 	} else {
-		skipped = append(skipped, err.Error())
+		skip(err)
 	}
 	if d, err := OpenOneDNN(threads); err == nil {
 		cs = append(cs, candidate{KindOneDNN, "onednn(" + d.isaLabel() + ")", d})
 	} else {
-		skipped = append(skipped, err.Error())
+		skip(err)
 	}
 	return cs, skipped
 }

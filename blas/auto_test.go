@@ -52,9 +52,10 @@ type fakeProbe struct {
 	kinds    []Kind
 	gflops   map[Kind]float64
 	measured int
-	trackCPU bool    // cpuSeconds reports CPU time
-	busy     bool    // the process gets no CPU time while it measures
-	cpu      float64 // CPU seconds so far, advanced by the fake clock's users
+	skipped  []string // installed libraries left out
+	trackCPU bool     // cpuSeconds reports CPU time
+	busy     bool     // the process gets no CPU time while it measures
+	cpu      float64  // CPU seconds so far, advanced by the fake clock's users
 }
 
 func (p *fakeProbe) candidates(threads int) ([]candidate, []string) {
@@ -62,7 +63,7 @@ func (p *fakeProbe) candidates(threads int) ([]candidate, []string) {
 	for _, k := range p.kinds {
 		cs = append(cs, candidate{k, string(k), namedNative{Native{Workers: threads}, p.names[k]}})
 	}
-	return cs, nil
+	return cs, p.skipped
 }
 
 func (p *fakeProbe) measure(cs []candidate) []Measurement {
@@ -394,5 +395,25 @@ func TestAutoBusyMachineNotCached(t *testing.T) {
 		if len(files) != wantFiles || p.measured != wantMeasured {
 			t.Errorf("busy %v: %d cache files, %d measured; want %d, %d", busy, len(files), p.measured, wantFiles, wantMeasured)
 		}
+	}
+}
+
+// An installed library that cannot be used (OpenBLAS with a core type
+// this CPU cannot run) is left out with a warning; one that is not
+// installed is left out without a word (realProbe: errNotInstalled).
+func TestAutoWarnsOfUnusableLibrary(t *testing.T) {
+	p := newFakeProbe()
+	p.kinds = []Kind{KindNative, KindOneDNN}
+	p.skipped = []string{"load OpenBLAS from libopenblas.so.0: OpenBLAS chose its SkylakeX kernels"}
+	c, err := chooseAuto(2, AutoOptions{Dir: t.TempDir(), Getenv: env(nil)}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "auto left a backend out: load OpenBLAS from libopenblas.so.0: OpenBLAS chose its SkylakeX kernels") {
+		t.Errorf("warnings %q", c.Warnings)
+	}
+	t.Setenv("MIXTUNE_OPENBLAS", "/nonexistent/libopenblas.so.0")
+	if _, skipped := (realProbe{}).candidates(1); len(skipped) > 0 && strings.Contains(strings.Join(skipped, " "), "OpenBLAS") {
+		t.Errorf("a missing OpenBLAS is reported: %q", skipped)
 	}
 }

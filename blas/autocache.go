@@ -154,10 +154,13 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 	if now == nil {
 		now = time.Now
 	}
-	cs, _ := p.candidates(threads)
+	cs, skipped := p.candidates(threads)
 	fields := keyFields(cs, threads, getenv)
 	key := hashKey(fields)
 	var warnings []string
+	for _, s := range skipped {
+		warnings = append(warnings, "auto left a backend out: "+s)
+	}
 	path := ""
 	if opt.Cache != CacheOff {
 		dir, err := cacheDir(opt.Dir)

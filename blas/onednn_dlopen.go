@@ -42,7 +42,7 @@ func OpenOneDNN(threads int) (*OneDNN, error) {
 		errs = append(errs, err.Error())
 	}
 	if lib == 0 {
-		return nil, fmt.Errorf("load oneDNN: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("load oneDNN: %w: %s", errNotInstalled, strings.Join(errs, "; "))
 	}
 	// dnnl_gemm_bf16bf16f32 is exported (extern "C") by oneDNN 1.x-3.x but
 	// not declared in its public header.

@@ -34,7 +34,7 @@ func OpenOpenBLAS(threads int) (*OpenBLAS, error) {
 		errs = append(errs, err.Error())
 	}
 	if lib == 0 {
-		return nil, fmt.Errorf("load OpenBLAS: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("load OpenBLAS: %w: %s", errNotInstalled, strings.Join(errs, "; "))
 	}
 	for _, sym := range []string{"cblas_sgemm", "cblas_dgemm"} {
 		if _, err := purego.Dlsym(lib, sym); err != nil {
