@@ -22,32 +22,18 @@ type Backend interface {
 	Dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int)
 }
 
-// Open returns the backend a config or flag names: "auto" (OpenBLAS if it
-// loads and has kernels for this CPU, see preferNative; otherwise oneDNN
-// if it loads and runs its AVX-512 kernels, where it was measured faster
-// than Native; otherwise Native), "openblas" or "onednn" (an error if the
+// Open returns the backend a config or flag names: "auto" (the fastest
+// that loads here, by a calibration cached in the user's cache directory:
+// Choose, which also says why), "openblas" or "onednn" (an error if the
 // library does not load), "native" or "gonum". threads is how many
 // goroutines share one large product (0: GOMAXPROCS).
 func Open(name string, threads int) (Backend, error) {
-	switch strings.ToLower(name) {
-	case "", "auto":
-		if b, err := OpenOpenBLAS(threads); err == nil && !preferNative(b.core, nativeAsm != nil) {
-			return b, nil
-		}
-		if d, err := OpenOneDNN(threads); err == nil && d.avx512() {
-			return d, nil
-		}
-		return Native{Workers: threads}, nil
-	case "openblas":
-		return OpenOpenBLAS(threads)
-	case "onednn":
-		return OpenOneDNN(threads)
-	case "native", "go":
-		return Native{Workers: threads}, nil
-	case "gonum":
-		return Gonum{}, nil
+	k := Kind(strings.ToLower(strings.TrimSpace(name)))
+	if k == "go" {
+		k = KindNative
 	}
-	return nil, fmt.Errorf("unknown BLAS backend %q (want auto, openblas, onednn, native or gonum)", name)
+	c, err := Choose(k, threads, AutoOptions{})
+	return c.Backend, err
 }
 
 // Gemm dispatches on the element type, so generic kernels can call one function.
@@ -137,24 +123,4 @@ func checkGemm(op string, transA, transB bool, m, n, k, la, lda, lb, ldb, lc, ld
 		return fmt.Errorf("blas: %s: len(c) = %d, want at least %d for C %d×%d with ldc = %d", op, lc, (m-1)*ldc+n, m, n, ldc)
 	}
 	return nil
-}
-
-// preferNative says whether auto should pass over an OpenBLAS whose kernels
-// are core: OpenBLAS names the kernel family it picked at load time, and
-// where it did not recognise the CPU (under some hypervisors) or was built
-// for an old one it runs kernels without AVX2. Against those mixtune's
-// AVX2/FMA kernel (nativeAVX2) is faster: 1.6-2.1x end to end where
-// Debian's OpenBLAS 0.3.21 ran its "Prescott" kernels on an AVX-512 Xeon
-// (README, Performance).
-func preferNative(core string, nativeAVX2 bool) bool {
-	if !nativeAVX2 {
-		return false
-	}
-	switch strings.ToLower(core) {
-	case "prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "nano",
-		"katmai", "coppermine", "northwood", "banias", "yonah", "opteron", "opteron_sse3",
-		"barcelona", "bobcat", "bulldozer", "sandybridge", "generic":
-		return true
-	}
-	return false
 }

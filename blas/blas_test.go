@@ -108,6 +108,7 @@ func TestOpenUnknown(t *testing.T) {
 func TestOpenBLASMissingLibrary(t *testing.T) {
 	t.Setenv("MIXTUNE_OPENBLAS", "/nonexistent/libopenblas.so.0")
 	t.Setenv("MIXTUNE_ONEDNN", "/nonexistent/libdnnl.so.2")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // auto caches its calibration there
 	if _, err := OpenOpenBLAS(0); err == nil {
 		t.Fatal("OpenOpenBLAS with a missing library succeeded")
 	}

@@ -58,9 +58,16 @@ func (o *OneDNN) Dgemm(transA, transB bool, m, n, k int, alpha float64, a []floa
 	Gonum{}.Dgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// BF16 says whether GemmBF16 runs on this CPU: oneDNN 2.x implements its
+// bf16 GEMM with AVX-512 instructions (emulating bf16 products where the
+// CPU lacks AVX512_BF16) and answers "unimplemented" below AVX-512, on an
+// AVX2-only CPU such as AMD Zen 3.
+func (o *OneDNN) BF16() bool { return o.avx512() }
+
 // GemmBF16 computes C = alpha·op(A)·op(B) + beta·C with A and B bf16 bit
 // patterns and C float32 (row-major). Products of two bf16 values are
-// exact in float32; they are summed in float32.
+// exact in float32; they are summed in float32. It panics where BF16 is
+// false.
 func (o *OneDNN) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 	if err := checkGemm("onednn GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
 		panic(err)
@@ -113,6 +120,19 @@ const (
 // avx512 says whether oneDNN runs its AVX-512 kernels: where its fp32 GEMM
 // was measured faster than Native's AVX2/FMA kernel (README, Performance).
 func (o *OneDNN) avx512() bool { return o.isa&dnnlISAAVX512Core == dnnlISAAVX512Core }
+
+// isaLabel names the kernels oneDNN dispatches to.
+func (o *OneDNN) isaLabel() string {
+	switch {
+	case o.isa&dnnlISAAVX512BF16 == dnnlISAAVX512BF16:
+		return "AVX-512 with BF16"
+	case o.isa&dnnlISAAVX512Core == dnnlISAAVX512Core:
+		return "AVX-512, bf16 emulated"
+	case o.isa&dnnlISAAVX2 == dnnlISAAVX2:
+		return "AVX2"
+	}
+	return "below AVX2"
+}
 
 func dnnlOp(t bool) byte {
 	if t {

@@ -42,7 +42,7 @@ func OpenOneDNN(threads int) (*OneDNN, error) {
 		errs = append(errs, err.Error())
 	}
 	if lib == 0 {
-		return nil, fmt.Errorf("load oneDNN: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("load oneDNN: %w: %s", errNotInstalled, strings.Join(errs, "; "))
 	}
 	// dnnl_gemm_bf16bf16f32 is exported (extern "C") by oneDNN 1.x-3.x but
 	// not declared in its public header.
@@ -83,20 +83,12 @@ func OpenOneDNN(threads int) (*OneDNN, error) {
 		// how many it starts, and they would fight the Go scheduler.
 		return nil, fmt.Errorf("load oneDNN from %s: its %s CPU runtime cannot be limited to one thread per call (mixtune needs the OpenMP or sequential build)", path, runtimeName)
 	}
-	isaName := "below AVX2"
 	if _, err := purego.Dlsym(lib, "dnnl_get_effective_cpu_isa"); err == nil {
 		var isa func() uint32
 		purego.RegisterLibFunc(&isa, lib, "dnnl_get_effective_cpu_isa")
 		o.isa = isa()
 	}
-	switch {
-	case o.isa&dnnlISAAVX512BF16 == dnnlISAAVX512BF16:
-		isaName = "AVX-512 with BF16"
-	case o.isa&dnnlISAAVX512Core == dnnlISAAVX512Core:
-		isaName = "AVX-512, bf16 emulated"
-	case o.isa&dnnlISAAVX2 == dnnlISAAVX2:
-		isaName = "AVX2"
-	}
+	isaName := o.isaLabel()
 	o.name = fmt.Sprintf("onednn (%s %d.%d.%d, %s, %s; %d goroutines × 1 thread)", path, v.major, v.minor, v.patch, runtimeName, isaName, threads)
 	return o, nil
 }

@@ -10,5 +10,5 @@ import (
 // OpenOneDNN reports the oneDNN backend unavailable: mixtune loads oneDNN
 // with dlopen (purego), which this platform does not have.
 func OpenOneDNN(threads int) (*OneDNN, error) {
-	return nil, fmt.Errorf("load oneDNN: not available on %s (mixtune loads it with dlopen, on Linux, macOS, FreeBSD and NetBSD only); use --blas native", runtime.GOOS)
+	return nil, fmt.Errorf("load oneDNN: %w: not available on %s (mixtune loads it with dlopen, on Linux, macOS, FreeBSD and NetBSD only); use --blas native", errNotInstalled, runtime.GOOS)
 }

@@ -1,9 +1,12 @@
 package blas
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"unsafe"
+
+	"golang.org/x/sys/cpu"
 )
 
 // CBLAS enum values (cblas.h).
@@ -103,6 +106,44 @@ func splitRows(workers, rowBlock int, transA bool, m, n, k, lda, ldc int, gemm f
 		}()
 	}
 	wg.Wait()
+}
+
+// x86Features are the CPU features OpenBLAS's x86 kernel families need.
+type x86Features struct{ avx, avx2, fma, avx512, avx512bf16, amx bool }
+
+func hostX86Features() x86Features {
+	x := cpu.X86
+	return x86Features{
+		avx: x.HasAVX, avx2: x.HasAVX2, fma: x.HasFMA,
+		avx512:     x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512DQ,
+		avx512bf16: x.HasAVX512BF16, amx: x.HasAMXBF16 && x.HasAMXTile,
+	}
+}
+
+// openBLASCoreCheck refuses an OpenBLAS whose kernel family needs
+// instructions this CPU lacks. OpenBLAS runs whatever OPENBLAS_CORETYPE
+// names without checking, and its first product then dies of SIGILL
+// (SkylakeX on an AVX2-only Zen 3 did). Families it does not list here
+// (older ones, other architectures) are trusted.
+func openBLASCoreCheck(core string, f x86Features) error {
+	var need string
+	ok := true
+	switch strings.ToLower(core) {
+	case "sandybridge":
+		need, ok = "AVX", f.avx
+	case "haswell", "zen":
+		need, ok = "AVX2 and FMA", f.avx2 && f.fma
+	case "skylakex":
+		need, ok = "AVX-512 (F, BW, VL, DQ)", f.avx512
+	case "cooperlake":
+		need, ok = "AVX-512 with BF16", f.avx512 && f.avx512bf16
+	case "sapphirerapids":
+		need, ok = "AVX-512 with BF16 and AMX", f.avx512 && f.avx512bf16 && f.amx
+	}
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("OpenBLAS chose its %s kernels, which need %s, and this CPU lacks it: unset OPENBLAS_CORETYPE, or set it to a family this CPU runs", core, need)
 }
 
 func cblasOp(t bool) int32 {

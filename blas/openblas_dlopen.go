@@ -34,7 +34,7 @@ func OpenOpenBLAS(threads int) (*OpenBLAS, error) {
 		errs = append(errs, err.Error())
 	}
 	if lib == 0 {
-		return nil, fmt.Errorf("load OpenBLAS: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("load OpenBLAS: %w: %s", errNotInstalled, strings.Join(errs, "; "))
 	}
 	for _, sym := range []string{"cblas_sgemm", "cblas_dgemm"} {
 		if _, err := purego.Dlsym(lib, sym); err != nil {
@@ -66,6 +66,9 @@ func OpenOpenBLAS(threads int) (*OpenBLAS, error) {
 		var corename func() *byte
 		purego.RegisterLibFunc(&corename, lib, "openblas_get_corename")
 		o.core = cString(corename())
+		if err := openBLASCoreCheck(o.core, hostX86Features()); err != nil {
+			return nil, fmt.Errorf("load OpenBLAS from %s: %w (OPENBLAS_CORETYPE=%q)", path, err, os.Getenv("OPENBLAS_CORETYPE"))
+		}
 	}
 	o.name = "openblas (" + info + ")"
 	return o, nil

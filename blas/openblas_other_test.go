@@ -14,11 +14,11 @@ func TestOpenBLASUnavailable(t *testing.T) {
 	if _, err := Open("openblas", 0); err == nil || !strings.Contains(err.Error(), "not available on "+runtime.GOOS) {
 		t.Errorf(`Open("openblas"): %v, want "not available on %s"`, err, runtime.GOOS)
 	}
-	be, err := Open("auto", 2)
+	c, err := Choose(KindAuto, 2, AutoOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := be.(Native); !ok {
-		t.Errorf(`Open("auto") = %s, want the native backend`, be.Name())
+	if _, ok := c.Backend.(Native); !ok {
+		t.Errorf(`auto = %s, want the native backend`, c.Backend.Name())
 	}
 }

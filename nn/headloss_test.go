@@ -101,7 +101,9 @@ type headCase struct {
 type headRun struct {
 	loss             float32
 	dxp, dw          []float32 // gradients of the norm's input and of W
+	dx               []float32 // the gradient of the norm's output, the head's input
 	dl, xl           []float32 // the unfused pair's logits gradient and lowered x
+	xp, norm, w      []float32 // the inputs: the norm's input and weight, and W's values
 	rounded, under   int64
 	gemms            int64
 	logitsLikeShapes int // nodes of shape [N, V]
@@ -159,7 +161,7 @@ func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
 		logits = b.Linear(x, w)
 		loss = b.CrossEntropy(logits, tg)
 	}
-	wrt := G.Nodes{xp}
+	wrt := G.Nodes{xp, x}
 	if c.weight == "trainable" {
 		wrt = append(wrt, w)
 	}
@@ -187,10 +189,17 @@ func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
 			t.Fatal(err)
 		}
 	}
-	r := headRun{loss: loss.Value().Data().(float32), dxp: clone32(grads[0]), gemms: cb.calls.Load() - calls}
+	r := headRun{loss: loss.Value().Data().(float32), dxp: clone32(grads[0]), dx: clone32(grads[1]), gemms: cb.calls.Load() - calls,
+		xp: clone32(xp), norm: norm, w: wData}
+	if c.weight == "bf16 bits" {
+		r.w = make([]float32, len(wData))
+		for i, x := range wData {
+			r.w[i] = amp.BF16.Round(x)
+		}
+	}
 	r.rounded, r.under = b.Eng.Grads.Take()
 	if c.weight == "trainable" {
-		r.dw = clone32(grads[1])
+		r.dw = clone32(grads[2])
 	}
 	if logits != nil {
 		r.dl = clone32(grads[len(grads)-1])
@@ -216,6 +225,13 @@ func sameBits(a, b []float32) int {
 	return -1
 }
 
+// headBackends are the backends the head tests run on: gonum, native, and
+// OpenBLAS and oneDNN where they load. Only native's sums are the same bits
+// however a product is cut into slabs and blocks of tokens, by design (its
+// kernel sums k in one fixed order for any m and n, and headSlab keeps
+// its blocks of k); another library may pick another kernel, with another
+// order, by the shape it is given, so those are held to a bound instead
+// (headBound).
 func headBackends(t *testing.T) map[string]blas.Backend {
 	bes := map[string]blas.Backend{"gonum": blas.Gonum{}, "native": blas.Native{Workers: 2}}
 	if ob, err := blas.OpenOpenBLAS(2); err == nil {
@@ -223,7 +239,132 @@ func headBackends(t *testing.T) map[string]blas.Backend {
 	} else {
 		t.Logf("OpenBLAS not checked: %v", err)
 	}
+	if d, err := blas.OpenOneDNN(2); err == nil {
+		bes["onednn"] = d
+	} else {
+		t.Logf("oneDNN not checked: %v", err)
+	}
 	return bes
+}
+
+// gamma is γ_k = k·u/(1−k·u), u = 2⁻²⁴: a float32 sum of k products, in
+// any order, is within γ_k·Σ|products| of the exact sum (Higham, Accuracy
+// and Stability of Numerical Algorithms, 3.1), so two such sums of the
+// same products are within 2γ_k·Σ|products| of each other.
+func gamma(k int) float64 {
+	ku := float64(k) * 0x1p-24
+	return ku / (1 - ku)
+}
+
+// headBound holds, per value, how far a correct BLAS may move the fused
+// head's loss and gradients from the unfused pair's: bounds on |Δloss|,
+// |Δdx| (the norm's output gradient) and |Δdxp| (its input gradient).
+type headBound struct {
+	loss    float64
+	dx, dxp []float64
+}
+
+// newHeadBound propagates, to first order, the differences that another
+// order of summation may make, from the logits to dxp (ref is the unfused
+// run, whose logits gradient dl and lowered x it holds; s is the loss
+// gradient's seed over the counted targets):
+//
+//   - a logit z = x·Wᵀ (k = D): 2γ_D·Σ|x||W|, and one ulp of f where the
+//     policy rounds it to a 16-bit format f (a value computed in another
+//     order may round to the neighbouring 16-bit value);
+//   - the softmax p moves by at most p·2·max|Δz| in its row, so dl =
+//     s·(p − onehot) by s·p·2·max|Δz|, and one ulp of f where rounded;
+//   - dx = dl·W (k = V): 2γ_V·Σ|dl||W| plus Σ|Δdl||W|, and one ulp of f;
+//   - dxp = rstd·(g⊙w − x·c), c = rstd²·Σ(g⊙w)·x / D: its Jacobian in g
+//     bounds the propagated part; its own float32 evaluation, the same
+//     formula on other inputs, adds 2γ_(D+4) times its terms' sizes;
+//   - the loss, the mean over counted rows of logsumexp(z) − z_t: two
+//     max|Δz| per row, and 2γ_(V+4) of each row's terms for the sum.
+//
+// Second-order terms (products of two differences) are below 2⁻⁴⁸ of the
+// values here and are covered by doubling the total.
+func newHeadBound(f amp.Format, ref headRun, v int, seed float64) headBound {
+	ulpf := func(x float64) float64 {
+		if f == amp.FP32 {
+			return 0
+		}
+		return ulp(f, x)
+	}
+	count := 0
+	for _, t := range headTargets {
+		if t != IgnoreIndex {
+			count++
+		}
+	}
+	s := seed / float64(count)
+	b := headBound{dx: make([]float64, headN*headD), dxp: make([]float64, headN*headD)}
+	for n := 0; n < headN; n++ {
+		dz, zmax := 0.0, 0.0
+		for j := 0; j < v; j++ {
+			var abs, z float64
+			for d := 0; d < headD; d++ {
+				xw := float64(ref.xl[n*headD+d]) * float64(ref.w[j*headD+d])
+				abs += math.Abs(xw)
+				z += xw
+			}
+			dz = max(dz, 2*gamma(headD)*abs+ulpf(z))
+			zmax = max(zmax, math.Abs(z))
+		}
+		if headTargets[n] != IgnoreIndex {
+			b.loss += (2*dz + 2*gamma(v+4)*(zmax+math.Log(float64(v))+zmax)) / float64(count)
+		}
+		for d := 0; d < headD; d++ {
+			var e float64
+			for j := 0; j < v; j++ {
+				dl := float64(ref.dl[n*v+j])
+				p := 0.0 // s·p, from dl = s·(p − onehot)
+				if headTargets[n] != IgnoreIndex {
+					p = math.Abs(dl + s*float64(b2f(headTargets[n] == j)))
+				}
+				w := math.Abs(float64(ref.w[j*headD+d]))
+				e += (2*gamma(v)*math.Abs(dl) + p*2*dz + ulpf(dl)) * w
+			}
+			b.dx[n*headD+d] = e + ulpf(float64(ref.dx[n*headD+d]))
+		}
+		// the norm's backward, row n: dxp_i = rstd·(g_i·w_i − x_i·c)
+		x, g, dx, e := ref.xp[n*headD:(n+1)*headD], ref.norm, ref.dx[n*headD:(n+1)*headD], b.dx[n*headD:(n+1)*headD]
+		var ms float64
+		for _, xi := range x {
+			ms += float64(xi) * float64(xi)
+		}
+		rstd := 1 / math.Sqrt(ms/headD+1e-5)
+		var dotE, dotAbs float64 // Σ|g_j w_j x_j| with |Δg_j| and with |g_j|
+		for j := range x {
+			dotE += e[j] * math.Abs(float64(g[j])*float64(x[j]))
+			dotAbs += math.Abs(float64(dx[j]) * float64(g[j]) * float64(x[j]))
+		}
+		for i := range x {
+			xi, gi := math.Abs(float64(x[i])), math.Abs(float64(g[i]))
+			prop := rstd*gi*e[i] + rstd*rstd*rstd*xi*dotE/headD
+			eval := 2 * gamma(headD+4) * (rstd*gi*math.Abs(float64(dx[i])) + rstd*rstd*rstd*xi*dotAbs/headD)
+			b.dxp[n*headD+i] = 2 * (prop + eval)
+		}
+	}
+	b.loss *= 2
+	for i := range b.dx {
+		b.dx[i] *= 2
+	}
+	return b
+}
+
+// ratio is d/bound, 0 where both are 0 (an ignored row's gradient).
+func ratio(d, bound float64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return d / bound
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // The fused head and loss computes what the unfused linear + cross-entropy
@@ -247,7 +388,7 @@ func TestLMHeadLossMatchesUnfused(t *testing.T) {
 						c := headCase{format: f, weight: weight, fused: true, seeded: seeded, chunk: chunk, workers: 2}
 						t.Run(fmt.Sprintf("%s/%v/%s/chunk %d/seeded %v", beName, f, weight, chunk, seeded), func(t *testing.T) {
 							got := runHead(t, be, c)
-							compareHead(t, f, ref, got, chunk)
+							compareHead(t, f, ref, got, chunk, headV, beName == "native")
 							blocks := int64(1)
 							if chunk > 0 {
 								blocks = (headN + int64(chunk) - 1) / int64(chunk)
@@ -276,38 +417,73 @@ func TestLMHeadLossMatchesUnfused(t *testing.T) {
 	}
 }
 
-func compareHead(t *testing.T, f amp.Format, ref, got headRun, chunk int) {
+// compareHead checks a fused run against the unfused pair's ref. On the
+// native backend (exact) the loss and dxp are the same bits, and so is dW
+// with one block of tokens; on any other backend each is held to
+// newHeadBound. With several blocks, dW sums its blocks' products in
+// another order on every backend (dwWithinBound).
+func compareHead(t *testing.T, f amp.Format, ref, got headRun, chunk, v int, exact bool) {
 	t.Helper()
-	if math.Float32bits(ref.loss) != math.Float32bits(got.loss) {
-		t.Errorf("loss %v, unfused %v", got.loss, ref.loss)
-	}
-	if i := sameBits(ref.dxp, got.dxp); i >= 0 {
-		t.Errorf("dx[%d] = %v, unfused %v", i, got.dxp[i], ref.dxp[i])
-	}
 	if ref.rounded != got.rounded || ref.under != got.under {
 		t.Errorf("rounded %d gradient values, %d underflowed; unfused %d, %d", got.rounded, got.under, ref.rounded, ref.under)
+	}
+	if exact {
+		if math.Float32bits(ref.loss) != math.Float32bits(got.loss) {
+			t.Errorf("loss %v, unfused %v", got.loss, ref.loss)
+		}
+		if i := sameBits(ref.dxp, got.dxp); i >= 0 {
+			t.Errorf("dx[%d] = %v, unfused %v", i, got.dxp[i], ref.dxp[i])
+		}
+	} else {
+		b := newHeadBound(f, ref, v, 0.37)
+		d := math.Abs(float64(got.loss) - float64(ref.loss))
+		if d > b.loss {
+			t.Errorf("loss %v, unfused %v: more than %.3g apart", got.loss, ref.loss, b.loss)
+		}
+		worst := ratio(d, b.loss)
+		for i := range ref.dxp {
+			if d := math.Abs(float64(got.dx[i]) - float64(ref.dx[i])); d > b.dx[i] {
+				t.Errorf("norm output gradient [%d] = %v, unfused %v: more than %.3g apart", i, got.dx[i], ref.dx[i], b.dx[i])
+			} else {
+				worst = max(worst, ratio(d, b.dx[i]))
+			}
+			if d := math.Abs(float64(got.dxp[i]) - float64(ref.dxp[i])); d > b.dxp[i] {
+				t.Errorf("dx[%d] = %v, unfused %v: more than %.3g apart", i, got.dxp[i], ref.dxp[i], b.dxp[i])
+			} else {
+				worst = max(worst, ratio(d, b.dxp[i]))
+			}
+		}
+		t.Logf("loss, dx and dxp within %.3g of their bounds", worst)
 	}
 	if ref.dw == nil {
 		return
 	}
-	if chunk == 0 || chunk >= headN {
+	if exact && (chunk == 0 || chunk >= headN) {
 		if i := sameBits(ref.dw, got.dw); i >= 0 {
 			t.Errorf("one block: dW[%d] = %v, unfused %v", i, got.dw[i], ref.dw[i])
 		}
 		return
 	}
-	// Two fp32 sums of the same N products, in any orders, differ by at
-	// most 2(N−1)·2⁻²⁴·Σ|products|; rounding both to W's format adds at
-	// most one ulp of it.
+	dwWithinBound(t, f, ref, got, v)
+}
+
+// dwWithinBound checks dW = dlᵀ·x against the unfused pair's: two fp32
+// sums of the same N products, in any orders, differ by at most
+// 2γ_N·Σ|products|; rounding both to W's format adds at most one ulp of
+// it. (The products' factors may themselves differ on a backend other
+// than native, by the logits' bound; at these sizes that is far below
+// the γ term's 2⁻²⁰ of the values and is covered by its factor 2.)
+func dwWithinBound(t *testing.T, f amp.Format, ref, got headRun, v int) {
+	t.Helper()
 	differ := 0
-	for j := 0; j < headV; j++ {
+	for j := 0; j < v; j++ {
 		for i := 0; i < headD; i++ {
 			var s float64
 			for n := 0; n < headN; n++ {
-				s += math.Abs(float64(ref.dl[n*headV+j]) * float64(ref.xl[n*headD+i]))
+				s += math.Abs(float64(ref.dl[n*v+j]) * float64(ref.xl[n*headD+i]))
 			}
 			a, b := float64(ref.dw[j*headD+i]), float64(got.dw[j*headD+i])
-			bound := 2 * (headN - 1) * 0x1p-24 * s
+			bound := 2 * 2 * gamma(headN) * s
 			if f != amp.FP32 {
 				bound += ulp(f, max(math.Abs(a), math.Abs(b)))
 			}
@@ -319,12 +495,13 @@ func compareHead(t *testing.T, f amp.Format, ref, got headRun, chunk int) {
 			}
 		}
 	}
-	t.Logf("%d of %d dW values differ from the unfused pair's (summation order)", differ, headV*headD)
+	t.Logf("%d of %d dW values differ from the unfused pair's (summation order)", differ, v*headD)
 }
 
 // With a vocabulary of several slabs (headSlab), workers compute the
 // logits of one slab each, with the same products: the fused op still
-// computes what the pair computes, bit for bit with one block.
+// computes what the pair computes, bit for bit with one block on the
+// native backend, within newHeadBound on any other (compareHead).
 func TestLMHeadLossSlabsMatchUnfused(t *testing.T) {
 	const v = 3*headSlab + 100
 	for beName, be := range headBackends(t) {
@@ -333,15 +510,7 @@ func TestLMHeadLossSlabsMatchUnfused(t *testing.T) {
 			for _, chunk := range []int{0, 4} {
 				t.Run(fmt.Sprintf("%s/%v/chunk %d", beName, f, chunk), func(t *testing.T) {
 					got := runHead(t, be, headCase{format: f, weight: "trainable", fused: true, seeded: true, chunk: chunk, workers: 3, v: v})
-					if math.Float32bits(ref.loss) != math.Float32bits(got.loss) {
-						t.Errorf("loss %v, unfused %v", got.loss, ref.loss)
-					}
-					if i := sameBits(ref.dxp, got.dxp); i >= 0 {
-						t.Errorf("dx[%d] = %v, unfused %v", i, got.dxp[i], ref.dxp[i])
-					}
-					if i := sameBits(ref.dw, got.dw); chunk == 0 && i >= 0 {
-						t.Errorf("dW[%d] = %v, unfused %v", i, got.dw[i], ref.dw[i])
-					}
+					compareHead(t, f, ref, got, chunk, v, beName == "native")
 					// 3 slabs of logits, dx and dW per block; 1 block or 3
 					blocks := int64(1)
 					if chunk > 0 {

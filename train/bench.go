@@ -66,7 +66,7 @@ type BenchResult struct {
 
 // benchModel builds the benchmark's engine, random model and adapter.
 func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.Adapter, error) {
-	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
+	eng, _, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,7 @@ type components struct {
 	trainer     *runner
 	evaluator   *runner // nil without validation data
 	warnings    []string
+	blasReason  string        // why auto picked the backend; "" when it was named
 	comm        dist.Comm     // the processes training together; a Single for one
 	dp          *dataParallel // this process's part of every batch: all of it for one
 }
@@ -81,7 +83,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if c.policy, err = r.policyFor(sel.Precision); err != nil {
 		return nil, err
 	}
-	if c.eng, err = openEngine(rankCompute(r.Compute, c.comm)); err != nil {
+	if c.eng, err = c.openBackend(r.Compute, opt.ResumeDir); err != nil {
 		return nil, err
 	}
 	say := opt.Out
@@ -231,17 +233,106 @@ func checkMemory(r *Recipe, batch int) error {
 
 func gib(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 
-// openEngine picks the matmul backend and the kernels' thread count.
-func openEngine(c ComputeConfig) (*nn.Engine, error) {
+// openEngine picks the matmul backend and the kernels' thread count;
+// the choice says why auto picked it. MIXTUNE_BLAS_CALIBRATE (see
+// blas.AutoOptionsFromEnv) says how auto uses its calibration cache.
+func openEngine(c ComputeConfig) (*nn.Engine, blas.Choice, error) {
 	threads := c.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	be, err := blas.Open(string(c.BLAS), threads)
+	opt, err := blas.AutoOptionsFromEnv(os.Getenv)
+	if err != nil {
+		return nil, blas.Choice{}, inputError(err)
+	}
+	choice, err := blas.Choose(c.BLAS, threads, opt)
+	if err != nil {
+		return nil, choice, err
+	}
+	return &nn.Engine{BLAS: choice.Backend, Workers: threads}, choice, nil
+}
+
+// openBackend opens the run's engine. With compute.blas: auto, a resumed
+// run keeps the backend its run.json says it started with, so that it
+// computes as the uninterrupted run would have, whatever a calibration
+// would pick now; and the ranks of a data-parallel job all run the
+// backend rank 0 picks.
+func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.Engine, error) {
+	eng, err := c.openRunBackend(compute, resumeDir)
+	if err != nil || resumeDir == "" {
+		return eng, err
+	}
+	if _, started, ok := startedBackend(resumeDir); ok && !sameKernels(started, eng.BLAS.Name()) {
+		c.warnings = append(c.warnings, fmt.Sprintf("this run started on %s and resumes on %s: other kernels round differently, and its numbers will differ from an uninterrupted run's", started, eng.BLAS.Name()))
+	}
+	return eng, nil
+}
+
+// openRunBackend is openBackend without the check of a resumed run's kernels.
+func (c *components) openRunBackend(compute ComputeConfig, resumeDir string) (*nn.Engine, error) {
+	compute = rankCompute(compute, c.comm)
+	if compute.BLAS == blas.KindAuto && resumeDir != "" {
+		if kind, _, ok := startedBackend(resumeDir); ok {
+			fixed := compute
+			fixed.BLAS = kind
+			eng, _, err := openEngine(fixed)
+			if err == nil {
+				c.blasReason = fmt.Sprintf("auto → %s: the backend this run started with (run.json), kept so that the resumed run computes as it began", kind)
+				return eng, nil
+			}
+			c.warnings = append(c.warnings, fmt.Sprintf("this run started on %s, which does not load now (%v): auto picks again", kind, err))
+		}
+	}
+	if compute.BLAS == blas.KindAuto && c.comm.Size() > 1 {
+		return c.openRankBackend(compute)
+	}
+	eng, choice, err := openEngine(compute)
 	if err != nil {
 		return nil, err
 	}
-	return &nn.Engine{BLAS: be, Workers: threads}, nil
+	c.blasReason = choice.Reason
+	c.warnings = append(c.warnings, choice.Warnings...)
+	return eng, nil
+}
+
+// backendKinds index the kinds rank 0 broadcasts.
+func backendKinds() []blas.Kind {
+	return []blas.Kind{blas.KindNative, blas.KindOpenBLAS, blas.KindOneDNN, blas.KindGonum}
+}
+
+// openRankBackend lets rank 0 choose and every other rank open what it
+// chose: a calibration on each rank could pick differently on a loaded
+// machine, and ranks that compute differently no longer train as one
+// process would. Rank 0 always broadcasts (0: it failed), so no rank
+// waits for a message that never comes.
+func (c *components) openRankBackend(compute ComputeConfig) (*nn.Engine, error) {
+	msg := []byte{0}
+	var eng *nn.Engine
+	var err error
+	if c.comm.Rank() == 0 {
+		var choice blas.Choice
+		if eng, choice, err = openEngine(compute); err == nil {
+			msg[0] = byte(1 + slices.Index(backendKinds(), choice.Kind))
+			c.blasReason = choice.Reason
+			c.warnings = append(c.warnings, choice.Warnings...)
+		}
+	}
+	if berr := c.comm.Bcast(msg, 0); berr != nil {
+		return nil, fmt.Errorf("share the BLAS backend: %w", berr)
+	}
+	if c.comm.Rank() == 0 {
+		return eng, err
+	}
+	if msg[0] == 0 || int(msg[0]) > len(backendKinds()) {
+		return nil, fmt.Errorf("rank 0 could not open a BLAS backend")
+	}
+	compute.BLAS = backendKinds()[msg[0]-1]
+	eng, _, err = openEngine(compute)
+	if err != nil {
+		return nil, fmt.Errorf("open %s, the backend rank 0 picked: %w", compute.BLAS, err)
+	}
+	c.blasReason = fmt.Sprintf("auto → %s: picked by rank 0", compute.BLAS)
+	return eng, nil
 }
 
 // loadModel loads the pretrained base or initializes a random one, and

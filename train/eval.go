@@ -152,7 +152,7 @@ type EvalConfig struct {
 // Eval computes the mean loss per target token and the perplexity. A
 // batch size above the rows there are is clamped to them.
 func Eval(c EvalConfig) (LossReport, error) {
-	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
+	eng, _, err := openEngine(ComputeConfig{BLAS: c.BLAS, Threads: c.Threads})
 	if err != nil {
 		return LossReport{}, err
 	}
@@ -223,7 +223,7 @@ type GenerateConfig struct {
 // the new text. Generation stops at any of the model's end-of-sequence
 // ids.
 func Generate(c GenerateConfig) (string, error) {
-	eng, err := openEngine(ComputeConfig{BLAS: c.BLAS})
+	eng, _, err := openEngine(ComputeConfig{BLAS: c.BLAS})
 	if err != nil {
 		return "", err
 	}

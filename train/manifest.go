@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"sort"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
+	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/atomicfile"
 )
@@ -29,6 +31,8 @@ type Manifest struct {
 	ConfigHash  string            `json:"config_hash"`
 	Host        Host              `json:"host"`
 	BLAS        string            `json:"blas"`
+	BLASKind    blas.Kind         `json:"blas_kind"`             // the backend's kind, which a resume with auto keeps
+	BLASReason  string            `json:"blas_reason,omitempty"` // why auto picked it
 	Threads     int               `json:"threads"`
 	Device      device.Selection  `json:"device"`
 	Discovery   string            `json:"device_discovery"`
@@ -68,7 +72,7 @@ func newManifest(r *Recipe, c *components) Manifest {
 		Mixtune: Version, GitRevision: gitRevision(), GoVersion: runtime.Version(), Modules: map[string]string{},
 		Created: time.Now().UTC().Format(time.RFC3339), Seed: r.Seed, ConfigHash: r.Hash(),
 		Host: Host{Name: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUFeatures: cpuFeatures()},
-		BLAS: c.eng.BLAS.Name(), Threads: c.eng.Workers, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
+		BLAS: c.eng.BLAS.Name(), BLASKind: backendKind(c.eng.BLAS.Name()), BLASReason: c.blasReason, Threads: c.eng.Workers, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
 		Precision: p.Low.String(), LossScaling: c.scaler != nil,
 		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
 		Inputs: map[string]string{},
@@ -155,4 +159,51 @@ func cpuFeatures() []string {
 	add(cpu.ARM64.HasSVE, "sve")
 	sort.Strings(fs)
 	return fs
+}
+
+// backendKind is the kind of the backend a Name names: every Name starts
+// with its kind ("openblas (OpenBLAS 0.3.21 … Haswell …)").
+func backendKind(name string) blas.Kind {
+	first, _, _ := strings.Cut(name, " ")
+	var k blas.Kind
+	if k.UnmarshalText([]byte(first)) != nil || k == blas.KindAuto {
+		return ""
+	}
+	return k
+}
+
+// startedBackend is the backend kind a run directory's run.json says
+// the run started with (blas_kind, or from the name where an older
+// run.json has none), and its name; ok is false where it says none.
+func startedBackend(dir string) (kind blas.Kind, name string, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "run.json"))
+	if err != nil {
+		return "", "", false
+	}
+	var m struct {
+		BLAS     string    `json:"blas"`
+		BLASKind blas.Kind `json:"blas_kind"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return "", "", false
+	}
+	k := m.BLASKind
+	if k == "" {
+		k = backendKind(m.BLAS)
+	}
+	return k, m.BLAS, k != "" && k != blas.KindAuto
+}
+
+// backendThreads is the part of a backend's Name that says how many
+// goroutines share a product, which does not change its results.
+var backendThreads = regexp.MustCompile(`\d+ goroutines × 1 thread`)
+
+// sameKernels says whether two backend Names compute the same bits:
+// the same kernels, whatever the thread count; native's AVX-512 kernel
+// gives the bits of its AVX2 one by design (blas.nativeKernel12AVX512).
+func sameKernels(a, b string) bool {
+	norm := func(s string) string {
+		return strings.Replace(backendThreads.ReplaceAllString(s, ""), "native (Go, AVX-512/FMA kernel)", "native (Go, AVX2/FMA kernel)", 1)
+	}
+	return norm(a) == norm(b)
 }

@@ -196,7 +196,7 @@ func TestResumeRefusesAnotherConfig(t *testing.T) {
 }
 
 func openBLASAvailable() bool {
-	_, err := openEngine(ComputeConfig{BLAS: blas.KindOpenBLAS})
+	_, _, err := openEngine(ComputeConfig{BLAS: blas.KindOpenBLAS})
 	return err == nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/internal/atomicfile"
@@ -82,6 +83,20 @@ type Summary struct {
 	Saved        string          `json:"saved"`
 	Precision    string          `json:"precision"`
 	SkippedSteps int             `json:"skipped_steps"`
+	// Backend is the matmul backend that computed this leg (its Name, with
+	// its kernels or core), BackendReason why auto picked it, or that it
+	// was named: another backend rounds differently and gives other numbers.
+	Backend       string `json:"backend"`
+	BackendReason string `json:"backend_reason"`
+}
+
+// backendReason is summary.json's backend_reason: auto's reason, or that
+// the recipe named the backend.
+func backendReason(kind blas.Kind, autoReason string) string {
+	if autoReason != "" {
+		return autoReason
+	}
+	return fmt.Sprintf("named by the recipe (compute.blas: %s)", kind)
 }
 
 // ErrInterrupted reports a run stopped early by a signal. Run has said
@@ -207,7 +222,7 @@ func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 		out = io.Discard // rank 0 speaks for the job
 	}
 	return &session{r: r, opt: opt, out: out, start: time.Now(), parts: parts, dp: parts.dp,
-		sum: Summary{Precision: parts.policy.Low.String()}}, nil
+		sum: Summary{Precision: parts.policy.Low.String(), Backend: parts.eng.BLAS.Name(), BackendReason: backendReason(r.Compute.BLAS, parts.blasReason)}}, nil
 }
 
 func (s *session) close() {
@@ -357,6 +372,9 @@ func (s *session) printHeader() {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}
 	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers)
+	if p.blasReason != "" {
+		fmt.Fprintf(out, "blas: %s\n", p.blasReason)
+	}
 	m := p.model
 	fmt.Fprintf(out, "model: %s · %s params · %d layers, hidden %d, heads %d/%d kv%s\n", modelName(r), human(m.NumParams()),
 		m.Config.NumHiddenLayers, m.Config.HiddenSize, m.Config.NumAttentionHeads, m.Config.NumKeyValueHeads, storedNote(m.StoredDtypes()))
