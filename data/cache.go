@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Cache keeps tokenized datasets on disk, so that a rerun or a resumed run
@@ -51,7 +52,7 @@ func (c Cache) Load(path string, f Format, opt LoadOptions) (ex []Example, hit b
 }
 
 func fileSum(path string) (string, error) {
-	file, err := os.Open(path)
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return "", err
 	}
@@ -96,7 +97,7 @@ func writeEntry(w io.Writer, ex []Example) error {
 
 // readEntry decodes what writeEntry wrote, refusing anything damaged.
 func readEntry(path string) ([]Example, error) {
-	b, err := os.ReadFile(path)
+	b, err := readlimit.ReadFile(path, readlimit.TokenCache)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/safetensors"
 )
 
@@ -134,7 +135,7 @@ func pissaAsLoRA(m *Module, r int) (a, b []float32) {
 // hyperparameters of a PEFT LoRA or DoRA adapter, checked.
 func ReadConfig(dir string) (Config, error) {
 	cpath := filepath.Join(dir, ConfigFile)
-	raw, err := os.ReadFile(cpath)
+	raw, err := readlimit.ReadFile(cpath, readlimit.AdapterConfig)
 	if err != nil {
 		return Config{}, err
 	}

@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/mixtune/mixtune/internal/jsonfloat"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Run is one run directory's record.
@@ -35,7 +35,7 @@ type Point struct {
 // Read loads a run directory.
 func Read(dir string) (*Run, error) {
 	r := &Run{Name: filepath.Base(filepath.Clean(dir)), Dir: dir}
-	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	f, err := readlimit.Open(filepath.Join(dir, "metrics.jsonl"), readlimit.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("read run %s: %w", dir, err)
 	}
@@ -70,7 +70,7 @@ func Read(dir string) (*Run, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "summary.json")); err == nil {
+	if b, err := readlimit.ReadFile(filepath.Join(dir, "summary.json"), readlimit.RunRecord); err == nil {
 		if err := json.Unmarshal(b, &r.Summary); err != nil {
 			return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, "summary.json"), err)
 		}

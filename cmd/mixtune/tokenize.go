@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -28,7 +28,7 @@ func cmdTokenize(args []string, stdout, stderr io.Writer) error {
 	case *file != "" && fs.NArg() > 0, *file == "" && fs.NArg() != 1:
 		return usageError{"give the input as one argument or with --file"}
 	case *file != "":
-		b, err := os.ReadFile(*file)
+		b, err := readlimit.ReadFile(*file, readlimit.Text)
 		if err != nil {
 			return usageError{err.Error()}
 		}
