@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
+	"github.com/mixtune/mixtune/internal/strictjson"
 )
 
 // Example is one tokenized training sequence. Target[i] reports whether
@@ -46,7 +46,7 @@ func (e *LineError) Unwrap() error { return e.Err }
 
 // LoadJSONL reads the JSONL file at path; see ParseJSONL. Errors name path.
 func LoadJSONL(path string, f Format) ([]Example, error) {
-	file, err := os.Open(path)
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, err // *fs.PathError already names the path and the operation
 	}
@@ -101,7 +101,7 @@ type LoadOptions struct {
 
 // Load is LoadJSONL with options.
 func Load(path string, f Format, opt LoadOptions) ([]Example, error) {
-	file, err := os.Open(path)
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -229,56 +229,17 @@ func (b *block) parse(name string, f Format) {
 // U+FFFD, and the model would train on replacement characters the data
 // never had.
 func checkText(line []byte) error {
-	if !utf8.Valid(line) {
-		i := 0
-		for i < len(line) {
-			r, n := utf8.DecodeRune(line[i:])
-			if r == utf8.RuneError && n <= 1 {
-				break
-			}
-			i += n
-		}
+	if i := strictjson.InvalidUTF8(line); i >= 0 {
 		return fmt.Errorf("invalid UTF-8 at byte %d of the line (the file must be UTF-8 text)", i+1)
 	}
-	for i := 0; i+1 < len(line); i++ {
-		if line[i] != '\\' {
-			continue
-		}
-		if line[i+1] != 'u' {
-			i++ // an escaped character, possibly a backslash
-			continue
-		}
-		r, ok := hex4(line[i+2:])
-		if !ok || !utf16.IsSurrogate(r) {
-			continue
-		}
-		if r < 0xDC00 && i+11 < len(line) && line[i+6] == '\\' && line[i+7] == 'u' {
-			if lo, ok := hex4(line[i+8:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
-				i += 11 // a whole pair
-				continue
-			}
-		}
+	if i := strictjson.LoneSurrogate(line); i >= 0 {
 		return fmt.Errorf("%s at byte %d escapes half of a UTF-16 surrogate pair, which is no character", line[i:i+6], i+1)
 	}
 	return nil
 }
 
-// hex4 reads four hex digits.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(string(b[:4]), 16, 16)
-	return rune(v), err == nil
-}
-
 // byteSize formats n for an error message.
-func byteSize(n int) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
+func byteSize(n int) string { return readlimit.Bytes(int64(n)) }
 
 // Field names of a JSONL row.
 const (
@@ -369,7 +330,7 @@ func parseRow(line []byte, f Format) (Example, error) {
 		if text == "" {
 			return Example{}, errors.New(`"text" is empty`)
 		}
-		return f.document("", text), nil
+		return f.document(`"text" is`, "", text)
 	case fPrompt:
 		prompt, err := stringField(fields, fPrompt)
 		if err != nil {
@@ -382,7 +343,7 @@ func parseRow(line []byte, f Format) (Example, error) {
 		if completion == "" {
 			return Example{}, errors.New(`"completion" is empty`)
 		}
-		return f.document(prompt, completion), nil
+		return f.document(`"prompt" and "completion" are`, prompt, completion)
 	case fInputIDs:
 		ids, err := idsField(fields[fInputIDs], f.vocab())
 		if err != nil {

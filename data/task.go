@@ -3,7 +3,8 @@ package data
 import (
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Task is one question of a generation benchmark: the prompt's token ids
@@ -68,7 +69,8 @@ func (f Format) task(line []byte) (Task, error) {
 		if err != nil {
 			return Task{}, err
 		}
-		return Task{Prompt: f.prompt(prompt), Want: want}, nil
+		p, err := f.prompt(prompt)
+		return Task{Prompt: p, Want: want}, err
 	case fInstruction:
 		instruction, err1 := stringField(fields, fInstruction)
 		output, err2 := stringField(fields, fOutput)
@@ -81,7 +83,8 @@ func (f Format) task(line []byte) (Task, error) {
 			return Task{}, err
 		}
 		if f.Alpaca {
-			return Task{Prompt: f.prompt(StanfordAlpaca(instruction, input)), Want: output}, nil
+			p, err := f.prompt(StanfordAlpaca(instruction, input))
+			return Task{Prompt: p, Want: output}, err
 		}
 		user := instruction
 		if input != "" {
@@ -109,7 +112,10 @@ func (f Format) task(line []byte) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	ids, _ := f.Tok.Encode(text)
+	ids, err := f.Tok.EncodeIDs(text)
+	if err != nil {
+		return Task{}, err
+	}
 	if bos := f.Tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
 		ids = append([]int{bos}, ids...)
 	}
@@ -117,18 +123,21 @@ func (f Format) task(line []byte) (Task, error) {
 }
 
 // prompt is BOS + the encoded text.
-func (f Format) prompt(text string) []int {
+func (f Format) prompt(text string) ([]int, error) {
 	var ids []int
 	if bos := f.Tok.BOS(); bos >= 0 {
 		ids = append(ids, bos)
 	}
-	p, _ := f.Tok.Encode(text)
-	return append(ids, p...)
+	p, err := f.Tok.EncodeIDs(text)
+	if err != nil {
+		return nil, err
+	}
+	return append(ids, p...), nil
 }
 
 // readLines reads a whole file into blocks of lines.
 func readLines(path string) ([]*block, int64, error) {
-	file, err := os.Open(path)
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, 0, err
 	}

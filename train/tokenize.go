@@ -68,7 +68,13 @@ func Tokenize(c TokenizeConfig) (*Tokens, error) {
 		}
 		out.Rendered, out.Template = true, text.TemplateName
 	}
-	ids, spans := tok.Encode(out.Text)
+	if err := text.Format.CheckRow("the text to tokenize is", len(out.Text)); err != nil {
+		return nil, inputError(err)
+	}
+	ids, spans, err := tok.Encode(out.Text)
+	if err != nil {
+		return nil, inputError(err)
+	}
 	out.IDs = ids
 	for _, s := range spans {
 		out.Spans = append(out.Spans, [2]int{s.Start, s.End})

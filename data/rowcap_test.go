@@ -1,0 +1,46 @@
+package data
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// A row with more text than Format.MaxRowBytes is refused before it is
+// tokenized, naming the file, the line, the field, the size and the
+// limit: a 50 MB row used to be tokenized whole, at about 150 bytes of
+// memory per byte.
+func TestRowCap(t *testing.T) {
+	big := strings.Repeat("x", 3000)
+	f := ByteFormat()
+	f.Chat = chatML{}
+	f.MaxRowBytes = 2 << 10
+	for _, tc := range []struct{ name, row, want string }{
+		{"text", `{"text": "` + big + `"}`,
+			`rows.jsonl:2: "text" is 2.9 KiB (3000 bytes), more than the 2 KiB a row may have (data.max_row_bytes)`},
+		{"prompt and completion", `{"prompt": "` + big[:1500] + `", "completion": "` + big[:1500] + `"}`,
+			`rows.jsonl:2: "prompt" and "completion" are 2.9 KiB (3000 bytes), more than the 2 KiB`},
+		{"alpaca prompt", `{"instruction": "` + big[:2000] + `", "output": "y"}`,
+			`rows.jsonl:2: the conversation rendered through the chat template is 2.0 KiB (2062 bytes), more than the 2 KiB`},
+		{"conversation", `{"messages": [{"role": "user", "content": "` + big[:1000] + `"}, {"role": "assistant", "content": "` + big[:1100] + `"}]}`,
+			`rows.jsonl:2: the conversation rendered through the chat template is 2.1 KiB (2161 bytes), more than the 2 KiB`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseJSONL("rows.jsonl", strings.NewReader("{\"text\": \"ok\"}\n"+tc.row+"\n"), f)
+			var re *RowTooLargeError
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !errors.As(err, &re) {
+				t.Fatalf("ParseJSONL: %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+	// at the cap is fine
+	if _, err := ParseJSONL("rows.jsonl", strings.NewReader(`{"text": "`+big[:2048]+`"}`), f); err != nil {
+		t.Fatalf("a row of exactly the cap: %v", err)
+	}
+}
+
+func TestDefaultRowCap(t *testing.T) {
+	if got := (Format{}).MaxRow(); got != DefaultMaxRowBytes {
+		t.Fatalf("MaxRow of the zero Format = %d, want %d", got, DefaultMaxRowBytes)
+	}
+}
