@@ -132,12 +132,13 @@ func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions
 	}
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
+	big := make(chan struct{}, 1)
 	for range min(workers, len(blocks)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < int64(len(blocks)); i = next.Add(1) - 1 {
-				blocks[i].parse(name, f)
+				blocks[i].parse(name, f, big)
 				if d := done.Add(blocks[i].size); opt.Progress != nil {
 					opt.Progress(d, total)
 				}
@@ -202,8 +203,16 @@ func splitLines(name string, r io.Reader, maxLine int) ([]*block, int64, error) 
 	return blocks, total, nil
 }
 
-// parse parses the block's lines, stopping at the first error.
-func (b *block) parse(name string, f Format) {
+// BigRowBytes is the line length above which a row is tokenized alone:
+// one such row at a time, while other workers take smaller ones, so that
+// the memory tokenization holds is that of one row of up to
+// Format.MaxRowBytes plus one row of up to BigRowBytes per worker, how
+// many workers there are.
+const BigRowBytes = 1 << 20
+
+// parse parses the block's lines, stopping at the first error. big is a
+// one-slot semaphore held while a line over BigRowBytes is parsed.
+func (b *block) parse(name string, f Format, big chan struct{}) {
 	for i, l := range b.lines {
 		if l == nil {
 			continue
@@ -213,7 +222,13 @@ func (b *block) parse(name string, f Format) {
 			b.err = &LineError{name, n, err}
 			return
 		}
+		if len(l) > BigRowBytes {
+			big <- struct{}{}
+		}
 		ex, err := parseRow(l, f)
+		if len(l) > BigRowBytes {
+			<-big
+		}
 		if err != nil {
 			b.err = &LineError{name, n, err}
 			return

@@ -3,7 +3,9 @@ package data
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // A row with more text than Format.MaxRowBytes is refused before it is
@@ -42,5 +44,44 @@ func TestRowCap(t *testing.T) {
 func TestDefaultRowCap(t *testing.T) {
 	if got := (Format{}).MaxRow(); got != DefaultMaxRowBytes {
 		t.Fatalf("MaxRow of the zero Format = %d, want %d", got, DefaultMaxRowBytes)
+	}
+}
+
+// countingTokenizer records how many encodings of long texts run at once.
+type countingTokenizer struct {
+	ByteTokenizer
+	mu        sync.Mutex
+	now, most int
+}
+
+func (c *countingTokenizer) EncodeIDs(s string) ([]int, error) {
+	if len(s) > BigRowBytes/2 {
+		c.mu.Lock()
+		c.now++
+		c.most = max(c.most, c.now)
+		c.mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // give another worker the time to start one
+		defer func() { c.mu.Lock(); c.now--; c.mu.Unlock() }()
+	}
+	return c.ByteTokenizer.EncodeIDs(s)
+}
+
+// Rows over BigRowBytes are tokenized one at a time, however many workers
+// there are, so that the memory of tokenization is bounded by one large
+// row, not one per worker.
+func TestBigRowsOneAtATime(t *testing.T) {
+	tok := &countingTokenizer{}
+	var rows strings.Builder
+	for range 4 {
+		rows.WriteString(`{"text": "` + strings.Repeat("y", BigRowBytes+10) + "\"}\n")
+		rows.WriteString(strings.Repeat("\n", linesPerBlock-1)) // each row in a block of its own
+	}
+	f := Format{Tok: tok}
+	ex, err := parseLines("big.jsonl", strings.NewReader(rows.String()), f, MaxLineBytes, LoadOptions{Workers: 4})
+	if err != nil || len(ex) != 4 {
+		t.Fatalf("%d examples, %v", len(ex), err)
+	}
+	if tok.most != 1 {
+		t.Fatalf("%d large rows were tokenized at once, want 1", tok.most)
 	}
 }
