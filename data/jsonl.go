@@ -88,15 +88,17 @@ func ParseJSONL(name string, r io.Reader, f Format) ([]Example, error) {
 // parseJSONL is ParseJSONL with the line limit as a parameter, so that tests
 // can exercise the limit without 64 MiB inputs.
 func parseJSONL(name string, r io.Reader, f Format, maxLine int) ([]Example, error) {
-	return parseLines(name, r, f, maxLine, LoadOptions{})
+	return parseLines(name, r, f, maxLine, LoadOptions{total: -1})
 }
 
 // LoadOptions tune how a large file is read: rows are tokenized by Workers
 // goroutines (0: GOMAXPROCS), with the same result whatever their number,
-// and Progress, if set, is told how many of the file's bytes are done.
+// and Progress, if set, is told how many of the file's bytes are done (and
+// the file's size, -1 for a reader of unknown length).
 type LoadOptions struct {
 	Workers  int
 	Progress func(done, total int64)
+	total    int64 // the file's size, for Progress; -1 when unknown
 }
 
 // Load is LoadJSONL with options.
@@ -106,6 +108,10 @@ func Load(path string, f Format, opt LoadOptions) ([]Example, error) {
 		return nil, err
 	}
 	defer file.Close()
+	opt.total = -1
+	if st, err := file.Stat(); err == nil {
+		opt.total = st.Size()
+	}
 	return parseLines(path, file, f, MaxLineBytes, opt)
 }
 
@@ -119,32 +125,38 @@ type block struct {
 }
 
 // parseLines reads r's lines and parses them in blocks, on several
-// goroutines; the examples keep the file's order, and the error reported
-// is the first line's.
+// goroutines, as it reads: at most a few blocks of text wait to be parsed,
+// so the file's text is never held whole. The examples keep the file's
+// order, and the error reported is the first line's.
 func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions) ([]Example, error) {
-	blocks, total, err := splitLines(name, r, maxLine)
-	if err != nil {
-		return nil, err
-	}
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	var next, done atomic.Int64
-	var wg sync.WaitGroup
+	var (
+		blocks []*block // in the file's order; only this goroutine appends
+		done   atomic.Int64
+		wg     sync.WaitGroup
+	)
+	jobs := make(chan *block, workers)
 	big := make(chan struct{}, 1)
-	for range min(workers, len(blocks)) {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(len(blocks)); i = next.Add(1) - 1 {
-				blocks[i].parse(name, f, big)
-				if d := done.Add(blocks[i].size); opt.Progress != nil {
-					opt.Progress(d, total)
+			for b := range jobs {
+				b.parse(name, f, big)
+				if d := done.Add(b.size); opt.Progress != nil {
+					opt.Progress(d, opt.total)
 				}
 			}
 		}()
 	}
+	readErr := scanBlocks(name, r, maxLine, func(b *block) {
+		blocks = append(blocks, b)
+		jobs <- b
+	})
+	close(jobs)
 	wg.Wait()
 	var out []Example
 	for _, b := range blocks {
@@ -152,6 +164,9 @@ func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions
 			return nil, b.err
 		}
 		out = append(out, b.ex...)
+	}
+	if readErr != nil {
+		return nil, readErr // it is at a line after every parsed one
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no examples", name)
@@ -163,44 +178,60 @@ func parseLines(name string, r io.Reader, f Format, maxLine int, opt LoadOptions
 // every core busy to the end.
 const linesPerBlock = 256
 
-// splitLines reads every line of r (copying it) into blocks, checking the
-// line limit and dropping a byte order mark at the start.
-func splitLines(name string, r io.Reader, maxLine int) ([]*block, int64, error) {
+// splitLines reads every line of r into blocks; see scanBlocks.
+func splitLines(name string, r io.Reader, maxLine int) ([]*block, error) {
+	var blocks []*block
+	err := scanBlocks(name, r, maxLine, func(b *block) { blocks = append(blocks, b) })
+	return blocks, err
+}
+
+// scanBlocks reads r's lines (copying each) into blocks of
+// linesPerBlock, handing each to emit when it is full and the last at the
+// end, checking the line limit and dropping a byte order mark at the
+// start.
+func scanBlocks(name string, r io.Reader, maxLine int, emit func(*block)) error {
 	sc := bufio.NewScanner(r)
 	// +2 leaves room for the "\r\n" that the scanner needs to see in its
 	// buffer to end a line of exactly maxLine bytes.
 	sc.Buffer(make([]byte, 0, min(64<<10, maxLine+2)), maxLine+2)
-	var blocks []*block
-	var total int64
+	var cur *block
 	line := 0
+	flush := func() {
+		if cur != nil {
+			emit(cur)
+			cur = nil
+		}
+	}
+	defer flush()
 	for sc.Scan() {
 		line++
 		b := sc.Bytes()
 		if len(b) > maxLine {
-			return nil, 0, &LineError{name, line, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
+			return &LineError{name, line, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
 		}
 		if line == 1 {
 			b = bytes.TrimPrefix(b, []byte("\uFEFF"))
 		}
-		if len(blocks) == 0 || len(blocks[len(blocks)-1].lines) == linesPerBlock {
-			blocks = append(blocks, &block{first: line})
+		if cur == nil {
+			cur = &block{first: line}
 		}
-		cur := blocks[len(blocks)-1]
 		if len(bytes.TrimSpace(b)) == 0 {
 			cur.lines = append(cur.lines, nil)
 		} else {
 			cur.lines = append(cur.lines, bytes.Clone(b))
 		}
 		cur.size += int64(len(b)) + 1
-		total += int64(len(b)) + 1
+		if len(cur.lines) == linesPerBlock {
+			flush()
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, 0, &LineError{name, line + 1, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
+			return &LineError{name, line + 1, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
 		}
-		return nil, 0, &LineError{name, line + 1, err}
+		return &LineError{name, line + 1, err}
 	}
-	return blocks, total, nil
+	return nil
 }
 
 // BigRowBytes is the line length above which a row is tokenized alone:

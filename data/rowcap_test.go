@@ -2,8 +2,10 @@ package data
 
 import (
 	"errors"
+	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -83,5 +85,48 @@ func TestBigRowsOneAtATime(t *testing.T) {
 	}
 	if tok.most != 1 {
 		t.Fatalf("%d large rows were tokenized at once, want 1", tok.most)
+	}
+}
+
+// countingReader counts the bytes read from r.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// firstReadTokenizer notes how much of the input had been read when the
+// first row was tokenized.
+type firstReadTokenizer struct {
+	ByteTokenizer
+	in        *countingReader
+	once      sync.Once
+	readFirst int64
+}
+
+func (f *firstReadTokenizer) EncodeIDs(s string) ([]int, error) {
+	f.once.Do(func() { f.readFirst = f.in.n.Load() })
+	return f.ByteTokenizer.EncodeIDs(s)
+}
+
+// Rows are parsed as the file is read, not after the whole file is in
+// memory: when the first row is tokenized, most of a large file is still
+// unread.
+func TestRowsParsedWhileReading(t *testing.T) {
+	line := `{"text": "` + strings.Repeat("z", 1000) + "\"}\n"
+	in := &countingReader{r: strings.NewReader(strings.Repeat(line, 20*linesPerBlock))}
+	tok := &firstReadTokenizer{in: in}
+	ex, err := parseLines("s.jsonl", in, Format{Tok: tok}, MaxLineBytes, LoadOptions{Workers: 2, total: -1})
+	if err != nil || len(ex) != 20*linesPerBlock {
+		t.Fatalf("%d examples, %v", len(ex), err)
+	}
+	total := int64(20 * linesPerBlock * len(line))
+	if tok.readFirst > total/2 {
+		t.Fatalf("%d of %d bytes were read before the first row was tokenized", tok.readFirst, total)
 	}
 }

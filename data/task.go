@@ -21,7 +21,7 @@ type Task struct {
 // asks the conversation before that turn, rendered with the generation
 // prompt, and wants the turn's content, as a chat model is used.
 func LoadTasks(path string, f Format, limit int) ([]Task, error) {
-	blocks, _, err := readLines(path)
+	blocks, err := readLines(path)
 	if err != nil {
 		return nil, err
 	}
@@ -136,10 +136,10 @@ func (f Format) prompt(text string) ([]int, error) {
 }
 
 // readLines reads a whole file into blocks of lines.
-func readLines(path string) ([]*block, int64, error) {
+func readLines(path string) ([]*block, error) {
 	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	defer file.Close()
 	return splitLines(path, file, MaxLineBytes)
