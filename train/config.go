@@ -477,7 +477,7 @@ func (r *Recipe) validateData(errs *yamlconf.Errors, bad func(field, format stri
 		bad("data.validation_split", "must be in [0, 1), got %g", d.ValidationSplit)
 	}
 	if d.MaxRowBytes < minRowBytes || d.MaxRowBytes > maxRowBytes {
-		bad("data.max_row_bytes", "must be between %s and %s, got %d bytes", minRowBytes, maxRowBytes, uint64(d.MaxRowBytes))
+		bad("data.max_row_bytes", "must be between %s and %s, got %d bytes", readlimit.Bytes(int64(minRowBytes)), readlimit.Bytes(int64(maxRowBytes)), uint64(d.MaxRowBytes))
 	}
 	if d.SeqLen <= 0 {
 		bad("data.seq_len", "must be > 0, got %d", d.SeqLen)
