@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Cache keeps tokenized datasets on disk, so that a rerun or a resumed run
@@ -108,7 +109,7 @@ func (f Format) CheckIDs(name string, ex []Example) error {
 }
 
 func fileSum(path string) (string, error) {
-	file, err := os.Open(path)
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return "", err
 	}
@@ -166,7 +167,7 @@ func readEntry(path, key string) ([]Example, error) {
 }
 
 func decodeEntry(path, key string) ([]Example, error) {
-	b, err := os.ReadFile(path)
+	b, err := readlimit.ReadFile(path, readlimit.TokenCache)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,19 @@ type blockingTokenizer struct {
 	release    chan struct{}
 }
 
-func (b *blockingTokenizer) Encode(s string) ([]int, []Span) {
+func (b *blockingTokenizer) Encode(s string) ([]int, []Span, error) {
+	b.enter(s)
+	return b.ByteTokenizer.Encode(s)
+}
+
+func (b *blockingTokenizer) EncodeIDs(s string) ([]int, error) {
+	b.enter(s)
+	return b.ByteTokenizer.EncodeIDs(s)
+}
+
+// enter counts rows begun after the cancel, and stalls on the row "stall"
+// until released.
+func (b *blockingTokenizer) enter(s string) {
 	if b.ctx.Err() != nil {
 		b.lateStarts.Add(1)
 	}
@@ -31,7 +43,6 @@ func (b *blockingTokenizer) Encode(s string) ([]int, []Span) {
 		close(b.stalled)
 		<-b.release
 	}
-	return b.ByteTokenizer.Encode(s)
 }
 
 // Cancelling a load returns context.Canceled at once, even while a row is

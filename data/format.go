@@ -29,6 +29,45 @@ type Format struct {
 	// VocabSize bounds input_ids rows: the model's vocabulary, which may
 	// be larger than the tokenizer's. 0 means the tokenizer's.
 	VocabSize int
+	// MaxRowBytes caps the text one row has tokenized (its fields, or the
+	// conversation rendered through the template): tokenizing holds tens
+	// of bytes of memory per byte of text. 0 means DefaultMaxRowBytes.
+	MaxRowBytes int
+}
+
+// DefaultMaxRowBytes is the row cap when Format.MaxRowBytes is 0: far
+// beyond a book (a novel is about 1 MB), and about 0.5 GiB of memory to
+// tokenize (see the measurements with data.max_row_bytes in the recipe
+// reference).
+const DefaultMaxRowBytes = 16 << 20
+
+// MaxRow is the row cap in effect.
+func (f Format) MaxRow() int {
+	if f.MaxRowBytes > 0 {
+		return f.MaxRowBytes
+	}
+	return DefaultMaxRowBytes
+}
+
+// RowTooLargeError is a row with more text than Format.MaxRowBytes.
+type RowTooLargeError struct {
+	What  string // the field or fields, or what the template rendered
+	Size  int
+	Limit int
+}
+
+func (e *RowTooLargeError) Error() string {
+	return fmt.Sprintf("%s %s, more than the %s a row may have (data.max_row_bytes); split the row, or raise the limit",
+		e.What, byteSize(e.Size), byteSize(e.Limit))
+}
+
+// CheckRow refuses size bytes of text over the row cap; what names them
+// in the error ("\"text\" is").
+func (f Format) CheckRow(what string, size int) error {
+	if size > f.MaxRow() {
+		return &RowTooLargeError{What: what, Size: size, Limit: f.MaxRow()}
+	}
+	return nil
 }
 
 // ByteFormat is the format of the byte tokenizer with no chat template.
@@ -61,16 +100,25 @@ func (f Format) vocab() int {
 // document is BOS + prompt + body + EOS with the body and EOS as targets.
 // Prompt and body are encoded separately, so that the target boundary
 // falls on a token boundary for any tokenizer.
-func (f Format) document(prompt, body string) Example {
+func (f Format) document(what, prompt, body string) (Example, error) {
+	if err := f.CheckRow(what, len(prompt)+len(body)); err != nil {
+		return Example{}, err
+	}
 	tok := f.Tok
 	var ids []int
 	if tok.BOS() >= 0 {
 		ids = append(ids, tok.BOS())
 	}
-	p, _ := tok.Encode(prompt)
+	p, err := tok.EncodeIDs(prompt)
+	if err != nil {
+		return Example{}, err
+	}
 	ids = append(ids, p...)
 	first := len(ids)
-	b, _ := tok.Encode(body)
+	b, err := tok.EncodeIDs(body)
+	if err != nil {
+		return Example{}, err
+	}
 	ids = append(ids, b...)
 	if tok.EOS() >= 0 {
 		ids = append(ids, tok.EOS())
@@ -79,7 +127,7 @@ func (f Format) document(prompt, body string) Example {
 	for i := max(first, 1); i < len(target); i++ {
 		target[i] = true
 	}
-	return Example{IDs: ids, Target: target}
+	return Example{IDs: ids, Target: target}, nil
 }
 
 // alpaca renders an Alpaca row: through Format.Alpaca's prompt, or as a
@@ -104,7 +152,7 @@ func (f Format) alpaca(fields map[string]json.RawMessage) (Example, error) {
 		return Example{}, errors.New(`"output" is empty`)
 	}
 	if f.Alpaca {
-		return f.document(StanfordAlpaca(instruction, input), output), nil
+		return f.document(`"instruction", "input" and "output" in the Alpaca prompt are`, StanfordAlpaca(instruction, input), output)
 	}
 	user := instruction
 	if input != "" {
@@ -124,7 +172,13 @@ func (f Format) conversation(msgs []Message) (Example, error) {
 	if err != nil {
 		return Example{}, err
 	}
-	ids, tokSpans := f.Tok.Encode(text)
+	if err := f.CheckRow("the conversation rendered through the chat template is", len(text)); err != nil {
+		return Example{}, err
+	}
+	ids, tokSpans, err := f.Tok.Encode(text)
+	if err != nil {
+		return Example{}, err
+	}
 	target := targetsFromSpans(tokSpans, spans)
 	if bos := f.Tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
 		ids = append([]int{bos}, ids...)

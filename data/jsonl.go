@@ -8,14 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"unicode/utf16"
-	"unicode/utf8"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
+	"github.com/mixtune/mixtune/internal/strictjson"
 )
 
 // Example is one tokenized training sequence. Target[i] reports whether
@@ -47,7 +47,7 @@ func (e *LineError) Unwrap() error { return e.Err }
 
 // LoadJSONL reads the JSONL file at path; see ParseJSONL. Errors name path.
 func LoadJSONL(path string, f Format) ([]Example, error) {
-	file, err := os.Open(path)
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, err // *fs.PathError already names the path and the operation
 	}
@@ -89,25 +89,31 @@ func ParseJSONL(name string, r io.Reader, f Format) ([]Example, error) {
 // parseJSONL is ParseJSONL with the line limit as a parameter, so that tests
 // can exercise the limit without 64 MiB inputs.
 func parseJSONL(name string, r io.Reader, f Format, maxLine int) ([]Example, error) {
-	return parseLines(context.Background(), name, r, f, maxLine, LoadOptions{})
+	return parseLines(context.Background(), name, r, f, maxLine, LoadOptions{total: -1})
 }
 
 // LoadOptions tune how a large file is read: rows are tokenized by Workers
 // goroutines (0: GOMAXPROCS), with the same result whatever their number,
-// and Progress, if set, is told how many of the file's bytes are done.
+// and Progress, if set, is told how many of the file's bytes are done (and
+// the file's size, -1 for a reader of unknown length).
 type LoadOptions struct {
 	Workers  int
 	Progress func(done, total int64)
+	total    int64 // the file's size, for Progress; -1 when unknown
 }
 
 // Load is LoadJSONL with options. Cancelling ctx makes it return
 // ctx.Err() at once (see parseLines).
 func Load(ctx context.Context, path string, f Format, opt LoadOptions) ([]Example, error) {
-	file, err := os.Open(path)
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
+	opt.total = -1
+	if st, err := file.Stat(); err == nil {
+		opt.total = st.Size()
+	}
 	return parseLines(ctx, path, file, f, MaxLineBytes, opt)
 }
 
@@ -121,38 +127,53 @@ type block struct {
 }
 
 // parseLines reads r's lines and parses them in blocks, on several
-// goroutines; the examples keep the file's order, and the error reported
-// is the first line's.
+// goroutines, as it reads: at most a few blocks of text wait to be parsed,
+// so the file's text is never held whole. The examples keep the file's
+// order, and the error reported is the first line's.
 //
-// Cancelling ctx returns ctx.Err() at once, whatever the rows: the workers
-// stop at their next row, and a worker inside one huge row (tens of MB
-// take seconds to tokenize) finishes it in the background, its result
-// dropped. Parsing writes nothing, so nothing is left half done.
+// Cancelling ctx returns ctx.Err() at once, whatever the rows: reading
+// stops at the next block, the workers at their next row, and a worker
+// inside one huge row (tens of MB take seconds to tokenize) finishes it in
+// the background, its result dropped. Parsing writes nothing, so nothing
+// is left half done.
 func parseLines(ctx context.Context, name string, r io.Reader, f Format, maxLine int, opt LoadOptions) ([]Example, error) {
-	blocks, total, err := splitLines(ctx, name, r, maxLine)
-	if err != nil {
-		return nil, err
-	}
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	var next, done atomic.Int64
-	var wg sync.WaitGroup
-	for range min(workers, len(blocks)) {
+	var (
+		blocks []*block // in the file's order; only the reading goroutine appends
+		done   atomic.Int64
+		wg     sync.WaitGroup
+	)
+	jobs := make(chan *block, workers)
+	big := make(chan struct{}, 1)
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(len(blocks)) && ctx.Err() == nil; i = next.Add(1) - 1 {
-				blocks[i].parse(ctx, name, f)
-				if d := done.Add(blocks[i].size); opt.Progress != nil && ctx.Err() == nil {
-					opt.Progress(d, total)
+			for b := range jobs {
+				if ctx.Err() != nil {
+					continue // drain: the reader stops soon
+				}
+				b.parse(ctx, name, f, big)
+				if d := done.Add(b.size); opt.Progress != nil && ctx.Err() == nil {
+					opt.Progress(d, opt.total)
 				}
 			}
 		}()
 	}
+	var readErr error
 	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
+	go func() {
+		defer close(finished)
+		readErr = scanBlocks(ctx, name, r, maxLine, func(b *block) {
+			blocks = append(blocks, b)
+			jobs <- b
+		})
+		close(jobs)
+		wg.Wait()
+	}()
 	select {
 	case <-finished:
 	case <-ctx.Done():
@@ -168,6 +189,9 @@ func parseLines(ctx context.Context, name string, r io.Reader, f Format, maxLine
 		}
 		out = append(out, b.ex...)
 	}
+	if readErr != nil {
+		return nil, readErr // it is at a line after every parsed one
+	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no examples", name)
 	}
@@ -178,53 +202,76 @@ func parseLines(ctx context.Context, name string, r io.Reader, f Format, maxLine
 // every core busy to the end.
 const linesPerBlock = 256
 
-// splitLines reads every line of r (copying it) into blocks, checking the
-// line limit and dropping a byte order mark at the start. It stops with
-// ctx.Err() when ctx is cancelled.
-func splitLines(ctx context.Context, name string, r io.Reader, maxLine int) ([]*block, int64, error) {
+// splitLines reads every line of r into blocks; see scanBlocks.
+func splitLines(ctx context.Context, name string, r io.Reader, maxLine int) ([]*block, error) {
+	var blocks []*block
+	err := scanBlocks(ctx, name, r, maxLine, func(b *block) { blocks = append(blocks, b) })
+	return blocks, err
+}
+
+// scanBlocks reads r's lines (copying each) into blocks of
+// linesPerBlock, handing each to emit when it is full and the last at the
+// end, checking the line limit and dropping a byte order mark at the
+// start. It stops with ctx.Err() when ctx is cancelled.
+func scanBlocks(ctx context.Context, name string, r io.Reader, maxLine int, emit func(*block)) error {
 	sc := bufio.NewScanner(r)
 	// +2 leaves room for the "\r\n" that the scanner needs to see in its
 	// buffer to end a line of exactly maxLine bytes.
 	sc.Buffer(make([]byte, 0, min(64<<10, maxLine+2)), maxLine+2)
-	var blocks []*block
-	var total int64
+	var cur *block
 	line := 0
+	flush := func() {
+		if cur != nil {
+			emit(cur)
+			cur = nil
+		}
+	}
+	defer flush()
 	for sc.Scan() {
 		line++
 		b := sc.Bytes()
 		if len(b) > maxLine {
-			return nil, 0, &LineError{name, line, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
+			return &LineError{name, line, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
 		}
 		if line == 1 {
 			b = bytes.TrimPrefix(b, []byte("\uFEFF"))
 		}
-		if len(blocks) == 0 || len(blocks[len(blocks)-1].lines) == linesPerBlock {
+		if cur == nil {
 			if err := ctx.Err(); err != nil {
-				return nil, 0, err
+				return err
 			}
-			blocks = append(blocks, &block{first: line})
+			cur = &block{first: line}
 		}
-		cur := blocks[len(blocks)-1]
 		if len(bytes.TrimSpace(b)) == 0 {
 			cur.lines = append(cur.lines, nil)
 		} else {
 			cur.lines = append(cur.lines, bytes.Clone(b))
 		}
 		cur.size += int64(len(b)) + 1
-		total += int64(len(b)) + 1
+		if len(cur.lines) == linesPerBlock {
+			flush()
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, 0, &LineError{name, line + 1, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
+			return &LineError{name, line + 1, fmt.Errorf("line is longer than %s", byteSize(maxLine))}
 		}
-		return nil, 0, &LineError{name, line + 1, err}
+		return &LineError{name, line + 1, err}
 	}
-	return blocks, total, nil
+	return nil
 }
 
+// BigRowBytes is the line length above which a row is tokenized alone:
+// one such row at a time, while other workers take smaller ones, so that
+// the memory tokenization holds is that of one row of up to
+// Format.MaxRowBytes plus one row of up to BigRowBytes per worker, how
+// many workers there are.
+const BigRowBytes = 1 << 20
+
 // parse parses the block's lines, stopping at the first error, or with
-// ctx.Err() when ctx is cancelled.
-func (b *block) parse(ctx context.Context, name string, f Format) {
+// ctx.Err() when ctx is cancelled. big is a one-slot semaphore held while
+// a line over BigRowBytes is parsed.
+func (b *block) parse(ctx context.Context, name string, f Format, big chan struct{}) {
 	for i, l := range b.lines {
 		if l == nil {
 			continue
@@ -238,7 +285,13 @@ func (b *block) parse(ctx context.Context, name string, f Format) {
 			b.err = &LineError{name, n, err}
 			return
 		}
+		if len(l) > BigRowBytes {
+			big <- struct{}{}
+		}
 		ex, err := parseRow(l, f)
+		if len(l) > BigRowBytes {
+			<-big
+		}
 		if err != nil {
 			b.err = &LineError{name, n, err}
 			return
@@ -254,56 +307,17 @@ func (b *block) parse(ctx context.Context, name string, f Format) {
 // U+FFFD, and the model would train on replacement characters the data
 // never had.
 func checkText(line []byte) error {
-	if !utf8.Valid(line) {
-		i := 0
-		for i < len(line) {
-			r, n := utf8.DecodeRune(line[i:])
-			if r == utf8.RuneError && n <= 1 {
-				break
-			}
-			i += n
-		}
+	if i := strictjson.InvalidUTF8(line); i >= 0 {
 		return fmt.Errorf("invalid UTF-8 at byte %d of the line (the file must be UTF-8 text)", i+1)
 	}
-	for i := 0; i+1 < len(line); i++ {
-		if line[i] != '\\' {
-			continue
-		}
-		if line[i+1] != 'u' {
-			i++ // an escaped character, possibly a backslash
-			continue
-		}
-		r, ok := hex4(line[i+2:])
-		if !ok || !utf16.IsSurrogate(r) {
-			continue
-		}
-		if r < 0xDC00 && i+11 < len(line) && line[i+6] == '\\' && line[i+7] == 'u' {
-			if lo, ok := hex4(line[i+8:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
-				i += 11 // a whole pair
-				continue
-			}
-		}
+	if i := strictjson.LoneSurrogate(line); i >= 0 {
 		return fmt.Errorf("%s at byte %d escapes half of a UTF-16 surrogate pair, which is no character", line[i:i+6], i+1)
 	}
 	return nil
 }
 
-// hex4 reads four hex digits.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(string(b[:4]), 16, 16)
-	return rune(v), err == nil
-}
-
 // byteSize formats n for an error message.
-func byteSize(n int) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
+func byteSize(n int) string { return readlimit.Bytes(int64(n)) }
 
 // Field names of a JSONL row.
 const (
@@ -394,7 +408,7 @@ func parseRow(line []byte, f Format) (Example, error) {
 		if text == "" {
 			return Example{}, errors.New(`"text" is empty`)
 		}
-		return f.document("", text), nil
+		return f.document(`"text" is`, "", text)
 	case fPrompt:
 		prompt, err := stringField(fields, fPrompt)
 		if err != nil {
@@ -407,7 +421,7 @@ func parseRow(line []byte, f Format) (Example, error) {
 		if completion == "" {
 			return Example{}, errors.New(`"completion" is empty`)
 		}
-		return f.document(prompt, completion), nil
+		return f.document(`"prompt" and "completion" are`, prompt, completion)
 	case fInputIDs:
 		ids, err := idsField(fields[fInputIDs], f.vocab())
 		if err != nil {

@@ -23,7 +23,7 @@ func flags(s string) []bool {
 }
 
 // bytesOf returns the byte tokenizer ids of s.
-func bytesOf(s string) []int { ids, _ := NewByteTokenizer().Encode(s); return ids }
+func bytesOf(s string) []int { ids, _, _ := NewByteTokenizer().Encode(s); return ids }
 
 // seq concatenates id lists.
 func seq(parts ...[]int) []int {

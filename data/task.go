@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Task is one question of a generation benchmark: the prompt's token ids
@@ -21,7 +22,7 @@ type Task struct {
 // asks the conversation before that turn, rendered with the generation
 // prompt, and wants the turn's content, as a chat model is used.
 func LoadTasks(path string, f Format, limit int) ([]Task, error) {
-	blocks, _, err := readLines(path)
+	blocks, err := readLines(path)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +70,8 @@ func (f Format) task(line []byte) (Task, error) {
 		if err != nil {
 			return Task{}, err
 		}
-		return Task{Prompt: f.prompt(prompt), Want: want}, nil
+		p, err := f.prompt(prompt)
+		return Task{Prompt: p, Want: want}, err
 	case fInstruction:
 		instruction, err1 := stringField(fields, fInstruction)
 		output, err2 := stringField(fields, fOutput)
@@ -82,7 +84,8 @@ func (f Format) task(line []byte) (Task, error) {
 			return Task{}, err
 		}
 		if f.Alpaca {
-			return Task{Prompt: f.prompt(StanfordAlpaca(instruction, input)), Want: output}, nil
+			p, err := f.prompt(StanfordAlpaca(instruction, input))
+			return Task{Prompt: p, Want: output}, err
 		}
 		user := instruction
 		if input != "" {
@@ -110,7 +113,10 @@ func (f Format) task(line []byte) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	ids, _ := f.Tok.Encode(text)
+	ids, err := f.Tok.EncodeIDs(text)
+	if err != nil {
+		return Task{}, err
+	}
 	if bos := f.Tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
 		ids = append([]int{bos}, ids...)
 	}
@@ -118,20 +124,23 @@ func (f Format) task(line []byte) (Task, error) {
 }
 
 // prompt is BOS + the encoded text.
-func (f Format) prompt(text string) []int {
+func (f Format) prompt(text string) ([]int, error) {
 	var ids []int
 	if bos := f.Tok.BOS(); bos >= 0 {
 		ids = append(ids, bos)
 	}
-	p, _ := f.Tok.Encode(text)
-	return append(ids, p...)
+	p, err := f.Tok.EncodeIDs(text)
+	if err != nil {
+		return nil, err
+	}
+	return append(ids, p...), nil
 }
 
 // readLines reads a whole file into blocks of lines.
-func readLines(path string) ([]*block, int64, error) {
-	file, err := os.Open(path)
+func readLines(path string) ([]*block, error) {
+	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	defer file.Close()
 	return splitLines(context.Background(), path, file, MaxLineBytes)

@@ -9,8 +9,11 @@ type Tokenizer interface {
 	// Encode returns the ids of s, without adding BOS or EOS, and each
 	// token's byte range in s. Special tokens written in s are recognized
 	// as Hugging Face tokenizers recognize them (the byte tokenizer has
-	// none that text can name).
-	Encode(s string) ([]int, []Span)
+	// none that text can name). An error is the tokenizer's own fault (a
+	// regex of its file that ran past its time budget), not the text's.
+	Encode(s string) ([]int, []Span, error)
+	// EncodeIDs is Encode's ids alone, in less memory.
+	EncodeIDs(s string) ([]int, error)
 	// Decode returns the text of ids. Special tokens are dropped.
 	Decode(ids []int) string
 	// VocabSize is the number of ids, specials included.
@@ -42,12 +45,21 @@ type ByteTokenizer struct{}
 func NewByteTokenizer() *ByteTokenizer { return &ByteTokenizer{} }
 
 // Encode returns one id per byte of s.
-func (*ByteTokenizer) Encode(s string) ([]int, []Span) {
+func (*ByteTokenizer) Encode(s string) ([]int, []Span, error) {
 	ids, spans := make([]int, len(s)), make([]Span, len(s))
 	for i := 0; i < len(s); i++ {
 		ids[i], spans[i] = int(s[i]), Span{i, i + 1}
 	}
-	return ids, spans
+	return ids, spans, nil
+}
+
+// EncodeIDs returns one id per byte of s.
+func (*ByteTokenizer) EncodeIDs(s string) ([]int, error) {
+	ids := make([]int, len(s))
+	for i := 0; i < len(s); i++ {
+		ids[i] = int(s[i])
+	}
+	return ids, nil
 }
 
 // Decode returns the bytes named by ids. Special tokens (BOS, EOS, PAD) and

@@ -25,7 +25,7 @@ func TestByteTokenizerRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ids, _ := tok.Encode(tt.text)
+			ids, _, _ := tok.Encode(tt.text)
 			if len(ids) != len(tt.text) {
 				t.Fatalf("Encode(%q) has %d ids, want %d", tt.text, len(ids), len(tt.text))
 			}

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Reading GGUF: enough to check what mixtune writes (tests, the fuzz
@@ -112,7 +113,7 @@ func (p *Parsed) Float32(name string) ([]float32, []int, error) {
 // Open reads the header of the GGUF file at path; the file stays open
 // for Raw and Float32 until Close.
 func Open(path string) (*Parsed, io.Closer, error) {
-	f, err := os.Open(path)
+	f, err := readlimit.Open(path, readlimit.Model)
 	if err != nil {
 		return nil, nil, err
 	}

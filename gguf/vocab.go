@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // The tokenizer in a GGUF file: llama.cpp tokenizes with what the file
@@ -308,7 +310,7 @@ func gpt2Pre(pre []component) (string, error) {
 // reproduce is refused, naming what is unsupported.
 func LoadVocab(dir string, vocabSize, bos, eos, pad int) (*Vocab, error) {
 	path := filepath.Join(dir, "tokenizer.json")
-	raw, err := os.ReadFile(path)
+	raw, err := readlimit.ReadFile(path, readlimit.TokenizerJSON)
 	if errors.Is(err, os.ErrNotExist) {
 		return ByteVocab(vocabSize)
 	}
@@ -562,7 +564,7 @@ func looksSpecial(t string) bool {
 func specialTokens(dir string, tj *tokenizerJSON, v *Vocab, bos, eos, pad int) error {
 	path := filepath.Join(dir, "tokenizer_config.json")
 	var tc map[string]json.RawMessage
-	raw, err := os.ReadFile(path)
+	raw, err := readlimit.ReadFile(path, readlimit.TokenizerConfig)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
@@ -676,7 +678,7 @@ func specialTokens(dir string, tj *tokenizerJSON, v *Vocab, bos, eos, pad int) e
 		}
 	}
 	if v.ChatTemplate == "" {
-		if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		if b, err := readlimit.ReadFile(filepath.Join(dir, "chat_template.jinja"), readlimit.ChatTemplate); err == nil {
 			v.ChatTemplate = string(b)
 		}
 	}

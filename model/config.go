@@ -12,13 +12,13 @@ import (
 	"maps"
 	"math"
 	"math/bits"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Families mixtune computes exactly as transformers does: llama (with
@@ -239,7 +239,7 @@ func (c Config) Validate() error {
 // compute differently from HF (biases, rope scaling, other activations).
 func ReadConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(path)
+	b, err := readlimit.ReadFile(path, readlimit.ModelConfig)
 	if err != nil {
 		return Config{}, fmt.Errorf("read model config: %w", err)
 	}

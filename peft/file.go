@@ -13,6 +13,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/safetensors"
 )
@@ -160,7 +161,7 @@ func pissaAsLoRA(m *Module) (a, b []float32) {
 // an error, never a silent approximation.
 func ReadConfig(dir string) (Config, error) {
 	cpath := filepath.Join(dir, ConfigFile)
-	raw, err := os.ReadFile(cpath)
+	raw, err := readlimit.ReadFile(cpath, readlimit.AdapterConfig)
 	if err != nil {
 		return Config{}, err
 	}

@@ -12,12 +12,12 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/mixtune/mixtune/internal/flock"
 	"github.com/mixtune/mixtune/internal/jsonfloat"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Run is one run directory's record.
@@ -64,7 +64,7 @@ type Point struct {
 // Read loads a run directory.
 func Read(dir string) (*Run, error) {
 	r := &Run{Name: filepath.Base(filepath.Clean(dir)), Dir: dir}
-	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	f, err := readlimit.Open(filepath.Join(dir, "metrics.jsonl"), readlimit.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("read run %s: %w", dir, err)
 	}
@@ -127,7 +127,7 @@ func Read(dir string) (*Run, error) {
 
 // readObject reads a JSON object file; nil when there is none.
 func readObject(path string) (map[string]any, error) {
-	b, err := os.ReadFile(path)
+	b, err := readlimit.ReadFile(path, readlimit.RunRecord)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

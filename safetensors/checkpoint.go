@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"io"
 	"io/fs"
 	"maps"
@@ -70,7 +71,7 @@ type Checkpoint struct {
 // ignored.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
 	single := filepath.Join(dir, SingleFileName)
-	f, err := os.Open(single)
+	f, err := readlimit.Open(single, readlimit.Model)
 	if err == nil {
 		s, err := readShard(f, single)
 		f.Close()
@@ -87,7 +88,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
 	indexPath := filepath.Join(dir, IndexFileName)
-	b, err := os.ReadFile(indexPath)
+	b, err := readlimit.ReadFile(indexPath, readlimit.ShardIndex)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open checkpoint %s: found neither %s nor %s", dir, SingleFileName, IndexFileName)
 	}
@@ -114,7 +115,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 			return nil, fmt.Errorf("%s: weight_map names invalid shard file %q for tensor %q", indexPath, file, tensors[0])
 		}
 		path := filepath.Join(dir, file)
-		f, err := os.Open(path)
+		f, err := readlimit.Open(path, readlimit.Model)
 		if err != nil {
 			return nil, fmt.Errorf("%s: weight_map names %s for tensor %q: %w", indexPath, file, tensors[0], err)
 		}
@@ -213,7 +214,7 @@ func (c *Checkpoint) Float32(name string) ([]float32, []int, error) {
 // read reads the stored bytes of a tensor the shard's header lists.
 func (s *shard) read(name string) ([]byte, error) {
 	e := s.hdr.entries[name]
-	f, err := os.Open(s.path)
+	f, err := readlimit.Open(s.path, readlimit.Model)
 	if err != nil {
 		return nil, fmt.Errorf("read tensor %q: %w", name, err)
 	}

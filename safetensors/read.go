@@ -21,13 +21,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // maxHeaderBytes is the limit the reference implementation enforces; a larger
@@ -77,7 +77,7 @@ type File struct {
 
 // ReadFile reads and validates the safetensors file at path.
 func ReadFile(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+	b, err := readlimit.ReadFile(path, readlimit.Weights)
 	if err != nil {
 		return nil, fmt.Errorf("read safetensors: %w", err)
 	}

@@ -15,11 +15,11 @@ func BenchmarkEncode(b *testing.B) {
 	for _, name := range benchNames {
 		b.Run(name, func(b *testing.B) {
 			tok := fixtureTokenizer(b, name)
-			tok.Encode(doc, false)
+			mustEncode(b, tok, doc, false)
 			b.SetBytes(int64(len(doc)))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				tok.Encode(doc, false)
+				mustEncode(b, tok, doc, false)
 			}
 		})
 	}
@@ -36,7 +36,7 @@ func BenchmarkEncodeLines(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for _, l := range lines {
-					tok.Encode(l, false)
+					mustEncode(b, tok, l, false)
 				}
 			}
 		})
@@ -53,7 +53,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 			b.SetBytes(int64(len(doc)))
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				tok.EncodeBatch(lines, false, 2)
+				mustEncodeBatch(b, tok, lines, false, 2)
 			}
 		})
 	}

@@ -177,6 +177,10 @@ func (m *bpe) tokenize(w string, rawBytes bool, emit func(id int32, start, end i
 	m.tokenizeWord(w, rawBytes, emit)
 }
 
+// longWord is the length in bytes above which a word's symbols are not
+// pooled.
+const longWord = 64 << 10
+
 // tokenizeWord is BPE::tokenize on one word.
 func (m *bpe) tokenizeWord(w string, rawBytes bool, emit func(id int32, start, end int)) {
 	if m.ignoreMerges {
@@ -200,8 +204,16 @@ func (m *bpe) tokenizeWord(w string, rawBytes bool, emit func(id int32, start, e
 			return
 		}
 	}
-	sc, _ := m.pool.Get().(*symbols)
-	if sc == nil {
+	// A long word (a whole line or row, for a tokenizer without a
+	// pre-tokenizer) gets a symbol array of its bound, one per byte, that
+	// goes back to the garbage collector, not to the pool: growing it by
+	// appending allocated several times that, and the pool would keep the
+	// largest alive.
+	long := len(w) > longWord
+	var sc *symbols
+	if long {
+		sc = &symbols{sym: make([]symbol, 0, len(w))}
+	} else if sc, _ = m.pool.Get().(*symbols); sc == nil {
 		sc = &symbols{}
 	}
 	sc.reset()
@@ -231,7 +243,9 @@ func (m *bpe) tokenizeWord(w string, rawBytes bool, emit func(id int32, start, e
 			wt.lens = append(wt.lens, x.ln)
 		}
 	}
-	m.pool.Put(sc)
+	if !long {
+		m.pool.Put(sc)
+	}
 	if cacheable {
 		m.cache.put(w, rawBytes, wt)
 	}

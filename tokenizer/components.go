@@ -8,41 +8,42 @@ import (
 
 // normalizer changes a piece of text in place, keeping its alignments.
 type normalizer interface {
-	normalize(n *nstr)
+	// normalize may search with a regex, within b's time budget.
+	normalize(n *nstr, b *matchBudget)
 }
 
 type seqNormalizer []normalizer
 
-func (s seqNormalizer) normalize(n *nstr) {
+func (s seqNormalizer) normalize(n *nstr, b *matchBudget) {
 	for _, x := range s {
-		x.normalize(n)
+		x.normalize(n, b)
 	}
 }
 
 type prependNormalizer struct{ prepend string }
 
-func (p prependNormalizer) normalize(n *nstr) { n.prepend(p.prepend) }
+func (p prependNormalizer) normalize(n *nstr, _ *matchBudget) { n.prepend(p.prepend) }
 
 type replaceNormalizer struct {
 	pat     pattern
 	content string
 }
 
-func (r replaceNormalizer) normalize(n *nstr) {
+func (r replaceNormalizer) normalize(n *nstr, b *matchBudget) {
 	if n.s == "" {
 		return
 	}
-	n.replace(r.pat.findMatches(nil, n.s), r.content)
+	n.replace(r.pat.findMatches(nil, n.s, b), r.content)
 }
 
 type unicodeNormalizer struct{ form normForm }
 
-func (u unicodeNormalizer) normalize(n *nstr) { unicodeNormalize(n, u.form) }
+func (u unicodeNormalizer) normalize(n *nstr, _ *matchBudget) { unicodeNormalize(n, u.form) }
 
 // preTokenizer splits a piece into pieces, handing each non-empty one to
-// emit in order.
+// emit in order. A regex searches within b's time budget.
 type preTokenizer interface {
-	split(n nstr, emit func(nstr))
+	split(n nstr, b *matchBudget, emit func(nstr))
 }
 
 // emitSplits slices n at the ranges kept by a split behavior, skipping
@@ -60,8 +61,8 @@ type splitPreTokenizer struct {
 	behavior splitBehavior
 }
 
-func (p splitPreTokenizer) split(n nstr, emit func(nstr)) {
-	emitSplits(&n, p.pat.findMatches(nil, n.s), p.behavior, emit)
+func (p splitPreTokenizer) split(n nstr, b *matchBudget, emit func(nstr)) {
+	emitSplits(&n, p.pat.findMatches(nil, n.s, b), p.behavior, emit)
 }
 
 type digitsPreTokenizer struct{ individual bool }
@@ -74,12 +75,12 @@ func isNumeric(r rune) bool {
 	return unicode.Is(hfNumber, r)
 }
 
-func (p digitsPreTokenizer) split(n nstr, emit func(nstr)) {
-	b := behaviorContiguous
+func (p digitsPreTokenizer) split(n nstr, _ *matchBudget, emit func(nstr)) {
+	behavior := behaviorContiguous
 	if p.individual {
-		b = behaviorIsolated
+		behavior = behaviorIsolated
 	}
-	emitSplits(&n, runePattern(isNumeric).findMatches(nil, n.s), b, emit)
+	emitSplits(&n, runePattern(isNumeric).findMatches(nil, n.s, nil), behavior, emit)
 }
 
 type prependScheme int
@@ -97,8 +98,8 @@ type metaspacePreTokenizer struct {
 	splitPieces bool
 }
 
-func (p metaspacePreTokenizer) split(n nstr, emit func(nstr)) {
-	n.replace(runePattern(func(r rune) bool { return r == ' ' }).findMatches(nil, n.s), p.rep)
+func (p metaspacePreTokenizer) split(n nstr, _ *matchBudget, emit func(nstr)) {
+	n.replace(runePattern(func(r rune) bool { return r == ' ' }).findMatches(nil, n.s, nil), p.rep)
 	switch p.scheme {
 	case prependAlways:
 		if !strings.HasPrefix(n.s, p.rep) {
@@ -116,7 +117,7 @@ func (p metaspacePreTokenizer) split(n nstr, emit func(nstr)) {
 		return
 	}
 	rep := p.replacement
-	emitSplits(&n, runePattern(func(r rune) bool { return r == rep }).findMatches(nil, n.s), behaviorMergedWithNext, emit)
+	emitSplits(&n, runePattern(func(r rune) bool { return r == rep }).findMatches(nil, n.s, nil), behaviorMergedWithNext, emit)
 }
 
 // byteLevelPreTokenizer is the ByteLevel pre-tokenizer. When raw is set
@@ -131,7 +132,7 @@ type byteLevelPreTokenizer struct {
 	regex          pattern
 }
 
-func (p *byteLevelPreTokenizer) split(n nstr, emit func(nstr)) {
+func (p *byteLevelPreTokenizer) split(n nstr, b *matchBudget, emit func(nstr)) {
 	if p.addPrefixSpace && !strings.HasPrefix(n.s, " ") {
 		n.prepend(" ")
 	}
@@ -149,7 +150,7 @@ func (p *byteLevelPreTokenizer) split(n nstr, emit func(nstr)) {
 		}
 		return
 	}
-	emitSplits(&n, p.regex.findMatches(nil, n.s), behaviorIsolated, out)
+	emitSplits(&n, p.regex.findMatches(nil, n.s, b), behaviorIsolated, out)
 }
 
 // byteLevelMap rewrites each byte as its GPT-2 character.
@@ -320,7 +321,8 @@ func (d replaceDecoder) decodeChain(tokens []string) []string {
 	out := make([]string, len(tokens))
 	var ms []match
 	for i, t := range tokens {
-		ms = d.pat.findMatches(ms[:0], t)
+		// parsing refuses a regex here: a decoder has no time budget
+		ms = d.pat.findMatches(ms[:0], t, nil)
 		var sb strings.Builder
 		for _, m := range ms {
 			if m.isMatch {

@@ -21,7 +21,7 @@ func TestMinimalParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tok.Encode("ab<s>", false).IDs; joinIDs(got) != "2,3" {
+	if got := mustEncode(t, tok, "ab<s>", false).IDs; joinIDs(got) != "2,3" {
 		t.Fatalf("Encode(ab<s>) = %v, want [2 3]", got)
 	}
 }

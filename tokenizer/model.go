@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // Model is the tokenizer of a model directory: tokenizer.json and what
@@ -60,7 +62,7 @@ func LoadFile(tokPath string) (*Model, error) {
 	dir := filepath.Dir(tokPath)
 	m := &Model{Tok: tok, BOS: -1, EOS: -1, PAD: -1, UNK: -1, ChatTemplates: map[string]string{}}
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
-	cfg, err := readOptionalJSON(cfgPath)
+	cfg, err := readOptionalJSON(cfgPath, readlimit.TokenizerConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +72,7 @@ func LoadFile(tokPath string) (*Model, error) {
 		}
 	}
 	genPath := filepath.Join(dir, "generation_config.json")
-	gen, err := readOptionalJSON(genPath)
+	gen, err := readOptionalJSON(genPath, readlimit.ModelConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -96,13 +98,16 @@ func LoadFile(tokPath string) (*Model, error) {
 	return m, nil
 }
 
-func readOptionalJSON(path string) (map[string]json.RawMessage, error) {
-	b, err := os.ReadFile(path)
+func readOptionalJSON(path string, kind readlimit.Kind) (map[string]json.RawMessage, error) {
+	b, err := readlimit.ReadFile(path, kind)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if err := checkStrict(b); err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mixtune/mixtune/internal/strictjson"
 )
 
 // obj is a JSON object being read, with its path for errors.
@@ -173,7 +175,7 @@ func (o obj) patternOf(key string) (pattern, error) {
 		if err != nil {
 			return nil, err
 		}
-		pat, err := newPattern(s)
+		pat, err := newPattern(s, p.at("Regex"))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.at("Regex"), err)
 		}
@@ -183,6 +185,9 @@ func (o obj) patternOf(key string) (pattern, error) {
 }
 
 func parse(data []byte) (*Tokenizer, error) {
+	if err := checkStrict(data); err != nil {
+		return nil, err
+	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
 		return nil, describeJSONError(data, err)
@@ -251,6 +256,16 @@ func parse(data []byte) (*Tokenizer, error) {
 }
 
 // describeJSONError turns encoding/json's errors into ones that say where.
+// checkStrict refuses JSON that encoding/json would repair: invalid
+// UTF-8 or an escaped lone surrogate would become U+FFFD, so that a
+// vocabulary key "<0x41>\xff" would silently turn into another token.
+func checkStrict(data []byte) error {
+	if p := strictjson.Check(data); p != nil {
+		return fmt.Errorf("%v: the file must be UTF-8 text, as Hugging Face's loader requires", p)
+	}
+	return nil
+}
+
 func describeJSONError(data []byte, err error) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return errors.New("empty input: not a tokenizer.json")
@@ -559,7 +574,7 @@ func parsePreTokenizer(path string, raw json.RawMessage, dst []preTokenizer) ([]
 		if bl.useRegex, err = o.boolean("use_regex", true); err != nil {
 			return nil, err
 		}
-		bl.regex, _ = newPattern(gpt2Regex)
+		bl.regex, _ = newPattern(gpt2Regex, o.path)
 		return append(dst, bl), nil
 	case "Metaspace":
 		ms, err := parseMetaspace(o)
@@ -678,6 +693,11 @@ func parseDecoder(path string, raw json.RawMessage) (decoder, error) {
 		p, err := o.patternOf("pattern")
 		if err != nil {
 			return nil, err
+		}
+		if _, ok := p.(*regexPattern); ok {
+			// Decode has no error to report a regex that runs past its
+			// time budget with; real tokenizers replace a String here.
+			return nil, fmt.Errorf("%s: a Regex pattern in a Replace decoder is not supported (only a String)", o.at("pattern"))
 		}
 		c, err := o.reqStr("content")
 		if err != nil {
@@ -935,7 +955,10 @@ func (t *Tokenizer) buildVocabulary(path string, list []json.RawMessage) (*vocab
 		}
 		n := nstr{s: tok.content}
 		if t.norm != nil {
-			t.norm.normalize(&n)
+			b := newMatchBudget(len(n.s))
+			if t.norm.normalize(&n, b); b.err != nil {
+				return nil, fmt.Errorf("%s: normalizing token %q: %w", path, tok.content, b.err)
+			}
 		}
 		if n.s == "" {
 			return nil, fmt.Errorf("%s: token %q normalizes to nothing", path, tok.content)

@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -14,14 +16,16 @@ import (
 // matches flagged, gaps between them not. An empty text gives one empty
 // gap.
 type pattern interface {
-	findMatches(dst []match, s string) []match
+	// findMatches appends the pieces of s to dst. A regex past b's
+	// budget records the error in b and returns s as one gap.
+	findMatches(dst []match, s string, b *matchBudget) []match
 }
 
 // literalPattern matches a literal string (a Split or Replace "String"
 // pattern, which the crate escapes into a regex).
 type literalPattern struct{ lit string }
 
-func (p literalPattern) findMatches(dst []match, s string) []match {
+func (p literalPattern) findMatches(dst []match, s string, _ *matchBudget) []match {
 	if s == "" {
 		return append(dst, match{0, 0, false})
 	}
@@ -49,7 +53,7 @@ func (p literalPattern) findMatches(dst []match, s string) []match {
 // for which pred holds is a match of its own.
 type runePattern func(rune) bool
 
-func (p runePattern) findMatches(dst []match, s string) []match {
+func (p runePattern) findMatches(dst []match, s string, _ *matchBudget) []match {
 	if s == "" {
 		return append(dst, match{0, 0, false})
 	}
@@ -73,9 +77,9 @@ func (p runePattern) findMatches(dst []match, s string) []match {
 // invertPattern flips matches and gaps (Split's invert option).
 type invertPattern struct{ p pattern }
 
-func (p invertPattern) findMatches(dst []match, s string) []match {
+func (p invertPattern) findMatches(dst []match, s string, b *matchBudget) []match {
 	n := len(dst)
-	dst = p.p.findMatches(dst, s)
+	dst = p.p.findMatches(dst, s, b)
 	for i := n; i < len(dst); i++ {
 		dst[i].isMatch = !dst[i].isMatch
 	}
@@ -86,36 +90,83 @@ func (p invertPattern) findMatches(dst []match, s string) []match {
 // which, unlike Go's regexp, has the lookahead that the Split patterns of
 // Llama 3 and Qwen use. The crate runs these patterns with Oniguruma, whose
 // ^ and $ match at line boundaries, hence the Multiline option.
+//
+// regexp2 backtracks, so a pattern such as (a+)+$ takes time exponential
+// in the text; the matchBudget of each Encode bounds it. regexp2 reads
+// its timeout from the compiled Regexp, which goroutines share, so the
+// pattern is compiled once per timeout tier, when a tier is first needed.
 type regexPattern struct {
-	re   *regexp2.Regexp
-	expr string
+	expr  string
+	path  string // the pattern's JSON path in the tokenizer file
+	tiers [matchTiers]func() *regexp2.Regexp
 }
 
-func compileRegex(expr string) (*regexPattern, error) {
-	re, err := regexp2.Compile(expr, regexp2.Multiline)
-	if err != nil {
+func compileRegex(expr, path string) (*regexPattern, error) {
+	if _, err := regexp2.Compile(expr, regexp2.Multiline); err != nil {
 		return nil, err
 	}
-	return &regexPattern{re: re, expr: expr}, nil
+	p := &regexPattern{expr: expr, path: path}
+	for k := range p.tiers {
+		p.tiers[k] = sync.OnceValue(func() *regexp2.Regexp {
+			re := regexp2.MustCompile(expr, regexp2.Multiline)
+			re.MatchTimeout = tierTimeout(k)
+			return re
+		})
+	}
+	return p, nil
 }
 
-func (p *regexPattern) findMatches(dst []match, s string) []match {
+// regexFor returns the compiled pattern whose timeout is the shortest
+// tier that is not less than want.
+func (p *regexPattern) regexFor(want time.Duration) *regexp2.Regexp {
+	k := 0
+	for k < matchTiers-1 && tierTimeout(k) < want {
+		k++
+	}
+	return p.tiers[k]()
+}
+
+func (p *regexPattern) findMatches(dst []match, s string, b *matchBudget) []match {
 	if s == "" {
 		return append(dst, match{0, 0, false})
+	}
+	if b == nil {
+		b = newMatchBudget(len(s))
+	}
+	start := len(dst)
+	failed := func() []match {
+		b.fail(p, len(s))
+		// the rest of this Encode is thrown away: one gap keeps the
+		// callers' invariants (pieces cover the text)
+		return append(dst[:start], match{0, len(s), false})
+	}
+	if b.err != nil {
+		return failed()
 	}
 	runes := []rune(s)
 	// byteAt[i] is the byte offset of rune i: regexp2 reports rune indices.
 	byteAt := make([]int, len(runes)+1)
-	b := 0
+	o := 0
 	for i, r := range runes {
-		byteAt[i] = b
-		b += utf8.RuneLen(r)
+		byteAt[i] = o
+		o += utf8.RuneLen(r)
 	}
-	byteAt[len(runes)] = b
+	byteAt[len(runes)] = o
 	prev, lastEnd, lastMatchEnd := 0, 0, -1
 	for lastEnd <= len(runes) {
-		m, err := p.re.FindRunesMatchStartingAt(runes, lastEnd)
-		if err != nil || m == nil {
+		left := time.Until(b.deadline)
+		if left <= 0 {
+			return failed()
+		}
+		// one search may scan the rest of the text for its match
+		search := searchTimeBase + time.Duration(byteAt[len(runes)]-byteAt[min(lastEnd, len(runes))])*searchTimePerByte
+		m, err := p.regexFor(min(left, search)).FindRunesMatchStartingAt(runes, lastEnd)
+		if err != nil {
+			// regexp2's only error here is its timeout (its message
+			// holds the whole text, so it is not passed on)
+			return failed()
+		}
+		if m == nil {
 			break
 		}
 		ms, me := m.Index, m.Index+m.Length
@@ -142,6 +193,62 @@ func (p *regexPattern) findMatches(dst []match, s string) []match {
 	return dst
 }
 
+// matchBudget is the time the regular expressions of one Encode may take
+// together: matchTimeBase, plus matchTimePerByte for each byte of the
+// text. One search (from the end of a match to the next match) may take
+// searchTimeBase plus searchTimePerByte for each byte left in the piece.
+// On real tokenizers' patterns regexp2 takes 0.1 to 2 µs a byte
+// (BenchmarkRegexPatterns, on a loaded 2-core machine), so neither limit
+// is reached by a correct pattern; one that backtracks catastrophically
+// fails its first slow search, within seconds on a short text. The first
+// failure is kept as the error.
+type matchBudget struct {
+	deadline time.Time
+	limit    time.Duration
+	err      *RegexTimeoutError
+}
+
+const (
+	matchTimeBase     = 2 * time.Second
+	matchTimePerByte  = 50 * time.Microsecond
+	searchTimeBase    = time.Second
+	searchTimePerByte = 10 * time.Microsecond
+	// matchTiers timeouts from 0.5 s, each twice the one before: a
+	// search that cannot finish overruns its limit by at most a factor
+	// of 2, or past 68 minutes (the budget of a search in 400 MB) not at
+	// all.
+	matchTiers = 14
+)
+
+func tierTimeout(k int) time.Duration { return time.Second / 2 << k }
+
+func newMatchBudget(textBytes int) *matchBudget {
+	limit := matchTimeBase + time.Duration(textBytes)*matchTimePerByte
+	return &matchBudget{deadline: time.Now().Add(limit), limit: limit}
+}
+
+func (b *matchBudget) fail(p *regexPattern, textBytes int) {
+	if b.err == nil {
+		b.err = &RegexTimeoutError{Pattern: p.expr, Path: p.path, Limit: b.limit, TextBytes: textBytes}
+	}
+}
+
+// RegexTimeoutError is a regular expression of the tokenizer file that
+// ran past its time budget: a pattern that backtracks catastrophically,
+// such as (a+)+$, which Hugging Face's Oniguruma would also take
+// exponential time on.
+type RegexTimeoutError struct {
+	Pattern   string
+	Path      string // its JSON path in the tokenizer file
+	Limit     time.Duration
+	TextBytes int // the length of the piece it was searching
+}
+
+func (e *RegexTimeoutError) Error() string {
+	return fmt.Sprintf("%s: the regex %q took more than the %v allowed to encode this text (%d bytes where it stopped): it backtracks catastrophically; fix or remove the pattern",
+		e.Path, e.Pattern, e.Limit.Round(time.Millisecond), e.TextBytes)
+}
+
 // The pre-tokenizer patterns of GPT-2 (ByteLevel's use_regex), of Llama 3
 // (also OpenAI's cl100k) and of Qwen 2 and 3. Patterns equal to these
 // strings run on the hand-written matchers below, which give the same
@@ -163,7 +270,7 @@ const (
 )
 
 // newPattern returns the matcher of a regex, the fast one when there is.
-func newPattern(expr string) (pattern, error) {
+func newPattern(expr, path string) (pattern, error) {
 	switch expr {
 	case deepseekDigitsRegex:
 		return gapPattern{next: deepseekDigitsNext}, nil
@@ -178,7 +285,7 @@ func newPattern(expr string) (pattern, error) {
 	case qwen2Regex:
 		return fastPattern{next: func(s string, i int) int { return llama3Next(s, i, 1) }}, nil
 	}
-	p, err := compileRegex(expr)
+	p, err := compileRegex(expr, path)
 	if err != nil {
 		return nil, fmt.Errorf("regex %q does not compile: %w", expr, err)
 	}
@@ -192,7 +299,7 @@ type fastPattern struct {
 	next func(s string, i int) int
 }
 
-func (p fastPattern) findMatches(dst []match, s string) []match {
+func (p fastPattern) findMatches(dst []match, s string, _ *matchBudget) []match {
 	if s == "" {
 		return append(dst, match{0, 0, false})
 	}
@@ -412,7 +519,7 @@ type gapPattern struct {
 	next func(s string, i int) int
 }
 
-func (p gapPattern) findMatches(dst []match, s string) []match {
+func (p gapPattern) findMatches(dst []match, s string, _ *matchBudget) []match {
 	if s == "" {
 		return append(dst, match{0, 0, false})
 	}

@@ -24,14 +24,14 @@ func matchesString(s string, ms []match) string {
 func TestFastPatternsMatchRegexp2(t *testing.T) {
 	texts := corpus(t)
 	for _, expr := range []string{gpt2Regex, llama3Regex, qwen2Regex, deepseekDigitsRegex, deepseekCJKRegex, deepseekWordsRegex} {
-		fast, err := newPattern(expr)
+		fast, err := newPattern(expr, "$.test")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := fast.(*regexPattern); ok {
 			t.Fatalf("%s has no fast matcher", expr)
 		}
-		slow, err := compileRegex(expr)
+		slow, err := compileRegex(expr, "$.test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,8 +43,8 @@ func TestFastPatternsMatchRegexp2(t *testing.T) {
 			if hasUnicode16(s) {
 				continue // regexp2 has Go's Unicode 15.0 tables
 			}
-			got := matchesString(s, fast.findMatches(nil, s))
-			want := matchesString(s, slow.findMatches(nil, s))
+			got := matchesString(s, fast.findMatches(nil, s, nil))
+			want := matchesString(s, slow.findMatches(nil, s, nil))
 			if got == want {
 				continue
 			}
@@ -86,7 +86,7 @@ func TestSplitBehaviors(t *testing.T) {
 	for _, c := range cases {
 		n := nstr{s: s}
 		var got []string
-		emitSplits(&n, literalPattern{"-"}.findMatches(nil, s), c.b, func(p nstr) { got = append(got, fmt.Sprintf("%q", p.s)) })
+		emitSplits(&n, literalPattern{"-"}.findMatches(nil, s, nil), c.b, func(p nstr) { got = append(got, fmt.Sprintf("%q", p.s)) })
 		if strings.Join(got, " ") != c.want {
 			t.Errorf("behavior %d: %s, want %s", c.b, strings.Join(got, " "), c.want)
 		}
@@ -96,11 +96,11 @@ func TestSplitBehaviors(t *testing.T) {
 func TestRegexEmptyMatches(t *testing.T) {
 	// Oniguruma's find_iter refuses an empty match where the previous
 	// match ended.
-	p, err := compileRegex(`x*`)
+	p, err := compileRegex(`x*`, "$.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := matchesString("axxb", p.findMatches(nil, "axxb")), `*"" "a" *"xx" "b" *""`; got != want {
+	if got, want := matchesString("axxb", p.findMatches(nil, "axxb", nil)), `*"" "a" *"xx" "b" *""`; got != want {
 		t.Errorf("x* on axxb: %s, want %s", got, want)
 	}
 }

@@ -86,6 +86,11 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if c.eng, err = c.openBackend(r.Compute, opt.ResumeDir); err != nil {
 		return nil, err
 	}
+	if have, ok := sysinfo.TotalMemory(); ok {
+		if err := checkDataMemory(r, have); err != nil {
+			return nil, err
+		}
+	}
 	say := opt.Out
 	if say == nil || c.comm.Rank() != 0 {
 		say = io.Discard // rank 0 speaks for the job
@@ -215,7 +220,8 @@ func (c *components) close() {
 // machine (or its container) has, rather than letting the kernel kill it,
 // or the Go runtime crash, mid-run.
 func checkMemory(r *Recipe, batch int) error {
-	need := r.estimateMemory(batch)
+	held, _ := dataMemory(r.dataFileBytes(), r.text.Format.MaxRow(), runtime.GOMAXPROCS(0))
+	need := r.estimateMemory(batch) + held
 	have, ok := sysinfo.TotalMemory()
 	if !ok || need <= have {
 		return nil
@@ -226,7 +232,7 @@ func checkMemory(r *Recipe, batch int) error {
 		ck.Compute.ActivationCheckpointing = true
 		hint = fmt.Sprintf(", recompute each layer in the backward pass (compute.activation_checkpointing: true; about %s)", gib(ck.estimateMemory(batch)))
 	}
-	return inputError(fmt.Errorf("the run needs an estimated %s of memory (weights, optimizer state and the activations of %d×%d tokens), more than this machine's %s; "+
+	return inputError(fmt.Errorf("the run needs an estimated %s of memory (weights, optimizer state, the activations of %d×%d tokens and the training tokens), more than this machine's %s; "+
 		"lower train.batch_size or data.seq_len, raise train.grad_accum instead%s, or keep the base in 16 bits (model.base_dtype: bf16)",
 		gib(need), batch, r.Data.SeqLen, gib(have), hint))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/internal/atomicfile"
 	"github.com/mixtune/mixtune/internal/jsonfloat"
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/safetensors"
 )
@@ -287,7 +288,7 @@ func loadLatestCheckpoint(root string, warn func(string)) (*loadedCheckpoint, er
 
 // readCheckpoint reads and verifies one checkpoint directory.
 func readCheckpoint(dir string) (*loadedCheckpoint, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	b, err := readlimit.ReadFile(filepath.Join(dir, manifestFile), readlimit.RunRecord)
 	if err != nil {
 		return nil, fmt.Errorf("missing %s", manifestFile)
 	}
@@ -314,11 +315,11 @@ func readCheckpoint(dir string) (*loadedCheckpoint, error) {
 	}
 	ck := &loadedCheckpoint{Dir: dir}
 	if man.Format >= 2 {
-		if ck.Metrics, err = os.ReadFile(filepath.Join(dir, metricsCopyFile)); err != nil {
+		if ck.Metrics, err = readlimit.ReadFile(filepath.Join(dir, metricsCopyFile), readlimit.Metrics); err != nil {
 			return nil, err
 		}
 	}
-	b, _ = os.ReadFile(filepath.Join(dir, stateFile))
+	b, _ = readlimit.ReadFile(filepath.Join(dir, stateFile), readlimit.RunRecord)
 	if err := json.Unmarshal(b, &ck.State); err != nil {
 		return nil, fmt.Errorf("%s: %v", stateFile, err)
 	}
@@ -355,7 +356,7 @@ func (ck *loadedCheckpoint) restore(params []*optim.Param) error {
 }
 
 func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := readlimit.Open(path, readlimit.Weights)
 	if err != nil {
 		return "", err
 	}

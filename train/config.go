@@ -13,6 +13,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/device"
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/internal/yamlconf"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/optim"
@@ -128,6 +129,8 @@ type DataConfig struct {
 	LossOn          data.LossOn  `yaml:"loss_on"`
 	PromptFormat    PromptFormat `yaml:"prompt_format"`
 	Cache           bool         `yaml:"cache"`
+	// MaxRowBytes caps the text of one row (see data.Format.MaxRowBytes).
+	MaxRowBytes device.Size `yaml:"max_row_bytes"`
 }
 
 // PromptFormat says how Alpaca rows are rendered: through the chat
@@ -231,7 +234,7 @@ func Defaults() Config {
 		AMP:   AMPConfig{LossScaling: amp.ScalingAuto, InitScale: 65536, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2000},
 		Model: ModelConfig{Init: InitPretrained, SaveDtype: amp.BF16, BaseDtype: amp.FP32},
 		Data: DataConfig{ValidationSplit: 0.05, SeqLen: 128, Mode: data.Pad, Shuffle: true, Tokenizer: "auto",
-			LossOn: data.LossAssistant, PromptFormat: PromptChat, Cache: true},
+			LossOn: data.LossAssistant, PromptFormat: PromptChat, Cache: true, MaxRowBytes: data.DefaultMaxRowBytes},
 		Adapter: AdapterConfig{Type: LoRA, R: 8, Alpha: 16,
 			TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj"}},
 		Train:     LoopConfig{Steps: 100, BatchSize: 8, GradAccum: 1, EvalEvery: 50, LogEvery: 10, CheckpointEvery: 0, KeepCheckpoints: 3},
@@ -264,7 +267,7 @@ type Recipe struct {
 // resolves what it names. Every error is a *yamlconf.Error or
 // yamlconf.Errors naming file, line and field.
 func Load(path string, sets []string) (*Recipe, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := readlimit.ReadFile(path, readlimit.Recipe)
 	if err != nil {
 		return nil, &yamlconf.Error{File: path, Msg: fmt.Sprintf("cannot read the config: %v", err)}
 	}
@@ -520,6 +523,9 @@ func (r *Recipe) checkData(bad func(field, format string, args ...any)) {
 	if d.Validation == "" && (d.ValidationSplit < 0 || d.ValidationSplit >= 1) {
 		bad("data.validation_split", "must be in [0, 1), got %g", d.ValidationSplit)
 	}
+	if d.MaxRowBytes < minRowBytes || d.MaxRowBytes > maxRowBytes {
+		bad("data.max_row_bytes", "must be between %s and %s, got %d bytes", readlimit.Bytes(int64(minRowBytes)), readlimit.Bytes(int64(maxRowBytes)), uint64(d.MaxRowBytes))
+	}
 	if d.SeqLen <= 0 {
 		bad("data.seq_len", "must be > 0, got %d", d.SeqLen)
 	}
@@ -537,7 +543,7 @@ func (r *Recipe) resolveText(bad func(field, format string, args ...any), tok da
 		bad("data.chat_template", "%v", err)
 		return
 	}
-	tc := TextConfig{Tokenizer: d.Tokenizer, ChatTemplate: d.ChatTemplate, LossOn: d.LossOn, Alpaca: d.PromptFormat == PromptAlpaca}
+	tc := TextConfig{Tokenizer: d.Tokenizer, ChatTemplate: d.ChatTemplate, LossOn: d.LossOn, Alpaca: d.PromptFormat == PromptAlpaca, MaxRowBytes: int(d.MaxRowBytes)}
 	t, err := newText(tok, r.Base.VocabSize, tc)
 	var small *vocabTooSmall
 	switch {

@@ -5,13 +5,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/internal/yamlconf"
 )
 
@@ -88,7 +88,7 @@ func show(v any) string {
 // changes.
 func readResolved(dir string) (Config, error) {
 	path := filepath.Join(dir, resolvedFile)
-	raw, err := os.ReadFile(path)
+	raw, err := readlimit.ReadFile(path, readlimit.Recipe)
 	if err != nil {
 		return Config{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mixtune/mixtune/internal/jsonfloat"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // metricsLog appends one JSON object per line to metrics.jsonl, flushed
@@ -52,7 +53,7 @@ func (m *metricsLog) contents() ([]byte, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	return os.ReadFile(m.f.Name())
+	return readlimit.ReadFile(m.f.Name(), readlimit.Metrics)
 }
 
 func (m *metricsLog) Close() error {

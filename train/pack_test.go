@@ -37,7 +37,7 @@ func TestPackedEqualsUnpacked(t *testing.T) {
 	tok := data.NewByteTokenizer()
 	var docs []data.Example
 	for _, s := range []string{"the cat sat", "on a mat, twice", "ok"} {
-		body, _ := tok.Encode(s)
+		body, _, _ := tok.Encode(s)
 		ids := append(append([]int{tok.BOS()}, body...), tok.EOS())
 		target := make([]bool, len(ids))
 		for i := 1; i < len(target); i++ {

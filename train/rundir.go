@@ -12,6 +12,7 @@ import (
 
 	"github.com/mixtune/mixtune/internal/atomicfile"
 	"github.com/mixtune/mixtune/internal/flock"
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // The run directory: created atomically under a name no other run has,
@@ -123,7 +124,7 @@ func recordConfigChange(dir string, step int, from string, r *Recipe, changes []
 // change from the recipe hash from to the hash to, possibly over several
 // changes.
 func approvedChange(dir, from, to string) bool {
-	f, err := os.Open(filepath.Join(dir, configLogFile))
+	f, err := readlimit.Open(filepath.Join(dir, configLogFile), readlimit.RunRecord)
 	if err != nil {
 		return false
 	}
@@ -148,7 +149,7 @@ func approvedChange(dir, from, to string) bool {
 // readSummary reads a finished run's summary.json; ok is false when there is
 // none (the run has not finished) or it records an interrupted run.
 func readSummary(dir string) (*Summary, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, summaryFile))
+	b, err := readlimit.ReadFile(filepath.Join(dir, summaryFile), readlimit.RunRecord)
 	if err != nil {
 		return nil, false
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mixtune/mixtune/chat"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/tokenizer"
 )
 
@@ -32,7 +33,16 @@ type TextConfig struct {
 	// Alpaca renders Alpaca rows with the Stanford Alpaca prompt rather
 	// than the chat template.
 	Alpaca bool
+	// MaxRowBytes caps the text of a row, and so what a template may
+	// render (0: data.DefaultMaxRowBytes).
+	MaxRowBytes int
 }
+
+// The range of data.max_row_bytes.
+const (
+	minRowBytes device.Size = 1 << 10
+	maxRowBytes device.Size = 1 << 30
+)
 
 // Text is a model's way with text, ready to use.
 type Text struct {
@@ -60,7 +70,7 @@ func newText(tok data.Tokenizer, vocab int, c TextConfig) (*Text, error) {
 	if tv := tok.VocabSize(); vocab > 0 && vocab < tv {
 		return nil, &vocabTooSmall{model: vocab, tokenizer: tv}
 	}
-	t := &Text{Format: data.Format{Tok: tok, LossOn: c.LossOn, Alpaca: c.Alpaca, VocabSize: vocab}}
+	t := &Text{Format: data.Format{Tok: tok, LossOn: c.LossOn, Alpaca: c.Alpaca, VocabSize: vocab, MaxRowBytes: c.MaxRowBytes}}
 	var opts chat.Options
 	src, name := "", ""
 	if hf, ok := tok.(*hfTokenizer); ok {
@@ -84,6 +94,9 @@ func newText(tok data.Tokenizer, vocab int, c TextConfig) (*Text, error) {
 	if err != nil {
 		return nil, err
 	}
+	// a render longer than a row may be is refused as it grows, before it
+	// holds more memory than the row would
+	opts.Limits.MaxOutputBytes = t.Format.MaxRow()
 	t.Format.Chat = data.ChatTemplate(tmpl, src, opts)
 	t.TemplateName = name
 	return t, nil
@@ -177,14 +190,19 @@ type hfTokenizer struct {
 	file string // the tokenizer.json's name in dir
 }
 
-func (t *hfTokenizer) Encode(s string) ([]int, []data.Span) {
-	e := t.m.Tok.Encode(s, false)
+func (t *hfTokenizer) Encode(s string) ([]int, []data.Span, error) {
+	e, err := t.m.Tok.Encode(s, false)
+	if err != nil {
+		return nil, nil, err
+	}
 	spans := make([]data.Span, len(e.Offsets))
 	for i, o := range e.Offsets {
 		spans[i] = data.Span{Start: o[0], End: o[1]}
 	}
-	return e.IDs, spans
+	return e.IDs, spans, nil
 }
+
+func (t *hfTokenizer) EncodeIDs(s string) ([]int, error) { return t.m.Tok.EncodeIDs(s, false) }
 
 func (t *hfTokenizer) Decode(ids []int) string { return t.m.Tok.Decode(ids, true) }
 func (t *hfTokenizer) VocabSize() int          { return t.m.Tok.VocabSize() }
@@ -278,7 +296,10 @@ func (t *Text) prompt(text, system string, asChat bool) ([]int, error) {
 		}
 		text = rendered
 	}
-	ids, _ := tok.Encode(text)
+	ids, err := tok.EncodeIDs(text)
+	if err != nil {
+		return nil, err
+	}
 	if bos := tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
 		ids = append([]int{bos}, ids...)
 	}

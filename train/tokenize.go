@@ -78,11 +78,17 @@ func Tokenize(c TokenizeConfig) (*Tokens, error) {
 		}
 		out.Rendered, out.Template = true, text.TemplateName
 	}
-	ids, spans := tok.Encode(out.Text)
-	out.IDs = ids
-	for _, s := range spans {
-		out.Spans = append(out.Spans, [2]int{s.Start, s.End})
-		out.Pieces = append(out.Pieces, out.Text[s.Start:s.End])
+	if err := text.Format.CheckRow("the text to tokenize is", len(out.Text)); err != nil {
+		return nil, inputError(err)
+	}
+	ids, spans, err := encodeOffsets(tok, out.Text)
+	if err != nil {
+		return nil, inputError(err)
+	}
+	out.IDs, out.Spans = ids, spans
+	out.Pieces = make([]string, len(spans))
+	for i, s := range spans {
+		out.Pieces[i] = out.Text[s[0]:s[1]]
 	}
 	if bos := tok.BOS(); bos >= 0 && (len(ids) == 0 || ids[0] != bos) {
 		out.Note = fmt.Sprintf("training and generation add BOS (id %d) before these ids", bos)
@@ -111,6 +117,22 @@ func modelVocab(dir, spec string) (int, error) {
 		return 0, nil
 	}
 	return 0, fmt.Errorf("%s: neither a tokenizer.json nor a config.json there: not a model or tokenizer directory", dir)
+}
+
+// encodeOffsets encodes s with each token's byte range. A Hugging Face
+// tokenizer's offsets are used as they come: converting them to
+// data.Span and back would hold three copies of them for a long text.
+func encodeOffsets(tok data.Tokenizer, s string) ([]int, [][2]int, error) {
+	if hf, ok := tok.(*hfTokenizer); ok {
+		e, err := hf.m.Tok.Encode(s, false)
+		return e.IDs, e.Offsets, err
+	}
+	ids, spans, err := tok.Encode(s)
+	offsets := make([][2]int, len(spans))
+	for i, sp := range spans {
+		offsets[i] = [2]int{sp.Start, sp.End}
+	}
+	return ids, offsets, err
 }
 
 // chatInput reads --chat's input: a JSON list of messages, or a user

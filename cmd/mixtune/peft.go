@@ -13,6 +13,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
 	"github.com/mixtune/mixtune/train"
@@ -84,9 +85,18 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 // and generation settings.
 func copyTokenizerFiles(src, dst string) ([]string, error) {
 	var copied []string
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-		"generation_config.json", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja"} {
-		b, err := os.ReadFile(filepath.Join(src, name))
+	for _, f := range []struct {
+		name string
+		kind readlimit.Kind
+	}{
+		{"tokenizer.json", readlimit.TokenizerJSON}, {"tokenizer_config.json", readlimit.TokenizerConfig},
+		{"special_tokens_map.json", readlimit.TokenizerConfig}, {"tokenizer.model", readlimit.Vocabulary},
+		{"generation_config.json", readlimit.ModelConfig}, {"vocab.json", readlimit.Vocabulary},
+		{"merges.txt", readlimit.Vocabulary}, {"added_tokens.json", readlimit.TokenizerConfig},
+		{"chat_template.jinja", readlimit.ChatTemplate},
+	} {
+		name := f.name
+		b, err := readlimit.ReadFile(filepath.Join(src, name), f.kind)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}

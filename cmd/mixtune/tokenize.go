@@ -1,12 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -31,7 +32,7 @@ func cmdTokenize(args []string, stdout, stderr io.Writer) error {
 	case *file != "" && fs.NArg() > 0, *file == "" && fs.NArg() != 1:
 		return usageError{"give the input as one argument or with --file"}
 	case *file != "":
-		b, err := os.ReadFile(*file)
+		b, err := readlimit.ReadFile(*file, readlimit.Text)
 		if err != nil {
 			return usageError{err.Error()}
 		}
@@ -52,15 +53,17 @@ func cmdTokenize(args []string, stdout, stderr io.Writer) error {
 		_, err := fmt.Fprintln(stdout, out.Text)
 		return err
 	}
+	// buffered: a line per token, unbuffered, is a write call per token
+	w := bufio.NewWriter(stdout)
 	if out.Rendered {
-		fmt.Fprintf(stdout, "rendered with %s:\n%s\n\n", out.Template, out.Text)
+		fmt.Fprintf(w, "rendered with %s:\n%s\n\n", out.Template, out.Text)
 	}
 	for i, id := range out.IDs {
-		fmt.Fprintf(stdout, "%6d  %-12s %d:%d\n", id, strconv.Quote(out.Pieces[i]), out.Spans[i][0], out.Spans[i][1])
+		fmt.Fprintf(w, "%6d  %-12s %d:%d\n", id, strconv.Quote(out.Pieces[i]), out.Spans[i][0], out.Spans[i][1])
 	}
-	fmt.Fprintf(stdout, "%d tokens\n", len(out.IDs))
+	fmt.Fprintf(w, "%d tokens\n", len(out.IDs))
 	if out.Note != "" {
-		fmt.Fprintln(stdout, "note: "+out.Note)
+		fmt.Fprintln(w, "note: "+out.Note)
 	}
-	return nil
+	return w.Flush()
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/mixtune/mixtune/internal/readlimit"
 )
 
 // ErrLocked reports a lock another process holds.
@@ -27,7 +29,7 @@ func Acquire(path string) (*Lock, error) {
 		return nil, err
 	}
 	if err := tryLock(f); err != nil {
-		b, _ := os.ReadFile(path)
+		b, _ := readlimit.ReadFile(path, readlimit.RunRecord)
 		f.Close()
 		if errors.Is(err, ErrLocked) {
 			if pid := strings.TrimSpace(string(b)); pid != "" {

@@ -24,12 +24,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/mixtune/mixtune/internal/readlimit"
 	"gopkg.in/yaml.v3"
 )
 
@@ -105,7 +105,7 @@ func (d *Doc) Has(field string) bool {
 // DecodeFile reads path, applies overrides ("a.b=value", the value in YAML
 // syntax) and decodes into dst, a pointer to a struct holding defaults.
 func DecodeFile(path string, overrides []string, dst any) (*Doc, error) {
-	src, err := os.ReadFile(path)
+	src, err := readlimit.ReadFile(path, readlimit.Recipe)
 	if err != nil {
 		return nil, &Error{File: path, Msg: err.Error()}
 	}
