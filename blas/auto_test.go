@@ -417,3 +417,25 @@ func TestAutoWarnsOfUnusableLibrary(t *testing.T) {
 		t.Errorf("a missing OpenBLAS is reported: %q", skipped)
 	}
 }
+
+// With one backend that loads (a machine with only Go), auto takes it
+// without measuring, caching or warning about a busy machine.
+func TestAutoOneCandidateIsNotMeasured(t *testing.T) {
+	p := newFakeProbe()
+	p.kinds = []Kind{KindNative}
+	p.trackCPU, p.busy = true, true
+	dir := t.TempDir()
+	c, err := chooseAuto(2, AutoOptions{Dir: dir, Getenv: env(nil)}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Kind != KindNative || p.measured != 0 || len(c.Warnings) != 0 {
+		t.Fatalf("chose %s after %d measurements, warnings %q", c.Kind, p.measured, c.Warnings)
+	}
+	if !strings.Contains(c.Reason, "the only backend that loads") {
+		t.Fatalf("reason %q", c.Reason)
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 0 {
+		t.Fatalf("wrote %d cache files", len(files))
+	}
+}

@@ -161,6 +161,12 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 	for _, s := range skipped {
 		warnings = append(warnings, "auto left a backend out: "+s)
 	}
+	if len(cs) == 1 {
+		// nothing to compare: a machine with only Go gets the native kernel
+		// at once, with no measurement and no cache to write
+		c := cs[0]
+		return Choice{Backend: c.be, Kind: c.kind, Reason: fmt.Sprintf("auto → %s: the only backend that loads here (no OpenBLAS or oneDNN library to compare)", c.label), Warnings: warnings}, nil
+	}
 	path := ""
 	if opt.Cache != CacheOff {
 		dir, err := cacheDir(opt.Dir)
