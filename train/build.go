@@ -19,6 +19,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
@@ -54,9 +55,10 @@ type components struct {
 	trainer     *runner
 	evaluator   *runner // nil without validation data
 	warnings    []string
-	blasReason  string        // why auto picked the backend; "" when it was named
-	comm        dist.Comm     // the processes training together; a Single for one
-	dp          *dataParallel // this process's part of every batch: all of it for one
+	blasReason  string           // why auto picked the backend; "" when it was named
+	cpu         cpufeat.Features // the CPU's bf16 units, detected at start
+	comm        dist.Comm        // the processes training together; a Single for one
+	dp          *dataParallel    // this process's part of every batch: all of it for one
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -74,7 +76,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 			c = nil
 		}
 	}()
-	c = &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm}
+	c = &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm, cpu: cpufeat.Detect()}
 	if c.comm == nil {
 		c.comm = dist.NewSingle()
 	}

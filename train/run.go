@@ -371,7 +371,7 @@ func (s *session) printHeader() {
 	for _, w := range append(append(sel.Warnings, r.Warnings...), p.warnings...) {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}
-	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers)
+	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads · bf16 units: %s\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers, p.cpu)
 	if p.blasReason != "" {
 		fmt.Fprintf(out, "blas: %s\n", p.blasReason)
 	}
