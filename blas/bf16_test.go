@@ -1,0 +1,56 @@
+package blas
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/mixtune/mixtune/internal/cpufeat"
+)
+
+// TestChooseBF16Dispatch overrides the detected features and what oneDNN
+// reports, so every branch of the dispatch runs on any machine.
+func TestChooseBF16Dispatch(t *testing.T) {
+	avx512 := &OneDNN{name: "onednn avx512", isa: dnnlISAAVX512Core}
+	avx2 := &OneDNN{name: "onednn avx2", isa: dnnlISAAVX2}
+	missing := errors.New("load oneDNN: library not found")
+	none := cpufeat.Features{}
+	bf16 := cpufeat.Features{AVX512F: true, AVX512BF16: true}
+	amx := cpufeat.Features{AVX512F: true, AVX512BF16: true, AMXBF16: true, AMXPermitted: true}
+	for _, tc := range []struct {
+		name    string
+		be      Backend
+		f       cpufeat.Features
+		load    *OneDNN
+		loadErr error
+		want    BF16Gemmer // nil: ErrNoBF16Gemm
+		units   bool
+		reason  string
+	}{
+		{"native, no oneDNN", Native{}, bf16, nil, missing, nil, false, "library not found"},
+		{"native, oneDNN below AVX-512", Native{}, none, avx2, nil, nil, false, "needs AVX-512"},
+		{"native, oneDNN on AVX-512 without bf16 units", Native{}, cpufeat.Features{AVX512F: true}, avx512, nil, avx512, false, "emulated"},
+		{"native, oneDNN on avx512_bf16", Native{}, bf16, avx512, nil, avx512, true, "VDPBF16PS"},
+		{"native, oneDNN on AMX", Native{}, amx, avx512, nil, avx512, true, "AMX-BF16"},
+		{"oneDNN backend is used, not loaded again", avx512, bf16, nil, missing, avx512, true, "VDPBF16PS"},
+		{"oneDNN backend below AVX-512", avx2, none, avx512, nil, nil, false, "needs AVX-512"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := chooseBF16(tc.be, tc.f, func() (*OneDNN, error) {
+				if tc.load == nil {
+					return nil, tc.loadErr
+				}
+				return tc.load, nil
+			})
+			if tc.want == nil {
+				if !errors.Is(err, ErrNoBF16Gemm) || !strings.Contains(err.Error(), tc.reason) {
+					t.Fatalf("got %+v, %v; want ErrNoBF16Gemm saying %q", c, err, tc.reason)
+				}
+				return
+			}
+			if err != nil || c.Gemmer != tc.want || c.Units != tc.units || !strings.Contains(c.Reason, tc.reason) {
+				t.Fatalf("got %+v, %v; want %s, units %v, reason with %q", c, err, tc.want.Name(), tc.units, tc.reason)
+			}
+		})
+	}
+}
