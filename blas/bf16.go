@@ -55,7 +55,7 @@ func chooseBF16(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, erro
 		case f.AVX512BF16:
 			c.Reason = "oneDNN's bf16 GEMM on AVX512_BF16 (VDPBF16PS)"
 		default:
-			c.Reason = "oneDNN's bf16 GEMM, emulated with AVX-512 fp32 instructions: this CPU has no bf16 units (" + f.String() + ")"
+			c.Reason = "oneDNN's bf16 GEMM, emulated with AVX-512 fp32 instructions: this CPU has no bf16 units"
 		}
 		return c, nil
 	}

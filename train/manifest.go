@@ -39,8 +39,12 @@ type Manifest struct {
 	Discovery   string            `json:"device_discovery"`
 	Precision   string            `json:"precision"`
 	LossScaling bool              `json:"loss_scaling"`
-	Policy      PolicyRecord      `json:"precision_policy"`
-	Inputs      map[string]string `json:"sha256"` // datasets and base model files
+	// Where the bf16 products ran (emulate or hardware) and why; empty
+	// in a run without bf16 products.
+	BF16Matmul       string            `json:"bf16_matmul,omitempty"`
+	BF16MatmulReason string            `json:"bf16_matmul_reason,omitempty"`
+	Policy           PolicyRecord      `json:"precision_policy"`
+	Inputs           map[string]string `json:"sha256"` // datasets and base model files
 	// The processes that trained: "none" and 1 for one process, else the
 	// launcher, the MPI library, and each rank's host.
 	Launcher  string     `json:"launcher"`
@@ -74,7 +78,7 @@ func newManifest(r *Recipe, c *components) Manifest {
 		Created: time.Now().UTC().Format(time.RFC3339), Seed: r.Seed, ConfigHash: r.Hash(),
 		Host: Host{Name: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUFeatures: cpuFeatures(c.cpu)},
 		BLAS: c.eng.BLAS.Name(), BLASKind: backendKind(c.eng.BLAS.Name()), BLASReason: c.blasReason, Threads: c.eng.Workers, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
-		Precision: p.Low.String(), LossScaling: c.scaler != nil,
+		Precision: p.Low.String(), LossScaling: c.scaler != nil, BF16Matmul: c.bf16.path, BF16MatmulReason: c.bf16.reason,
 		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
 		Inputs: map[string]string{},
 	}

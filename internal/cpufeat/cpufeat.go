@@ -41,7 +41,7 @@ func (f Features) AMX() bool { return f.AMXBF16 && f.AMXPermitted }
 func (f Features) BF16Units() bool { return f.AVX512BF16 || f.AMX() }
 
 // String lists the capabilities for the banner: "avx512_bf16 amx_bf16",
-// "amx_bf16 (not permitted by the OS)", or "no bf16 units".
+// "amx_bf16 (not permitted by the OS)", or "none".
 func (f Features) String() string {
 	var s []string
 	if f.AVX512BF16 {
@@ -54,7 +54,7 @@ func (f Features) String() string {
 		s = append(s, "amx_bf16 (not permitted by the OS)")
 	}
 	if len(s) == 0 {
-		return "no bf16 units"
+		return "none"
 	}
 	return strings.Join(s, " ")
 }

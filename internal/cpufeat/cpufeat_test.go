@@ -14,8 +14,8 @@ func TestString(t *testing.T) {
 		names []string
 		units bool
 	}{
-		{Features{}, "no bf16 units", nil, false},
-		{Features{AVX512F: true}, "no bf16 units", nil, false},
+		{Features{}, "none", nil, false},
+		{Features{AVX512F: true}, "none", nil, false},
 		{Features{AVX512F: true, AVX512BF16: true}, "avx512_bf16", []string{"avx512bf16"}, true},
 		{Features{AMXBF16: true}, "amx_bf16 (not permitted by the OS)", []string{"amxbf16"}, false},
 		{Features{AVX512F: true, AVX512BF16: true, AMXBF16: true, AMXPermitted: true}, "avx512_bf16 amx_bf16", []string{"avx512bf16", "amxbf16", "amx_permitted"}, true},
