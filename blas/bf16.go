@@ -34,8 +34,9 @@ var ErrNoBF16Gemm = errors.New("no bf16 GEMM runs on this machine")
 // ChooseBF16 picks the bf16 GEMM for a run on backend be, on a CPU with
 // features f: oneDNN's dnnl_gemm_bf16bf16f32 (which uses AMX where the
 // CPU has it) when be is oneDNN or oneDNN loads beside it and its bf16
-// GEMM runs; otherwise ErrNoBF16Gemm, with the reason. threads is how
-// many goroutines share a large product (0: GOMAXPROCS).
+// GEMM runs; else the native VDPBF16PS kernel where f has AVX512_BF16;
+// otherwise ErrNoBF16Gemm, with the reasons. threads is how many
+// goroutines share a large product (0: GOMAXPROCS).
 func ChooseBF16(be Backend, f cpufeat.Features, threads int) (BF16Choice, error) {
 	return chooseBF16(be, f, func() (*OneDNN, error) { return OpenOneDNN(threads) })
 }
@@ -63,5 +64,21 @@ func chooseBF16(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, erro
 	if loadErr != nil {
 		why = loadErr.Error()
 	}
-	return BF16Choice{}, fmt.Errorf("%w: %s; CPU: %s", ErrNoBF16Gemm, why, f)
+	nb, err := NewNativeBF16(f, workersOf(be))
+	if err == nil {
+		return BF16Choice{Gemmer: nb, Units: true, Reason: "native VDPBF16PS kernel (AVX512_BF16); oneDNN: " + why}, nil
+	}
+	return BF16Choice{}, fmt.Errorf("%w: %s; native kernel: %v; CPU: %s", ErrNoBF16Gemm, why, err, f)
+}
+
+// workersOf is how many goroutines backend be shares a product among
+// (0, GOMAXPROCS, where it does not say).
+func workersOf(be Backend) int {
+	switch b := be.(type) {
+	case Native:
+		return b.Workers
+	case *OneDNN:
+		return b.workers
+	}
+	return 0
 }
