@@ -28,8 +28,9 @@ type bf16Decision struct {
 
 // decideBF16 applies amp.bf16_matmul (mode) to a run at precision low on
 // a CPU with features f; choose opens the bf16 GEMM (blas.ChooseBF16).
-// auto takes the hardware where the CPU has bf16 units and a bf16 GEMM
-// runs; hardware is an error where no bf16 GEMM runs.
+// auto takes oneDNN's bf16 GEMM where the CPU has bf16 units and it runs
+// (the native VDPBF16PS kernel only with hardware, until it is faster
+// than the emulation); hardware is an error where no bf16 GEMM runs.
 func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, choose func() (blas.BF16Choice, error)) (bf16Decision, error) {
 	if low != amp.BF16 {
 		var d bf16Decision
@@ -51,6 +52,12 @@ func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, choose 
 		c, err := choose()
 		if err != nil {
 			return emulate(fmt.Sprintf("auto → emulate: the CPU has %s but %v", f, err))
+		}
+		if _, native := c.Gemmer.(*blas.NativeBF16); native {
+			// measured slower than the emulation (bench, bf16, 2 threads,
+			// an Intel Xeon with avx512_bf16 and AMX: 2,081 tokens/s
+			// against 4,167): hardware runs it, auto not yet
+			return emulate("auto → emulate: the native VDPBF16PS kernel is not yet faster than the emulation (amp.bf16_matmul: hardware runs it); oneDNN's bf16 GEMM would be taken where libdnnl loads")
 		}
 		return bf16Decision{gemmer: c.Gemmer, path: bf16PathHardware, reason: "auto → hardware: " + c.Reason}, nil
 	}

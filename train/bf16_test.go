@@ -29,6 +29,9 @@ func TestDecideBF16(t *testing.T) {
 	emulated := func() (blas.BF16Choice, error) {
 		return blas.BF16Choice{Gemmer: fakeBF16{}, Units: false, Reason: "fake, emulated"}, nil
 	}
+	native := func() (blas.BF16Choice, error) {
+		return blas.BF16Choice{Gemmer: &blas.NativeBF16{}, Units: true, Reason: "native VDPBF16PS kernel"}, nil
+	}
 	missing := func() (blas.BF16Choice, error) {
 		return blas.BF16Choice{}, blas.ErrNoBF16Gemm
 	}
@@ -50,6 +53,8 @@ func TestDecideBF16(t *testing.T) {
 		{"auto on bf16 units", amp.BF16Auto, amp.BF16, units, onUnits, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
 		{"auto without bf16 units", amp.BF16Auto, amp.BF16, none, emulated, bf16PathEmulate, false, "no bf16 units", "", false},
 		{"auto, units but no bf16 GEMM", amp.BF16Auto, amp.BF16, units, missing, bf16PathEmulate, false, "no bf16 GEMM", "", false},
+		{"auto, only the native kernel", amp.BF16Auto, amp.BF16, units, native, bf16PathEmulate, false, "not yet faster", "", false},
+		{"hardware, the native kernel", amp.BF16Hardware, amp.BF16, units, native, bf16PathHardware, true, "native VDPBF16PS kernel", "", false},
 		{"hardware on bf16 units", amp.BF16Hardware, amp.BF16, units, onUnits, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
 		{"hardware, oneDNN emulating", amp.BF16Hardware, amp.BF16, none, emulated, bf16PathHardware, true, "emulated", "slower than emulate", false},
 		{"hardware without a bf16 GEMM", amp.BF16Hardware, amp.BF16, none, missing, "", false, "", "", true},
