@@ -65,60 +65,59 @@ func (nb *NativeBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, 
 	kp := (k + 1) / 2
 	panels := (n + bf16NR - 1) / bf16NR
 	bp := make([]uint32, panels*kp*bf16NR)
-	for q := 0; q < panels; q++ {
-		packPairsB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, b, ldb, k, n, q*bf16NR)
-	}
 	blocks := (m + bf16MR - 1) / bf16MR
 	workers := min(nb.workers, blocks, max(1, 2*m*n*k/(1<<21)))
-	var wg sync.WaitGroup
-	for w := 0; w < max(workers, 1); w++ {
-		lo, hi := w*blocks/max(workers, 1), (w+1)*blocks/max(workers, 1)
-		run := func() {
-			ap := make([]uint32, kp*bf16MR)
-			var tile [bf16MR * bf16NR]float32
-			for blk := lo; blk < hi; blk++ {
-				i0 := blk * bf16MR
-				packPairsA(ap, transA, a, lda, k, m, i0)
-				for q := 0; q < panels; q++ {
-					nb.tile(kp, &ap[0], &bp[q*kp*bf16NR], &tile[0])
-					finishTile(&tile, alpha, beta, c, ldc, i0, min(i0+bf16MR, m), q*bf16NR, min((q+1)*bf16NR, n))
-				}
+	parallelRange(min(workers, panels), panels, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			packPairsB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, b, ldb, k, n, q*bf16NR)
+		}
+	})
+	parallelRange(workers, blocks, func(lo, hi int) {
+		ap := make([]uint32, kp*bf16MR)
+		var tile [bf16MR * bf16NR]float32
+		for blk := lo; blk < hi; blk++ {
+			i0 := blk * bf16MR
+			packPairsA(ap, transA, a, lda, k, m, i0)
+			for q := 0; q < panels; q++ {
+				nb.tile(kp, &ap[0], &bp[q*kp*bf16NR], &tile[0])
+				finishTile(&tile, alpha, beta, c, ldc, i0, min(i0+bf16MR, m), q*bf16NR, min((q+1)*bf16NR, n))
 			}
 		}
-		if workers <= 1 {
-			run()
-			break
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); run() }()
-	}
-	wg.Wait()
-}
-
-// opAt returns op(X)[r][col] of a row-major X with row stride ld, as bits;
-// zero past the k-th element along the summed dimension (the padding of
-// an odd k) or past the rows or columns of a partial tile.
-func opAt(x []uint16, trans bool, ld, r, col int) uint16 {
-	if trans {
-		return x[col*ld+r]
-	}
-	return x[r*ld+col]
+	})
 }
 
 // packPairsA packs rows [i0, i0+8) of op(A) (m×k) as pairs along k:
 // ap[p*8+i] = op(A)[i0+i][2p] | op(A)[i0+i][2p+1]<<16, zero outside op(A).
 func packPairsA(ap []uint32, transA bool, a []uint16, lda, k, m, i0 int) {
 	kp := (k + 1) / 2
-	for p := 0; p < kp; p++ {
-		for i := 0; i < bf16MR; i++ {
-			var lo, hi uint16
-			if r := i0 + i; r < m {
-				lo = opAt(a, transA, lda, r, 2*p)
-				if 2*p+1 < k {
-					hi = opAt(a, transA, lda, r, 2*p+1)
-				}
+	rows := min(bf16MR, m-i0)
+	if rows < bf16MR { // a partial block: the rows past m stay zero
+		clear(ap[:kp*bf16MR])
+	}
+	if !transA { // row i0+i of A is contiguous along k
+		for i := 0; i < rows; i++ {
+			row := a[(i0+i)*lda : (i0+i)*lda+k]
+			for p := 0; p < k/2; p++ {
+				ap[p*bf16MR+i] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
 			}
-			ap[p*bf16MR+i] = uint32(lo) | uint32(hi)<<16
+			if k%2 == 1 {
+				ap[(kp-1)*bf16MR+i] = uint32(row[k-1])
+			}
+		}
+		return
+	}
+	for p := 0; p < kp; p++ { // A is k×m: rows 2p and 2p+1 of A give pair p
+		even := a[2*p*lda+i0 : 2*p*lda+i0+rows]
+		dst := ap[p*bf16MR : p*bf16MR+rows]
+		if 2*p+1 < k {
+			odd := a[(2*p+1)*lda+i0 : (2*p+1)*lda+i0+rows]
+			for i := range dst {
+				dst[i] = uint32(even[i]) | uint32(odd[i])<<16
+			}
+		} else {
+			for i := range dst {
+				dst[i] = uint32(even[i])
+			}
 		}
 	}
 }
@@ -127,19 +126,55 @@ func packPairsA(ap []uint32, transA bool, a []uint16, lda, k, m, i0 int) {
 // bp[p*32+j] = op(B)[2p][j0+j] | op(B)[2p+1][j0+j]<<16, zero outside op(B).
 func packPairsB(bp []uint32, transB bool, b []uint16, ldb, k, n, j0 int) {
 	kp := (k + 1) / 2
-	for p := 0; p < kp; p++ {
-		for j := 0; j < bf16NR; j++ {
-			var lo, hi uint16
-			if col := j0 + j; col < n {
-				// op(B)[r][col] is B[col][r] transposed, B[r][col] not
-				lo = opAt(b, !transB, ldb, col, 2*p)
-				if 2*p+1 < k {
-					hi = opAt(b, !transB, ldb, col, 2*p+1)
-				}
+	cols := min(bf16NR, n-j0)
+	if cols < bf16NR { // a partial panel: the columns past n stay zero
+		clear(bp[:kp*bf16NR])
+	}
+	if transB { // B is n×k: row j0+j of B is column j of op(B), contiguous along k
+		for j := 0; j < cols; j++ {
+			row := b[(j0+j)*ldb : (j0+j)*ldb+k]
+			for p := 0; p < k/2; p++ {
+				bp[p*bf16NR+j] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
 			}
-			bp[p*bf16NR+j] = uint32(lo) | uint32(hi)<<16
+			if k%2 == 1 {
+				bp[(kp-1)*bf16NR+j] = uint32(row[k-1])
+			}
+		}
+		return
+	}
+	for p := 0; p < kp; p++ { // B is k×n: rows 2p and 2p+1 give pair p
+		even := b[2*p*ldb+j0 : 2*p*ldb+j0+cols]
+		dst := bp[p*bf16NR : p*bf16NR+cols]
+		if 2*p+1 < k {
+			odd := b[(2*p+1)*ldb+j0 : (2*p+1)*ldb+j0+cols]
+			for j := range dst {
+				dst[j] = uint32(even[j]) | uint32(odd[j])<<16
+			}
+		} else {
+			for j := range dst {
+				dst[j] = uint32(even[j])
+			}
 		}
 	}
+}
+
+// parallelRange runs fn over [0, items) in contiguous ranges on up to
+// workers goroutines (one: on the caller's).
+func parallelRange(workers, items int, fn func(lo, hi int)) {
+	if workers <= 1 {
+		fn(0, items)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		lo, hi := w*items/workers, (w+1)*items/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
 }
 
 // finishTile writes rows [i0, i1) × columns [j0, j1) of C from a tile of

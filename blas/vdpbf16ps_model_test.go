@@ -58,6 +58,16 @@ func vdpbf16psModel(acc float32, a, b uint32) float32 {
 	return roundFTZ(f32DAZ(acc) + bf16DAZ(uint16(a))*bf16DAZ(uint16(b)))
 }
 
+// opAt returns op(X)[r][col] of a row-major X with row stride ld, as bits;
+// zero past the k-th element along the summed dimension (the padding of
+// an odd k) or past the rows or columns of a partial tile.
+func opAt(x []uint16, trans bool, ld, r, col int) uint16 {
+	if trans {
+		return x[col*ld+r]
+	}
+	return x[r*ld+col]
+}
+
 // gemmBF16Model is NativeBF16.GemmBF16 computed with the model: each
 // element of C summed from zero over the pairs along k in order (a zero
 // pads an odd k), then alpha·sum + beta·C. The kernel must give its bits.
