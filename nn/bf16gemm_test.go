@@ -3,6 +3,7 @@ package nn
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
 // widenGemmer is a bf16 GEMM that widens its operands to float32 and runs
@@ -103,5 +105,97 @@ func TestLinearBF16Path(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// realBF16Gemmers are the bf16 GEMMs that run on this machine: oneDNN's
+// where it loads with its bf16 GEMM, the VDPBF16PS kernel where the CPU
+// has AVX512_BF16.
+func realBF16Gemmers(t *testing.T) []blas.BF16Gemmer {
+	var gs []blas.BF16Gemmer
+	var why []string
+	if d, err := blas.OpenOneDNN(2); err != nil {
+		why = append(why, err.Error())
+	} else if !d.BF16() {
+		why = append(why, "oneDNN's bf16 GEMM needs AVX-512")
+	} else {
+		gs = append(gs, d)
+	}
+	if nb, err := blas.NewNativeBF16(cpufeat.Detect(), 2); err != nil {
+		why = append(why, err.Error())
+	} else {
+		gs = append(gs, nb)
+	}
+	if len(gs) == 0 {
+		t.Skipf("no bf16 GEMM runs here: %s", strings.Join(why, "; "))
+	}
+	return gs
+}
+
+// TestLinearOnBF16Units runs a linear layer's forward and dx on each real
+// bf16 GEMM against the emulation. Both sum the same exact products in
+// fp32, k roundings each, in different orders: before the output's bf16
+// rounding they differ by at most 2·γ_k·Σ|x||w| (each within γ_k of the
+// exact sum), and that rounding adds at most one bf16 ulp of the larger.
+func TestLinearOnBF16Units(t *testing.T) {
+	const n, in, out = 33, 300, 70
+	rng := rand.New(rand.NewPCG(7, 8))
+	xs := make([]float32, n*in)
+	wbits := make([]uint16, out*in)
+	for i := range xs {
+		xs[i] = amp.BF16.Round(rng.Float32()*2 - 1)
+	}
+	for i := range wbits {
+		wbits[i] = amp.BF16.Bits16(rng.Float32()*2 - 1)
+	}
+	gamma := func(k int) float64 { ku := float64(k) * 0x1p-24; return ku / (1 - ku) }
+	run := func(g blas.BF16Gemmer) (y, dx []float32) {
+		b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: g, Workers: 2}, tensor.Float32)
+		p := amp.DefaultPolicy(amp.BF16)
+		b.Policy = &p
+		x := b.Param("x", []int{n, in}, append([]float32(nil), xs...), true)
+		yn := b.Linear(x, b.Param16("w", []int{out, in}, wbits, amp.BF16))
+		grads, err := G.Grad(G.Must(G.Sum(yn)), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runGraph(t, b)
+		return append([]float32(nil), f32(yn)...), append([]float32(nil), f32(grads[0])...)
+	}
+	wf := make([]float64, out*in)
+	for i, h := range wbits {
+		wf[i] = math.Abs(float64(amp.BF16.FromBits16(h)))
+	}
+	yEmu, dxEmu := run(nil)
+	for _, g := range realBF16Gemmers(t) {
+		y, dx := run(g)
+		for i := 0; i < n; i++ {
+			for o := 0; o < out; o++ {
+				var abs float64
+				for k := 0; k < in; k++ {
+					abs += math.Abs(float64(xs[i*in+k])) * wf[o*in+k]
+				}
+				got, want := float64(y[i*out+o]), float64(yEmu[i*out+o])
+				tol := 2*gamma(in)*abs + ulp(amp.BF16, math.Max(math.Abs(got), math.Abs(want)))
+				if math.Abs(got-want) > tol {
+					t.Fatalf("%s: y[%d,%d] = %v, emulated %v: differ by more than %.3g", g.Name(), i, o, got, want, tol)
+				}
+			}
+		}
+		// dx = g·W with g = 1 (the gradient of a sum, exact in bf16)
+		for i := 0; i < n; i++ {
+			for k := 0; k < in; k++ {
+				var abs float64
+				for o := 0; o < out; o++ {
+					abs += wf[o*in+k]
+				}
+				got, want := float64(dx[i*in+k]), float64(dxEmu[i*in+k])
+				tol := 2*gamma(out)*abs + ulp(amp.BF16, math.Max(math.Abs(got), math.Abs(want)))
+				if math.Abs(got-want) > tol {
+					t.Fatalf("%s: dx[%d,%d] = %v, emulated %v: differ by more than %.3g", g.Name(), i, k, got, want, tol)
+				}
+			}
+		}
+		t.Logf("%s: y and dx within 2γ_k·Σ|a||b| + 1 bf16 ulp of the emulation", g.Name())
 	}
 }
