@@ -82,3 +82,21 @@ func workersOf(be Backend) int {
 	}
 	return 0
 }
+
+// trivialGemm checks a float32-output GEMM's arguments (a panic on a
+// programmer error, as checkGemm says) and does the products with nothing
+// to sum: none for an empty C, C = beta·C for k = 0. It reports whether
+// that was all; la and lb are the lengths of A and B.
+func trivialGemm(op string, transA, transB bool, m, n, k, la, lda, lb, ldb int, beta float32, c []float32, ldc int) bool {
+	if err := checkGemm(op, transA, transB, m, n, k, la, lda, lb, ldb, len(c), ldc); err != nil {
+		panic(err)
+	}
+	if m == 0 || n == 0 {
+		return true
+	}
+	if k == 0 {
+		scaleC(beta, c, m, n, ldc)
+		return true
+	}
+	return false
+}

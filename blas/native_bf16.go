@@ -52,14 +52,7 @@ const bf16MR, bf16NR = 8, 32
 // GemmBF16 computes C = alpha·op(A)·op(B) + beta·C with A and B bf16 bits
 // and C float32 (row-major); beta = 0 does not read C.
 func (nb *NativeBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	if err := checkGemm("native GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
-		panic(err)
-	}
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		scaleC(beta, c, m, n, ldc)
+	if trivialGemm("native GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, beta, c, ldc) {
 		return
 	}
 	kp := (k + 1) / 2
@@ -89,70 +82,48 @@ func (nb *NativeBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, 
 // packPairsA packs rows [i0, i0+8) of op(A) (m×k) as pairs along k:
 // ap[p*8+i] = op(A)[i0+i][2p] | op(A)[i0+i][2p+1]<<16, zero outside op(A).
 func packPairsA(ap []uint32, transA bool, a []uint16, lda, k, m, i0 int) {
-	kp := (k + 1) / 2
-	rows := min(bf16MR, m-i0)
-	if rows < bf16MR { // a partial block: the rows past m stay zero
-		clear(ap[:kp*bf16MR])
-	}
-	if !transA { // row i0+i of A is contiguous along k
-		for i := 0; i < rows; i++ {
-			row := a[(i0+i)*lda : (i0+i)*lda+k]
-			for p := 0; p < k/2; p++ {
-				ap[p*bf16MR+i] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
-			}
-			if k%2 == 1 {
-				ap[(kp-1)*bf16MR+i] = uint32(row[k-1])
-			}
-		}
-		return
-	}
-	for p := 0; p < kp; p++ { // A is k×m: rows 2p and 2p+1 of A give pair p
-		even := a[2*p*lda+i0 : 2*p*lda+i0+rows]
-		dst := ap[p*bf16MR : p*bf16MR+rows]
-		if 2*p+1 < k {
-			odd := a[(2*p+1)*lda+i0 : (2*p+1)*lda+i0+rows]
-			for i := range dst {
-				dst[i] = uint32(even[i]) | uint32(odd[i])<<16
-			}
-		} else {
-			for i := range dst {
-				dst[i] = uint32(even[i])
-			}
-		}
-	}
+	packPairs(ap, bf16MR, a, lda, k, m, i0, !transA)
 }
 
 // packPairsB packs columns [j0, j0+32) of op(B) (k×n) as pairs along k:
 // bp[p*32+j] = op(B)[2p][j0+j] | op(B)[2p+1][j0+j]<<16, zero outside op(B).
 func packPairsB(bp []uint32, transB bool, b []uint16, ldb, k, n, j0 int) {
+	packPairs(bp, bf16NR, b, ldb, k, n, j0, transB)
+}
+
+// packPairs packs lines [l0, l0+width) of the lines×k operand x (row
+// stride ld) as pairs along k: dst[p*width+l] = x(l0+l, 2p) |
+// x(l0+l, 2p+1)<<16, zero past the lines and past k. x(l, kk) is
+// x[l*ld+kk] where each line is contiguous along k, else x[kk*ld+l].
+func packPairs(dst []uint32, width int, x []uint16, ld, k, lines, l0 int, kContiguous bool) {
 	kp := (k + 1) / 2
-	cols := min(bf16NR, n-j0)
-	if cols < bf16NR { // a partial panel: the columns past n stay zero
-		clear(bp[:kp*bf16NR])
+	n := min(width, lines-l0)
+	if n < width { // a partial block: the lines past the operand stay zero
+		clear(dst[:kp*width])
 	}
-	if transB { // B is n×k: row j0+j of B is column j of op(B), contiguous along k
-		for j := 0; j < cols; j++ {
-			row := b[(j0+j)*ldb : (j0+j)*ldb+k]
+	if kContiguous {
+		for l := 0; l < n; l++ {
+			row := x[(l0+l)*ld : (l0+l)*ld+k]
 			for p := 0; p < k/2; p++ {
-				bp[p*bf16NR+j] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
+				dst[p*width+l] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
 			}
 			if k%2 == 1 {
-				bp[(kp-1)*bf16NR+j] = uint32(row[k-1])
+				dst[(kp-1)*width+l] = uint32(row[k-1])
 			}
 		}
 		return
 	}
-	for p := 0; p < kp; p++ { // B is k×n: rows 2p and 2p+1 give pair p
-		even := b[2*p*ldb+j0 : 2*p*ldb+j0+cols]
-		dst := bp[p*bf16NR : p*bf16NR+cols]
+	for p := 0; p < kp; p++ { // rows 2p and 2p+1 of x hold pair p of every line
+		even := x[2*p*ld+l0 : 2*p*ld+l0+n]
+		out := dst[p*width : p*width+n]
 		if 2*p+1 < k {
-			odd := b[(2*p+1)*ldb+j0 : (2*p+1)*ldb+j0+cols]
-			for j := range dst {
-				dst[j] = uint32(even[j]) | uint32(odd[j])<<16
+			odd := x[(2*p+1)*ld+l0 : (2*p+1)*ld+l0+n]
+			for l := range out {
+				out[l] = uint32(even[l]) | uint32(odd[l])<<16
 			}
 		} else {
-			for j := range dst {
-				dst[j] = uint32(even[j])
+			for l := range out {
+				out[l] = uint32(even[l])
 			}
 		}
 	}
