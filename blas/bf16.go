@@ -61,12 +61,15 @@ func chooseBF16(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, erro
 		return c, nil
 	}
 	why := "oneDNN's bf16 GEMM needs AVX-512"
-	if loadErr != nil {
+	switch {
+	case errors.Is(loadErr, errNotInstalled):
+		why = "oneDNN (libdnnl) is not installed"
+	case loadErr != nil:
 		why = loadErr.Error()
 	}
 	nb, err := NewNativeBF16(f, workersOf(be))
 	if err == nil {
-		return BF16Choice{Gemmer: nb, Units: true, Reason: "native VDPBF16PS kernel (AVX512_BF16); oneDNN: " + why}, nil
+		return BF16Choice{Gemmer: nb, Units: true, Reason: "native VDPBF16PS kernel (AVX512_BF16); " + why}, nil
 	}
 	return BF16Choice{}, fmt.Errorf("%w: %s; native kernel: %v; CPU: %s", ErrNoBF16Gemm, why, err, f)
 }

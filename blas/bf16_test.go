@@ -2,6 +2,7 @@ package blas
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ import (
 func TestChooseBF16Dispatch(t *testing.T) {
 	avx512 := &OneDNN{name: "onednn avx512", isa: dnnlISAAVX512Core}
 	avx2 := &OneDNN{name: "onednn avx2", isa: dnnlISAAVX2}
-	missing := errors.New("load oneDNN: library not found")
+	missing := fmt.Errorf("load oneDNN: %w: libdnnl.so.2: cannot open shared object file", errNotInstalled)
 	none := cpufeat.Features{}
 	// the native kernel's choice is compared by its type; where it is
 	// not built (not amd64), its cases expect ErrNoBF16Gemm
@@ -31,7 +32,8 @@ func TestChooseBF16Dispatch(t *testing.T) {
 		reason  string
 	}{
 		{"native, no oneDNN, no avx512_bf16", Native{}, cpufeat.Features{AVX512F: true}, nil, missing, nil, false, "CPU lacks AVX512_BF16 (VDPBF16PS)"},
-		{"native, no oneDNN, avx512_bf16", Native{}, bf16, nil, missing, native, true, "native VDPBF16PS kernel"},
+		{"native, no oneDNN, avx512_bf16", Native{}, bf16, nil, missing, native, true, "native VDPBF16PS kernel (AVX512_BF16); oneDNN (libdnnl) is not installed"},
+		{"native, oneDNN fails to load", Native{}, cpufeat.Features{AVX512F: true}, nil, errors.New("load oneDNN from libdnnl.so.2: its TBB CPU runtime cannot be limited"), nil, false, "TBB CPU runtime"},
 		{"native, oneDNN below AVX-512, avx512_bf16", Native{}, bf16, avx2, nil, native, true, "native VDPBF16PS kernel"},
 		{"native, oneDNN below AVX-512", Native{}, none, avx2, nil, nil, false, "needs AVX-512"},
 		{"native, oneDNN on AVX-512 without bf16 units", Native{}, cpufeat.Features{AVX512F: true}, avx512, nil, avx512, false, "emulated"},
