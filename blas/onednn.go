@@ -36,14 +36,7 @@ func (o *OneDNN) Name() string { return o.name }
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C in float32 (row-major).
 func (o *OneDNN) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if err := checkGemm("onednn Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
-		panic(err)
-	}
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		scaleC(beta, c, m, n, ldc)
+	if trivialGemm("onednn Sgemm", transA, transB, m, n, k, len(a), lda, len(b), ldb, beta, c, ldc) {
 		return
 	}
 	o.run(transA, m, n, k, lda, ldc, func(rows, aOff, cOff int) int32 {
@@ -69,14 +62,7 @@ func (o *OneDNN) BF16() bool { return o.avx512() }
 // exact in float32; they are summed in float32. It panics where BF16 is
 // false.
 func (o *OneDNN) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	if err := checkGemm("onednn GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc); err != nil {
-		panic(err)
-	}
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		scaleC(beta, c, m, n, ldc)
+	if trivialGemm("onednn GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, beta, c, ldc) {
 		return
 	}
 	o.run(transA, m, n, k, lda, ldc, func(rows, aOff, cOff int) int32 {

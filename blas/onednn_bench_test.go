@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
 // gemmShape is one product of a training step: C = op(A)·op(B), C m×n.
@@ -117,6 +118,10 @@ func BenchmarkGEMMTraining(b *testing.B) {
 					})
 					run("onednn-bf16-omp", bf16err, func() {
 						omp.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, au, colsA, bu, colsB, 0, c, sh.n)
+					})
+					nbf, nerr := NewNativeBF16(cpufeat.Detect(), threads)
+					run("native-bf16", nerr, func() {
+						nbf.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, au, colsA, bu, colsB, 0, c, sh.n)
 					})
 					// End to end from what nn holds: a bf16 weight as bits,
 					// activations and gradients as fp32 holding bf16 values.

@@ -31,7 +31,11 @@ import (
 // Pass as it runs the graph (Run) and tells it when the weights change
 // (WeightsChanged); nothing else of the loop lives here.
 type Engine struct {
-	BLAS    blas.Backend
+	BLAS blas.Backend
+	// BF16, when set, runs the products whose operands the precision
+	// policy puts in bf16 as bf16×bf16→fp32 GEMMs (on the CPU's bf16
+	// units); nil emulates them exactly: bf16 values in the fp32 kernels.
+	BF16    blas.BF16Gemmer
 	Workers int // goroutines for row-parallel kernels; results never depend on it
 	// NoiseRowOffset is the index, in the whole micro-batch, of the first
 	// row (token) this engine's graph holds: a data-parallel rank holds a
@@ -50,6 +54,7 @@ type Engine struct {
 	weights uint64
 
 	blocks sync.Pool // *[]float32 conversion blocks of 16-bit weights (weights16.go)
+	bits   sync.Pool // *[]uint16 bf16 operands of the bf16 GEMM (bf16gemm.go)
 
 	// binds counts the weights bound to this engine's graph: a
 	// checkpointed layer's graph (checkpoint.go) serves every layer of its

@@ -55,7 +55,7 @@ type layerGraph struct {
 // gradients are taken with respect to, behind a tap if b has GradTap).
 func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build func(lb *Builder, x *G.Node) *G.Node) (*G.Node, map[string]*G.Node) {
 	check(b.Dtype == tensor.Float32 || b.Dtype == tensor.Float64, "checkpoint: dtype %v", b.Dtype)
-	lb := NewBuilder(&Engine{BLAS: b.Eng.BLAS, Workers: b.Eng.Workers}, b.Dtype)
+	lb := NewBuilder(&Engine{BLAS: b.Eng.BLAS, BF16: b.Eng.BF16, Workers: b.Eng.Workers}, b.Dtype)
 	lb.Policy = b.Policy
 	lb.recording = true
 	lb.nextID = b.nextID

@@ -107,6 +107,10 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	t, y := o.buf.get()
 	switch w := vs[1].Data().(type) {
 	case []T:
+		if isF32[T]() && o.eng.bf16Path(o.inFm[0], o.inFm[1]) {
+			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, any(x).([]float32), o.in, any(w).([]float32), nil, o.in, any(y).([]float32), o.outF)
+			break
+		}
 		if o.out == amp.FP32 || !isF32[T]() {
 			blas.Gemm(o.eng.BLAS, false, true, o.n, o.outF, o.in, 1, x, o.in, w, o.in, 0, y, o.outF)
 			break
@@ -115,6 +119,10 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	case []uint16:
 		// y[:, r0:r1] = x · W[r0:r1]ᵀ, one block of weight rows at a time
 		yf, xf := any(y).([]float32), any(x).([]float32)
+		if o.eng.bf16Path(o.inFm[0], o.w16.bitsFormat()) { // W's bits are the bf16 operand
+			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, nil, w, o.in, yf, o.outF)
+			break
+		}
 		if o.w16.sgemm(o.eng, o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, w, o.in, yf, o.outF) {
 			break
 		}
@@ -130,11 +138,17 @@ func (o *linearOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) 
 	x, w := inputs[0], inputs[1]
 	grads := make(G.Nodes, 2)
 	if o.wrt[0] { // dx = g·W  [N, in]
-		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dx", 0, 2), m: o.n, n: o.in, k: o.outF, buf: newBuffer[T](o.n, o.in), w16: o.w16}
+		fw := o.inFm[1]
+		if o.w16.on {
+			fw = o.w16.bitsFormat()
+		}
+		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dx", 0, 2), m: o.n, n: o.in, k: o.outF, buf: newBuffer[T](o.n, o.in), w16: o.w16,
+			fa: o.out, fb: fw}
 		grads[0] = applyOp(op, grad, w)
 	}
 	if o.wrt[1] { // dW = gᵀ·x  [out, in]
-		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dw", 1, 2), transA: true, m: o.outF, n: o.in, k: o.n, buf: newBuffer[T](o.outF, o.in)}
+		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dw", 1, 2), transA: true, m: o.outF, n: o.in, k: o.n, buf: newBuffer[T](o.outF, o.in),
+			fa: o.out, fb: o.inFm[0]}
 		grads[1] = applyOp(op, grad, x)
 	}
 	return grads, nil
@@ -147,6 +161,10 @@ type linearGradOp[T Float] struct {
 	m, n, k int
 	buf     buffer[T]
 	w16     weights16
+	// fa and fb are the formats of g (the forward's output format, to
+	// which gradIn rounds it) and of B (W or x): both bf16 puts the
+	// product on the engine's bf16 GEMM where it has one.
+	fa, fb amp.Format
 }
 
 func (o *linearGradOp[T]) Arity() int    { return 2 }
@@ -165,6 +183,10 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		g := vs[0].Data().([]float32)
 		t, c := o.buf.get()
 		dx := any(c).([]float32)
+		if o.eng.bf16Path(o.fa, o.fb) {
+			o.eng.gemmBF16(o.out, true, false, false, o.m, o.n, o.k, g, o.k, nil, w, o.n, dx, o.n)
+			return t, nil
+		}
 		if o.w16.sgemm(o.eng, o.out, true, false, false, o.m, o.n, o.k, g, o.k, w, o.n, dx, o.n) {
 			return t, nil
 		}
@@ -178,6 +200,10 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	lda := o.k // g is [N, out]: as A it is m×k (dx) or, transposed, k×m (dW)
 	if o.transA {
 		lda = o.m
+	}
+	if isF32[T]() && o.eng.bf16Path(o.fa, o.fb) {
+		o.eng.gemmBF16(o.out, true, o.transA, false, o.m, o.n, o.k, any(in[0]).([]float32), lda, any(in[1]).([]float32), nil, o.n, any(c).([]float32), o.n)
+		return t, nil
 	}
 	if o.out == amp.FP32 || !isF32[T]() {
 		blas.Gemm(o.eng.BLAS, o.transA, false, o.m, o.n, o.k, 1, in[0], lda, in[1], o.n, 0, c, o.n)

@@ -35,6 +35,16 @@ type weights16 struct {
 	stored, compute amp.Format
 }
 
+// bitsFormat is the format of the values a matmul reads from the stored
+// bits unchanged: the stored format when the matmul computes in it, else
+// FP32 (the bits are widened, and rounded to another format, first).
+func (w *weights16) bitsFormat() amp.Format {
+	if w.stored == w.compute {
+		return w.stored
+	}
+	return amp.FP32
+}
+
 // block16 lends a conversion block of n values from the engine's pool;
 // release gives it back. A matmul takes one block and reuses it for every
 // slab of its weight, so the blocks in use are one per matmul running at

@@ -10,6 +10,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
@@ -22,11 +23,12 @@ import (
 // r=8 on q,k,v,o, fp32, AdamW; the same as ../shared/bench/torch_peer.py.
 type BenchConfig struct {
 	Vocab, Dim, Layers, Heads, FFN, SeqLen, Batch, Rank int
-	KVHeads                                             int         // key/value heads (grouped-query attention); 0: Heads
-	Checkpoint                                          bool        // activation checkpointing per decoder layer
-	Adapter                                             AdapterKind // lora, dora, or none (full fine-tuning)
-	BaseDtype                                           amp.Format  // fp32, or bf16/fp16 to keep the frozen base in 16 bits
-	Precision                                           amp.Format  // fp32, bf16 or fp16 (emulated)
+	KVHeads                                             int            // key/value heads (grouped-query attention); 0: Heads
+	Checkpoint                                          bool           // activation checkpointing per decoder layer
+	Adapter                                             AdapterKind    // lora, dora, or none (full fine-tuning)
+	BaseDtype                                           amp.Format     // fp32, or bf16/fp16 to keep the frozen base in 16 bits
+	Precision                                           amp.Format     // fp32, bf16 or fp16 (emulated)
+	BF16Matmul                                          amp.BF16Matmul // where bf16 products run: auto, emulate or hardware
 	Steps, Warmup                                       int
 	BLAS                                                blas.Kind
 	Threads                                             int
@@ -49,6 +51,8 @@ type BenchResult struct {
 	Backend      string      `json:"backend"`
 	Adapter      AdapterKind `json:"adapter"`
 	Precision    amp.Format  `json:"precision"`
+	BF16Matmul   string      `json:"bf16_matmul,omitempty"` // emulate or hardware: where the bf16 products ran
+	BF16Kernel   string      `json:"bf16_kernel,omitempty"` // why, and which bf16 GEMM
 	BaseDtype    amp.Format  `json:"base_dtype"`
 	WeightBytes  int         `json:"base_weight_bytes"`
 	TokensPerSec float64     `json:"tokens_per_s"`
@@ -128,6 +132,7 @@ type benchRun struct {
 	weight float32       // their share of the batch's targets
 	loss   float64       // the last step's
 	comm   commTimes     // gradient sums since the timing started
+	bf16   bf16Decision  // where the bf16 products run
 }
 
 func newBenchRun(c BenchConfig) (*benchRun, error) {
@@ -135,7 +140,13 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &benchRun{c: c, eng: eng, m: m, lora: lora, params: trainables(m, lora), weight: 1}
+	f := cpufeat.Detect()
+	d, err := decideBF16(c.BF16Matmul, c.Precision, f, func() (blas.BF16Choice, error) { return blas.ChooseBF16(eng.BLAS, f, eng.Workers) })
+	if err != nil {
+		return nil, err
+	}
+	eng.BF16 = d.gemmer
+	b := &benchRun{c: c, eng: eng, m: m, lora: lora, params: trainables(m, lora), weight: 1, bf16: d}
 	opt, err := optim.NewAdamW(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01})
 	if err != nil {
 		return nil, err
@@ -188,7 +199,7 @@ func (b *benchRun) step() error {
 // result reports a timing of dt seconds per step.
 func (b *benchRun) result(dt float64) BenchResult {
 	c, n := b.c, b.c.Batch*b.c.SeqLen
-	res := BenchResult{Backend: b.eng.BLAS.Name(), Adapter: c.Adapter, Precision: c.Precision, BaseDtype: c.BaseDtype,
+	res := BenchResult{Backend: b.eng.BLAS.Name(), Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
 		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: b.m.NumParams(), WeightBytes: b.m.WeightBytes(), Loss: b.loss}
 	for _, p := range b.params {
 		res.Trainable += len(p.Value)

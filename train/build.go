@@ -19,6 +19,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
@@ -54,9 +55,11 @@ type components struct {
 	trainer     *runner
 	evaluator   *runner // nil without validation data
 	warnings    []string
-	blasReason  string        // why auto picked the backend; "" when it was named
-	comm        dist.Comm     // the processes training together; a Single for one
-	dp          *dataParallel // this process's part of every batch: all of it for one
+	blasReason  string           // why auto picked the backend; "" when it was named
+	cpu         cpufeat.Features // the CPU's bf16 units, detected at start
+	bf16        bf16Decision     // where the bf16 products run (amp.bf16_matmul)
+	comm        dist.Comm        // the processes training together; a Single for one
+	dp          *dataParallel    // this process's part of every batch: all of it for one
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -74,7 +77,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 			c = nil
 		}
 	}()
-	c = &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm}
+	c = &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm, cpu: cpufeat.Detect()}
 	if c.comm == nil {
 		c.comm = dist.NewSingle()
 	}
@@ -84,6 +87,9 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		return nil, err
 	}
 	if c.eng, err = c.openBackend(r.Compute, opt.ResumeDir); err != nil {
+		return nil, err
+	}
+	if err := c.openBF16(r.AMP.BF16Matmul, opt.ResumeDir); err != nil {
 		return nil, err
 	}
 	if have, ok := sysinfo.TotalMemory(); ok {
@@ -272,6 +278,28 @@ func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.E
 		c.warnings = append(c.warnings, fmt.Sprintf("this run started on %s and resumes on %s: other kernels round differently, and its numbers will differ from an uninterrupted run's", started, eng.BLAS.Name()))
 	}
 	return eng, nil
+}
+
+// openBF16 decides where the run's bf16 products run (amp.bf16_matmul)
+// and gives the engine the bf16 GEMM when it is the hardware; a resumed
+// run whose run.json says they ran elsewhere warns.
+func (c *components) openBF16(mode amp.BF16Matmul, resumeDir string) error {
+	d, err := decideBF16(mode, c.policy.Low, c.cpu, func() (blas.BF16Choice, error) {
+		return blas.ChooseBF16(c.eng.BLAS, c.cpu, c.eng.Workers)
+	})
+	if err != nil {
+		return err
+	}
+	c.bf16, c.eng.BF16 = d, d.gemmer
+	c.warnings = append(c.warnings, d.warnings...)
+	if resumeDir != "" {
+		if started, ok := startedBF16(resumeDir); ok {
+			if w := resumeBF16Warning(started, d.path); w != "" {
+				c.warnings = append(c.warnings, w)
+			}
+		}
+	}
+	return nil
 }
 
 // openRunBackend is openBackend without the check of a resumed run's kernels.

@@ -50,6 +50,7 @@ type Config struct {
 // AMPConfig tunes mixed precision: loss scaling and the op lists.
 type AMPConfig struct {
 	LossScaling     amp.ScalingMode `yaml:"loss_scaling"`
+	BF16Matmul      amp.BF16Matmul  `yaml:"bf16_matmul"`
 	InitScale       float64         `yaml:"init_scale"`
 	GrowthFactor    float64         `yaml:"growth_factor"`
 	BackoffFactor   float64         `yaml:"backoff_factor"`

@@ -17,6 +17,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
 // Manifest is run.json: what ran, where, and on which inputs, so a
@@ -38,8 +39,12 @@ type Manifest struct {
 	Discovery   string            `json:"device_discovery"`
 	Precision   string            `json:"precision"`
 	LossScaling bool              `json:"loss_scaling"`
-	Policy      PolicyRecord      `json:"precision_policy"`
-	Inputs      map[string]string `json:"sha256"` // datasets and base model files
+	// Where the bf16 products ran (emulate or hardware) and why; empty
+	// in a run without bf16 products.
+	BF16Matmul       string            `json:"bf16_matmul,omitempty"`
+	BF16MatmulReason string            `json:"bf16_matmul_reason,omitempty"`
+	Policy           PolicyRecord      `json:"precision_policy"`
+	Inputs           map[string]string `json:"sha256"` // datasets and base model files
 	// The processes that trained: "none" and 1 for one process, else the
 	// launcher, the MPI library, and each rank's host.
 	Launcher  string     `json:"launcher"`
@@ -71,9 +76,9 @@ func newManifest(r *Recipe, c *components) Manifest {
 	m := Manifest{
 		Mixtune: Version, GitRevision: gitRevision(), GoVersion: runtime.Version(), Modules: map[string]string{},
 		Created: time.Now().UTC().Format(time.RFC3339), Seed: r.Seed, ConfigHash: r.Hash(),
-		Host: Host{Name: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUFeatures: cpuFeatures()},
+		Host: Host{Name: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUFeatures: cpuFeatures(c.cpu)},
 		BLAS: c.eng.BLAS.Name(), BLASKind: backendKind(c.eng.BLAS.Name()), BLASReason: c.blasReason, Threads: c.eng.Workers, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
-		Precision: p.Low.String(), LossScaling: c.scaler != nil,
+		Precision: p.Low.String(), LossScaling: c.scaler != nil, BF16Matmul: c.bf16.path, BF16MatmulReason: c.bf16.reason,
 		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
 		Inputs: map[string]string{},
 	}
@@ -142,8 +147,10 @@ func gitRevision() string {
 	return rev
 }
 
-// cpuFeatures lists the vector extensions the kernels and BLAS may use.
-func cpuFeatures() []string {
+// cpuFeatures lists the vector extensions the kernels and BLAS may use,
+// with the bf16 units f says the CPU has (AMX, and whether the OS
+// permits it).
+func cpuFeatures(f cpufeat.Features) []string {
 	var fs []string
 	add := func(ok bool, name string) {
 		if ok {
@@ -154,9 +161,9 @@ func cpuFeatures() []string {
 	add(cpu.X86.HasAVX2, "avx2")
 	add(cpu.X86.HasFMA, "fma")
 	add(cpu.X86.HasAVX512F, "avx512f")
-	add(cpu.X86.HasAVX512BF16, "avx512bf16")
 	add(cpu.ARM64.HasASIMD, "asimd")
 	add(cpu.ARM64.HasSVE, "sve")
+	fs = append(fs, f.Names()...)
 	sort.Strings(fs)
 	return fs
 }

@@ -367,13 +367,16 @@ func restoreMetrics(path string, ck *loadedCheckpoint) error {
 func (s *session) printHeader() {
 	r, p, out := s.r, s.parts, s.out
 	sel := p.device.Selection
-	fmt.Fprintf(out, "device: %s · compute on %s · precision %s%s\n", sel.Reason, sel.Compute, p.policy.Low, precisionNote(p.policy, p.scaler))
+	fmt.Fprintf(out, "device: %s · compute on %s · precision %s%s\n", sel.Reason, sel.Compute, p.policy.Low, precisionNote(p.policy, p.scaler, p.bf16.path))
 	for _, w := range append(append(sel.Warnings, r.Warnings...), p.warnings...) {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}
-	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers)
+	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads · bf16 units: %s\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers, p.cpu)
 	if p.blasReason != "" {
 		fmt.Fprintf(out, "blas: %s\n", p.blasReason)
+	}
+	if p.bf16.path != "" {
+		fmt.Fprintf(out, "bf16 matmul: %s\n", p.bf16.reason)
 	}
 	m := p.model
 	fmt.Fprintf(out, "model: %s · %s params · %d layers, hidden %d, heads %d/%d kv%s\n", modelName(r), human(m.NumParams()),
@@ -861,14 +864,18 @@ func zeroFraction(params []*optim.Param) float64 {
 	return float64(zero) / float64(max(n, 1))
 }
 
-func precisionNote(p amp.Policy, s *amp.LossScaler) string {
+func precisionNote(p amp.Policy, s *amp.LossScaler, bf16Path string) string {
+	how := " (emulated on the CPU)"
+	if bf16Path == bf16PathHardware {
+		how = " (bf16 products on the bf16 units)"
+	}
 	switch {
 	case p.Low == amp.FP32:
 		return ""
 	case s != nil:
-		return fmt.Sprintf(" (emulated on the CPU) · dynamic loss scaling from %g", s.Scale())
+		return fmt.Sprintf("%s · dynamic loss scaling from %g", how, s.Scale())
 	}
-	return " (emulated on the CPU) · no loss scaling"
+	return how + " · no loss scaling"
 }
 
 func modelName(r *Recipe) string {

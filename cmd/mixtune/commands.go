@@ -88,7 +88,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--precision P] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -107,6 +107,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
 	fs.TextVar(&c.Adapter, "adapter", c.Adapter, "lora, dora or none (full fine-tuning)")
 	fs.TextVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
+	fs.TextVar(&c.BF16Matmul, "bf16-matmul", c.BF16Matmul, "with --precision bf16: auto (hardware where the CPU has bf16 units), emulate (bf16 values in the fp32 kernels) or hardware (bf16 GEMMs: oneDNN's)")
 	fs.TextVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
 	fs.BoolVar(&c.Checkpoint, "checkpoint", false, "activation checkpointing: recompute each decoder layer in the backward pass")
 	asJSON := fs.Bool("json", false, "print one JSON line")
@@ -159,6 +160,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s · %s · %s · base weights %s (%.1f MiB) · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter,
 		res.Precision, res.BaseDtype, float64(res.WeightBytes)/(1<<20), res.Params, res.Trainable, c.Batch, c.SeqLen)
+	if res.BF16Kernel != "" {
+		fmt.Fprintf(stdout, "bf16 matmul: %s\n", res.BF16Kernel)
+	}
 	fmt.Fprintf(stdout, "%.1f tokens/s · %.1f ms/step · peak RSS %d MiB · loss %.4f\n", res.TokensPerSec, res.MsPerStep, res.PeakRSS>>20, res.Loss)
 	if res.Ranks > 1 {
 		fmt.Fprintf(stdout, "%d ranks · per step: %.2f ms waiting for the gradient sums after the backward pass, %.2f ms summing in all\n", res.Ranks, res.AllreduceMs, res.AllreduceBusyMs)

@@ -186,6 +186,10 @@ func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 	var sets multi
 	fs.Var(&sets, "set", "override one config field, e.g. --set train.steps=50 (repeatable)")
 	printPolicy := fs.Bool("print-policy", false, "print the precision policy's op lists and exit")
+	fs.Func("bf16-matmul", "where bf16 products run: auto, emulate or hardware (the same as --set amp.bf16_matmul=...)", func(v string) error {
+		sets = append(sets, "amp.bf16_matmul="+v)
+		return nil
+	})
 	allreduce := fs.String("allreduce", "native", "under mpirun or srun: how gradients are summed over the ranks: native (MPI_Allreduce) or ordered (in rank order, the same bits whatever the MPI)")
 	overlap := fs.Bool("overlap", true, "under mpirun or srun: sum each bucket of gradients while the backward pass computes the earlier layers'")
 	bucketMB := fs.Float64("bucket-mb", 4, "under mpirun or srun, with --overlap: MiB of gradients per overlapped sum")

@@ -1,0 +1,71 @@
+package blas
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mixtune/mixtune/internal/cpufeat"
+)
+
+// TestChooseBF16Dispatch overrides the detected features and what oneDNN
+// reports, so every branch of the dispatch runs on any machine.
+func TestChooseBF16Dispatch(t *testing.T) {
+	avx512 := &OneDNN{name: "onednn avx512", isa: dnnlISAAVX512Core}
+	avx2 := &OneDNN{name: "onednn avx2", isa: dnnlISAAVX2}
+	missing := fmt.Errorf("load oneDNN: %w: libdnnl.so.2: cannot open shared object file", errNotInstalled)
+	none := cpufeat.Features{}
+	// the native kernel's choice is compared by its type; where it is
+	// not built (not amd64), its cases expect ErrNoBF16Gemm
+	native := BF16Gemmer(&NativeBF16{})
+	bf16 := cpufeat.Features{AVX512F: true, AVX512BF16: true}
+	amx := cpufeat.Features{AVX512F: true, AVX512BF16: true, AMXBF16: true, AMXPermitted: true}
+	for _, tc := range []struct {
+		name    string
+		be      Backend
+		f       cpufeat.Features
+		load    *OneDNN
+		loadErr error
+		want    BF16Gemmer // nil: ErrNoBF16Gemm
+		units   bool
+		reason  string
+	}{
+		{"native, no oneDNN, no avx512_bf16", Native{}, cpufeat.Features{AVX512F: true}, nil, missing, nil, false, "CPU lacks AVX512_BF16 (VDPBF16PS)"},
+		{"native, no oneDNN, avx512_bf16", Native{}, bf16, nil, missing, native, true, "native VDPBF16PS kernel (AVX512_BF16); oneDNN (libdnnl) is not installed"},
+		{"native, oneDNN fails to load", Native{}, cpufeat.Features{AVX512F: true}, nil, errors.New("load oneDNN from libdnnl.so.2: its TBB CPU runtime cannot be limited"), nil, false, "TBB CPU runtime"},
+		{"native, oneDNN below AVX-512, avx512_bf16", Native{}, bf16, avx2, nil, native, true, "native VDPBF16PS kernel"},
+		{"native, oneDNN below AVX-512", Native{}, none, avx2, nil, nil, false, "needs AVX-512"},
+		{"native, oneDNN on AVX-512 without bf16 units", Native{}, cpufeat.Features{AVX512F: true}, avx512, nil, avx512, false, "emulated"},
+		{"native, oneDNN on avx512_bf16", Native{}, bf16, avx512, nil, avx512, true, "VDPBF16PS"},
+		{"native, oneDNN on AMX", Native{}, amx, avx512, nil, avx512, true, "AMX-BF16"},
+		{"oneDNN backend is used, not loaded again", avx512, bf16, nil, missing, avx512, true, "VDPBF16PS"},
+		{"oneDNN backend below AVX-512", avx2, none, avx512, nil, nil, false, "needs AVX-512"},
+		{"oneDNN backend below AVX-512, avx512_bf16", avx2, bf16, avx512, nil, native, true, "native VDPBF16PS kernel"},
+	} {
+		if _, ok := tc.want.(*NativeBF16); ok && !haveBF16Kernel {
+			tc.want, tc.reason = nil, "amd64 assembly"
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := chooseBF16(tc.be, tc.f, func() (*OneDNN, error) {
+				if tc.load == nil {
+					return nil, tc.loadErr
+				}
+				return tc.load, nil
+			})
+			if tc.want == nil {
+				if !errors.Is(err, ErrNoBF16Gemm) || !strings.Contains(err.Error(), tc.reason) {
+					t.Fatalf("got %+v, %v; want ErrNoBF16Gemm saying %q", c, err, tc.reason)
+				}
+				return
+			}
+			same := c.Gemmer == tc.want
+			if _, ok := tc.want.(*NativeBF16); ok {
+				_, same = c.Gemmer.(*NativeBF16)
+			}
+			if err != nil || !same || c.Units != tc.units || !strings.Contains(c.Reason, tc.reason) {
+				t.Fatalf("got %+v, %v; want %s, units %v, reason with %q", c, err, tc.want.Name(), tc.units, tc.reason)
+			}
+		})
+	}
+}

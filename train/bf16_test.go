@@ -1,0 +1,102 @@
+package train
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/internal/cpufeat"
+)
+
+type fakeBF16 struct{}
+
+func (fakeBF16) Name() string { return "fake bf16" }
+func (fakeBF16) GemmBF16(bool, bool, int, int, int, float32, []uint16, int, []uint16, int, float32, []float32, int) {
+}
+
+// TestDecideBF16 overrides the CPU's features and what the bf16 GEMM
+// dispatch answers, so every choice of amp.bf16_matmul is made here.
+func TestDecideBF16(t *testing.T) {
+	units := cpufeat.Features{AVX512F: true, AVX512BF16: true}
+	none := cpufeat.Features{AVX512F: true}
+	onUnits := func() (blas.BF16Choice, error) {
+		return blas.BF16Choice{Gemmer: fakeBF16{}, Units: true, Reason: "fake on VDPBF16PS"}, nil
+	}
+	emulated := func() (blas.BF16Choice, error) {
+		return blas.BF16Choice{Gemmer: fakeBF16{}, Units: false, Reason: "fake, emulated"}, nil
+	}
+	native := func() (blas.BF16Choice, error) {
+		return blas.BF16Choice{Gemmer: &blas.NativeBF16{}, Units: true, Reason: "native VDPBF16PS kernel"}, nil
+	}
+	missing := func() (blas.BF16Choice, error) {
+		return blas.BF16Choice{}, blas.ErrNoBF16Gemm
+	}
+	for _, tc := range []struct {
+		name    string
+		mode    amp.BF16Matmul
+		low     amp.Format
+		f       cpufeat.Features
+		choose  func() (blas.BF16Choice, error)
+		path    string
+		gemmer  bool
+		reason  string
+		warning string
+		err     bool
+	}{
+		{"fp32 run", amp.BF16Auto, amp.FP32, units, onUnits, "", false, "", "", false},
+		{"fp16 run, hardware asked", amp.BF16Hardware, amp.FP16, units, onUnits, "", false, "", "does nothing at precision fp16", false},
+		{"emulate on bf16 units", amp.BF16Emulate, amp.BF16, units, onUnits, bf16PathEmulate, false, "emulate", "", false},
+		{"auto on bf16 units", amp.BF16Auto, amp.BF16, units, onUnits, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
+		{"auto without bf16 units", amp.BF16Auto, amp.BF16, none, emulated, bf16PathEmulate, false, "no bf16 units", "", false},
+		{"auto, units but no bf16 GEMM", amp.BF16Auto, amp.BF16, units, missing, bf16PathEmulate, false, "no bf16 GEMM", "", false},
+		{"auto, only the native kernel", amp.BF16Auto, amp.BF16, units, native, bf16PathEmulate, false, "not yet faster", "", false},
+		{"hardware, the native kernel", amp.BF16Hardware, amp.BF16, units, native, bf16PathHardware, true, "native VDPBF16PS kernel", "", false},
+		{"hardware on bf16 units", amp.BF16Hardware, amp.BF16, units, onUnits, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
+		{"hardware, oneDNN emulating", amp.BF16Hardware, amp.BF16, none, emulated, bf16PathHardware, true, "emulated", "slower than emulate", false},
+		{"hardware without a bf16 GEMM", amp.BF16Hardware, amp.BF16, none, missing, "", false, "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := decideBF16(tc.mode, tc.low, tc.f, tc.choose)
+			if tc.err {
+				if err == nil || !errors.Is(err, blas.ErrNoBF16Gemm) || !strings.Contains(err.Error(), "amp.bf16_matmul") {
+					t.Fatalf("got %+v, %v; want an error naming amp.bf16_matmul", d, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.path != tc.path || (d.gemmer != nil) != tc.gemmer || !strings.Contains(d.reason, tc.reason) {
+				t.Fatalf("got path %q gemmer %v reason %q; want %q, %v, %q", d.path, d.gemmer, d.reason, tc.path, tc.gemmer, tc.reason)
+			}
+			w := strings.Join(d.warnings, "\n")
+			if (tc.warning == "") != (w == "") || !strings.Contains(w, tc.warning) {
+				t.Fatalf("warnings %q, want %q", w, tc.warning)
+			}
+		})
+	}
+}
+
+func TestResumeBF16Warning(t *testing.T) {
+	dir := t.TempDir()
+	if _, ok := startedBF16(dir); ok {
+		t.Fatal("a directory without run.json reports a bf16 path")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "run.json"), []byte(`{"bf16_matmul": "hardware"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	started, ok := startedBF16(dir)
+	if !ok || started != bf16PathHardware {
+		t.Fatalf("startedBF16 = %q, %v", started, ok)
+	}
+	if w := resumeBF16Warning(started, bf16PathHardware); w != "" {
+		t.Errorf("same path warns: %q", w)
+	}
+	if w := resumeBF16Warning(started, bf16PathEmulate); !strings.Contains(w, "ran as hardware") || !strings.Contains(w, "now run as emulate") {
+		t.Errorf("changed path: warning %q", w)
+	}
+}
