@@ -165,7 +165,7 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 		// nothing to compare: a machine with only Go gets the native kernel
 		// at once, with no measurement and no cache to write
 		c := cs[0]
-		return Choice{Backend: c.be, Kind: c.kind, Reason: fmt.Sprintf("auto → %s: the only backend that loads here (no OpenBLAS or oneDNN library to compare)", c.label), Warnings: warnings}, nil
+		return Choice{Backend: c.be, Kind: c.kind, Reason: fmt.Sprintf("auto → %s: %s, the only backend that loads here (no OpenBLAS or oneDNN library to compare)", c.kind, c.label), Warnings: warnings}, nil
 	}
 	path := ""
 	if opt.Cache != CacheOff {
