@@ -21,6 +21,7 @@ type backwardKernel[T Float] func(inputs [][]T, grads [][]T) error
 
 type backwardOp[T Float] struct {
 	opBase
+	fwd    gradOp // the forward op (for OpSpec)
 	ranks  []int // of the graph inputs
 	shapes [][]int
 	need   []bool // which forward inputs get a gradient
@@ -103,6 +104,7 @@ func newBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run 
 			wrt: make([]bool, len(graphIn)), inFm: fwd.inFm, out: fwd.out},
 		ranks:  ranks,
 		need:   fwd.wrt,
+		fwd:    fwdOp(fwd),
 		shapes: inShapes,
 		run:    run,
 		bufs:   make([]buffer[T], len(inShapes)),

@@ -197,6 +197,10 @@ func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
 // NeedsGrad reports whether n depends on a trainable parameter.
 func (b *Builder) NeedsGrad(n *G.Node) bool { return b.needsGrad[n] }
 
+// IsParam reports whether n is a weight (Param or Param16), as opposed
+// to an input set before each run.
+func (b *Builder) IsParam(n *G.Node) bool { return b.isParam[n] }
+
 // Format is the format n's values hold (fp32 unless a precision policy said otherwise).
 func (b *Builder) Format(n *G.Node) amp.Format { return b.format[n] }
 
@@ -283,6 +287,7 @@ func (b *Builder) apply(op gradOp, inputs ...*G.Node) *G.Node {
 			inputs[i] = b.reader(in)
 		}
 	}
+	op.base().self = op
 	n, err := G.ApplyOp(op, inputs...)
 	if err != nil {
 		// Shapes are checked by the builder methods before this point, so

@@ -25,6 +25,7 @@ type opBase struct {
 	out  amp.Format
 	wrt  []bool       // which inputs need a gradient
 	inFm []amp.Format // each input's format: its gradient is rounded to it
+	self gradOp       // the op this is the base of, set when it joins a graph (OpSpec)
 }
 
 type gradOp interface {
@@ -179,6 +180,9 @@ func shapeArg(d G.DimSizer) tensor.Shape { return d.(tensor.Shape) }
 // applyOp applies a backward op, panicking on graph errors (they are bugs:
 // the forward op already checked the shapes).
 func applyOp(op G.Op, inputs ...*G.Node) *G.Node {
+	if g, ok := op.(gradOp); ok {
+		g.base().self = g
+	}
 	n, err := G.ApplyOp(op, inputs...)
 	if err != nil {
 		panic(fmt.Sprintf("nn: %v: %v", op, err))

@@ -15,6 +15,7 @@ type pointwiseOp[T Float] struct {
 	opBase
 	shape []int
 	arity int
+	scale float64 // add's: x + scale·y (OpSpec)
 	fwd   func(y []T, in [][]T)
 	bwd   func(in, grads [][]T) // in: the forward inputs, then the output gradient
 	buf   buffer[T]
@@ -224,7 +225,7 @@ func addScaled[T Float](base opBase, shape []int, scale float64) *pointwiseOp[T]
 			}
 		}
 	}
-	return &pointwiseOp[T]{opBase: base, shape: shape, arity: 2, buf: newBuffer[T](shape...),
+	return &pointwiseOp[T]{opBase: base, shape: shape, arity: 2, scale: scale, buf: newBuffer[T](shape...),
 		fwd: fwd,
 		bwd: func(in, grads [][]T) {
 			g := in[2]

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
 )
 
 // shaderFS holds the SPIR-V compiled from shaders/*.comp (see
@@ -79,6 +80,9 @@ type Kernels struct {
 	round16 *Kernel
 	adamw   *Kernel
 	rmsnorm *Kernel
+
+	mu   sync.Mutex
+	lazy map[string]*Kernel // built on first use (Kernels.kernel)
 }
 
 const (
@@ -127,6 +131,68 @@ func (ks *Kernels) Close() {
 			k.Close()
 		}
 	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for _, k := range ks.lazy {
+		k.Close()
+	}
+	ks.lazy = nil
+}
+
+// kernel returns the kernel compiled from the embedded shaders/file,
+// binding bufs buffers with push bytes of push constants, building it on
+// first use: a run builds only the kernels its graph needs (lavapipe
+// compiles a pipeline in 14-240 ms).
+func (ks *Kernels) kernel(file string, bufs, push int) (*Kernel, error) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if k, ok := ks.lazy[file]; ok {
+		return k, nil
+	}
+	code, err := spirv(file)
+	if err != nil {
+		return nil, err
+	}
+	k, err := ks.d.NewKernel(KernelSpec{Name: file, SPIRV: code, Buffers: bufs, PushSize: push})
+	if err != nil {
+		return nil, err
+	}
+	if ks.lazy == nil {
+		ks.lazy = map[string]*Kernel{}
+	}
+	ks.lazy[file] = k
+	return k, nil
+}
+
+// pushWords packs 32-bit push constants: uint32, int, float32 or bool
+// (as 0 or 1) values, in order.
+func pushWords(vs ...any) []byte {
+	b := make([]byte, 4*len(vs))
+	for i, v := range vs {
+		var w uint32
+		switch x := v.(type) {
+		case uint32:
+			w = x
+		case int:
+			w = uint32(x)
+		case float32:
+			w = math.Float32bits(x)
+		case bool:
+			if x {
+				w = 1
+			}
+		default:
+			panic(fmt.Sprintf("vulkan: push constant of type %T", v))
+		}
+		binary.LittleEndian.PutUint32(b[4*i:], w)
+	}
+	return b
+}
+
+// groups1D is how many 256-wide workgroups a grid-stride kernel over n
+// items dispatches.
+func (ks *Kernels) groups1D(n int) uint32 {
+	return max(1, min((uint32(n)+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535))
 }
 
 // GemmArgs describe C = Alpha·op(A)·op(B) + Beta·C over row-major matrices

@@ -1,0 +1,380 @@
+// Package vkengine runs nn graphs on a Vulkan device: the second engine
+// beside the CPU kernels. A graph is built once, by nn.Builder and
+// model.Build, exactly as for the CPU; Compile walks its nodes in the
+// order the CPU engine runs them, reads each op's nn.OpSpec and lowers it
+// to recorded dispatches of gpu/vulkan's kernels on device buffers. A run
+// records the whole graph into one command buffer and submits it once:
+// weights, activations and gradients stay on the device, and only the
+// inputs (token ids, targets, positions, the loss's gradient) go up.
+//
+// Each kind of op has one lowering (lower.go and the files beside it),
+// and tests compare the two engines op by op and on whole models.
+package vkengine
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/gpu/vulkan"
+	"github.com/mixtune/mixtune/nn"
+)
+
+// Engine is an open Vulkan device with its kernels and a recorder.
+type Engine struct {
+	Device  *vulkan.Device
+	Kernels *vulkan.Kernels
+	rec     *vulkan.Recorder
+	// Transfers counts the bytes copied between host and device.
+	Transfers Transfers
+}
+
+// Transfers counts host↔device bytes.
+type Transfers struct{ Up, Down int64 }
+
+// New builds the kernels for d and a recorder. The Engine does not own d.
+func New(d *vulkan.Device) (*Engine, error) {
+	ks, err := vulkan.NewKernels(d)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := d.NewRecorder()
+	if err != nil {
+		ks.Close()
+		return nil, err
+	}
+	return &Engine{Device: d, Kernels: ks, rec: rec}, nil
+}
+
+// Close frees the kernels and the recorder.
+func (e *Engine) Close() {
+	e.rec.Close()
+	e.Kernels.Close()
+}
+
+// recordFunc records one node's dispatches for a run.
+type recordFunc func(r *vulkan.Recorder, pass nn.Pass) error
+
+// node is one graph node as a lowering sees it.
+type node struct {
+	n    *G.Node
+	spec nn.OpSpec
+	in   []*vulkan.Buffer // the inputs' values
+	inN  []*G.Node
+	// out is the node's value: nil for a fused backward op, whose values
+	// are grads.
+	out *vulkan.Buffer
+	// grads are a fused backward op's gradients, one per forward input
+	// (nil where spec.GradShapes[i] is nil); picks hand them on.
+	grads []*vulkan.Buffer
+}
+
+// Program is a graph compiled for an Engine.
+type Program struct {
+	e      *Engine
+	order  G.Nodes
+	bufs   map[*G.Node]*vulkan.Buffer
+	params map[*G.Node]bool
+	inputs G.Nodes // non-param inputs, uploaded every run
+	steps  []recordFunc
+	owned  []*vulkan.Buffer
+	saved  map[savedKey]*vulkan.Buffer
+	ints   []hostInts
+	nodes  map[*G.Node]*node
+	fwd    map[int]*node // forward ops by ID, for their backward ops
+}
+
+type savedKey struct {
+	id   int
+	name string
+}
+
+// hostInts is a host []int the graph reads (positions), uploaded as int32
+// every run because its owner refills it per micro-batch.
+type hostInts struct {
+	src []int
+	buf *vulkan.Buffer
+}
+
+// ErrUnsupported wraps an op the engine has no lowering for.
+var ErrUnsupported = errors.New("vkengine: op not supported on the Vulkan engine")
+
+// Compile lowers b's graph. isParam says which input nodes are weights:
+// uploaded now and again only by SyncParams; every other input is
+// uploaded at each Run.
+func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool) (*Program, error) {
+	order, err := G.Sort(g)
+	if err != nil {
+		return nil, fmt.Errorf("vkengine: sort graph: %w", err)
+	}
+	for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 { // Sort puts outputs first
+		order[i], order[j] = order[j], order[i]
+	}
+	p := &Program{e: e, order: order, bufs: map[*G.Node]*vulkan.Buffer{}, params: map[*G.Node]bool{},
+		saved: map[savedKey]*vulkan.Buffer{}, nodes: map[*G.Node]*node{}, fwd: map[int]*node{}}
+	if err := p.compile(isParam); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Program) compile(isParam func(*G.Node) bool) error {
+	for _, n := range p.order {
+		if n.Op() == nil {
+			b, err := p.alloc(bytesOf(n))
+			if err != nil {
+				return fmt.Errorf("vkengine: input %s: %w", n.Name(), err)
+			}
+			p.bufs[n] = b
+			if isParam(n) {
+				p.params[n] = true
+				if err := p.upload(n); err != nil {
+					return err
+				}
+			} else {
+				p.inputs = append(p.inputs, n)
+			}
+			continue
+		}
+		spec, err := nn.Spec(n)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrUnsupported, err)
+		}
+		nd := &node{n: n, spec: spec, inN: children(n)}
+		for _, c := range nd.inN {
+			nd.in = append(nd.in, p.bufs[c])
+		}
+		switch {
+		case spec.Kind == "pick":
+			src := p.nodes[nd.inN[0]]
+			if src == nil || src.grads == nil || src.grads[spec.Pick] == nil {
+				return fmt.Errorf("vkengine: %s picks gradient %d of a backward op that has none", n.Name(), spec.Pick)
+			}
+			p.bufs[n] = src.grads[spec.Pick]
+			p.nodes[n] = nd
+			continue
+		case spec.GradShapes != nil:
+			nd.grads = make([]*vulkan.Buffer, len(spec.GradShapes))
+			for i, s := range spec.GradShapes {
+				if s != nil {
+					if nd.grads[i], err = p.alloc(4 * prod(s)); err != nil {
+						return err
+					}
+				}
+			}
+		default:
+			if nd.out, err = p.alloc(bytesOf(n)); err != nil {
+				return fmt.Errorf("vkengine: %s: %w", n.Name(), err)
+			}
+			p.bufs[n] = nd.out
+		}
+		if spec.Forward == nil {
+			p.fwd[spec.ID] = nd
+		}
+		lower, ok := lowering(spec.Kind)
+		if !ok {
+			return fmt.Errorf("%w: %s (node %s)", ErrUnsupported, spec.Kind, n.Name())
+		}
+		rec, err := lower(p, nd)
+		if err != nil {
+			return fmt.Errorf("vkengine: lower %s (node %s): %w", spec.Kind, n.Name(), err)
+		}
+		p.nodes[n] = nd
+		if rec != nil {
+			p.steps = append(p.steps, rec)
+		}
+	}
+	return nil
+}
+
+// Run uploads the inputs, records every node's dispatches into one batch
+// and submits it.
+func (p *Program) Run(pass nn.Pass) error {
+	for _, n := range p.inputs {
+		if err := p.upload(n); err != nil {
+			return err
+		}
+	}
+	for _, h := range p.ints {
+		if err := p.writeInts(h.buf, h.src); err != nil {
+			return err
+		}
+	}
+	r := p.e.rec
+	for _, rec := range p.steps {
+		if err := rec(r, pass); err != nil {
+			return err
+		}
+	}
+	return r.Submit()
+}
+
+// SyncParams uploads the host values of the given weight nodes (after
+// the host changed them: an optimizer step, a restored checkpoint).
+func (p *Program) SyncParams(ns ...*G.Node) error {
+	for _, n := range ns {
+		if !p.params[n] {
+			return fmt.Errorf("vkengine: SyncParams: %s is not a weight of the program", n.Name())
+		}
+		if err := p.upload(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Read downloads a float node's value into dst (len = the node's size).
+func (p *Program) Read(n *G.Node, dst []float32) error {
+	b := p.bufs[n]
+	if b == nil {
+		return fmt.Errorf("vkengine: Read: %s has no device value", n.Name())
+	}
+	if len(dst) != max(prod(n.Shape()), 1) {
+		return fmt.Errorf("vkengine: Read %s: %d values for shape %v", n.Name(), len(dst), n.Shape())
+	}
+	p.e.Transfers.Down += int64(4 * len(dst))
+	return b.ReadFloat32(0, dst)
+}
+
+// Buffer is the device buffer holding n's value (nil if none).
+func (p *Program) Buffer(n *G.Node) *vulkan.Buffer { return p.bufs[n] }
+
+// Close frees the program's buffers.
+func (p *Program) Close() {
+	for _, b := range p.owned {
+		b.Free()
+	}
+	p.owned = nil
+}
+
+// alloc makes a buffer the program owns (at least 4 bytes).
+func (p *Program) alloc(bytes int) (*vulkan.Buffer, error) {
+	b, err := p.e.Device.NewBuffer(max(4, (bytes+3)&^3))
+	if err != nil {
+		return nil, err
+	}
+	p.owned = append(p.owned, b)
+	return b, nil
+}
+
+// Saved returns the buffer of bytes named name that op id keeps between
+// its forward and backward lowerings (made on first use).
+func (p *Program) Saved(id int, name string, bytes int) (*vulkan.Buffer, error) {
+	k := savedKey{id, name}
+	if b, ok := p.saved[k]; ok {
+		if b.Size() < bytes {
+			return nil, fmt.Errorf("vkengine: saved %s of op %d: %d bytes asked, %d made", name, id, bytes, b.Size())
+		}
+		return b, nil
+	}
+	b, err := p.alloc(bytes)
+	if err != nil {
+		return nil, err
+	}
+	p.saved[k] = b
+	return b, nil
+}
+
+// HostInts returns a device copy of src, a host slice the graph's owner
+// refills between runs (positions), uploaded as int32 at every run.
+func (p *Program) HostInts(src []int) (*vulkan.Buffer, error) {
+	for _, h := range p.ints {
+		if len(h.src) == len(src) && len(src) > 0 && &h.src[0] == &src[0] {
+			return h.buf, nil
+		}
+	}
+	b, err := p.alloc(4 * len(src))
+	if err != nil {
+		return nil, err
+	}
+	p.ints = append(p.ints, hostInts{src: src, buf: b})
+	return b, nil
+}
+
+// forward is the node of the forward op a backward spec belongs to.
+func (p *Program) forward(spec nn.OpSpec) (*node, error) {
+	nd := p.fwd[spec.ID]
+	if nd == nil {
+		return nil, fmt.Errorf("vkengine: no forward op %d for %s", spec.ID, spec.Kind)
+	}
+	return nd, nil
+}
+
+func (p *Program) upload(n *G.Node) error {
+	v := n.Value()
+	if v == nil {
+		return fmt.Errorf("vkengine: input %s has no value", n.Name())
+	}
+	b := p.bufs[n]
+	switch d := v.Data().(type) {
+	case []float32:
+		p.e.Transfers.Up += int64(4 * len(d))
+		return b.WriteFloat32(0, d)
+	case float32:
+		p.e.Transfers.Up += 4
+		return b.WriteFloat32(0, []float32{d})
+	case []uint16:
+		p.e.Transfers.Up += int64(2 * len(d))
+		if len(d)%2 == 1 {
+			d = append(d[:len(d):len(d)], 0)
+		}
+		return b.WriteUint16(0, d)
+	case []int:
+		return p.writeInts(b, d)
+	default:
+		return fmt.Errorf("vkengine: input %s holds %T; the Vulkan engine takes float32 graphs", n.Name(), d)
+	}
+}
+
+func (p *Program) writeInts(b *vulkan.Buffer, src []int) error {
+	w := make([]byte, 4*len(src))
+	for i, x := range src {
+		*(*int32)(unsafe.Pointer(&w[4*i])) = int32(x)
+	}
+	p.e.Transfers.Up += int64(len(w))
+	return b.Write(0, w)
+}
+
+// bytesOf is the size of n's value on the device: int32 ids, 16-bit
+// weights, float32 otherwise.
+func bytesOf(n *G.Node) int {
+	k := max(prod(n.Shape()), 1)
+	if n.Dtype() == tensor.Uint16 {
+		return 2 * k
+	}
+	return 4 * k
+}
+
+func prod(s []int) int {
+	k := 1
+	for _, d := range s {
+		k *= d
+	}
+	return k
+}
+
+// rounding is the vulkan rounding for a format.
+func rounding(f amp.Format) vulkan.Rounding {
+	switch f {
+	case amp.BF16:
+		return vulkan.RoundBF16
+	case amp.FP16:
+		return vulkan.RoundFP16
+	}
+	return vulkan.NoRounding
+}
+
+// children are n's inputs, in order.
+func children(n *G.Node) G.Nodes {
+	it := n.Graph().From(n.ID())
+	var cs G.Nodes
+	for it.Next() {
+		cs = append(cs, it.Node().(*G.Node))
+	}
+	return cs
+}

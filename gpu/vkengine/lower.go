@@ -1,0 +1,162 @@
+package vkengine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/gpu/vulkan"
+	"github.com/mixtune/mixtune/nn"
+)
+
+// lowerFunc compiles one node: it may allocate what the node keeps
+// (Program.Saved) and returns what to record at each run (nil: nothing).
+type lowerFunc func(p *Program, nd *node) (recordFunc, error)
+
+// lowering is the lowering of an op kind (nn.OpSpec.Kind).
+func lowering(kind string) (lowerFunc, bool) {
+	if strings.HasSuffix(kind, ".grad_in") {
+		return lowerRound, true
+	}
+	switch kind {
+	case "cast", "share":
+		return lowerRound, true
+	case "cast.backward":
+		return lowerCastBackward, true
+	case "sum":
+		return lowerSum, true
+	case "add":
+		return lowerAdd, true
+	case "add.backward":
+		return lowerAddBackward, true
+	case "linear":
+		return lowerLinear, true
+	case "linear.dx":
+		return lowerLinearDX, true
+	case "linear.dw":
+		return lowerLinearDW, true
+	}
+	return nil, false
+}
+
+// lowerSum is gorgonia's elementwise + (gradients of a node read twice).
+func lowerSum(p *Program, nd *node) (recordFunc, error) {
+	n := prod(nd.n.Shape())
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		return p.e.Kernels.AddScaled(r, nd.in[0], nd.in[1], nd.out, n, 1, false, vulkan.NoRounding)
+	}, nil
+}
+
+// lowerAdd is x + s·y, PEFT's rounding of the scaled branch included.
+func lowerAdd(p *Program, nd *node) (recordFunc, error) {
+	a := nd.spec.Attrs.(nn.PointwiseAttrs)
+	n := prod(a.Shape)
+	rnd := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		return p.e.Kernels.AddScaled(r, nd.in[0], nd.in[1], nd.out, n, float32(a.Scale), true, rnd)
+	}, nil
+}
+
+// lowerAddBackward: dx = g, dy = s·g, each rounded to its input's format.
+// The graph inputs are x, y and the output's gradient g.
+func lowerAddBackward(p *Program, nd *node) (recordFunc, error) {
+	a := nd.spec.Forward.Attrs.(nn.PointwiseAttrs)
+	n := prod(a.Shape)
+	g := nd.in[len(nd.in)-1]
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		for i, s := range []float32{1, float32(a.Scale)} {
+			if nd.grads[i] != nil {
+				if err := p.e.Kernels.Scale(r, g, nd.grads[i], n, s, rounding(nd.spec.In[i])); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}, nil
+}
+
+// gemmB returns the B operand of a linear GEMM: W as float32, or its
+// 16-bit values.
+func gemmB(a nn.LinearAttrs) (b16 bool, half vulkan.Half, err error) {
+	if !a.W16 {
+		return false, 0, nil
+	}
+	switch a.W16Format {
+	case amp.BF16:
+		return true, vulkan.BF16, nil
+	case amp.FP16:
+		return true, vulkan.FP16, nil
+	}
+	return false, 0, fmt.Errorf("16-bit weight of format %v", a.W16Format)
+}
+
+// lowerLinear is y[N, Out] = x[N, In]·Wᵀ, rounded to the op's format.
+func lowerLinear(p *Program, nd *node) (recordFunc, error) {
+	a := nd.spec.Attrs.(nn.LinearAttrs)
+	b16, half, err := gemmB(a)
+	if err != nil {
+		return nil, err
+	}
+	if b16 && a.Compute != a.W16Format && a.Compute != amp.FP32 {
+		return nil, fmt.Errorf("%v weights computed in %v", a.W16Format, a.Compute)
+	}
+	rnd := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.N, N: a.Out, K: a.In, TransB: true, Alpha: 1,
+			A: nd.in[0], Lda: a.In, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.Out, B16: b16, BHalf: half}); err != nil {
+			return err
+		}
+		return p.e.Kernels.Round(r, nd.out, a.N*a.Out, rnd)
+	}, nil
+}
+
+// lowerLinearDX is dx[N, In] = g[N, Out]·W[Out, In], rounded to x's format.
+func lowerLinearDX(p *Program, nd *node) (recordFunc, error) {
+	a := nd.spec.Attrs.(nn.LinearAttrs)
+	b16, half, err := gemmB(a)
+	if err != nil {
+		return nil, err
+	}
+	rnd := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.N, N: a.In, K: a.Out, Alpha: 1,
+			A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In, B16: b16, BHalf: half}); err != nil {
+			return err
+		}
+		return p.e.Kernels.Round(r, nd.out, a.N*a.In, rnd)
+	}, nil
+}
+
+// lowerLinearDW is dW[Out, In] = gᵀ·x, rounded to W's format.
+func lowerLinearDW(p *Program, nd *node) (recordFunc, error) {
+	a := nd.spec.Attrs.(nn.LinearAttrs)
+	rnd := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.Out, N: a.In, K: a.N, TransA: true, Alpha: 1,
+			A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In}); err != nil {
+			return err
+		}
+		return p.e.Kernels.Round(r, nd.out, a.Out*a.In, rnd)
+	}, nil
+}
+
+// lowerRound is y = x rounded to the op's format: a cast, a gradient's
+// rounding to its op's output format, or a plain copy (share, fp32).
+// The CPU caches a weight's cast until the weights change; this engine
+// casts at every run, the same values.
+func lowerRound(p *Program, nd *node) (recordFunc, error) {
+	n := prod(nd.spec.Attrs.(nn.ShapeAttrs).Shape)
+	rnd := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		return p.e.Kernels.Scale(r, nd.in[0], nd.out, n, 1, rnd)
+	}, nil
+}
+
+// lowerCastBackward hands the gradient on, rounded to the source's format.
+func lowerCastBackward(p *Program, nd *node) (recordFunc, error) {
+	n := prod(nd.spec.Forward.Attrs.(nn.ShapeAttrs).Shape)
+	rnd := rounding(nd.spec.In[0])
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		return p.e.Kernels.Scale(r, nd.in[0], nd.grads[0], n, 1, rnd)
+	}, nil
+}

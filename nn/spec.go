@@ -1,0 +1,167 @@
+package nn
+
+import (
+	"fmt"
+	"strings"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/mixtune/mixtune/amp"
+)
+
+// OpSpec is a graph node's op as an engine other than the CPU kernels sees
+// it: what the op computes, with which attributes, and where its values
+// are rounded. A graph is built once, by Builder and model.Build; the CPU
+// engine runs it through the ops' own kernels (Engine.Run), and another
+// engine (gpu/vkengine) walks the same nodes, reads each op's OpSpec and
+// runs its own kernel for that Kind: one model definition, many engines,
+// as in llama.cpp's ggml backends.
+type OpSpec struct {
+	// Kind names the computation: a forward op's op-list kind ("linear",
+	// "rmsnorm", "attention", "add", "silu", ...), a gradient op's
+	// ("linear.dx", "linear.dw", "add.grad_in"), "<kind>.backward" for a
+	// fused backward op, "pick" for one gradient of a fused backward op,
+	// and "sum" for gorgonia's own elementwise + (autodiff adds the
+	// gradients of a node read by several ops with it).
+	Kind string
+	// ID identifies the op within its graph; a fused backward op has its
+	// forward op's ID, so an engine can find what the forward saved.
+	ID int
+	// Out is the format the op's output is rounded to; In each input's.
+	Out amp.Format
+	In  []amp.Format
+	// Wrt says which inputs the op's backward computes a gradient for.
+	Wrt []bool
+	// Attrs holds the kind's attributes: LinearAttrs, PointwiseAttrs, ...
+	// (nil for kinds that have none).
+	Attrs any
+	// Forward is, for a fused backward op, the forward op's spec; for a
+	// pick, the fused backward op's.
+	Forward *OpSpec
+	// GradShapes is, for a fused backward op, the shape of each forward
+	// input's gradient (nil where Wrt is false: none is computed).
+	GradShapes [][]int
+	// Pick is, for a pick, the forward input whose gradient it hands on.
+	Pick int
+	// Rounded is, for a fused backward op, whether its kernel rounds each
+	// gradient to its input's format itself (the engine must round them
+	// all to In either way: Rounded only says where the CPU does it).
+	Rounded bool
+}
+
+// attributed is implemented by ops that carry attributes for other
+// engines.
+type attributed interface{ attrs() any }
+
+// Spec returns the OpSpec of a node's op. An op that no other engine
+// can run (a tap, a checkpointed layer, a decoding op) is an error naming it.
+func Spec(n *G.Node) (OpSpec, error) {
+	op := n.Op()
+	if op == nil {
+		return OpSpec{}, fmt.Errorf("nn: node %s is an input, not an op", n.Name())
+	}
+	if op.Arity() == 2 && strings.HasPrefix(op.String(), "+ ") { // gorgonia's elementwise add ("+ false")
+		return OpSpec{Kind: "sum", In: []amp.Format{amp.FP32, amp.FP32}}, nil
+	}
+	g, ok := op.(gradOp)
+	if !ok {
+		return OpSpec{}, fmt.Errorf("nn: node %s: op %v (%T) is not an nn op", n.Name(), op, op)
+	}
+	return specOf(g)
+}
+
+func specOf(g gradOp) (OpSpec, error) {
+	b := g.base()
+	s := OpSpec{Kind: b.kind, ID: b.id, Out: b.out, In: b.inFm, Wrt: b.wrt}
+	switch o := g.(type) {
+	case *backwardOp[float32]:
+		return backwardSpec(s, o.fwd, o.shapes, o.need, o.rounded)
+	case *backwardOp[float64]:
+		return backwardSpec(s, o.fwd, o.shapes, o.need, o.rounded)
+	case *pickOp[float32]:
+		return pickSpec(s, o.src, o.i)
+	case *pickOp[float64]:
+		return pickSpec(s, o.src, o.i)
+	}
+	a, ok := g.(attributed)
+	if !ok {
+		return OpSpec{}, fmt.Errorf("nn: op %v (%T) has no spec for other engines", g, g)
+	}
+	s.Attrs = a.attrs()
+	return s, nil
+}
+
+func backwardSpec(s OpSpec, fwd gradOp, shapes [][]int, need []bool, rounded bool) (OpSpec, error) {
+	if fwd == nil {
+		return OpSpec{}, fmt.Errorf("nn: backward op %s has no forward op", s.Kind)
+	}
+	f, err := specOf(fwd)
+	if err != nil {
+		return OpSpec{}, err
+	}
+	s.Forward = &f
+	s.Rounded = rounded
+	s.GradShapes = make([][]int, len(shapes))
+	for i, sh := range shapes {
+		if need[i] {
+			s.GradShapes[i] = sh
+		}
+	}
+	return s, nil
+}
+
+func pickSpec[T Float](s OpSpec, src *backwardOp[T], i int) (OpSpec, error) {
+	b, err := specOf(src)
+	if err != nil {
+		return OpSpec{}, err
+	}
+	s.Kind, s.Forward, s.Pick = "pick", &b, i
+	return s, nil
+}
+
+// LinearAttrs are a linear op's and its gradients' ("linear",
+// "linear.dx", "linear.dw"): y[N, Out] = x[N, In]·Wᵀ; dx = g·W; dW = gᵀ·x.
+type LinearAttrs struct {
+	N, In, Out int
+	// W16 is set when W is a frozen 16-bit weight (uint16 values of
+	// format W16Format, computed in Compute: Builder.Param16).
+	W16       bool
+	W16Format amp.Format
+	Compute   amp.Format
+}
+
+func (o *linearOp[T]) attrs() any {
+	return LinearAttrs{N: o.n, In: o.in, Out: o.outF, W16: o.w16.on, W16Format: o.w16.stored, Compute: o.w16.compute}
+}
+
+func (o *linearGradOp[T]) attrs() any {
+	a := LinearAttrs{W16: o.w16.on, W16Format: o.w16.stored, Compute: o.w16.compute}
+	if o.transA { // dW [out, in] = gᵀ[out, N]·x[N, in]
+		a.Out, a.In, a.N = o.m, o.n, o.k
+	} else { // dx [N, in] = g[N, out]·W[out, in]
+		a.N, a.In, a.Out = o.m, o.n, o.k
+	}
+	return a
+}
+
+// PointwiseAttrs are an elementwise op's: "add" computes x + Scale·y
+// (with Scale·y rounded to Out first when Out is 16-bit and Scale ≠ 1),
+// "silu" computes silu(gate)·up. Shape is every input's and the output's.
+type PointwiseAttrs struct {
+	Shape []int
+	Scale float64
+}
+
+func (o *pointwiseOp[T]) attrs() any { return PointwiseAttrs{Shape: o.shape, Scale: o.scale} }
+
+// fwdOp is the op whose base fwd is.
+func fwdOp(fwd *opBase) gradOp { return fwd.self }
+
+// ShapeAttrs are the attributes of ops that need only their shape:
+// "cast" (round x to Out), "share" (a copy; see accumulate.go), and the
+// "<kind>.grad_in" roundings of a gradient to its op's output format.
+type ShapeAttrs struct{ Shape []int }
+
+func (o *castOp) attrs() any      { return ShapeAttrs{Shape: o.shape} }
+func (o *shareOp) attrs() any     { return ShapeAttrs{Shape: o.shape} }
+func (o *gradRoundOp) attrs() any { return ShapeAttrs{Shape: o.shape} }
