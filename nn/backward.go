@@ -22,7 +22,7 @@ type backwardKernel[T Float] func(inputs [][]T, grads [][]T) error
 type backwardOp[T Float] struct {
 	opBase
 	fwd    gradOp // the forward op (for OpSpec)
-	ranks  []int // of the graph inputs
+	ranks  []int  // of the graph inputs
 	shapes [][]int
 	need   []bool // which forward inputs get a gradient
 	run    backwardKernel[T]
