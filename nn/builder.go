@@ -94,6 +94,10 @@ func (e *Engine) Run(vm G.VM, p Pass) error {
 // low-precision copies and DoRA norms, is computed again on the next run.
 func (e *Engine) WeightsChanged() { e.weights++ }
 
+// WeightsVersion counts WeightsChanged calls: another engine holding
+// copies of the weights (gpu/vkengine) uploads them again when it moves.
+func (e *Engine) WeightsVersion() uint64 { return e.weights }
+
 // GradCount counts gradient values rounded to fp16 or bf16 and those that
 // became zero doing so: the loss that dynamic loss scaling exists to
 // prevent. Backward kernels add to it concurrently; the trainer reads and

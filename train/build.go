@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -19,6 +20,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/gpu/vkengine"
 	"github.com/mixtune/mixtune/internal/cpufeat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
@@ -58,6 +60,8 @@ type components struct {
 	blasReason  string           // why auto picked the backend; "" when it was named
 	cpu         cpufeat.Features // the CPU's bf16 units, detected at start
 	bf16        bf16Decision     // where the bf16 products run (amp.bf16_matmul)
+	gpu         *gpuEngine       // the Vulkan engine the graphs run on; nil on the CPU
+	gpuReason   string           // why compute.device chose what it chose
 	comm        dist.Comm        // the processes training together; a Single for one
 	dp          *dataParallel    // this process's part of every batch: all of it for one
 }
@@ -91,6 +95,21 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	}
 	if err := c.openBF16(r.AMP.BF16Matmul, opt.ResumeDir); err != nil {
 		return nil, err
+	}
+	if c.gpu, c.gpuReason, err = openGPU(r.Compute, sel); err != nil {
+		field := "compute.device"
+		if r.Compute.VulkanDevice != "" {
+			field = "compute.vulkan_device"
+		}
+		return nil, r.doc.Errorf(field, "%v", err)
+	}
+	if opt.ResumeDir != "" {
+		if started := startedEngine(opt.ResumeDir); started == "" && c.gpu != nil || started != "" && started != c.engineName() {
+			c.warnings = append(c.warnings, fmt.Sprintf("this run started on the %s engine and resumes on %s: the engines sum in other orders, and its numbers will differ from an uninterrupted run's in the last bits", cmp.Or(started, "cpu"), c.engineName()))
+		}
+	}
+	if c.gpu != nil && c.comm.Size() > 1 {
+		return nil, r.doc.Errorf("compute.device", "the Vulkan engine runs one process so far; %d ranks need compute.device: cpu", c.comm.Size())
 	}
 	if have, ok := sysinfo.TotalMemory(); ok {
 		if err := checkDataMemory(r, have); err != nil {
@@ -154,18 +173,21 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	rows := c.dp.rows
 	c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
 	var tap nn.GradTap
-	if c.dp.overlap {
+	if c.dp.overlap && c.gpu == nil {
 		tap = c.dp.tap(paramIndex(c.params))
 	}
 	ckpt := r.Compute.ActivationCheckpointing
-	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, trainGraph(tap, c.comm.Size(), ckpt)); err != nil {
+	tg := trainGraph(tap, c.comm.Size(), ckpt)
+	tg.gpu = c.gpu
+	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tg); err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {
 		return c, ErrInterrupted // closes the trainer
 	}
 	if len(c.valBatches) > 0 {
-		if c.evaluator, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, graphOptions{checkpoint: ckpt, evalOfFullFineTune: c.lora == nil}); err != nil {
+		eg := graphOptions{checkpoint: ckpt, evalOfFullFineTune: c.lora == nil, gpu: c.gpu, trained: paramNames(c.params)}
+		if c.evaluator, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, eg); err != nil {
 			return c, err // closes the trainer
 		}
 	}
@@ -220,6 +242,7 @@ func (c *components) close() {
 	if c.evaluator != nil {
 		c.evaluator.close()
 	}
+	c.gpu.close()
 }
 
 // checkMemory refuses a run whose estimated peak memory exceeds what the
@@ -501,6 +524,10 @@ func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
 // optimizer step is seen by the next run.
 type runner struct {
 	eng      *nn.Engine
+	vk       *vkengine.Program // the graph on the Vulkan engine; nil on the CPU
+	vkSync   G.Nodes           // the trained weights' nodes, uploaded when they change
+	vkSeen   uint64            // the engine's weights version last uploaded
+	vkGrad   []float32         // a downloaded gradient
 	g        *model.Graph
 	vm       G.VM
 	ids, tgt []int      // the input tensors' backing arrays, refilled per batch
@@ -528,6 +555,22 @@ type graphOptions struct {
 	// training run updates: their low-precision copies must be cast again
 	// every step, as the training graph's are, not once for good.
 	evalOfFullFineTune bool
+	// gpu, when set, runs the graph on the Vulkan engine (gpu/vkengine)
+	// instead of the CPU kernels: the same graph, compiled for the device.
+	gpu *gpuEngine
+	// trained names the weights an optimizer updates, which a graph on
+	// the GPU uploads again when the engine's weights change; params'
+	// names when the runner has them.
+	trained []string
+}
+
+// paramNames are the params' names.
+func paramNames(ps []*optim.Param) []string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	return names
 }
 
 // newRunner builds and compiles the graph. With params, it also takes the
@@ -608,9 +651,64 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 			}
 		}
 	}
-	ru.vm = G.NewTapeMachine(b.G)
 	ru.tapped = b.GradTap != nil
+	if o.gpu != nil {
+		return ru, ru.compileGPU(o.gpu, b, nodes, o.trained)
+	}
+	ru.vm = G.NewTapeMachine(b.G)
 	return ru, nil
+}
+
+// compileGPU compiles the runner's graph for the Vulkan engine. The
+// weights go up now; the trained ones again whenever the engine's weights
+// change (an optimizer step, a restored checkpoint).
+func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.Node, trained []string) error {
+	if ru.params != nil {
+		trained = paramNames(ru.params)
+	}
+	for _, name := range trained {
+		n := nodes[name]
+		if n == nil {
+			return fmt.Errorf("internal: no graph node for trained weight %s", name)
+		}
+		ru.vkSync = append(ru.vkSync, b.Leaf(n))
+	}
+	p, err := g.eng.Compile(b.G, b.IsParam)
+	if err != nil {
+		return fmt.Errorf("compile the model for %s: %w", g.phys.Name, err)
+	}
+	ru.vk, ru.vkSeen = p, ru.eng.WeightsVersion()
+	p.Transfers = vkengine.Transfers{} // count per step from here: the weights' upload is once
+	for _, n := range ru.grads {
+		ru.vkGrad = make([]float32, max(len(ru.vkGrad), n.Shape().TotalSize()))
+	}
+	return nil
+}
+
+// runGPU is run on the Vulkan engine: the micro-batch goes up, the loss
+// and the gradients come down.
+func (ru *runner) runGPU(first bool, noise uint64) (float64, error) {
+	if v := ru.eng.WeightsVersion(); v != ru.vkSeen {
+		if err := ru.vk.SyncParams(ru.vkSync...); err != nil {
+			return 0, err
+		}
+		ru.vkSeen = v
+	}
+	if err := ru.vk.Run(nn.Pass{Noise: noise}); err != nil {
+		return 0, err
+	}
+	for i, p := range ru.params {
+		g := ru.vkGrad[:len(p.Grad)]
+		if err := ru.vk.Read(ru.grads[i], g); err != nil {
+			return 0, err
+		}
+		accumulate(p.Grad, g, first)
+	}
+	var loss [1]float32
+	if err := ru.vk.Read(ru.g.Loss, loss[:]); err != nil {
+		return 0, err
+	}
+	return float64(loss[0]), nil
 }
 
 // run puts one micro-batch through the graph and returns its mean loss.
@@ -630,6 +728,9 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 			return 0, err
 		}
 	}
+	if ru.vk != nil {
+		return ru.runGPU(first, noise)
+	}
 	if err := ru.eng.Run(ru.vm, nn.Pass{Noise: noise}); err != nil {
 		return 0, err
 	}
@@ -648,7 +749,14 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 	return float64(ru.g.Loss.Value().Data().(float32)), nil
 }
 
-func (ru *runner) close() { ru.vm.Close() }
+func (ru *runner) close() {
+	if ru.vm != nil {
+		ru.vm.Close()
+	}
+	if ru.vk != nil {
+		ru.vk.Close()
+	}
+}
 
 // accumulate puts a micro-batch's gradient g into a step's gradient dst:
 // the step's first micro-batch overwrites it, the others add to it.

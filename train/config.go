@@ -220,8 +220,13 @@ type TaskConfig struct {
 
 // ComputeConfig chooses the matmul backend and thread count.
 type ComputeConfig struct {
-	BLAS    blas.Kind `yaml:"blas"`
-	Threads int       `yaml:"threads"`
+	// Device picks the engine: auto, cpu or gpu (the Vulkan engine).
+	Device ComputeDevice `yaml:"device,omitempty"`
+	// VulkanDevice names the Vulkan device directly: an index in
+	// Vulkan's order, a UUID or a PCI bus id ("" follows device:).
+	VulkanDevice string    `yaml:"vulkan_device,omitempty"`
+	BLAS         blas.Kind `yaml:"blas"`
+	Threads      int       `yaml:"threads"`
 	// ActivationCheckpointing keeps only each decoder layer's input for
 	// the backward pass and recomputes the layer there: activation memory
 	// of one layer instead of all, for one more forward pass per step.
@@ -242,7 +247,7 @@ func Defaults() Config {
 		Optimizer: OptimizerConfig{Name: AdamW, LR: 2e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Momentum: 0.9, GradClip: 1.0},
 		Schedule:  ScheduleConfig{Kind: optim.Cosine, WarmupSteps: 10},
 		Task:      TaskConfig{MaxNewTokens: 32, Before: true, After: true},
-		Compute:   ComputeConfig{BLAS: blas.KindAuto},
+		Compute:   ComputeConfig{Device: ComputeAuto, BLAS: blas.KindAuto},
 	}
 }
 
@@ -342,6 +347,12 @@ func (r *Recipe) check() yamlconf.Errors {
 	}
 	if c.Compute.Threads < 0 {
 		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)
+	}
+	if c.Compute.Device == ComputeCPU && c.Compute.VulkanDevice != "" {
+		bad("compute.vulkan_device", "names a Vulkan device, but compute.device is cpu")
+	}
+	if c.Compute.Device != ComputeCPU && c.Compute.ActivationCheckpointing && (c.Compute.Device == ComputeGPU || c.Compute.VulkanDevice != "") {
+		bad("compute.activation_checkpointing", "is not yet supported on the Vulkan engine (compute.device: %s); set it to false or compute on the cpu", c.Compute.Device)
 	}
 	return errs
 }

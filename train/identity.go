@@ -25,7 +25,13 @@ func (c Config) Resolved() ([]byte, error) {
 // it, so a run is never continued under a different recipe by accident.
 // It hashes the resolved YAML, the form --resume reads back, so a recipe
 // and its own round trip through resolved.yaml always hash alike.
+//
+// Where the graphs compute (compute.device, compute.vulkan_device) is
+// left out: a run may continue on another engine, as a run may continue
+// on another machine, and the resumed run says so (its numbers differ
+// from an uninterrupted run's in the last bits of fp32 sums).
 func (c Config) Hash() string {
+	c.Compute.Device, c.Compute.VulkanDevice = ComputeAuto, ""
 	b, _ := c.Resolved()
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])

@@ -36,9 +36,13 @@ type Manifest struct {
 	BLASReason  string            `json:"blas_reason,omitempty"` // why auto picked it
 	Threads     int               `json:"threads"`
 	Device      device.Selection  `json:"device"`
-	Discovery   string            `json:"device_discovery"`
-	Precision   string            `json:"precision"`
-	LossScaling bool              `json:"loss_scaling"`
+	// Engine is what computed the graphs: "cpu", or "vulkan: " and the
+	// device, its driver and GEMM variant; EngineReason why.
+	Engine       string `json:"engine"`
+	EngineReason string `json:"engine_reason"`
+	Discovery    string `json:"device_discovery"`
+	Precision    string `json:"precision"`
+	LossScaling  bool   `json:"loss_scaling"`
 	// Where the bf16 products ran (emulate or hardware) and why; empty
 	// in a run without bf16 products.
 	BF16Matmul       string            `json:"bf16_matmul,omitempty"`
@@ -77,7 +81,7 @@ func newManifest(r *Recipe, c *components) Manifest {
 		Mixtune: Version, GitRevision: gitRevision(), GoVersion: runtime.Version(), Modules: map[string]string{},
 		Created: time.Now().UTC().Format(time.RFC3339), Seed: r.Seed, ConfigHash: r.Hash(),
 		Host: Host{Name: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), CPUFeatures: cpuFeatures(c.cpu)},
-		BLAS: c.eng.BLAS.Name(), BLASKind: backendKind(c.eng.BLAS.Name()), BLASReason: c.blasReason, Threads: c.eng.Workers, Device: sel, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
+		BLAS: c.eng.BLAS.Name(), BLASKind: backendKind(c.eng.BLAS.Name()), BLASReason: c.blasReason, Threads: c.eng.Workers, Device: sel, Engine: c.engineName(), EngineReason: c.gpuReason, Discovery: strings.TrimSpace(inv.Source + ": " + inv.Note),
 		Precision: p.Low.String(), LossScaling: c.scaler != nil, BF16Matmul: c.bf16.path, BF16MatmulReason: c.bf16.reason,
 		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
 		Inputs: map[string]string{},
@@ -213,4 +217,21 @@ func sameKernels(a, b string) bool {
 		return strings.Replace(backendThreads.ReplaceAllString(s, ""), "native (Go, AVX-512/FMA kernel)", "native (Go, AVX2/FMA kernel)", 1)
 	}
 	return norm(a) == norm(b)
+}
+
+// startedEngine is the engine a run directory's run.json says the run
+// started on ("cpu", or "vulkan: " and the device); "" where it says none
+// (a run.json older than the field).
+func startedEngine(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "run.json"))
+	if err != nil {
+		return ""
+	}
+	var m struct {
+		Engine string `json:"engine"`
+	}
+	if json.Unmarshal(b, &m) != nil {
+		return ""
+	}
+	return m.Engine
 }

@@ -88,6 +88,11 @@ type Summary struct {
 	// was named: another backend rounds differently and gives other numbers.
 	Backend       string `json:"backend"`
 	BackendReason string `json:"backend_reason"`
+	// Engine is the engine the graphs ran on: "cpu", or the Vulkan
+	// device; with it, the host↔device bytes per optimizer step.
+	Engine       string `json:"engine"`
+	HostToDevice int64  `json:"host_to_device_bytes_per_step,omitempty"`
+	DeviceToHost int64  `json:"device_to_host_bytes_per_step,omitempty"`
 }
 
 // backendReason is summary.json's backend_reason: auto's reason, or that
@@ -222,7 +227,8 @@ func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 		out = io.Discard // rank 0 speaks for the job
 	}
 	return &session{r: r, opt: opt, out: out, start: time.Now(), parts: parts, dp: parts.dp,
-		sum: Summary{Precision: parts.policy.Low.String(), Backend: parts.eng.BLAS.Name(), BackendReason: backendReason(r.Compute.BLAS, parts.blasReason)}}, nil
+		sum: Summary{Precision: parts.policy.Low.String(), Backend: parts.eng.BLAS.Name(), BackendReason: backendReason(r.Compute.BLAS, parts.blasReason),
+			Engine: parts.engineName()}}, nil
 }
 
 func (s *session) close() {
@@ -372,6 +378,11 @@ func (s *session) printHeader() {
 		fmt.Fprintf(out, "warning: %s\n", w)
 	}
 	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads · bf16 units: %s\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers, p.cpu)
+	if p.gpu != nil {
+		fmt.Fprintf(out, "engine: vulkan · %s · %s\n", p.gpu.describe(), p.gpuReason)
+	} else {
+		fmt.Fprintf(out, "engine: cpu (%s)\n", p.gpuReason)
+	}
 	if p.blasReason != "" {
 		fmt.Fprintf(out, "blas: %s\n", p.blasReason)
 	}
@@ -675,6 +686,10 @@ func (s *session) finish(ctx context.Context) (*Summary, error) {
 	sum.Tokens = s.tokensPerStep() * int64(s.step)
 	if loopSeconds > 0 {
 		sum.TokensPerSec = float64(sum.Tokens) / loopSeconds
+	}
+	if vk := s.parts.trainer.vk; vk != nil && s.step > s.legFirstStep {
+		steps := int64(s.step - s.legFirstStep)
+		sum.HostToDevice, sum.DeviceToHost = vk.Transfers.Up/steps, vk.Transfers.Down/steps
 	}
 	stoppedMeasuring := false
 	if !sum.Interrupted {

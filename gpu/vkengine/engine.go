@@ -29,8 +29,6 @@ type Engine struct {
 	Device  *vulkan.Device
 	Kernels *vulkan.Kernels
 	rec     *vulkan.Recorder
-	// Transfers counts the bytes copied between host and device.
-	Transfers Transfers
 }
 
 // Transfers counts host↔device bytes.
@@ -86,6 +84,10 @@ type Program struct {
 	ints   []hostInts
 	nodes  map[*G.Node]*node
 	fwd    map[int]*node // forward ops by ID, for their backward ops
+	// Transfers counts the bytes this program copied between host and
+	// device: the weights at Compile and SyncParams, the inputs at each
+	// Run, what Read fetched.
+	Transfers Transfers
 }
 
 type savedKey struct {
@@ -237,7 +239,7 @@ func (p *Program) Read(n *G.Node, dst []float32) error {
 	if len(dst) != max(prod(n.Shape()), 1) {
 		return fmt.Errorf("vkengine: Read %s: %d values for shape %v", n.Name(), len(dst), n.Shape())
 	}
-	p.e.Transfers.Down += int64(4 * len(dst))
+	p.Transfers.Down += int64(4 * len(dst))
 	return b.ReadFloat32(0, dst)
 }
 
@@ -313,13 +315,13 @@ func (p *Program) upload(n *G.Node) error {
 	b := p.bufs[n]
 	switch d := v.Data().(type) {
 	case []float32:
-		p.e.Transfers.Up += int64(4 * len(d))
+		p.Transfers.Up += int64(4 * len(d))
 		return b.WriteFloat32(0, d)
 	case float32:
-		p.e.Transfers.Up += 4
+		p.Transfers.Up += 4
 		return b.WriteFloat32(0, []float32{d})
 	case []uint16:
-		p.e.Transfers.Up += int64(2 * len(d))
+		p.Transfers.Up += int64(2 * len(d))
 		if len(d)%2 == 1 {
 			d = append(d[:len(d):len(d)], 0)
 		}
@@ -336,7 +338,7 @@ func (p *Program) writeInts(b *vulkan.Buffer, src []int) error {
 	for i, x := range src {
 		*(*int32)(unsafe.Pointer(&w[4*i])) = int32(x)
 	}
-	p.e.Transfers.Up += int64(len(w))
+	p.Transfers.Up += int64(len(w))
 	return b.Write(0, w)
 }
 

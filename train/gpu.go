@@ -1,0 +1,185 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/mixtune/mixtune/device"
+	"github.com/mixtune/mixtune/gpu/vkengine"
+	"github.com/mixtune/mixtune/gpu/vulkan"
+)
+
+// ComputeDevice is compute.device: which engine computes the run.
+type ComputeDevice string
+
+// The engines.
+const (
+	// ComputeAuto takes the Vulkan engine when the device selection chose
+	// a GPU that Vulkan also reports (matched by UUID), else the CPU. It
+	// never chooses a CPU Vulkan driver (Mesa's lavapipe).
+	// It is the empty string, so that resolved.yaml leaves it out and
+	// recipes written before the field existed hash as they did.
+	ComputeAuto ComputeDevice = ""
+	ComputeCPU  ComputeDevice = "cpu" // the CPU kernels (compute.blas)
+	ComputeGPU  ComputeDevice = "gpu" // the Vulkan engine, or an error
+)
+
+func (d ComputeDevice) String() string {
+	if d == ComputeAuto {
+		return "auto"
+	}
+	return string(d)
+}
+
+// UnmarshalText parses compute.device.
+func (d *ComputeDevice) UnmarshalText(b []byte) error {
+	switch s := ComputeDevice(strings.ToLower(strings.TrimSpace(string(b)))); s {
+	case "", "auto":
+		*d = ComputeAuto
+	case ComputeCPU, ComputeGPU:
+		*d = s
+	default:
+		return fmt.Errorf("unknown compute device %q (want auto, cpu or gpu)", b)
+	}
+	return nil
+}
+
+// gpuEngine is an open Vulkan device and its engine.
+type gpuEngine struct {
+	lib     *vulkan.Library
+	inst    *vulkan.Instance
+	dev     *vulkan.Device
+	eng     *vkengine.Engine
+	phys    *vulkan.PhysicalDevice
+	variant string // the GEMM variant its kernels use
+}
+
+func (g *gpuEngine) close() {
+	if g == nil {
+		return
+	}
+	if g.eng != nil {
+		g.eng.Close()
+	}
+	if g.dev != nil {
+		g.dev.Close()
+	}
+	if g.inst != nil {
+		g.inst.Close()
+	}
+	if g.lib != nil {
+		g.lib.Close()
+	}
+}
+
+// describe is the banner's and run.json's line for the device.
+func (g *gpuEngine) describe() string {
+	p := g.phys
+	return fmt.Sprintf("%s (%s, %s %s, Vulkan %s, %s) · GEMM %s", p.Name, p.Type, p.DriverName, p.DriverVersionString(), p.VersionString(), p.UUIDString(), g.variant)
+}
+
+// openGPU opens the engine compute.device asks for: nil for the CPU,
+// with the reason for the choice. sel is the device selection (the
+// recipe's device: field); compute.vulkan_device, when set, names a
+// Vulkan device directly (an index in Vulkan's order, a UUID or a PCI
+// bus id), the only way to choose a CPU driver such as lavapipe.
+func openGPU(c ComputeConfig, sel device.Selection) (*gpuEngine, string, error) {
+	if c.Device == ComputeCPU {
+		return nil, "compute.device: cpu", nil
+	}
+	want := c.Device == ComputeGPU
+	if c.Device == ComputeAuto && len(sel.GPUs) == 0 && c.VulkanDevice == "" {
+		return nil, "auto → cpu: no GPU selected", nil
+	}
+	if c.Device == ComputeAuto && c.ActivationCheckpointing && c.VulkanDevice == "" {
+		return nil, "auto → cpu: activation checkpointing runs on the CPU engine only", nil
+	}
+	fail := func(err error) (*gpuEngine, string, error) {
+		if want || c.VulkanDevice != "" {
+			return nil, "", err
+		}
+		return nil, fmt.Sprintf("auto → cpu: %v", err), nil // a GPU Vulkan cannot use is no error for auto
+	}
+	lib, err := vulkan.Load()
+	if err != nil {
+		return fail(err)
+	}
+	g := &gpuEngine{lib: lib}
+	if g.inst, err = vulkan.NewInstance(lib, "mixtune"); err != nil {
+		g.close()
+		return fail(err)
+	}
+	devs, err := g.inst.PhysicalDevices()
+	if err != nil {
+		g.close()
+		return fail(err)
+	}
+	pick, reason, err := pickVulkan(devs, c.VulkanDevice, sel)
+	if err != nil {
+		g.close()
+		return fail(err)
+	}
+	g.phys = pick
+	if g.dev, err = g.inst.OpenDevice(pick); err != nil {
+		g.close()
+		return nil, "", fmt.Errorf("open %s: %w", pick.Name, err)
+	}
+	if g.eng, err = vkengine.New(g.dev); err != nil {
+		g.close()
+		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
+	}
+	g.variant = g.eng.Kernels.Variant.Name
+	return g, reason, nil
+}
+
+// pickVulkan chooses the Vulkan device: the one spec names; else the one
+// whose UUID is the selected GPU's; else, for compute.device: gpu with
+// no GPU selected, the real GPU with the largest device-local heap. A
+// CPU driver (lavapipe) is taken only when spec names it.
+func pickVulkan(devs []*vulkan.PhysicalDevice, spec string, sel device.Selection) (*vulkan.PhysicalDevice, string, error) {
+	if spec != "" {
+		d, err := vulkan.Select(devs, spec)
+		if err != nil {
+			return nil, "", err
+		}
+		return d, fmt.Sprintf("compute.vulkan_device: %s", spec), nil
+	}
+	if len(sel.GPUs) > 0 {
+		uuid := sel.GPUs[0].UUID
+		for _, d := range devs {
+			if strings.EqualFold(d.UUIDString(), uuid) {
+				return d, fmt.Sprintf("the selected %s, by UUID", uuid), nil
+			}
+		}
+		return nil, "", fmt.Errorf("Vulkan reports no device with the selected GPU's UUID %s", uuid)
+	}
+	var gpus []*vulkan.PhysicalDevice
+	var cpus []string
+	for _, d := range devs {
+		if d.Type == vulkan.TypeCPU {
+			cpus = append(cpus, fmt.Sprintf("%d (%s)", d.Index, d.Name))
+			continue
+		}
+		gpus = append(gpus, d)
+	}
+	if len(gpus) == 0 {
+		msg := "Vulkan reports no GPU"
+		if len(cpus) > 0 {
+			msg += fmt.Sprintf("; only the CPU driver %s, which compute.vulkan_device must name to be used", strings.Join(cpus, ", "))
+		}
+		return nil, "", errors.New(msg)
+	}
+	sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].DeviceLocalBytes > gpus[j].DeviceLocalBytes })
+	return gpus[0], "the Vulkan GPU with the most device-local memory", nil
+}
+
+// engineName is summary.json's and run.json's engine: "cpu" or
+// "vulkan: <device>".
+func (c *components) engineName() string {
+	if c.gpu == nil {
+		return "cpu"
+	}
+	return "vulkan: " + c.gpu.describe()
+}

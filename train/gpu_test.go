@@ -1,0 +1,71 @@
+package train
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mixtune/mixtune/device"
+	"github.com/mixtune/mixtune/gpu/vulkan"
+)
+
+func TestPickVulkan(t *testing.T) {
+	lavapipe := &vulkan.PhysicalDevice{Index: 0, Name: "llvmpipe (LLVM 15.0.6, 256 bits)", Type: vulkan.TypeCPU, DeviceLocalBytes: 8 << 30}
+	small := &vulkan.PhysicalDevice{Index: 1, Name: "Intel UHD", Type: vulkan.TypeIntegratedGPU, DeviceLocalBytes: 2 << 30, UUID: [16]byte{1}}
+	big := &vulkan.PhysicalDevice{Index: 2, Name: "NVIDIA H200", Type: vulkan.TypeDiscreteGPU, DeviceLocalBytes: 140 << 30, UUID: [16]byte{0x30, 0x69}}
+	other := &vulkan.PhysicalDevice{Index: 3, Name: "AMD Radeon", Type: vulkan.TypeDiscreteGPU, DeviceLocalBytes: 16 << 30, UUID: [16]byte{7}}
+	sel := func(uuid string) device.Selection {
+		return device.Selection{GPUs: []device.GPU{{UUID: uuid}}}
+	}
+	for _, tc := range []struct {
+		name string
+		devs []*vulkan.PhysicalDevice
+		spec string
+		sel  device.Selection
+		want *vulkan.PhysicalDevice
+		err  string
+	}{
+		{"largest real GPU", []*vulkan.PhysicalDevice{lavapipe, small, other, big}, "", device.Selection{}, big, ""},
+		{"selected GPU by UUID", []*vulkan.PhysicalDevice{lavapipe, big, other}, "", sel(other.UUIDString()), other, ""},
+		{"UUID case", []*vulkan.PhysicalDevice{big, other}, "", sel(strings.ToUpper(big.UUIDString())), big, ""},
+		{"selected GPU unknown to Vulkan", []*vulkan.PhysicalDevice{big}, "", sel("GPU-ffffffff-0000-0000-0000-000000000000"), nil, "no device with the selected GPU's UUID"},
+		{"lavapipe only: never auto", []*vulkan.PhysicalDevice{lavapipe}, "", device.Selection{}, nil, "only the CPU driver 0 (llvmpipe"},
+		{"lavapipe named", []*vulkan.PhysicalDevice{lavapipe, big}, "0", device.Selection{}, lavapipe, ""},
+		{"named by UUID over the selection", []*vulkan.PhysicalDevice{big, other}, other.UUIDString(), sel(big.UUIDString()), other, ""},
+		{"bad index", []*vulkan.PhysicalDevice{big}, "4", device.Selection{}, nil, "vulkan: device index 4 out of range"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _, err := pickVulkan(tc.devs, tc.spec, tc.sel)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %v, %v; want %s", got, err, tc.want.Name)
+			}
+		})
+	}
+}
+
+func TestComputeDeviceField(t *testing.T) {
+	t.Chdir("..") // the recipe names its files from the repository's root
+	for _, tc := range []struct {
+		sets []string
+		err  string
+	}{
+		{[]string{"compute.device=tpu"}, `unknown compute device "tpu"`},
+		{[]string{"compute.device=cpu", "compute.vulkan_device=0"}, "compute.vulkan_device: names a Vulkan device, but compute.device is cpu"},
+		{[]string{"compute.device=gpu", "compute.activation_checkpointing=true"}, "compute.activation_checkpointing: is not yet supported on the Vulkan engine"},
+	} {
+		_, err := Load("configs/quickstart.yaml", tc.sets)
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%v: err %v, want one containing %q", tc.sets, err, tc.err)
+		}
+	}
+	for _, s := range []string{"auto", "cpu", "gpu", "GPU"} {
+		if _, err := Load("configs/quickstart.yaml", []string{"compute.device=" + s}); err != nil {
+			t.Errorf("compute.device=%s: %v", s, err)
+		}
+	}
+}

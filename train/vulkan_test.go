@@ -1,0 +1,195 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mixtune/mixtune/gpu/vulkan"
+)
+
+// vulkanDevice names the Vulkan device the engine tests run on:
+// MIXTUNE_VK_DEVICE, else index 0 (lavapipe in CI). It skips, naming
+// what is missing, where there is no loader or device.
+func vulkanDevice(t *testing.T) string {
+	t.Helper()
+	lib, err := vulkan.Load()
+	if err != nil {
+		if errors.Is(err, vulkan.ErrNoLoader) {
+			t.Skipf("no Vulkan loader (libvulkan.so.1): %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	inst, err := vulkan.NewInstance(lib, "mixtune-test")
+	if err != nil {
+		if errors.Is(err, vulkan.ErrNoDevice) {
+			t.Skipf("no Vulkan device: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	if _, err := inst.PhysicalDevices(); err != nil {
+		if errors.Is(err, vulkan.ErrNoDevice) {
+			t.Skipf("no Vulkan device: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if d := os.Getenv("MIXTUNE_VK_DEVICE"); d != "" {
+		return d
+	}
+	return "0"
+}
+
+// quickstartShaped is the quickstart recipe cut to steps steps of 4 rows
+// each (lavapipe runs a GEMM at a few GFLOP/s), every step's loss logged,
+// validation on 2 batches at the start and the end, no task accuracy.
+func quickstartShaped(t *testing.T, out string, steps string, sets ...string) *Recipe {
+	t.Helper()
+	base := []string{"compute.blas=native", "output_dir=" + out, "task.before=false", "task.after=false",
+		"train.steps=" + steps, "train.batch_size=4", "train.log_every=1", "train.eval_every=" + steps, "train.eval_batches=2"}
+	r, err := Load(filepath.Join("configs", "quickstart.yaml"), append(base, sets...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// lossesOf reads a run's logged training losses by step and its
+// validation losses by step.
+func lossesOf(t *testing.T, dir string) (train, val map[int]float64) {
+	train, val = map[int]float64{}, map[int]float64{}
+	for _, m := range readMetrics(t, dir) {
+		s := int(m["step"])
+		if v, ok := m["loss"]; ok {
+			train[s] = v
+		}
+		if v, ok := m["val_loss"]; ok {
+			val[s] = v
+		}
+	}
+	return train, val
+}
+
+// compareLosses checks every logged loss of got against want within rel
+// relative error.
+func compareLosses(t *testing.T, what string, got, want map[int]float64, rel float64) {
+	t.Helper()
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%s: %d losses, want %d", what, len(got), len(want))
+	}
+	worst := 0.0
+	for s, w := range want {
+		g, ok := got[s]
+		if !ok {
+			t.Fatalf("%s: no loss at step %d", what, s)
+		}
+		e := math.Abs(g-w) / math.Abs(w)
+		worst = max(worst, e)
+		if !(e <= rel) {
+			t.Errorf("%s: step %d: loss %v, want %v (relative %.3g > %.3g)", what, s, g, w, e, rel)
+		}
+	}
+	t.Logf("%s: %d losses, worst relative difference %.3g (bound %.3g)", what, len(want), worst, rel)
+}
+
+// TestVulkanQuickstartMatchesCPU trains the quickstart's model, data and
+// LoRA adapter for 20 steps on the Vulkan engine and on the CPU, and
+// compares every step's loss and the validation losses.
+//
+// fp32: the engines compute the same graph with fp32 sums in different
+// orders (and RMSNorm's statistics in fp32 on the GPU, float64 on the
+// CPU), so each op differs by a few fp32 ulps, ~1e-7 relative; 20 AdamW
+// steps with a warmup from 0 carry that into the weights without
+// amplifying it past 1e-5 (the bound the issue sets).
+//
+// bf16: every op's output is rounded to bf16 on both engines; a value
+// whose fp32 pre-image differs by an ulp can round to a neighbouring bf16
+// value (2^-8 relative) on one engine and not the other, so the losses
+// agree to about that, not to fp32's; 1e-2 bounds it with room for the
+// rounding differences' effect on 20 steps.
+func TestVulkanQuickstartMatchesCPU(t *testing.T) {
+	dev := vulkanDevice(t)
+	if testing.Short() {
+		t.Skip("trains 2×20 steps on the Vulkan device: not in -short")
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Chdir("..")
+	for _, tc := range []struct {
+		precision string
+		rel       float64
+	}{{"fp32", 1e-5}, {"bf16", 1e-2}} {
+		t.Run(tc.precision, func(t *testing.T) {
+			run := func(sets ...string) (map[int]float64, map[int]float64, *Summary) {
+				r := quickstartShaped(t, t.TempDir(), "20", append(sets, "precision="+tc.precision)...)
+				sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tr, val := lossesOf(t, sum.RunDir)
+				return tr, val, sum
+			}
+			cpuTrain, cpuVal, cpuSum := run("compute.device=cpu")
+			gpuTrain, gpuVal, gpuSum := run("compute.vulkan_device=" + dev)
+			if cpuSum.Engine != "cpu" || !strings.HasPrefix(gpuSum.Engine, "vulkan: ") {
+				t.Fatalf("engines %q and %q", cpuSum.Engine, gpuSum.Engine)
+			}
+			t.Logf("engine %s; host→device %d B/step, device→host %d B/step", gpuSum.Engine, gpuSum.HostToDevice, gpuSum.DeviceToHost)
+			compareLosses(t, "train", gpuTrain, cpuTrain, tc.rel)
+			compareLosses(t, "validation", gpuVal, cpuVal, tc.rel)
+		})
+	}
+}
+
+// TestResumeAcrossEngines stops a run after 10 of 20 steps and resumes it
+// on the other engine, both ways: the resumed run warns that it changed
+// engines, and its losses follow the uninterrupted CPU run's within the
+// fp32 bound of TestVulkanQuickstartMatchesCPU.
+func TestResumeAcrossEngines(t *testing.T) {
+	dev := vulkanDevice(t)
+	if testing.Short() {
+		t.Skip("trains on the Vulkan device: not in -short")
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Chdir("..")
+	out := t.TempDir()
+	full, err := Run(context.Background(), quickstartShaped(t, out, "20", "compute.device=cpu", "name=full"), Options{Out: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := lossesOf(t, full.RunDir)
+	cpu, gpu := "compute.device=cpu", "compute.vulkan_device="+dev
+	for _, tc := range []struct{ name, first, then, warn string }{
+		{"cpu-then-vulkan", cpu, gpu, "started on the cpu engine and resumes on vulkan: "},
+		{"vulkan-then-cpu", gpu, cpu, "resumes on cpu: the engines sum in other orders"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sets := []string{"name=" + tc.name, "train.checkpoint_every=10"}
+			ctx, cancel := context.WithCancel(context.Background())
+			first, err := Run(ctx, quickstartShaped(t, out, "20", append(sets, tc.first)...), Options{Out: io.Discard, afterStep: func(s int) {
+				if s == 10 {
+					cancel()
+				}
+			}})
+			cancel()
+			if err != ErrInterrupted {
+				t.Fatalf("first leg: %v, want the interruption after step 10", err)
+			}
+			var log strings.Builder
+			r := quickstartShaped(t, out, "20", append(sets, tc.then)...)
+			if _, err := Run(context.Background(), r, Options{Out: &log, ResumeDir: first.RunDir}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(log.String(), tc.warn) {
+				t.Errorf("no warning %q in\n%s", tc.warn, log.String())
+			}
+			got, _ := lossesOf(t, first.RunDir)
+			compareLosses(t, tc.name, got, want, 1e-5)
+		})
+	}
+}
