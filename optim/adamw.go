@@ -235,3 +235,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// AdamWBiasCorrections are the bias corrections 1 − β1^t and 1 − β2^t
+// of a param at its step t, computed as Step computes them (β^t in
+// double-double), for an optimizer that runs AdamW's update elsewhere (on
+// a GPU) and must scale its steps as this one does.
+func AdamWBiasCorrections(c AdamWConfig, t int64) (bc1, bc2 float64) {
+	return 1 - powInt(c.Beta1, t), 1 - powInt(c.Beta2, t)
+}

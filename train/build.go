@@ -21,6 +21,7 @@ import (
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/gpu/vkengine"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/internal/cpufeat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
@@ -62,6 +63,7 @@ type components struct {
 	bf16        bf16Decision     // where the bf16 products run (amp.bf16_matmul)
 	gpu         *gpuEngine       // the Vulkan engine the graphs run on; nil on the CPU
 	gpuReason   string           // why compute.device chose what it chose
+	devOpt      *deviceOptimizer // AdamW on the Vulkan device; nil where the host steps
 	comm        dist.Comm        // the processes training together; a Single for one
 	dp          *dataParallel    // this process's part of every batch: all of it for one
 }
@@ -182,11 +184,21 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tg); err != nil {
 		return nil, err
 	}
+	if c.gpu != nil && r.Optimizer.Name == AdamW {
+		// the optimizer's state and the weights stay on the device
+		if c.devOpt, err = newDeviceOptimizer(c.gpu, adamWConfig(r.Optimizer), c.params, c.trainer.vk.Param); err != nil {
+			return c, err // closes the trainer
+		}
+		c.optimizer, c.trainer.devOpt = c.devOpt, c.devOpt
+	}
 	if ctx.Err() != nil {
 		return c, ErrInterrupted // closes the trainer
 	}
 	if len(c.valBatches) > 0 {
 		eg := graphOptions{checkpoint: ckpt, evalOfFullFineTune: c.lora == nil, gpu: c.gpu, trained: paramNames(c.params)}
+		if c.trainer.vk != nil {
+			eg.share = c.trainer.vk.Param // the training graph's weights, not a second copy
+		}
 		if c.evaluator, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, eg); err != nil {
 			return c, err // closes the trainer
 		}
@@ -241,6 +253,9 @@ func (c *components) close() {
 	}
 	if c.evaluator != nil {
 		c.evaluator.close()
+	}
+	if c.devOpt != nil {
+		c.devOpt.close()
 	}
 	c.gpu.close()
 }
@@ -515,7 +530,11 @@ func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
 	if c.Name == SGD {
 		return optim.NewSGD(optim.SGDConfig{Momentum: c.Momentum, WeightDecay: c.WeightDecay, Nesterov: c.Nesterov})
 	}
-	return optim.NewAdamW(optim.AdamWConfig{Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay})
+	return optim.NewAdamW(adamWConfig(c))
+}
+
+func adamWConfig(c OptimizerConfig) optim.AdamWConfig {
+	return optim.AdamWConfig{Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay}
 }
 
 // runner owns one compiled graph of fixed batch shape: a training graph
@@ -528,6 +547,7 @@ type runner struct {
 	vkSync   G.Nodes           // the trained weights' nodes, uploaded when they change
 	vkSeen   uint64            // the engine's weights version last uploaded
 	vkGrad   []float32         // a downloaded gradient
+	devOpt   *deviceOptimizer  // set: the gradients stay on the device, summed there
 	g        *model.Graph
 	vm       G.VM
 	ids, tgt []int      // the input tensors' backing arrays, refilled per batch
@@ -562,6 +582,9 @@ type graphOptions struct {
 	// the GPU uploads again when the engine's weights change; params'
 	// names when the runner has them.
 	trained []string
+	// share, on the GPU, gives the weights another program holds (the
+	// training graph's), which this graph reads instead of a copy.
+	share func(name string) *vulkan.Buffer
 }
 
 // paramNames are the params' names.
@@ -653,7 +676,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 	}
 	ru.tapped = b.GradTap != nil
 	if o.gpu != nil {
-		return ru, ru.compileGPU(o.gpu, b, nodes, o.trained)
+		return ru, ru.compileGPU(o.gpu, b, nodes, o.trained, o.share)
 	}
 	ru.vm = G.NewTapeMachine(b.G)
 	return ru, nil
@@ -662,7 +685,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 // compileGPU compiles the runner's graph for the Vulkan engine. The
 // weights go up now; the trained ones again whenever the engine's weights
 // change (an optimizer step, a restored checkpoint).
-func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.Node, trained []string) error {
+func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.Node, trained []string, share func(string) *vulkan.Buffer) error {
 	if ru.params != nil {
 		trained = paramNames(ru.params)
 	}
@@ -673,7 +696,11 @@ func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.No
 		}
 		ru.vkSync = append(ru.vkSync, b.Leaf(n))
 	}
-	p, err := g.eng.Compile(b.G, b.IsParam)
+	var opts []vkengine.CompileOption
+	if share != nil {
+		opts = append(opts, vkengine.Share(share))
+	}
+	p, err := g.eng.Compile(b.G, b.IsParam, opts...)
 	if err != nil {
 		return fmt.Errorf("compile the model for %s: %w", g.phys.Name, err)
 	}
@@ -694,6 +721,17 @@ func (ru *runner) runGPU(first bool, noise uint64) (float64, error) {
 		}
 		ru.vkSeen = v
 	}
+	if ru.devOpt != nil {
+		grads := make([]*vulkan.Buffer, len(ru.grads))
+		for i, n := range ru.grads {
+			grads[i] = ru.vk.Buffer(n)
+		}
+		err := ru.vk.RunWith(nn.Pass{Noise: noise}, func(r *vulkan.Recorder) error { return ru.devOpt.accumulate(r, grads, first) })
+		if err != nil {
+			return 0, err
+		}
+		return ru.readLoss()
+	}
 	if err := ru.vk.Run(nn.Pass{Noise: noise}); err != nil {
 		return 0, err
 	}
@@ -704,6 +742,10 @@ func (ru *runner) runGPU(first bool, noise uint64) (float64, error) {
 		}
 		accumulate(p.Grad, g, first)
 	}
+	return ru.readLoss()
+}
+
+func (ru *runner) readLoss() (float64, error) {
 	var loss [1]float32
 	if err := ru.vk.Read(ru.g.Loss, loss[:]); err != nil {
 		return 0, err

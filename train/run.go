@@ -569,7 +569,11 @@ func (s *session) trainStep() (stepResult, error) {
 	s.lastLoss = res.loss
 	res.finiteLoss = !math.IsNaN(res.loss) && !math.IsInf(res.loss, 0)
 	res.lr = p.schedule.LR(s.step)
-	res.update, err = applyStep(p.params, p.optimizer, p.scaler, r.Optimizer.GradClip, res.lr, total > 0, res.finiteLoss)
+	if p.devOpt != nil { // the same decisions, on gradients that stay on the device
+		res.update, err = p.devOpt.apply(p.scaler, r.Optimizer.GradClip, res.lr, total > 0, res.finiteLoss)
+	} else {
+		res.update, err = applyStep(p.params, p.optimizer, p.scaler, r.Optimizer.GradClip, res.lr, total > 0, res.finiteLoss)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -642,6 +646,9 @@ func (s *session) stateNow() checkpointState {
 // checkpoint saves everything needed to continue after the current step,
 // then prunes old checkpoints and redraws the reports.
 func (s *session) checkpoint() error {
+	if err := s.syncHost(); err != nil {
+		return err
+	}
 	if err := s.checkReplicas(fmt.Sprintf("step %d", s.step)); err != nil {
 		return err
 	}
@@ -680,6 +687,9 @@ func (s *session) writeCheckpoint() error {
 // interrupted while measuring saves the trained model without them, and
 // --resume makes them.
 func (s *session) finish(ctx context.Context) (*Summary, error) {
+	if err := s.syncHost(); err != nil {
+		return nil, err
+	}
 	sum := &s.sum
 	sum.RunDir, sum.Steps, sum.FinalLoss = s.dir, s.step, jsonfloat.Float(s.lastLoss)
 	loopSeconds := s.loopSeconds()
@@ -941,4 +951,26 @@ func overlapNote(on bool) string {
 		return ", overlapped with the backward pass"
 	}
 	return ""
+}
+
+// syncHost brings the weights and optimizer state an optimizer on the
+// device has moved back to the host, where checkpoints, the final save
+// and decoding read them; the CPU engine then recasts its copies, and the
+// device programs, which hold these very values, upload nothing.
+func (s *session) syncHost() error {
+	p := s.parts
+	if p.devOpt == nil {
+		return nil
+	}
+	moved, err := p.devOpt.syncHost()
+	if err != nil || !moved {
+		return err
+	}
+	p.eng.WeightsChanged()
+	for _, ru := range []*runner{p.trainer, p.evaluator} {
+		if ru != nil && ru.vk != nil {
+			ru.vkSeen = p.eng.WeightsVersion()
+		}
+	}
+	return nil
 }

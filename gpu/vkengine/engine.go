@@ -84,6 +84,7 @@ type Program struct {
 	ints   []hostInts
 	nodes  map[*G.Node]*node
 	fwd    map[int]*node // forward ops by ID, for their backward ops
+	share  func(name string) *vulkan.Buffer
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.
@@ -105,10 +106,22 @@ type hostInts struct {
 // ErrUnsupported wraps an op the engine has no lowering for.
 var ErrUnsupported = errors.New("vkengine: op not supported on the Vulkan engine")
 
+// CompileOption changes how Compile treats a graph's weights.
+type CompileOption func(*Program)
+
+// Share makes the program read a weight from another program's buffer
+// instead of uploading its own copy, wherever buf returns one for the
+// weight node's name: an evaluation graph reads the training graph's
+// weights, which an optimizer on the device updates in place, and holds
+// no second copy of the base model.
+func Share(buf func(name string) *vulkan.Buffer) CompileOption {
+	return func(p *Program) { p.share = buf }
+}
+
 // Compile lowers b's graph. isParam says which input nodes are weights:
 // uploaded now and again only by SyncParams; every other input is
 // uploaded at each Run.
-func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool) (*Program, error) {
+func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...CompileOption) (*Program, error) {
 	order, err := G.Sort(g)
 	if err != nil {
 		return nil, fmt.Errorf("vkengine: sort graph: %w", err)
@@ -118,6 +131,9 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool) (*Program, 
 	}
 	p := &Program{e: e, order: order, bufs: map[*G.Node]*vulkan.Buffer{}, params: map[*G.Node]bool{},
 		saved: map[savedKey]*vulkan.Buffer{}, nodes: map[*G.Node]*node{}, fwd: map[int]*node{}}
+	for _, o := range opts {
+		o(p)
+	}
 	if err := p.compile(isParam); err != nil {
 		p.Close()
 		return nil, err
@@ -128,6 +144,15 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool) (*Program, 
 func (p *Program) compile(isParam func(*G.Node) bool) error {
 	for _, n := range p.order {
 		if n.Op() == nil {
+			if p.share != nil && isParam(n) {
+				if b := p.share(n.Name()); b != nil {
+					if b.Size() < bytesOf(n) {
+						return fmt.Errorf("vkengine: shared weight %s: %d bytes for %d", n.Name(), b.Size(), bytesOf(n))
+					}
+					p.bufs[n], p.params[n] = b, true
+					continue
+				}
+			}
 			b, err := p.alloc(bytesOf(n))
 			if err != nil {
 				return fmt.Errorf("vkengine: input %s: %w", n.Name(), err)
@@ -196,7 +221,11 @@ func (p *Program) compile(isParam func(*G.Node) bool) error {
 
 // Run uploads the inputs, records every node's dispatches into one batch
 // and submits it.
-func (p *Program) Run(pass nn.Pass) error {
+func (p *Program) Run(pass nn.Pass) error { return p.RunWith(pass, nil) }
+
+// RunWith is Run with after's dispatches recorded behind the graph's, in
+// the same batch (a gradient accumulation, say).
+func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) error {
 	for _, n := range p.inputs {
 		if err := p.upload(n); err != nil {
 			return err
@@ -213,7 +242,30 @@ func (p *Program) Run(pass nn.Pass) error {
 			return err
 		}
 	}
+	if after != nil {
+		if err := after(r); err != nil {
+			return err
+		}
+	}
 	return r.Submit()
+}
+
+// Submit records fn's dispatches as one batch and submits it.
+func (e *Engine) Submit(fn func(r *vulkan.Recorder) error) error {
+	if err := fn(e.rec); err != nil {
+		return err
+	}
+	return e.rec.Submit()
+}
+
+// Param is the device buffer of the weight named name, or nil.
+func (p *Program) Param(name string) *vulkan.Buffer {
+	for n := range p.params {
+		if n.Name() == name {
+			return p.bufs[n]
+		}
+	}
+	return nil
 }
 
 // SyncParams uploads the host values of the given weight nodes (after
