@@ -239,20 +239,24 @@ func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) er
 	r := p.e.rec
 	for _, rec := range p.steps {
 		if err := rec(r, pass); err != nil {
+			r.Discard()
 			return err
 		}
 	}
 	if after != nil {
 		if err := after(r); err != nil {
+			r.Discard()
 			return err
 		}
 	}
 	return r.Submit()
 }
 
-// Submit records fn's dispatches as one batch and submits it.
+// Submit records fn's dispatches as one batch and submits it; if fn
+// fails, nothing recorded is submitted.
 func (e *Engine) Submit(fn func(r *vulkan.Recorder) error) error {
 	if err := fn(e.rec); err != nil {
+		e.rec.Discard()
 		return err
 	}
 	return e.rec.Submit()

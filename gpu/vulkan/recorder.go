@@ -220,6 +220,14 @@ func (r *Recorder) Submit() error {
 	return nil
 }
 
+// Discard drops a batch recorded but not submitted (recording failed
+// part way), so that the next batch starts clean.
+func (r *Recorder) Discard() {
+	if r.recording {
+		r.reset()
+	}
+}
+
 // reset returns the command buffer and descriptor sets for reuse.
 func (r *Recorder) reset() {
 	f := &r.d.fn
