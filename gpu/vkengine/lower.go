@@ -35,6 +35,11 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerLinearDX, true
 	case "linear.dw":
 		return lowerLinearDW, true
+	// rmsnorm, rope, embedding
+	case "rmsnorm":
+		return lowerRMSNorm, true
+	case "rmsnorm.backward":
+		return lowerRMSNormBackward, true
 	}
 	return nil, false
 }
