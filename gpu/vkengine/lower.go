@@ -40,6 +40,10 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerRMSNorm, true
 	case "rmsnorm.backward":
 		return lowerRMSNormBackward, true
+	case "rope":
+		return lowerRope, true
+	case "rope.backward":
+		return lowerRopeBackward, true
 	}
 	return nil, false
 }

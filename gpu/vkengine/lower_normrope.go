@@ -1,6 +1,9 @@
 package vkengine
 
 import (
+	"fmt"
+
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/nn"
 )
@@ -56,4 +59,71 @@ func lowerRMSNormBackward(p *Program, nd *node) (recordFunc, error) {
 		}
 		return ks.Round(r, dw, a.D, rounding(nd.spec.In[1]))
 	}, nil
+}
+
+// lowerRope rotates x by its rows' positions, rounded to the op's format.
+func lowerRope(p *Program, nd *node) (recordFunc, error) {
+	return lowerRotation(p, nd, nd.spec, nd.out, nd.spec.Out, false)
+}
+
+// lowerRopeBackward rotates the output's gradient (the one graph input)
+// by the opposite angles: the rotation is orthogonal. dx is rounded to
+// x's format.
+func lowerRopeBackward(p *Program, nd *node) (recordFunc, error) {
+	return lowerRotation(p, nd, *nd.spec.Forward, nd.grads[0], nd.spec.In[0], true)
+}
+
+// lowerRotation records y = rotate(nd.in[0]) with the table and positions
+// of the rope op fwd, rounded to format out.
+func lowerRotation(p *Program, nd *node, fwd nn.OpSpec, y *vulkan.Buffer, out amp.Format, inverse bool) (recordFunc, error) {
+	a := fwd.Attrs.(nn.RopeAttrs)
+	if a.Decoding {
+		return nil, fmt.Errorf("%w: a decoding graph's rope reads its positions from a KV cache", ErrUnsupported)
+	}
+	if y == nil {
+		return nil, fmt.Errorf("rope: no buffer for the rotated values")
+	}
+	table, err := ropeTable(p, fwd.ID, a)
+	if err != nil {
+		return nil, err
+	}
+	args := vulkan.RopeArgs{Rows: a.Rows, Heads: a.Heads, Half: len(a.InvFreq), SeqLen: a.SeqLen, Inverse: inverse}
+	if a.Positions != nil {
+		if args.Positions, err = p.HostInts(a.Positions); err != nil {
+			return nil, err
+		}
+	}
+	n := a.Rows * a.Heads * 2 * len(a.InvFreq)
+	rnd := rounding(out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		for row, q := range a.Positions { // the CPU would index its table out of range
+			if q < 0 || q >= a.SeqLen {
+				return fmt.Errorf("vkengine: rope: row %d at position %d, outside the table's %d positions", row, q, a.SeqLen)
+			}
+		}
+		if err := p.e.Kernels.Rope(r, nd.in[0], table, y, args); err != nil {
+			return err
+		}
+		return p.e.Kernels.Round(r, y, n, rnd)
+	}, nil
+}
+
+// ropeTable is the op's cos and sin table on the device, shared by its
+// forward and backward: nn.NewRopeTableFreqs computes it on the host, so
+// the angles are the CPU engine's bit for bit (a GPU's cos and sin are
+// not correctly rounded), and it goes up once, at compile time.
+func ropeTable(p *Program, id int, a nn.RopeAttrs) (*vulkan.Buffer, error) {
+	const name = "rope.table"
+	_, uploaded := p.saved[savedKey{id, name}] // by the forward, for the backward
+	b, err := p.Saved(id, name, 4*vulkan.RopeTableLen(a.SeqLen, len(a.InvFreq)))
+	if err != nil || uploaded {
+		return b, err
+	}
+	t := nn.NewRopeTableFreqs[float32](a.SeqLen, a.InvFreq)
+	vals := append(append(make([]float32, 0, 2*len(t.Cos)), t.Cos...), t.Sin...)
+	p.e.Transfers.Up += int64(4 * len(vals))
+	if err := b.WriteFloat32(0, vals); err != nil {
+		return nil, fmt.Errorf("rope table: %w", err)
+	}
+	return b, nil
 }

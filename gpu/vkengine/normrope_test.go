@@ -1,11 +1,15 @@
 package vkengine
 
 import (
+	"math"
+	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/nn"
 )
 
@@ -68,5 +72,98 @@ func TestRMSNorm(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) { checkCase(t, e, c) })
+	}
+}
+
+// TestRope compares RoPE's forward and backward (the inverse rotation)
+// with the float64 graph: rows at r mod T, packed rows whose positions
+// restart at each document, scaled frequencies, and a bf16 linear
+// feeding it.
+//
+// The bound (fp32): both engines read the same fp32 cos and sin
+// (nn.NewRopeTableFreqs, computed on the host), so only the rotation's
+// arithmetic differs: y1 = a·c − b·s rounds two products and a
+// difference, within γ_2·(|a·c| + |b·s|) ≤ γ_2·√(a²+b²)·√(c²+s²), and
+// √(a²+b²) = √(y1²+y2²) (a rotation keeps the pair's norm; c²+s² is 1
+// within 2u) ≤ √2·max|y|: 2√2·u(1+3u) < 3u of the largest value.
+func TestRope(t *testing.T) {
+	e := openEngine(t)
+	const heads, headDim, seqLen = 3, 8, 5
+	rope := func(positions []int, invFreq []float32) func(b *nn.Builder) (*G.Node, G.Nodes) {
+		return func(b *nn.Builder) (*G.Node, G.Nodes) {
+			x := param(b, "x", 1, 1, true, 2*seqLen, heads*headDim)
+			if invFreq == nil {
+				invFreq = nn.RopeInvFreq(headDim, 10000)
+			}
+			return b.RopeFreqs(x, heads, seqLen, invFreq, positions), G.Nodes{x}
+		}
+	}
+	scaled := nn.RopeInvFreq(headDim, 1e6)
+	for i := range scaled {
+		scaled[i] /= 8 // a linear scaling, as RopeScaling "linear" makes
+	}
+	bf16 := amp.DefaultPolicy(amp.BF16)
+	for _, c := range []opCase{
+		{name: "row mod T", build: rope(nil, nil), tol: 3 * u},
+		{name: "packed positions", build: rope([]int{0, 1, 2, 0, 1, 0, 1, 2, 3, 4}, nil), tol: 3 * u},
+		{name: "scaled frequencies", build: rope([]int{4, 3, 2, 1, 0, 0, 0, 1, 1, 2}, scaled), tol: 3 * u},
+		// rope computes in fp32 under the policy; its dx is rounded to
+		// the bf16 linear output's format.
+		{name: "after bf16 linear", policy: &bf16, tol: bf16Tol, build: func(b *nn.Builder) (*G.Node, G.Nodes) {
+			x := param(b, "x", 1, 1, true, 2*seqLen, 16)
+			w := param(b, "w", 3, 0.3, true, heads*headDim, 16)
+			return b.Rope(b.Linear(x, w), heads, headDim, seqLen, 10000), G.Nodes{x, w}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) { checkCase(t, e, c) })
+	}
+}
+
+// TestRopePositionsRefilled: the graph's owner refills the positions
+// between runs (packed micro-batches); each Vulkan run must rotate by the
+// new ones (HostInts re-uploads them), agreeing with the CPU engine's run
+// of the same graph within TestRope's 3u, and a position outside the
+// table is an error, not an out-of-range read.
+func TestRopePositionsRefilled(t *testing.T) {
+	e := openEngine(t)
+	const heads, headDim, seqLen, rows = 2, 8, 6, 6
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 1}, Workers: 1}, tensor.Float32)
+	positions := make([]int, rows)
+	x := input(b, "x", 1, rows, heads*headDim)
+	y := b.RopeAt(x, heads, headDim, seqLen, 10000, positions)
+	p, err := e.Compile(b.G, b.IsParam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	vm := G.NewTapeMachine(b.G)
+	defer vm.Close()
+	for _, pos := range [][]int{{0, 1, 2, 3, 4, 5}, {0, 1, 0, 1, 2, 0}, {5, 4, 3, 2, 1, 0}} {
+		copy(positions, pos)
+		if err := b.Eng.Run(vm, nn.Pass{}); err != nil {
+			t.Fatal(err)
+		}
+		vm.Reset()
+		if err := p.Run(nn.Pass{}); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, rows*heads*headDim)
+		if err := p.Read(y, got); err != nil {
+			t.Fatal(err)
+		}
+		want := y.Value().Data().([]float32)
+		scale := 0.0
+		for _, v := range want {
+			scale = max(scale, math.Abs(float64(v)))
+		}
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); !(d <= 3*u*scale) {
+				t.Fatalf("positions %v: y[%d] = %g on Vulkan, %g on the CPU", pos, i, got[i], want[i])
+			}
+		}
+	}
+	positions[3] = seqLen
+	if err := p.Run(nn.Pass{}); err == nil || !strings.Contains(err.Error(), "position") {
+		t.Fatalf("a position outside the table ran (error %v)", err)
 	}
 }
