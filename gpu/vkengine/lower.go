@@ -44,6 +44,10 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerRope, true
 	case "rope.backward":
 		return lowerRopeBackward, true
+	case "embedding":
+		return lowerEmbedding, true
+	case "embedding.backward":
+		return lowerEmbeddingBackward, true
 	}
 	return nil, false
 }

@@ -3,6 +3,8 @@ package vkengine
 import (
 	"fmt"
 
+	G "gorgonia.org/gorgonia"
+
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/nn"
@@ -126,4 +128,83 @@ func ropeTable(p *Program, id int, a nn.RopeAttrs) (*vulkan.Buffer, error) {
 		return nil, fmt.Errorf("rope table: %w", err)
 	}
 	return b, nil
+}
+
+// lowerEmbedding gathers the table's rows (fp32, or 16-bit widened
+// exactly) by the token ids, rounded to the op's format.
+func lowerEmbedding(p *Program, nd *node) (recordFunc, error) {
+	a := nd.spec.Attrs.(nn.EmbeddingAttrs)
+	t := vulkan.EmbeddingTable{Buf: nd.in[1], V: a.V, D: a.D, B16: a.Table16}
+	if a.Table16 {
+		switch a.TableFormat {
+		case amp.BF16:
+			t.Half = vulkan.BF16
+		case amp.FP16:
+			t.Half = vulkan.FP16
+		default:
+			return nil, fmt.Errorf("16-bit table of format %v", a.TableFormat)
+		}
+	}
+	ids := nd.inN[0]
+	rnd := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if err := checkIDs(ids, a.V); err != nil {
+			return err
+		}
+		if err := p.e.Kernels.Embedding(r, nd.in[0], t, nd.out, a.N); err != nil {
+			return err
+		}
+		return p.e.Kernels.Round(r, nd.out, a.N*a.D, rnd)
+	}, nil
+}
+
+// checkIDs refuses token ids outside the vocabulary, as the CPU's
+// embedding does, before the kernel would read outside the table.
+func checkIDs(n *G.Node, vocab int) error {
+	v := n.Value()
+	if v == nil {
+		return fmt.Errorf("vkengine: embedding: ids %s have no value", n.Name())
+	}
+	ids, ok := v.Data().([]int)
+	if !ok {
+		return fmt.Errorf("vkengine: embedding: ids %s hold %T, not []int", n.Name(), v.Data())
+	}
+	for r, id := range ids {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("vkengine: embedding: token id %d at position %d is outside the vocabulary (size %d)", id, r, vocab)
+		}
+	}
+	return nil
+}
+
+// lowerEmbeddingBackward scatter-adds the output's gradient (the one
+// graph input) into the table's rows in position order, the CPU's sums
+// bit for bit; rows never looked up are 0, the values the CPU's
+// row-sparse upkeep leaves. The ids are the forward's input.
+func lowerEmbeddingBackward(p *Program, nd *node) (recordFunc, error) {
+	a := nd.spec.Forward.Attrs.(nn.EmbeddingAttrs)
+	dt := nd.grads[1]
+	if dt == nil { // ids never get a gradient, a frozen table none
+		return nil, nil
+	}
+	fwd, err := p.forward(nd.spec)
+	if err != nil {
+		return nil, err
+	}
+	head, err := p.alloc(4 * a.V)
+	if err != nil {
+		return nil, err
+	}
+	next, err := p.alloc(4 * a.N)
+	if err != nil {
+		return nil, err
+	}
+	args := vulkan.EmbeddingGradArgs{N: a.N, V: a.V, D: a.D, IDs: fwd.in[0], G: nd.in[0], DTable: dt, Head: head, Next: next}
+	rnd := rounding(nd.spec.In[1])
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if err := p.e.Kernels.EmbeddingGrad(r, args); err != nil {
+			return err
+		}
+		return p.e.Kernels.Round(r, dt, a.V*a.D, rnd)
+	}, nil
 }

@@ -2,6 +2,7 @@ package vkengine
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -165,5 +166,116 @@ func TestRopePositionsRefilled(t *testing.T) {
 	positions[3] = seqLen
 	if err := p.Run(nn.Pass{}); err == nil || !strings.Contains(err.Error(), "position") {
 		t.Fatalf("a position outside the table ran (error %v)", err)
+	}
+}
+
+// embeddingIDs look up rows 3 and 1 several times (their gradients are
+// sums, added in position order) and leave rows 2, 4, 5, 6 and 8 of a
+// 10-row table unread (their gradients are 0).
+var embeddingIDs = []int{3, 1, 3, 7, 0, 3, 1, 9}
+
+// intInput adds an int input holding vals.
+func intInput(t *testing.T, b *nn.Builder, name string, vals []int) *G.Node {
+	n := b.IntInput(name, len(vals))
+	if err := G.Let(n, tensor.New(tensor.WithShape(len(vals)), tensor.WithBacking(append([]int(nil), vals...)))); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestEmbedding compares the lookup and the table's gradient with the
+// CPU engine bit for bit and with float64: the lookup is a copy, and each
+// gradient value is the sum, in position order from +0, of the output
+// gradients of the positions that read its row, the order the CPU adds
+// them in. Against float64 a sum of m fp32 terms is within γ_{m−1}·Σ|g|
+// (scatterBound computes it from the values). A
+// 16-bit table (Builder.Param16, bf16 and fp16) is widened exactly; the
+// float64 reference reads the same values widened on the host, and the
+// output x + emb, one fp32 addition, is within u of it.
+func TestEmbedding(t *testing.T) {
+	e := openEngine(t)
+	const vocab, dim = 10, 12
+	lookup := func(ids []int, vocab, dim int) func(b *nn.Builder) (*G.Node, G.Nodes) {
+		return func(b *nn.Builder) (*G.Node, G.Nodes) {
+			table := param(b, "table", 5, 1, true, vocab, dim)
+			return b.Embedding(intInput(t, b, "ids", ids), table), G.Nodes{table}
+		}
+	}
+	// Many ids, over several workgroups: up to 12 uses of a row.
+	rng := rand.New(rand.NewPCG(8, 9))
+	many := make([]int, 300)
+	for i := range many {
+		many[i] = rng.IntN(50)
+	}
+	cases := []opCase{
+		{name: "repeated ids", exact: true, tol: scatterBound(embeddingIDs, vocab, dim), build: lookup(embeddingIDs, vocab, dim)},
+		{name: "many ids", exact: true, tol: scatterBound(many, 50, 40), build: lookup(many, 50, 40)},
+	}
+	for _, f := range []amp.Format{amp.BF16, amp.FP16} {
+		cases = append(cases, opCase{name: f.String() + " table", exact: true, tol: u, build: func(b *nn.Builder) (*G.Node, G.Nodes) {
+			ids := intInput(t, b, "ids", embeddingIDs)
+			vals := randoms(5, vocab*dim, 1)
+			bits := make([]uint16, len(vals))
+			for i, v := range vals {
+				bits[i] = f.Bits16(v)
+				vals[i] = f.FromBits16(bits[i])
+			}
+			var table *G.Node
+			if b.Dtype == tensor.Float32 {
+				table = b.Param16("table", []int{vocab, dim}, bits, f)
+			} else { // float64 graphs take no 16-bit weights: the same values
+				table = b.Param("table", []int{vocab, dim}, vals, false)
+			}
+			x := param(b, "x", 6, 1, true, len(embeddingIDs), dim)
+			return b.AddScaled(x, b.Embedding(ids, table), 1), G.Nodes{x}
+		}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { checkCase(t, e, c) })
+	}
+}
+
+// scatterBound is the bound, relative to the largest exact value, on an
+// fp32 embedding gradient: each value sums the m_v output gradients of its
+// row's uses, within γ_{m_v−1}·Σ|g| of exact in any order. g is the
+// harness's output gradient (buildCase: randoms(99, …)).
+func scatterBound(ids []int, vocab, dim int) float64 {
+	g := randoms(99, len(ids)*dim, 1)
+	exact, abs := make([]float64, vocab*dim), make([]float64, vocab*dim)
+	uses := make([]int, vocab)
+	for r, id := range ids {
+		uses[id]++
+		for j := range dim {
+			exact[id*dim+j] += float64(g[r*dim+j])
+			abs[id*dim+j] += math.Abs(float64(g[r*dim+j]))
+		}
+	}
+	worst, scale := 0.0, 0.0
+	for i := range exact {
+		m := float64(uses[i/dim])
+		worst = max(worst, (m-1)*u/(1-(m-1)*u)*abs[i])
+		scale = max(scale, math.Abs(exact[i]))
+	}
+	return worst / scale
+}
+
+// TestEmbeddingRejectsIDs: an id outside the vocabulary is the CPU's
+// error, not a read outside the table.
+func TestEmbeddingRejectsIDs(t *testing.T) {
+	e := openEngine(t)
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 1}, Workers: 1}, tensor.Float32)
+	ids := intInput(t, b, "ids", embeddingIDs)
+	b.Embedding(ids, param(b, "table", 5, 1, true, 10, 4))
+	p, err := e.Compile(b.G, b.IsParam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Run(nn.Pass{}); err != nil {
+		t.Fatal(err)
+	}
+	ids.Value().Data().([]int)[4] = 10
+	if err := p.Run(nn.Pass{}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Fatalf("id 10 of a 10-row table ran (error %v)", err)
 	}
 }
