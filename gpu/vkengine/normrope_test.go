@@ -24,24 +24,12 @@ const bf16Tol = 4 * 0x1p-8
 // TestRMSNorm compares RMSNorm's forward, dx and dw on the Vulkan engine
 // with the float64 graph, for plain rows, Qwen3's per-head variant, rows
 // wider than a workgroup (300 > 256), and enough rows (70) that dw sums
-// several chunks; and with only dx or only dw wanted.
-//
-// The bound (fp32): with k = ⌈d/256⌉ and u = 2^-24, rstd is within
-// δ = ½γ_{k+10} + 4u of exact (shaders/rmsnorm.comp), y within δ + 3u.
-// dx = rstd·(h − x·c), h = g⊙w, c = (Σ h·x)·rstd²/d: the sum is within
-// γ_{k+10}·Σ|h·x|, so c is off by (γ_{k+13} + 2δ)·rstd²·Σ|h·x|/d ≤
-// (γ_{k+13} + 2δ)·rstd·max|h| (mean |x̂| ≤ 1), and |Δdx_j| ≤ (δ+2u)·|dx_j|
-// + rstd·max|h|·(u + γ_2·|x̂_j|·|c|/rstd + |x̂_j|·(γ_{k+13} + 2δ)). With
-// k ≤ 2, |x̂_j| ≤ 4 and rstd·max|h| ≤ 2·max|dx| for these normal inputs
-// that is under 300u = 1.8e-5 of max|dx|. dw_j = Σ_r g·x̂ over ≤ 70 rows
-// in sequential chunk sums of depth ≤ 26 (gpu/vulkan's rmsDWChunks): within
-// (γ_26 + δ + 2u)·Σ_r|g·x̂| ≤ 40u·Σ|g·x̂|, and Σ|g·x̂| stays under 4× max|dw|
-// here. 2e-5 of each tensor's largest value holds for any correct fp32
-// implementation.
+// several chunks; and with only dx or only dw wanted. The fp32 bound of
+// each case is rmsNormBound's, computed from the case's values.
 func TestRMSNorm(t *testing.T) {
 	e := openEngine(t)
-	rms := func(n, heads, d int, wantX, wantW bool) func(b *nn.Builder) (*G.Node, G.Nodes) {
-		return func(b *nn.Builder) (*G.Node, G.Nodes) {
+	rms := func(name string, n, heads, d int, wantX, wantW bool) opCase {
+		return opCase{name: name, tol: rmsNormBound(n*heads, d), build: func(b *nn.Builder) (*G.Node, G.Nodes) {
 			x := param(b, "x", 1, 1, wantX, n, heads*d)
 			w := param(b, "w", 2, 1, wantW, d)
 			var wrt G.Nodes
@@ -51,29 +39,89 @@ func TestRMSNorm(t *testing.T) {
 			if wantW {
 				wrt = append(wrt, w)
 			}
-			return b.RMSNormHeads(x, w, heads, 1e-6), wrt
-		}
+			return b.RMSNormHeads(x, w, heads, rmsEps), wrt
+		}}
 	}
 	bf16 := amp.DefaultPolicy(amp.BF16)
 	for _, c := range []opCase{
-		{name: "rows", build: rms(6, 1, 40, true, true), tol: 2e-5},
-		{name: "heads", build: rms(5, 4, 16, true, true), tol: 2e-5},
-		{name: "wide rows", build: rms(3, 1, 300, true, true), tol: 2e-5},
-		{name: "many rows", build: rms(70, 1, 24, true, true), tol: 2e-5},
-		{name: "heads many rows", build: rms(9, 8, 8, true, true), tol: 2e-5},
-		{name: "dx only", build: rms(6, 2, 12, true, false), tol: 2e-5},
-		{name: "dw only", build: rms(6, 2, 12, false, true), tol: 2e-5},
+		rms("rows", 6, 1, 40, true, true),
+		rms("heads", 5, 4, 16, true, true),
+		rms("wide rows", 3, 1, 300, true, true),
+		rms("many rows", 70, 1, 24, true, true),
+		rms("heads many rows", 9, 8, 8, true, true),
+		rms("dx only", 6, 2, 12, true, false),
+		rms("dw only", 6, 2, 12, false, true),
 		// A bf16 linear feeds the norm: rmsnorm computes in fp32 and its
 		// dx is rounded to the linear output's bf16.
 		{name: "after bf16 linear", policy: &bf16, tol: bf16Tol, build: func(b *nn.Builder) (*G.Node, G.Nodes) {
 			x := param(b, "x", 1, 1, true, 6, 32)
 			wl := param(b, "wl", 3, 0.2, true, 4*16, 32)
 			w := param(b, "w", 2, 1, true, 16)
-			return b.RMSNormHeads(b.Linear(x, wl), w, 4, 1e-6), G.Nodes{x, wl, w}
+			return b.RMSNormHeads(b.Linear(x, wl), w, 4, rmsEps), G.Nodes{x, wl, w}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) { checkCase(t, e, c) })
 	}
+}
+
+// rmsEps is TestRMSNorm's eps.
+const rmsEps = 1e-6
+
+// gamma is γ_n = n·u/(1 − n·u), the relative error bound of n fp32
+// roundings.
+func gamma(n int) float64 { return float64(n) * u / (1 - float64(n)*u) }
+
+// rmsNormBound bounds |Vulkan − exact| of TestRMSNorm's case with rows
+// rows of d values, relative to each tensor's largest exact value (the
+// largest ratio of y, dx and dw), from the case's values: x and w from
+// param's seeds 1 and 2, g from the harness's (buildCase: randoms(99, …)).
+//
+// rstd is within δ = ½γ_{⌈d/256⌉+10} + 4u of exact (shaders/rmsnorm.comp:
+// the fp32 sum of squares, the mean, inversesqrt's 2 ulp), plus ½u for
+// eps rounded to fp32; y = w·(x·rstd) is within (δ + 2u)·|y|, 3u to spare.
+// dx = rstd·(h − x·c), h = fl(g·w), c = (Σ_j h·x)·rstd²/d: a sum of d terms
+// in any order is within γ_{d−1}·Σ|h·x|, h's rounding adds u·Σ|h·x| and
+// the three factors of c 2δ + 3u of |c|, so |Δc| ≤ (γ_{d+3} + 2δ)·rstd²·
+// Σ|h·x|/d; then |Δdx_j| ≤ (δ + 2u)·|dx_j| + rstd·(u·|h_j| + γ_2·|x_j·c|) +
+// rstd·|x_j|·|Δc| (the rounding of h, of x·c, of the difference, and
+// rstd's error with the last product). dw_j = Σ_r g·x·rstd over the rows,
+// each term within δ + 2u, summed in any order: within (γ_{rows−1} + δ +
+// 2u)·Σ_r|g·x·rstd|. A margin of 1% covers the second-order terms.
+func rmsNormBound(rows, d int) float64 {
+	x, w, g := randoms(1, rows*d, 1), randoms(2, d, 1), randoms(99, rows*d, 1)
+	delta := 0.5*gamma((d+255)/256+10) + 4.5*u
+	var yErr, yMax, dxErr, dxMax float64
+	dw, dwAbs := make([]float64, d), make([]float64, d)
+	for r := range rows {
+		xr, gr := x[r*d:(r+1)*d], g[r*d:(r+1)*d]
+		var ss, dot, dotAbs float64
+		for j, v := range xr {
+			h := float64(gr[j]) * float64(w[j])
+			ss += float64(v) * float64(v)
+			dot += h * float64(v)
+			dotAbs += math.Abs(h * float64(v))
+		}
+		rstd := 1 / math.Sqrt(ss/float64(d)+rmsEps)
+		c := dot * rstd * rstd / float64(d)
+		dc := (gamma(d+3) + 2*delta) * rstd * rstd * dotAbs / float64(d)
+		for j, v := range xr {
+			xj, h := float64(v), float64(gr[j])*float64(w[j])
+			y := float64(w[j]) * xj * rstd
+			yErr, yMax = max(yErr, (delta+3*u)*math.Abs(y)), max(yMax, math.Abs(y))
+			dx := rstd * (h - xj*c)
+			dxErr = max(dxErr, (delta+2*u)*math.Abs(dx)+rstd*(u*math.Abs(h)+gamma(2)*math.Abs(xj*c))+rstd*math.Abs(xj)*dc)
+			dxMax = max(dxMax, math.Abs(dx))
+			t := float64(gr[j]) * xj * rstd
+			dw[j] += t
+			dwAbs[j] += math.Abs(t)
+		}
+	}
+	var dwErr, dwMax float64
+	for j := range dw {
+		dwErr = max(dwErr, (gamma(rows-1)+delta+2*u)*dwAbs[j])
+		dwMax = max(dwMax, math.Abs(dw[j]))
+	}
+	return 1.01 * max(yErr/yMax, dxErr/dxMax, dwErr/dwMax)
 }
 
 // TestRope compares RoPE's forward and backward (the inverse rotation)
@@ -277,5 +325,30 @@ func TestEmbeddingRejectsIDs(t *testing.T) {
 	ids.Value().Data().([]int)[4] = 10
 	if err := p.Run(nn.Pass{}); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
 		t.Fatalf("id 10 of a 10-row table ran (error %v)", err)
+	}
+}
+
+// TestNormRopeRunsRepeat: a model's input path (embedding, q_norm-style
+// per-head RMSNorm, RoPE at packed positions) gives the same bits at
+// every run: every sum has a fixed order, none depends on scheduling.
+func TestNormRopeRunsRepeat(t *testing.T) {
+	e := openEngine(t)
+	const heads, headDim, seqLen = 2, 8, 4
+	c := opCase{name: "input path", build: func(b *nn.Builder) (*G.Node, G.Nodes) {
+		table := param(b, "table", 5, 1, true, 10, heads*headDim)
+		w := param(b, "w", 2, 1, true, headDim)
+		h := b.RMSNormHeads(b.Embedding(intInput(t, b, "ids", embeddingIDs), table), w, heads, rmsEps)
+		return b.RopeAt(h, heads, headDim, seqLen, 10000, []int{0, 1, 2, 0, 1, 0, 1, 2}), G.Nodes{table, w}
+	}}
+	first := runVulkan(t, e, c)
+	for run := 1; run < 3; run++ {
+		again := runVulkan(t, e, c)
+		for i, vals := range again.vals {
+			for j, v := range vals {
+				if math.Float64bits(v) != math.Float64bits(first.vals[i][j]) {
+					t.Fatalf("run %d: %s[%d] = %g, run 0 gave %g", run, again.names[i], j, v, first.vals[i][j])
+				}
+			}
+		}
 	}
 }
