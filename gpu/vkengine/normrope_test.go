@@ -1,6 +1,7 @@
 package vkengine
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -350,5 +351,23 @@ func TestNormRopeRunsRepeat(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRopeCachedUnsupported: a decoding graph's rope reads positions and
+// table from a KVCache the Vulkan engine does not hold; compiling it is
+// ErrUnsupported, not a rotation by the wrong angles.
+func TestRopeCachedUnsupported(t *testing.T) {
+	e := openEngine(t)
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 1}, Workers: 1}, tensor.Float32)
+	c := nn.NewKVCache(1, 16, nn.RopeInvFreq(8, 10000))
+	b.RopeCached(input(b, "x", 1, 3, 16), 2, c)
+	p, err := e.Compile(b.G, b.IsParam)
+	if err == nil {
+		p.Close()
+		t.Fatal("a KV-cache rope compiled")
+	}
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "KV cache") {
+		t.Fatalf("error %v: want ErrUnsupported naming the KV cache", err)
 	}
 }

@@ -6,10 +6,10 @@ import (
 )
 
 // rmsDWChunks is how RMSNormWeightGrad splits rows rows: chunks of
-// chunkRows consecutive rows (the last may be shorter), at most 256 of
-// them so the second pass stays short, and about 32 rows each, as the CPU's
-// reduceChunk, while that gives no more. Both depend on rows only, so the
-// summation order is fixed for a shape.
+// chunkRows consecutive rows (the last may be shorter), about 32 rows
+// each as the CPU's reduceChunk, but never more than 256 chunks (longer
+// ones then) so the second pass stays short. Both depend on rows only, so
+// the summation order is fixed for a shape.
 func rmsDWChunks(rows int) (chunks, chunkRows int) {
 	chunks = min((rows+31)/32, 256)
 	chunkRows = (rows + chunks - 1) / chunks
