@@ -103,7 +103,7 @@ func (b *Builder) RopeFreqs(x *G.Node, heads, seqLen int, invFreq []float32, pos
 }
 
 func newRopeOp[T Float](base opBase, shape []int, heads, seqLen int, invFreq []float32, positions []int) *ropeOp[T] {
-	return &ropeOp[T]{opBase: base, shape: shape, heads: heads, seqLen: seqLen, positions: positions,
+	return &ropeOp[T]{opBase: base, shape: shape, heads: heads, seqLen: seqLen, positions: positions, invFreq: invFreq,
 		table: NewRopeTableFreqs[T](seqLen, invFreq), buf: newBuffer[T](shape...)}
 }
 
@@ -111,7 +111,8 @@ type ropeOp[T Float] struct {
 	opBase
 	shape         []int
 	heads, seqLen int
-	positions     []int // nil: row mod seqLen
+	positions     []int     // nil: row mod seqLen
+	invFreq       []float32 // the table's inverse frequencies (OpSpec: other engines rebuild the table)
 	table         RopeTable[T]
 	cache         *KVCache // a decoding graph's: positions and table come from it
 	buf           buffer[T]

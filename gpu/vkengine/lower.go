@@ -35,6 +35,19 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerLinearDX, true
 	case "linear.dw":
 		return lowerLinearDW, true
+	// rmsnorm, rope, embedding
+	case "rmsnorm":
+		return lowerRMSNorm, true
+	case "rmsnorm.backward":
+		return lowerRMSNormBackward, true
+	case "rope":
+		return lowerRope, true
+	case "rope.backward":
+		return lowerRopeBackward, true
+	case "embedding":
+		return lowerEmbedding, true
+	case "embedding.backward":
+		return lowerEmbeddingBackward, true
 	}
 	return nil, false
 }
