@@ -123,7 +123,7 @@ func ropeTable(p *Program, id int, a nn.RopeAttrs) (*vulkan.Buffer, error) {
 	}
 	t := nn.NewRopeTableFreqs[float32](a.SeqLen, a.InvFreq)
 	vals := append(append(make([]float32, 0, 2*len(t.Cos)), t.Cos...), t.Sin...)
-	p.e.Transfers.Up += int64(4 * len(vals))
+	p.Transfers.Up += int64(4 * len(vals))
 	if err := b.WriteFloat32(0, vals); err != nil {
 		return nil, fmt.Errorf("rope table: %w", err)
 	}
