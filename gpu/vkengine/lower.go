@@ -35,6 +35,15 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerLinearDX, true
 	case "linear.dw":
 		return lowerLinearDW, true
+	// lm_head_loss, cross_entropy
+	case "lm_head_loss":
+		return lowerHeadLoss, true
+	case "lm_head_loss.backward":
+		return lowerHeadLossBackward, true
+	case "cross_entropy":
+		return lowerCrossEntropy, true
+	case "cross_entropy.backward":
+		return lowerCrossEntropyBackward, true
 	}
 	return nil, false
 }
