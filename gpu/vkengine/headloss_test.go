@@ -24,16 +24,37 @@ const (
 
 var headTargets = []int{5, nn.IgnoreIndex, 299, 0, 17, nn.IgnoreIndex, 123, 256, 299, 42, 7}
 
-// headInputs adds x [N, D] (sd 1), W [V, D] (sd 0.2: logits of sd about 1)
-// and the targets.
-func headInputs(b *nn.Builder, trainW bool, targets []int) (x, w, tg *G.Node) {
+// headInputs adds x [N, D] (sd 1), W [V, D] (sd 0.2: logits of sd about
+// 1) and the targets. A 16-bit W (w16) is frozen, its values bf16: a
+// Param16 in a float32 graph, a float64 weight of the same values in a
+// float64 one.
+func headInputs(b *nn.Builder, trainW, w16 bool, targets []int) (x, w, tg *G.Node) {
 	x = param(b, "x", 21, 1, true, len(targets), headD)
-	w = param(b, "w", 22, 0.2, trainW, headV, headD)
+	switch {
+	case w16 && b.Dtype == tensor.Float32:
+		vals := headW(true)
+		bits := make([]uint16, len(vals))
+		for i, v := range vals {
+			bits[i] = amp.BF16.Bits16(v)
+		}
+		w = b.Param16("w", []int{headV, headD}, bits, amp.BF16)
+	default:
+		w = b.Param("w", []int{headV, headD}, headW(w16), trainW && !w16)
+	}
 	tg = b.IntInput("targets", len(targets))
 	if err := G.Let(tg, tensor.New(tensor.WithShape(len(targets)), tensor.WithBacking(append([]int(nil), targets...)))); err != nil {
 		panic(err)
 	}
 	return x, w, tg
+}
+
+// headW are W's values, rounded to bf16 for a 16-bit W.
+func headW(w16 bool) []float32 {
+	w := randoms(22, headV*headD, 0.2)
+	if w16 {
+		amp.BF16.RoundSlice(w)
+	}
+	return w
 }
 
 // headForm is how the loss is built.
@@ -52,6 +73,7 @@ type headCase struct {
 	policy  *amp.Policy
 	form    headForm
 	trainW  bool
+	w16     bool // W is a frozen 16-bit weight (bf16 values)
 	chunk   int
 	targets []int
 }
@@ -70,7 +92,7 @@ func (c headCase) build(t *testing.T, b *nn.Builder) (G.Nodes, G.Nodes) {
 	if err := G.Let(lossGrad, seed); err != nil {
 		t.Fatal(err)
 	}
-	x, w, tg := headInputs(b, c.trainW, c.targets)
+	x, w, tg := headInputs(b, c.trainW, c.w16, c.targets)
 	wrt := G.Nodes{x}
 	if c.trainW {
 		wrt = append(wrt, w)
@@ -114,8 +136,10 @@ func (c headCase) run(t *testing.T, dt tensor.Dtype, e *Engine) ran {
 			t.Fatal(err)
 		}
 		defer p.Close()
-		if c.form != unfused && gradsInForward(t, b.G) != (c.form == seeded) {
-			t.Fatalf("the head's forward op computes the gradients: %v; the case is %v", c.form != seeded, c.form == seeded)
+		if c.form != unfused {
+			if a := headAttrs(t, b.G); a.GradsInForward != (c.form == seeded) || a.W16 != c.w16 {
+				t.Fatalf("the head's attributes %+v do not fit the case %+v", a, c)
+			}
 		}
 		if err := p.Run(nn.Pass{Noise: 7}); err != nil {
 			t.Fatal(err)
@@ -136,20 +160,20 @@ func (c headCase) run(t *testing.T, dt tensor.Dtype, e *Engine) ran {
 	return res
 }
 
-// gradsInForward reports whether g's lm_head_loss op computes its
-// gradients in the forward pass.
-func gradsInForward(t *testing.T, g *G.ExprGraph) bool {
+// headAttrs are the attributes of g's lm_head_loss op, which say which
+// path the engine takes.
+func headAttrs(t *testing.T, g *G.ExprGraph) nn.HeadLossAttrs {
 	t.Helper()
 	for _, n := range g.AllNodes() {
 		if n.Op() == nil {
 			continue
 		}
 		if s, err := nn.Spec(n); err == nil && s.Kind == "lm_head_loss" {
-			return s.Attrs.(nn.HeadLossAttrs).GradsInForward
+			return s.Attrs.(nn.HeadLossAttrs)
 		}
 	}
 	t.Fatal("no lm_head_loss node")
-	return false
+	return nn.HeadLossAttrs{}
 }
 
 // gamma is γ_k = k·u/(1 − k·u), the bound of a k-term fp32 sum's
@@ -179,7 +203,7 @@ func gamma(k int) float64 { return float64(k) * u / (1 - float64(k)*u) }
 //     and the result is rounded to bf16 (2^-9·(|dx| + the rest)).
 func headBounds(c headCase) (loss, dx, dw float64) {
 	x := randoms(21, len(c.targets)*headD, 1)
-	w := randoms(22, headV*headD, 0.2)
+	w := headW(c.w16)
 	n := len(c.targets)
 	const r16 = 0x1p-9
 	bf16 := c.policy != nil
@@ -288,6 +312,9 @@ func TestHeadLoss(t *testing.T) {
 		{name: "seeded frozen head fp32 blocks of 3", form: seeded, chunk: 3, targets: headTargets},
 		{name: "seeded bf16 blocks of 4", policy: &bf16, form: seeded, trainW: true, chunk: headChunk, targets: headTargets},
 		{name: "seeded bf16 blocks of 5", policy: &bf16, form: seeded, trainW: true, chunk: 5, targets: headTargets},
+		{name: "seeded 16-bit head fp32 blocks of 4", form: seeded, w16: true, chunk: headChunk, targets: headTargets},
+		{name: "recomputed 16-bit head fp32 blocks of 4", form: recomputed, w16: true, chunk: headChunk, targets: headTargets},
+		{name: "seeded 16-bit head bf16 blocks of 4", policy: &bf16, form: seeded, w16: true, chunk: headChunk, targets: headTargets},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			ref := c.run(t, tensor.Float64, nil)
