@@ -371,3 +371,36 @@ func TestHeadLossBadTarget(t *testing.T) {
 		t.Fatalf("run with target %d of a vocabulary of %d: error %v, want one naming the target", headV, headV, err)
 	}
 }
+
+// TestHeadLossRunsAgain: a program run twice gives the same bits (dW's
+// blocks restart from zero at each run; every sum has a fixed order).
+func TestHeadLossRunsAgain(t *testing.T) {
+	e := openEngine(t)
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	outs, _ := headCase{form: seeded, trainW: true, chunk: headChunk, targets: headTargets}.build(t, b)
+	p, err := e.Compile(b.G, b.IsParam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var runs [2][][]float32
+	for i := range runs {
+		if err := p.Run(nn.Pass{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range outs {
+			v := make([]float32, max(1, prod(n.Shape())))
+			if err := p.Read(n, v); err != nil {
+				t.Fatal(err)
+			}
+			runs[i] = append(runs[i], v)
+		}
+	}
+	for k, v := range runs[0] {
+		for j := range v {
+			if math.Float32bits(v[j]) != math.Float32bits(runs[1][k][j]) {
+				t.Fatalf("%s[%d]: %g, then %g", outs[k].Name(), j, v[j], runs[1][k][j])
+			}
+		}
+	}
+}

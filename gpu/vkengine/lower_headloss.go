@@ -18,6 +18,7 @@ import (
 // workgroup scheduling. The kept targets are counted on the host, which
 // uploads them at every run anyway, and which checks them as the CPU ops
 // do: a target outside the vocabulary is an error, not a silent read.
+// The loss is left in fp32 whatever spec.Out says, as the CPU ops leave it.
 
 // targetCount counts the kept targets of a host targets node, checking
 // each against a vocabulary of v entries.
