@@ -254,3 +254,7 @@ func checkCase(t *testing.T, e *Engine, c opCase) {
 		t.Logf("%s %s: Vulkan %.3g, CPU %.3g of the largest |value| off float64 (bound %.3g)", c.name, ref.names[i], worst/scale, cpuWorst/scale, c.tol)
 	}
 }
+
+// gamma is Higham's γ_k = k·u/(1 − k·u), the relative bound of a sum of
+// k fp32 terms in any order (u the fp32 unit roundoff).
+func gamma(k int) float64 { return float64(k) * u / (1 - float64(k)*u) }

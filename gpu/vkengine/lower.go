@@ -48,6 +48,15 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerEmbedding, true
 	case "embedding.backward":
 		return lowerEmbeddingBackward, true
+	// lm_head_loss, cross_entropy
+	case "lm_head_loss":
+		return lowerHeadLoss, true
+	case "lm_head_loss.backward":
+		return lowerHeadLossBackward, true
+	case "cross_entropy":
+		return lowerCrossEntropy, true
+	case "cross_entropy.backward":
+		return lowerCrossEntropyBackward, true
 	}
 	return nil, false
 }

@@ -70,7 +70,6 @@ const rmsEps = 1e-6
 
 // gamma is γ_n = n·u/(1 − n·u), the relative error bound of n fp32
 // roundings.
-func gamma(n int) float64 { return float64(n) * u / (1 - float64(n)*u) }
 
 // rmsNormBound bounds |Vulkan − exact| of TestRMSNorm's case with rows
 // rows of d values, relative to each tensor's largest exact value (the
