@@ -184,9 +184,9 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tg); err != nil {
 		return nil, err
 	}
-	if c.gpu != nil && r.Optimizer.Name == AdamW {
+	if c.gpu != nil {
 		// the optimizer's state and the weights stay on the device
-		if c.devOpt, err = newDeviceOptimizer(c.gpu, adamWConfig(r.Optimizer), c.params, c.trainer.vk.Param); err != nil {
+		if c.devOpt, err = newDeviceOptimizer(c.gpu, r.Optimizer, c.params, c.trainer.vk.Param); err != nil {
 			return c, err // closes the trainer
 		}
 		c.optimizer, c.trainer.devOpt = c.devOpt, c.devOpt
@@ -528,9 +528,13 @@ func (o engineOptimizer) Step(params []*optim.Param, lr float64) error {
 
 func newOptimizer(c OptimizerConfig) (optim.Optimizer, error) {
 	if c.Name == SGD {
-		return optim.NewSGD(optim.SGDConfig{Momentum: c.Momentum, WeightDecay: c.WeightDecay, Nesterov: c.Nesterov})
+		return optim.NewSGD(sgdConfig(c))
 	}
 	return optim.NewAdamW(adamWConfig(c))
+}
+
+func sgdConfig(c OptimizerConfig) optim.SGDConfig {
+	return optim.SGDConfig{Momentum: c.Momentum, WeightDecay: c.WeightDecay, Nesterov: c.Nesterov}
 }
 
 func adamWConfig(c OptimizerConfig) optim.AdamWConfig {

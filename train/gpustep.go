@@ -10,23 +10,26 @@ import (
 	"github.com/mixtune/mixtune/optim"
 )
 
-// deviceOptimizer is AdamW with its whole state on the Vulkan device:
-// each param's gradient summed over the step's micro-batches, the two
-// moments and the step count, and the weights themselves (the training
+// deviceOptimizer is AdamW or SGD with its whole state on the Vulkan
+// device: each param's gradient summed over the step's micro-batches,
+// AdamW's two moments and step count or SGD's momentum buffer, and the
+// weights themselves (the training
 // program's buffers, updated in place). Per step the host reads back
 // three numbers per param (sum of squares, zeros, non-finite values) and
 // takes the decisions applyStep takes on the host (skip, loss scale,
 // clipping); the weights come back only when the host needs them
 // (syncHost: a checkpoint, the final save, decoding). It implements
-// optim.Optimizer with optim.AdamW's State layout, so a checkpoint moves
-// between engines.
+// optim.Optimizer with optim.AdamW's and optim.SGD's State layouts, so a
+// checkpoint moves between engines.
 type deviceOptimizer struct {
 	g          *gpuEngine
+	name       OptimizerKind // AdamW or SGD
 	cfg        optim.AdamWConfig
+	sgd        optim.SGDConfig
 	params     []*optim.Param
 	w          []*vulkan.Buffer // the weights: the training program's buffers
-	grad, m, v []*vulkan.Buffer
-	slot       []int64 // each param's AdamW step count
+	grad, m, v []*vulkan.Buffer // m is SGD's momentum buffer; v is AdamW's only
+	slot       []int64          // each param's step count (AdamW) or steps with momentum (SGD)
 	steps      int64
 	part       *vulkan.Buffer // GradStats' partial sums, reused param after param
 	stats      *vulkan.Buffer // 3 words per param
@@ -37,8 +40,8 @@ type deviceOptimizer struct {
 	hostM, hostV [][]float32
 }
 
-func newDeviceOptimizer(g *gpuEngine, cfg optim.AdamWConfig, params []*optim.Param, weight func(name string) *vulkan.Buffer) (*deviceOptimizer, error) {
-	o := &deviceOptimizer{g: g, cfg: cfg, params: params, slot: make([]int64, len(params)),
+func newDeviceOptimizer(g *gpuEngine, c OptimizerConfig, params []*optim.Param, weight func(name string) *vulkan.Buffer) (*deviceOptimizer, error) {
+	o := &deviceOptimizer{g: g, name: c.Name, cfg: adamWConfig(c), sgd: sgdConfig(c), params: params, slot: make([]int64, len(params)),
 		hostM: make([][]float32, len(params)), hostV: make([][]float32, len(params))}
 	alloc := func(bytes int) (*vulkan.Buffer, error) {
 		b, err := g.dev.NewBuffer(max(bytes, 4))
@@ -220,21 +223,32 @@ func (o *deviceOptimizer) scaleGrads(f float32) error {
 	})
 }
 
-// Name is AdamW's: the state is AdamW's wherever it lives.
-func (o *deviceOptimizer) Name() string { return "adamw" }
+// Name is the host optimizer's: the state is the same wherever it lives.
+func (o *deviceOptimizer) Name() string { return string(o.name) }
 
-// Step applies AdamW to every param on the device, from the step's
+// Step applies the update to every param on the device, from the step's
 // summed gradients (params are o's; the argument is for optim.Optimizer).
 func (o *deviceOptimizer) Step(params []*optim.Param, lr float64) error {
 	if len(params) != len(o.params) {
-		return fmt.Errorf("optim: adamw (device): step: %d params, the optimizer holds %d", len(params), len(o.params))
+		return fmt.Errorf("optim: %s (device): step: %d params, the optimizer holds %d", o.name, len(params), len(o.params))
 	}
 	if !(lr >= 0) || math.IsInf(lr, 0) {
-		return fmt.Errorf("optim: adamw (device): step: learning rate %v", lr)
+		return fmt.Errorf("optim: %s (device): step: learning rate %v", o.name, lr)
 	}
 	ks := o.g.eng.Kernels
 	err := o.g.eng.Submit(func(r *vulkan.Recorder) error {
 		for i, p := range o.params {
+			if o.name == SGD {
+				var m *vulkan.Buffer
+				if o.sgd.Momentum != 0 {
+					m = o.m[i]
+				}
+				s := vulkan.SGDStep{LR: lr, Momentum: o.sgd.Momentum, WeightDecay: o.sgd.WeightDecay, Nesterov: o.sgd.Nesterov, First: o.slot[i] == 0}
+				if err := ks.SGD(r, s, o.w[i], o.grad[i], m, len(p.Value)); err != nil {
+					return err
+				}
+				continue
+			}
 			bc1, bc2 := optim.AdamWBiasCorrections(o.cfg, o.slot[i]+1)
 			s := vulkan.AdamWStep{LR: lr, Beta1: o.cfg.Beta1, Beta2: o.cfg.Beta2, Eps: o.cfg.Eps, WeightDecay: o.cfg.WeightDecay,
 				BiasCorrection1: bc1, BiasCorrection2: bc2}
@@ -248,20 +262,26 @@ func (o *deviceOptimizer) Step(params []*optim.Param, lr float64) error {
 		return err
 	}
 	for i := range o.slot {
-		o.slot[i]++
+		if o.name != SGD || o.sgd.Momentum != 0 {
+			o.slot[i]++
+		}
 	}
 	o.steps++
 	o.stale = true
 	return nil
 }
 
-// State is the moments as syncHost last read them, in optim.AdamW's
-// layout: a checkpoint calls syncHost first.
+// State is the moments as syncHost last read them, in optim.AdamW's or
+// optim.SGD's layout: a checkpoint calls syncHost first.
 func (o *deviceOptimizer) State() optim.State {
 	st := optim.State{Step: o.steps, Scalars: map[string]float64{}, Tensors: map[string][]float32{}}
 	for i, p := range o.params {
 		if o.slot[i] == 0 || o.hostM[i] == nil {
-			continue // AdamW holds no slot for a param it has not stepped
+			continue // no slot for a param not yet stepped (SGD: nor without momentum)
+		}
+		if o.name == SGD {
+			st.Tensors[p.Name+".momentum_buffer"] = append([]float32(nil), o.hostM[i]...)
+			continue
 		}
 		st.Scalars[p.Name+".step"] = float64(o.slot[i])
 		st.Tensors[p.Name+".exp_avg"] = append([]float32(nil), o.hostM[i]...)
@@ -270,15 +290,24 @@ func (o *deviceOptimizer) State() optim.State {
 	return st
 }
 
-// Load uploads a state in optim.AdamW's layout (checked by AdamW's own
-// Load first).
+// Load uploads a state in optim.AdamW's or optim.SGD's layout (checked
+// by that optimizer's own Load first).
 func (o *deviceOptimizer) Load(st optim.State) error {
-	check, err := optim.NewAdamW(o.cfg)
+	var check optim.Optimizer
+	var err error
+	if o.name == SGD {
+		check, err = optim.NewSGD(o.sgd)
+	} else {
+		check, err = optim.NewAdamW(o.cfg)
+	}
 	if err == nil {
 		err = check.Load(st)
 	}
 	if err != nil {
-		return fmt.Errorf("optim: adamw (device): load: %w", err)
+		return fmt.Errorf("optim: %s (device): load: %w", o.name, err)
+	}
+	if o.name == SGD {
+		return o.loadSGD(st)
 	}
 	for _, p := range o.params {
 		m, okM := st.Tensors[p.Name+".exp_avg"]
@@ -321,7 +350,7 @@ func (o *deviceOptimizer) syncHost() (bool, error) {
 		if err := o.w[i].ReadFloat32(0, p.Value); err != nil {
 			return false, fmt.Errorf("read %s from the device: %w", p.Name, err)
 		}
-		if o.slot[i] == 0 {
+		if o.slot[i] == 0 || o.name == SGD && o.sgd.Momentum == 0 {
 			continue
 		}
 		if o.hostM[i] == nil {
@@ -330,10 +359,33 @@ func (o *deviceOptimizer) syncHost() (bool, error) {
 		if err := o.m[i].ReadFloat32(0, o.hostM[i]); err != nil {
 			return false, fmt.Errorf("read the moments of %s from the device: %w", p.Name, err)
 		}
+		if o.name == SGD {
+			continue
+		}
 		if err := o.v[i].ReadFloat32(0, o.hostV[i]); err != nil {
 			return false, fmt.Errorf("read the moments of %s from the device: %w", p.Name, err)
 		}
 	}
 	o.stale = false
 	return true, nil
+}
+
+// loadSGD uploads SGD's momentum buffers (checked by optim.SGD.Load).
+func (o *deviceOptimizer) loadSGD(st optim.State) error {
+	for i, p := range o.params {
+		m, ok := st.Tensors[p.Name+".momentum_buffer"]
+		if !ok {
+			o.slot[i], o.hostM[i] = 0, nil
+			continue
+		}
+		if len(m) != len(p.Value) {
+			return fmt.Errorf("optim: sgd (device): load: momentum of %s has %d values for %d", p.Name, len(m), len(p.Value))
+		}
+		if err := o.m[i].WriteFloat32(0, m); err != nil {
+			return err
+		}
+		o.slot[i], o.hostM[i] = 1, append([]float32(nil), m...)
+	}
+	o.steps = st.Step
+	return nil
 }
