@@ -86,6 +86,7 @@ func TestDoRAPEFT(t *testing.T) {
 	}{
 		{"fp32", nil, amp.FP32, 2e-5},
 		{"fp32, bf16 base", nil, amp.BF16, 2e-5},
+		{"fp32, fp16 base", nil, amp.FP16, 2e-5},
 		{"bf16", &bf16, amp.FP32, 4 * 0x1p-8},
 		{"bf16, bf16 base", &bf16, amp.BF16, 4 * 0x1p-8},
 	}
@@ -174,6 +175,20 @@ func runNorms(t *testing.T, e *Engine, dt tensor.Dtype, build func(b *nn.Builder
 	return float64s(v)
 }
 
+// normBound is twice the bound TestDoRANorm derives for row o's norm,
+// whose float64 value is ref: (2r + 10)·u·‖|W| + |s·B|·|A|‖ + 3u·ref.
+func normBound(w, a, b []float32, o, in, r int, s, ref float64) float64 {
+	var mag float64 // ‖|W| + |s·B|·|A|‖ of the row
+	for j := range in {
+		v := math.Abs(float64(w[o*in+j]))
+		for k := range r {
+			v += math.Abs(s*float64(b[o*r+k])) * math.Abs(float64(a[k*in+j]))
+		}
+		mag += v * v
+	}
+	return 2 * (float64(2*r+10)*u*math.Sqrt(mag) + 3*u*ref)
+}
+
 // TestDoRANorm: the row norms against float64, row by row, for wide rows
 // (in = 600 > 256 columns: the strided columns and the whole reduction
 // tree), rows of zeros (at the floor), a row whose update cancels most of
@@ -205,11 +220,11 @@ func TestDoRANorm(t *testing.T) {
 			}
 			// row 5 is mostly cancelled: W[5] = −s·B[5]·A (in fp32) + small
 			for j := range in {
-				var u float64
+				var upd float64
 				for k := range r {
-					u += s * float64(bv[5*r+k]) * float64(av[k*in+j])
+					upd += s * float64(bv[5*r+k]) * float64(av[k*in+j])
 				}
-				wide[5*in+j] = float32(-u) + 1e-3*wide[5*in+j]
+				wide[5*in+j] = float32(-upd) + 1e-3*wide[5*in+j]
 				if stored != amp.FP32 {
 					wide[5*in+j] = stored.FromBits16(stored.Bits16(wide[5*in+j]))
 				}
@@ -226,27 +241,71 @@ func TestDoRANorm(t *testing.T) {
 			ref := runNorms(t, nil, tensor.Float64, build)
 			cpu := runNorms(t, nil, tensor.Float32, build)
 			vk := runNorms(t, e, tensor.Float32, build)
-			const u = 0x1p-24
 			for o := range out {
-				var mag float64 // ‖|W| + |s·B|·|A|‖ of the row
-				for j := range in {
-					v := math.Abs(float64(wide[o*in+j]))
-					for k := range r {
-						v += math.Abs(s*float64(bv[o*r+k])) * math.Abs(float64(av[k*in+j]))
-					}
-					mag += v * v
-				}
-				bound := 2 * ((2*r+10)*u*math.Sqrt(mag) + 3*u*ref[o])
+				bound := normBound(wide, av, bv, o, in, r, s, ref[o])
 				d := math.Abs(vk[o] - ref[o])
 				if !(d <= bound) {
 					t.Errorf("%s row %d: Vulkan norm %v, float64 %v: off by %.3g, bound %.3g", stored, o, vk[o], ref[o], d, bound)
 				}
-				t.Logf("%s row %d: norm %.6g, Vulkan off float64 by %.3g ulp-of-fp32 relative (CPU float32 %.3g), bound %.3g",
+				t.Logf("%s row %d: norm %.6g, Vulkan off float64 by %.3g fp32 ulps relative (CPU float32 %.3g), bound %.3g",
 					stored, o, ref[o], d/ref[o]/u, math.Abs(cpu[o]-ref[o])/ref[o]/u, bound/ref[o]/u)
 			}
 			if vk[1] != float64(float32(nn.DoRANormFloor)) {
 				t.Errorf("%s: the zero row's norm is %v, want the floor %v", stored, vk[1], float32(nn.DoRANormFloor))
 			}
 		})
+	}
+}
+
+// TestDoRANormFollowsWeights: the CPU caches the norms until the weights
+// change; the device recomputes them at every run. Two runs give the same
+// bits (a fixed summation order), and after B changes on the host and is
+// synced the norms are those of the new weights (against float64, within
+// TestDoRANorm's bound).
+func TestDoRANormFollowsWeights(t *testing.T) {
+	e := openEngine(t)
+	const out, in, r, s = 5, 40, 3, 2.0
+	wv, av, bv := randoms(31, out*in, 0.1), randoms(32, r*in, 0.2), randoms(33, out*r, 0.5)
+	build := func(b *nn.Builder) (norm, bNode *G.Node) {
+		bNode = b.Param("b", []int{out, r}, bv, true)
+		w, a := b.Param("w", []int{out, in}, wv, false), b.Param("a", []int{r, in}, av, true)
+		return b.DoRANorm(w, a, bNode, s, "proj"), bNode
+	}
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	norm, bNode := build(b)
+	p, err := e.Compile(b.G, b.IsParam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	run := func() []float32 {
+		if err := p.Run(nn.Pass{}); err != nil {
+			t.Fatal(err)
+		}
+		v := make([]float32, out)
+		if err := p.Read(norm, v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	first, again := run(), run()
+	for o := range first {
+		if math.Float32bits(first[o]) != math.Float32bits(again[o]) {
+			t.Fatalf("row %d: runs give %v and %v", o, first[o], again[o])
+		}
+	}
+	for i := range bv { // bNode's value shares bv
+		bv[i] = -2 * bv[i]
+	}
+	if err := p.SyncParams(bNode); err != nil {
+		t.Fatal(err)
+	}
+	got := run()
+	ref := runNorms(t, nil, tensor.Float64, func(b *nn.Builder) *G.Node { n, _ := build(b); return n })
+	for o := range got {
+		bound := normBound(wv, av, bv, o, in, r, s, ref[o])
+		if d := math.Abs(float64(got[o]) - ref[o]); !(d <= bound) || got[o] == first[o] {
+			t.Errorf("row %d after B changed: Vulkan %v (before %v), float64 %v, bound %.3g", o, got[o], first[o], ref[o], bound)
+		}
 	}
 }

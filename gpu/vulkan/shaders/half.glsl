@@ -35,12 +35,13 @@ uint toFP16(uint u) {
 	return h;
 }
 
-// fromFP16 widens fp16 bits exactly.
+// fromFP16 widens fp16 bits exactly, as amp.FP16.FromBits16: a NaN keeps
+// its sign and payload and is quieted.
 float fromFP16(uint h) {
 	uint sign = (h & 0x8000u) << 16;
 	uint e = (h >> 10) & 0x1fu;
 	uint m = h & 0x3ffu;
-	if (e == 0x1fu) return uintBitsToFloat(sign | 0x7f800000u | (m << 13));
+	if (e == 0x1fu) return uintBitsToFloat(sign | (m != 0u ? 0x7fc00000u : 0x7f800000u) | (m << 13));
 	if (e == 0u) {
 		float v = float(m) * (1.0 / 16777216.0); // m · 2^-24, exact
 		return sign != 0u ? -v : v;
