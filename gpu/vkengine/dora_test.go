@@ -1,6 +1,7 @@
 package vkengine
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -50,9 +51,9 @@ func doraAdapter(t *testing.T, w []float32, stored amp.Format) *peft.Adapter {
 	return l
 }
 
-// doraWeight is W's values: sd 0.2, one zero row.
-func doraWeight() []float32 {
-	w := randoms(2, doraOut*doraIn, 0.2)
+// doraWeight is W's values for out features: sd 0.2, one zero row.
+func doraWeight(out int) []float32 {
+	w := randoms(2, out*doraIn, 0.2)
 	clear(w[doraZeroRow*doraIn : (doraZeroRow+1)*doraIn])
 	return w
 }
@@ -92,7 +93,7 @@ func TestDoRAPEFT(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			wv := doraWeight()
+			wv := doraWeight(doraOut)
 			l := doraAdapter(t, wv, tc.stored)
 			build := func(b *nn.Builder) (*G.Node, G.Nodes) {
 				x := param(b, "x", 1, 1, true, 6, doraIn)
@@ -122,28 +123,36 @@ func TestDoRAPEFT(t *testing.T) {
 
 // TestDoRAOps: nn.DoRA with its dropout form (base = W·x, baseD = W·x_d,
 // lora = B·A·x_d, x_d standing for dropout(x)) and a trainable W, so
-// every gradient the op gives is taken: base, baseD, lora and m. Bounds
-// as TestDoRAPEFT's.
+// every gradient the op gives is taken: base, baseD, lora and m; with 10
+// output features and with 300 (more than one 256-wide workgroup of
+// columns for the magnitude's sums). Bounds as TestDoRAPEFT's, with
+// K = max(24, out) products per sum (dx and dx_d sum over the features):
+// γ_K·8 of the largest value, 2e-5 for 10 features and 1.43e-4 for 300
+// (γ_300 = 300u/(1 − 300u)), twice that between two fp32 engines.
 func TestDoRAOps(t *testing.T) {
 	e := openEngine(t)
 	bf16 := amp.DefaultPolicy(amp.BF16)
 	const s = 1.5
-	build := func(b *nn.Builder) (*G.Node, G.Nodes) {
-		x := param(b, "x", 1, 1, true, 6, doraIn)
-		xd := param(b, "xd", 5, 1, true, 6, doraIn)
-		w := b.Param("w", []int{doraOut, doraIn}, doraWeight(), true)
-		a := param(b, "a", 3, 0.2, true, doraRank, doraIn)
-		bb := param(b, "b", 4, 0.3, true, doraOut, doraRank)
-		m := param(b, "m", 6, 1, true, doraOut)
-		lora := b.Linear(b.Linear(xd, a), bb)
-		y := b.DoRA(b.Linear(x, w), b.Linear(xd, w), lora, m, b.DoRANorm(w, a, bb, s, "proj"), s)
-		return y, G.Nodes{x, xd, w, a, bb, m}
+	for _, out := range []int{doraOut, 300} {
+		tol := max(2e-5, 8*float64(out)*u/(1-float64(out)*u)) // max(2e-5, 8·γ_out)
+		build := func(b *nn.Builder) (*G.Node, G.Nodes) {
+			x := param(b, "x", 1, 1, true, 6, doraIn)
+			xd := param(b, "xd", 5, 1, true, 6, doraIn)
+			w := b.Param("w", []int{out, doraIn}, doraWeight(out), true)
+			a := param(b, "a", 3, 0.2, true, doraRank, doraIn)
+			bb := param(b, "b", 4, 0.3, true, out, doraRank)
+			m := param(b, "m", 6, 1, true, out)
+			lora := b.Linear(b.Linear(xd, a), bb)
+			y := b.DoRA(b.Linear(x, w), b.Linear(xd, w), lora, m, b.DoRANorm(w, a, bb, s, "proj"), s)
+			return y, G.Nodes{x, xd, w, a, bb, m}
+		}
+		name := fmt.Sprintf("dora dropout, %d features", out)
+		checkCase(t, e, opCase{name: name + ", fp32", build: build, tol: tol})
+		c := opCase{name: name + ", bf16", policy: &bf16, build: build, tol: 4 * 0x1p-8}
+		checkCase(t, e, c)
+		checkAgainstCPU32(t, e, c, 0x1p-7+2*tol)
+		t.Logf("%d values rounded to 16 bits on the device", checkRoundedFormats(t, e, c))
 	}
-	checkCase(t, e, opCase{name: "dora dropout fp32", build: build, tol: 2e-5})
-	c := opCase{name: "dora dropout bf16", policy: &bf16, build: build, tol: 4 * 0x1p-8}
-	checkCase(t, e, c)
-	checkAgainstCPU32(t, e, c, 0x1p-7+2.5e-5)
-	t.Logf("%d values rounded to 16 bits on the device", checkRoundedFormats(t, e, c))
 }
 
 // runNorms runs a graph of DoRANorm alone (it has no gradient) in dtype
