@@ -57,6 +57,13 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerCrossEntropy, true
 	case "cross_entropy.backward":
 		return lowerCrossEntropyBackward, true
+	// dora
+	case "dora_norm":
+		return lowerDoRANorm, true
+	case "dora":
+		return lowerDoRA, true
+	case "dora.backward":
+		return lowerDoRABackward, true
 	}
 	return nil, false
 }
@@ -97,35 +104,60 @@ func lowerAddBackward(p *Program, nd *node) (recordFunc, error) {
 	}, nil
 }
 
-// gemmB returns the B operand of a linear GEMM: W as float32, or its
-// 16-bit values.
-func gemmB(a nn.LinearAttrs) (b16 bool, half vulkan.Half, err error) {
+// linearWeight is a linear's W as its GEMM reads it: the graph's buffer
+// (fp32 values, or 16-bit ones the GEMM widens exactly), or, for a 16-bit
+// weight computed in the other 16-bit format (fp16 weights under a bf16
+// policy, or the reverse), an fp32 copy widened and rounded to the compute
+// format at each run, as nn's weights16 converts it. The copy is kept per
+// weight, shared by the linear and its dx: both write the same values.
+type linearWeight struct {
+	buf     *vulkan.Buffer
+	b16     bool
+	half    vulkan.Half
+	prepare func(r *vulkan.Recorder) error // nil: nothing to convert
+}
+
+func newLinearWeight(p *Program, nd *node, a nn.LinearAttrs) (linearWeight, error) {
+	lw := linearWeight{buf: nd.in[1]}
 	if !a.W16 {
-		return false, 0, nil
+		return lw, nil
 	}
-	switch a.W16Format {
-	case amp.BF16:
-		return true, vulkan.BF16, nil
-	case amp.FP16:
-		return true, vulkan.FP16, nil
+	h, err := half(a.W16Format)
+	if err != nil {
+		return lw, fmt.Errorf("16-bit weight: %w", err)
 	}
-	return false, 0, fmt.Errorf("16-bit weight of format %v", a.W16Format)
+	lw.half = h
+	if a.Compute == amp.FP32 || a.Compute == a.W16Format {
+		lw.b16 = true // the GEMM widens the bits exactly
+		return lw, nil
+	}
+	n := a.Out * a.In
+	wide, err := p.Saved(-1-int(nd.inN[1].ID()), "widened to "+a.Compute.String(), 4*n)
+	if err != nil {
+		return lw, err
+	}
+	bits, hf, rnd := lw.buf, lw.half, rounding(a.Compute)
+	lw.buf = wide
+	lw.prepare = func(r *vulkan.Recorder) error { return p.e.Kernels.Widen16(r, hf, bits, wide, n, rnd) }
+	return lw, nil
 }
 
 // lowerLinear is y[N, Out] = x[N, In]·Wᵀ, rounded to the op's format.
 func lowerLinear(p *Program, nd *node) (recordFunc, error) {
 	a := nd.spec.Attrs.(nn.LinearAttrs)
-	b16, half, err := gemmB(a)
+	w, err := newLinearWeight(p, nd, a)
 	if err != nil {
 		return nil, err
 	}
-	if b16 && a.Compute != a.W16Format && a.Compute != amp.FP32 {
-		return nil, fmt.Errorf("%v weights computed in %v", a.W16Format, a.Compute)
-	}
 	rnd := rounding(nd.spec.Out)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if w.prepare != nil {
+			if err := w.prepare(r); err != nil {
+				return err
+			}
+		}
 		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.N, N: a.Out, K: a.In, TransB: true, Alpha: 1,
-			A: nd.in[0], Lda: a.In, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.Out, B16: b16, BHalf: half}); err != nil {
+			A: nd.in[0], Lda: a.In, B: w.buf, Ldb: a.In, C: nd.out, Ldc: a.Out, B16: w.b16, BHalf: w.half}); err != nil {
 			return err
 		}
 		return p.e.Kernels.Round(r, nd.out, a.N*a.Out, rnd)
@@ -135,14 +167,19 @@ func lowerLinear(p *Program, nd *node) (recordFunc, error) {
 // lowerLinearDX is dx[N, In] = g[N, Out]·W[Out, In], rounded to x's format.
 func lowerLinearDX(p *Program, nd *node) (recordFunc, error) {
 	a := nd.spec.Attrs.(nn.LinearAttrs)
-	b16, half, err := gemmB(a)
+	w, err := newLinearWeight(p, nd, a)
 	if err != nil {
 		return nil, err
 	}
 	rnd := rounding(nd.spec.Out)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if w.prepare != nil {
+			if err := w.prepare(r); err != nil {
+				return err
+			}
+		}
 		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.N, N: a.In, K: a.Out, Alpha: 1,
-			A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In, B16: b16, BHalf: half}); err != nil {
+			A: nd.in[0], Lda: a.Out, B: w.buf, Ldb: a.In, C: nd.out, Ldc: a.In, B16: w.b16, BHalf: w.half}); err != nil {
 			return err
 		}
 		return p.e.Kernels.Round(r, nd.out, a.N*a.In, rnd)

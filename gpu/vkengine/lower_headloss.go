@@ -85,9 +85,14 @@ type headGrads struct{ seed, dx, dw *vulkan.Buffer }
 // buffers are shared between the forward and backward lowerings).
 func newHeadLoss(p *Program, fwd *node) (*headLoss, error) {
 	a := fwd.spec.Attrs.(nn.HeadLossAttrs)
-	b16, half, err := gemmB(nn.LinearAttrs{W16: a.W16, W16Format: a.W16Format, Compute: a.Compute})
-	if err != nil {
-		return nil, err
+	var b16 bool
+	var hf vulkan.Half
+	var err error
+	if a.W16 {
+		if hf, err = half(a.W16Format); err != nil {
+			return nil, fmt.Errorf("16-bit head weight: %w", err)
+		}
+		b16 = true
 	}
 	if b16 && a.Compute != a.W16Format && a.Compute != amp.FP32 {
 		return nil, fmt.Errorf("%v weights computed in %v", a.W16Format, a.Compute)
@@ -95,7 +100,7 @@ func newHeadLoss(p *Program, fwd *node) (*headLoss, error) {
 	if err := hostTargets(fwd.inN[2]); err != nil {
 		return nil, err
 	}
-	h := &headLoss{p: p, a: a, b16: b16, half: half, x: fwd.in[0], w: fwd.in[1], targets: fwd.in[2], targetNode: fwd.inN[2]}
+	h := &headLoss{p: p, a: a, b16: b16, half: hf, x: fwd.in[0], w: fwd.in[1], targets: fwd.in[2], targetNode: fwd.inN[2]}
 	id := fwd.spec.ID
 	if h.block, err = p.Saved(id, "block", 4*a.Chunk*a.V); err != nil {
 		return nil, err
