@@ -35,6 +35,11 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerLinearDX, true
 	case "linear.dw":
 		return lowerLinearDW, true
+	// attention
+	case "attention":
+		return lowerAttention, true
+	case "attention.backward":
+		return lowerAttentionBackward, true
 	}
 	return nil, false
 }
