@@ -64,6 +64,11 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerDoRA, true
 	case "dora.backward":
 		return lowerDoRABackward, true
+	// attention
+	case "attention":
+		return lowerAttention, true
+	case "attention.backward":
+		return lowerAttentionBackward, true
 	}
 	return nil, false
 }

@@ -1,0 +1,84 @@
+package vkengine
+
+import (
+	"fmt"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/gpu/vulkan"
+	"github.com/mixtune/mixtune/nn"
+)
+
+// attentionShape is the device shape of an attention op (either CPU
+// kernel, nn.AttentionFull or nn.AttentionTiled: both compute the same
+// function with the same rounding points), with its positions uploaded
+// at every run when the graph packs documents.
+func attentionShape(p *Program, spec nn.OpSpec) (vulkan.AttentionShape, error) {
+	a, ok := spec.Attrs.(nn.AttentionAttrs)
+	if !ok {
+		return vulkan.AttentionShape{}, fmt.Errorf("attention attributes are %T", spec.Attrs)
+	}
+	s := vulkan.AttentionShape{Batch: a.Batch, SeqLen: a.SeqLen, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim,
+		Window: a.Window, Scores: rounding(a.Scores), Softmax: rounding(a.Softmax), Values: rounding(a.Values)}
+	if a.Positions != nil {
+		b, err := p.HostInts(a.Positions)
+		if err != nil {
+			return s, fmt.Errorf("positions: %w", err)
+		}
+		s.Positions = b
+	}
+	return s, nil
+}
+
+// attentionStats is the buffer the forward op fills with each query
+// row's softmax max and reciprocal sum, for its backward op.
+func attentionStats(p *Program, id int, s vulkan.AttentionShape) (*vulkan.Buffer, error) {
+	return p.Saved(id, "attention.stats", 4*s.StatsLen())
+}
+
+// lowerAttention is causal grouped-query attention; the inputs are q, k
+// and v, already in their formats (the graph casts them).
+func lowerAttention(p *Program, nd *node) (recordFunc, error) {
+	s, err := attentionShape(p, nd.spec)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := attentionStats(p, nd.spec.ID, s)
+	if err != nil {
+		return nil, err
+	}
+	out := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		return p.e.Kernels.AttentionForward(r, s, nd.in[0], nd.in[1], nd.in[2], stats, nd.out, out)
+	}, nil
+}
+
+// lowerAttentionBackward computes dQ, dK and dV (those wanted) from the
+// forward's stats; the inputs are q, k, v and the output's gradient.
+// With grouped-query attention each head's dK and dV are rounded to
+// their input's format before the group's sum when that format is
+// 16-bit, as the CPU kernels do.
+func lowerAttentionBackward(p *Program, nd *node) (recordFunc, error) {
+	s, err := attentionShape(p, *nd.spec.Forward)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := attentionStats(p, nd.spec.ID, s)
+	if err != nil {
+		return nil, err
+	}
+	rowSum, err := p.alloc(4 * s.RowSumLen())
+	if err != nil {
+		return nil, err
+	}
+	in := nd.spec.In
+	if len(in) != 3 || len(nd.in) != 4 || len(nd.grads) != 3 {
+		return nil, fmt.Errorf("attention backward with %d formats, %d inputs and %d gradients (want 3, 4, 3)", len(in), len(nd.in), len(nd.grads))
+	}
+	grouped := s.Heads > s.KVHeads
+	g := vulkan.AttentionGrads{DO: nd.in[3], RowSum: rowSum, DQ: nd.grads[0], DK: nd.grads[1], DV: nd.grads[2],
+		DQRound: rounding(in[0]), DKRound: rounding(in[1]), DVRound: rounding(in[2]),
+		RoundHeadsK: grouped && in[1] != amp.FP32, RoundHeadsV: grouped && in[2] != amp.FP32}
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		return p.e.Kernels.AttentionBackward(r, s, nd.in[0], nd.in[1], nd.in[2], stats, g)
+	}, nil
+}
