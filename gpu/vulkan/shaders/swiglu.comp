@@ -7,7 +7,7 @@
 // e^x/(1 + e^x) below, with e^x from the CPU's own expf (nn/mathf.go:
 // Cephes' degree-6 polynomial, within 2 ulp); only the division differs
 // from the CPU's, which Vulkan allows to be 2.5 ulp off, so σ here is
-// within 12u of exact (u = 2^-24) where the CPU's is within 10u. The
+// within 12u of exact (u = 2^-24) where the CPU's is within 8u. The
 // roundings to 16-bit formats are separate dispatches (Kernels.Round).
 
 layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;
