@@ -82,6 +82,16 @@ type opCase struct {
 	// exact requires the Vulkan values to equal the CPU engine's bit for
 	// bit (ops whose result does not depend on summation order).
 	exact bool
+	// pass is the run's Pass (nil: noise key 7, a training pass).
+	pass *nn.Pass
+}
+
+// runPass is the Pass both engines run c with.
+func (c opCase) runPass() nn.Pass {
+	if c.pass != nil {
+		return *c.pass
+	}
+	return nn.Pass{Noise: 7}
 }
 
 // ran is one engine's values of a case: the output, then each gradient.
@@ -104,7 +114,7 @@ func runCPU(t *testing.T, c opCase, dt tensor.Dtype) ran {
 	}
 	vm := G.NewTapeMachine(b.G)
 	defer vm.Close()
-	if err := b.Eng.Run(vm, nn.Pass{Noise: 7}); err != nil {
+	if err := b.Eng.Run(vm, c.runPass()); err != nil {
 		t.Fatal(err)
 	}
 	res := ran{}
@@ -130,7 +140,7 @@ func runVulkan(t *testing.T, e *Engine, c opCase) ran {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := p.Run(nn.Pass{Noise: 7}); err != nil {
+	if err := p.Run(c.runPass()); err != nil {
 		t.Fatal(err)
 	}
 	res := ran{}

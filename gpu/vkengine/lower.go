@@ -69,6 +69,19 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerAttention, true
 	case "attention.backward":
 		return lowerAttentionBackward, true
+	// silu, dropout, bias
+	case "silu":
+		return lowerSwiGLU, true
+	case "silu.backward":
+		return lowerSwiGLUBackward, true
+	case "dropout":
+		return lowerDropout, true
+	case "dropout.backward":
+		return lowerDropoutBackward, true
+	case "bias":
+		return lowerBias, true
+	case "bias.db":
+		return lowerBiasGrad, true
 	}
 	return nil, false
 }

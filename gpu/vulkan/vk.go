@@ -76,9 +76,15 @@ func check(call string, r uintptr) error {
 }
 
 // call invokes a Vulkan entry point. Pointer arguments must be written
-// uintptr(unsafe.Pointer(p)) in the argument list itself: SyscallN is
+// uintptr(unsafe.Pointer(p)) in the argument list itself: call is
 // go:uintptrescapes, which moves what they point to onto the heap and
-// keeps it alive for the call.
+// keeps it alive for the call. SyscallN's own directive covers only its
+// direct callers: without call's, a struct passed here stayed on the
+// caller's stack, and a stack that grew on the way into the driver left
+// the driver reading the old copy (a SIGSEGV in vkAllocateDescriptorSets
+// from a fresh goroutine's first dispatch, TestDropoutMask's subtests).
+//
+//go:uintptrescapes
 func call(fn uintptr, args ...uintptr) uintptr {
 	r, _, _ := purego.SyscallN(fn, args...)
 	return r
