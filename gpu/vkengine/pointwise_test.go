@@ -263,7 +263,6 @@ func ones(n int) []float64 {
 	return o
 }
 
-func gamma(k int) float64 { return float64(k) * u / (1 - float64(k)*u) }
 
 // TestBias: AddBias is the CPU's bit for bit (one rounded sum per value
 // forward; the bias gradient sums each column in the CPU's order: blocks
