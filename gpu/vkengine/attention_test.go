@@ -189,17 +189,7 @@ func TestAttentionPositionsChangeBetweenRuns(t *testing.T) {
 	s := nn.AttentionShape{Batch: 2, SeqLen: 36, Heads: 4, KVHeads: 2, HeadDim: 16,
 		Positions: documents([]int{15, 21}, []int{30, 6})}
 	later := documents([]int{36}, []int{4, 12, 20})
-	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
-	out, wrt, dy := buildCase(t, b, opCase{build: attentionBuild(s)})
-	grads, err := G.Backpropagate(G.Nodes{out}, G.Nodes{dy}, wrt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.Compile(b.G, b.IsParam)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, nodes := compileAttention(t, e, s)
 	if err := p.Run(nn.Pass{}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +202,7 @@ func TestAttentionPositionsChangeBetweenRuns(t *testing.T) {
 	tol := attentionTolerance(t, want, nil)
 	read := func() [][]float32 {
 		var vals [][]float32
-		for _, n := range append(G.Nodes{out}, grads...) {
+		for _, n := range nodes {
 			v := make([]float32, prod(n.Shape()))
 			if err := p.Read(n, v); err != nil {
 				t.Fatal(err)
@@ -239,6 +229,50 @@ func TestAttentionPositionsChangeBetweenRuns(t *testing.T) {
 			}
 		}
 	}
+}
+
+// compileAttention compiles, for e, attention over q, k and v of
+// attentionBuild's values with the gradient of all three for the output
+// gradient buildCase gives; it returns the program and the output and
+// gradient nodes. The caller closes the program.
+func compileAttention(tb testing.TB, e *Engine, s nn.AttentionShape) (*Program, G.Nodes) {
+	tb.Helper()
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	out, wrt := attentionBuild(s)(b)
+	dy := b.Input("dy", out.Shape()...)
+	if err := G.Let(dy, tensorOf(tensor.Float32, out.Shape(), randoms(seedDY, prod(out.Shape()), 1))); err != nil {
+		tb.Fatal(err)
+	}
+	grads, err := G.Backpropagate(G.Nodes{out}, G.Nodes{dy}, wrt)
+	if err == nil {
+		var p *Program
+		if p, err = e.Compile(b.G, b.IsParam); err == nil {
+			return p, append(G.Nodes{out}, grads...)
+		}
+	}
+	tb.Fatal(err)
+	return nil, nil
+}
+
+// BenchmarkAttention times a run of attention's forward and backward
+// passes (and the casts around them) on the test device, at a shape of a
+// small model's layer: 8 query heads of 64, 2 key/value heads, 512
+// tokens. MIXTUNE_VK_DEVICE picks a GPU.
+func BenchmarkAttention(b *testing.B) {
+	e := openEngine(b)
+	s := nn.AttentionShape{Batch: 1, SeqLen: 512, Heads: 8, KVHeads: 2, HeadDim: 64}
+	p, _ := compileAttention(b, e, s)
+	defer p.Close()
+	// causal: T²/2 query-key pairs per head, each 2·HeadDim flops per
+	// product of which the forward does 3 and the backward 9 (scores and
+	// dP recomputed, and the softmax row sums in their own pass)
+	flops := float64(s.SeqLen*s.SeqLen/2*s.Heads) * 2 * float64(s.HeadDim) * 12
+	for b.Loop() {
+		if err := p.Run(nn.Pass{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 // attentionTolerance bounds, to first order, |computed − exact| of the
