@@ -1,6 +1,7 @@
 package vkengine
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/nn"
 )
 
@@ -252,6 +254,22 @@ func compileAttention(tb testing.TB, e *Engine, s nn.AttentionShape) (*Program, 
 	}
 	tb.Fatal(err)
 	return nil, nil
+}
+
+// TestAttentionHeadDimTooLarge: a head dimension past the kernels' is
+// refused when the graph compiles, as an unsupported op.
+func TestAttentionHeadDimTooLarge(t *testing.T) {
+	e := openEngine(t)
+	s := nn.AttentionShape{Batch: 1, SeqLen: 2, Heads: 1, KVHeads: 1, HeadDim: vulkan.AttentionMaxHeadDim + 8}
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	attentionBuild(s)(b)
+	p, err := e.Compile(b.G, b.IsParam)
+	if err == nil {
+		p.Close()
+	}
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "head dimension 264") {
+		t.Fatalf("Compile: %v, want ErrUnsupported naming the head dimension", err)
+	}
 }
 
 // BenchmarkAttention times a run of attention's forward and backward
