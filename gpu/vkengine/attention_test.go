@@ -34,7 +34,7 @@ func documents(rows ...[]int) []int {
 // key/value head, and none), sequences of several 16-row tiles and a
 // partial one, a sliding window, packed documents (also with a window),
 // a head dimension over the shaders' 64-wide chunks and not a multiple
-// of 16, and both CPU kernels (the same spec).
+// of 16, the largest head dimension, and both CPU kernels (the same spec).
 var attentionCases = []struct {
 	name string
 	s    nn.AttentionShape
@@ -47,6 +47,7 @@ var attentionCases = []struct {
 	{"packed window tiled", nn.AttentionShape{Batch: 2, SeqLen: 36, Heads: 2, KVHeads: 2, HeadDim: 8, Window: 7,
 		Positions: documents([]int{5, 20, 11}, []int{36}), Kernel: nn.AttentionTiled}},
 	{"mqa head dim 72", nn.AttentionShape{Batch: 1, SeqLen: 20, Heads: 2, KVHeads: 1, HeadDim: 72}},
+	{"head dim 256", nn.AttentionShape{Batch: 1, SeqLen: 18, Heads: 2, KVHeads: 1, HeadDim: vulkan.AttentionMaxHeadDim}},
 }
 
 // Seeds of the case's values: q, k and v (weights of standard deviation
