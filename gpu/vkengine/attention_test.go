@@ -1,7 +1,9 @@
 package vkengine
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/nn"
 )
 
@@ -31,7 +34,7 @@ func documents(rows ...[]int) []int {
 // key/value head, and none), sequences of several 16-row tiles and a
 // partial one, a sliding window, packed documents (also with a window),
 // a head dimension over the shaders' 64-wide chunks and not a multiple
-// of 16, and both CPU kernels (the same spec).
+// of 16, the largest head dimension, and both CPU kernels (the same spec).
 var attentionCases = []struct {
 	name string
 	s    nn.AttentionShape
@@ -44,6 +47,7 @@ var attentionCases = []struct {
 	{"packed window tiled", nn.AttentionShape{Batch: 2, SeqLen: 36, Heads: 2, KVHeads: 2, HeadDim: 8, Window: 7,
 		Positions: documents([]int{5, 20, 11}, []int{36}), Kernel: nn.AttentionTiled}},
 	{"mqa head dim 72", nn.AttentionShape{Batch: 1, SeqLen: 20, Heads: 2, KVHeads: 1, HeadDim: 72}},
+	{"head dim 256", nn.AttentionShape{Batch: 1, SeqLen: 18, Heads: 2, KVHeads: 1, HeadDim: vulkan.AttentionMaxHeadDim}},
 }
 
 // Seeds of the case's values: q, k and v (weights of standard deviation
@@ -52,12 +56,25 @@ var attentionCases = []struct {
 const seedQ, seedK, seedV, seedDY = 11, 12, 13, 99
 
 func attentionBuild(s nn.AttentionShape) func(b *nn.Builder) (*G.Node, G.Nodes) {
+	return attentionBuildWrt(s, "qkv")
+}
+
+// attentionBuildWrt is attentionBuild differentiating only with respect
+// to the inputs train names ("q", "kv", ...): the others are frozen, and
+// the backward op computes no gradient for them.
+func attentionBuildWrt(s nn.AttentionShape, train string) func(b *nn.Builder) (*G.Node, G.Nodes) {
 	return func(b *nn.Builder) (*G.Node, G.Nodes) {
 		n := s.Batch * s.SeqLen
-		q := param(b, "q", seedQ, 1, true, n, s.Heads*s.HeadDim)
-		k := param(b, "k", seedK, 1, true, n, s.KVHeads*s.HeadDim)
-		v := param(b, "v", seedV, 1, true, n, s.KVHeads*s.HeadDim)
-		return b.Attention(q, k, v, s), G.Nodes{q, k, v}
+		var wrt G.Nodes
+		in := func(name string, seed uint64, cols int) *G.Node {
+			x := param(b, name, seed, 1, strings.Contains(train, name), n, cols)
+			if strings.Contains(train, name) {
+				wrt = append(wrt, x)
+			}
+			return x
+		}
+		q, k, v := in("q", seedQ, s.Heads*s.HeadDim), in("k", seedK, s.KVHeads*s.HeadDim), in("v", seedV, s.KVHeads*s.HeadDim)
+		return b.Attention(q, k, v, s), wrt
 	}
 }
 
@@ -79,35 +96,46 @@ func TestAttention(t *testing.T) {
 			}
 		})
 	}
+	// Gradients for some inputs only: the kernels skip dQ's pass, or the
+	// dK/dV dispatch, or part of it. Each gradient computed is the same
+	// function as before, so the bound of all three holds.
+	s := attentionCases[0].s
+	tol := attentionTolerance(t, s, nil)
+	for _, train := range []string{"q", "k", "v", "kv"} {
+		checkCase(t, e, opCase{name: "gqa fp32, gradient of " + train, build: attentionBuildWrt(s, train), tol: tol})
+	}
 }
 
-// TestAttentionMatchesCPURoundings compares the Vulkan engine with the CPU
-// engine's float32 graph under autocast, which rounds at the same points:
-// the default bf16 policy (scores and values bf16, softmax fp32), bf16
-// with the softmax moved to bf16 too, and fp16. Both engines round the
-// same fp32 intermediates; they differ before a rounding by their fp32
-// difference (a few 1e-7 here, see TestAttention's fp32 runs), so an
-// intermediate rounds differently only when its fp32 value lies that
-// close to a rounding boundary: about 1 value in 10⁴ with bf16's 2⁻⁸
-// spacing (and none in these cases on lavapipe, where the engines agree
-// bit for bit). Such a flip changes the intermediate by one ulp of its
-// format, and a value computed from it by about as much of its own
-// magnitude (a flipped score moves its probability by |s|·2⁻⁸ of itself,
-// |s| ≲ 4 here): 4 ulps of the low format, relative to each tensor's
-// largest value, allow one flip per value with room. That alone would
-// pass a missing rounding point (whose effect is about one ulp too), so
-// the test also bounds how many values differ at all: an intermediate
-// flips with probability about engineGap/ulp (engineGap the engines'
-// relative fp32 difference), and a value depends on fewer than 64
-// rounded intermediates here (its row's scores and probabilities, a few
-// head dims), so at most 64·engineGap/ulp of the values may differ:
-// under 2% for bf16, 13% for fp16, where a rounding point left out makes
-// a third or more of them differ.
 // engineGap bounds the relative difference between the two engines' fp32
 // values in these cases (TestAttention's fp32 runs: each is within 5e-7
 // of float64, relative to the largest value).
 const engineGap = 1e-6
 
+// TestAttentionMatchesCPURoundings compares the Vulkan engine with the CPU
+// engine's float32 graph under autocast, which rounds at the same points:
+// the default bf16 policy (scores and values bf16, softmax fp32), bf16
+// with the softmax moved to bf16 too, and fp16.
+//
+// The largest difference: both engines round the same fp32
+// intermediates, which differ between them by at most engineGap before a
+// rounding, so an intermediate rounds differently only when its fp32
+// value lies that close to a rounding boundary (probability about
+// engineGap/ulp: 3·10⁻⁴ per intermediate in bf16). Such a flip changes
+// the intermediate by one ulp of its format, and a value computed from
+// it by about as much of its own magnitude (a flipped score moves its
+// probability by |s|·2⁻⁸ of itself, |s| ≲ 4 here): 4 ulps of the low
+// format, relative to each tensor's largest value, allow a flip per
+// value with room.
+//
+// That alone would pass a rounding point left out (about an ulp too), so
+// the test also counts the values that differ at all. This part is a
+// detection threshold, not a bound: flips are rare (none in bf16 and at
+// most 6 values in 4736 in fp16 on lavapipe, whose exp and sum orders
+// differ from the CPU's), while each rounding point left out makes a
+// third or more of a gradient's values differ (checked by removing each
+// from the shaders). The threshold, 64·engineGap/ulp of the values (1.6%
+// in bf16, 13% in fp16), leaves room for far more flips than seen and
+// stays far below what a missing rounding point does.
 func TestAttentionMatchesCPURoundings(t *testing.T) {
 	e := openEngine(t)
 	bf16 := amp.DefaultPolicy(amp.BF16)
@@ -167,17 +195,7 @@ func TestAttentionPositionsChangeBetweenRuns(t *testing.T) {
 	s := nn.AttentionShape{Batch: 2, SeqLen: 36, Heads: 4, KVHeads: 2, HeadDim: 16,
 		Positions: documents([]int{15, 21}, []int{30, 6})}
 	later := documents([]int{36}, []int{4, 12, 20})
-	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
-	out, wrt, dy := buildCase(t, b, opCase{build: attentionBuild(s)})
-	grads, err := G.Backpropagate(G.Nodes{out}, G.Nodes{dy}, wrt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := e.Compile(b.G, b.IsParam)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, nodes := compileAttention(t, e, s)
 	if err := p.Run(nn.Pass{}); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +208,7 @@ func TestAttentionPositionsChangeBetweenRuns(t *testing.T) {
 	tol := attentionTolerance(t, want, nil)
 	read := func() [][]float32 {
 		var vals [][]float32
-		for _, n := range append(G.Nodes{out}, grads...) {
+		for _, n := range nodes {
 			v := make([]float32, prod(n.Shape()))
 			if err := p.Read(n, v); err != nil {
 				t.Fatal(err)
@@ -217,6 +235,66 @@ func TestAttentionPositionsChangeBetweenRuns(t *testing.T) {
 			}
 		}
 	}
+}
+
+// compileAttention compiles, for e, attention over q, k and v of
+// attentionBuild's values with the gradient of all three for the output
+// gradient buildCase gives; it returns the program and the output and
+// gradient nodes. The caller closes the program.
+func compileAttention(tb testing.TB, e *Engine, s nn.AttentionShape) (*Program, G.Nodes) {
+	tb.Helper()
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	out, wrt := attentionBuild(s)(b)
+	dy := b.Input("dy", out.Shape()...)
+	if err := G.Let(dy, tensorOf(tensor.Float32, out.Shape(), randoms(seedDY, prod(out.Shape()), 1))); err != nil {
+		tb.Fatal(err)
+	}
+	grads, err := G.Backpropagate(G.Nodes{out}, G.Nodes{dy}, wrt)
+	if err == nil {
+		var p *Program
+		if p, err = e.Compile(b.G, b.IsParam); err == nil {
+			return p, append(G.Nodes{out}, grads...)
+		}
+	}
+	tb.Fatal(err)
+	return nil, nil
+}
+
+// TestAttentionHeadDimTooLarge: a head dimension past the kernels' is
+// refused when the graph compiles, as an unsupported op.
+func TestAttentionHeadDimTooLarge(t *testing.T) {
+	e := openEngine(t)
+	s := nn.AttentionShape{Batch: 1, SeqLen: 2, Heads: 1, KVHeads: 1, HeadDim: vulkan.AttentionMaxHeadDim + 8}
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	attentionBuild(s)(b)
+	p, err := e.Compile(b.G, b.IsParam)
+	if err == nil {
+		p.Close()
+	}
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "head dimension 264") {
+		t.Fatalf("Compile: %v, want ErrUnsupported naming the head dimension", err)
+	}
+}
+
+// BenchmarkAttention times a run of attention's forward and backward
+// passes (and the casts around them) on the test device, at a shape of a
+// small model's layer: 8 query heads of 64, 2 key/value heads, 512
+// tokens. MIXTUNE_VK_DEVICE picks a GPU.
+func BenchmarkAttention(b *testing.B) {
+	e := openEngine(b)
+	s := nn.AttentionShape{Batch: 1, SeqLen: 512, Heads: 8, KVHeads: 2, HeadDim: 64}
+	p, _ := compileAttention(b, e, s)
+	defer p.Close()
+	// causal: T²/2 query-key pairs per head, each 2·HeadDim flops per
+	// product of which the forward does 3 and the backward 9 (scores and
+	// dP recomputed, and the softmax row sums in their own pass)
+	flops := float64(s.SeqLen*s.SeqLen/2*s.Heads) * 2 * float64(s.HeadDim) * 12
+	for b.Loop() {
+		if err := p.Run(nn.Pass{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 // attentionTolerance bounds, to first order, |computed − exact| of the
@@ -342,7 +420,7 @@ func attentionTolerance(t *testing.T, s nn.AttentionShape, pol *amp.Policy) floa
 					for j := st; j <= i; j++ {
 						ds[j] = p[j] * (dp[j] - r)
 						dds[j] = p[j]*(rho[j]*math.Abs(dp[j]-r)+ddp[j]+dr) + 2*u*p[j]*(math.Abs(dp[j])+math.Abs(r)) + eS*math.Abs(ds[j])
-						kj, vj := k[kOff+j*kw:][:d], v[kOff+j*kw:][:d]
+						kj := k[kOff+j*kw:][:d]
 						for x := range d {
 							dq[qOff+i*qw+x] += scale * ds[j] * kj[x]
 							dqB[qOff+i*qw+x] += scale * (dds[j]*math.Abs(kj[x]) + math.Abs(ds[j]*kj[x])*(eS+(nf+2)*u))
@@ -351,7 +429,6 @@ func attentionTolerance(t *testing.T, s nn.AttentionShape, pol *amp.Policy) floa
 							dvH[j*d+x] += p[j] * gi[x]
 							dvB[kOff+j*kw+x] += p[j]*math.Abs(gi[x])*(rho[j]+eV) + p[j]*math.Abs(gi[x])*(eV+(N+1)*u)
 						}
-						_ = vj
 					}
 				}
 				for j := range T {

@@ -17,6 +17,9 @@ func attentionShape(p *Program, spec nn.OpSpec) (vulkan.AttentionShape, error) {
 	if !ok {
 		return vulkan.AttentionShape{}, fmt.Errorf("attention attributes are %T", spec.Attrs)
 	}
+	if a.HeadDim > vulkan.AttentionMaxHeadDim {
+		return vulkan.AttentionShape{}, fmt.Errorf("%w: attention's head dimension %d (the kernels take up to %d)", ErrUnsupported, a.HeadDim, vulkan.AttentionMaxHeadDim)
+	}
 	s := vulkan.AttentionShape{Batch: a.Batch, SeqLen: a.SeqLen, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim,
 		Window: a.Window, Scores: rounding(a.Scores), Softmax: rounding(a.Softmax), Values: rounding(a.Values)}
 	if a.Positions != nil {
@@ -58,6 +61,10 @@ func lowerAttention(p *Program, nd *node) (recordFunc, error) {
 // their input's format before the group's sum when that format is
 // 16-bit, as the CPU kernels do.
 func lowerAttentionBackward(p *Program, nd *node) (recordFunc, error) {
+	in := nd.spec.In
+	if len(in) != 3 || len(nd.in) != 4 || len(nd.grads) != 3 {
+		return nil, fmt.Errorf("attention backward with %d formats, %d inputs and %d gradients (want 3, 4, 3)", len(in), len(nd.in), len(nd.grads))
+	}
 	s, err := attentionShape(p, *nd.spec.Forward)
 	if err != nil {
 		return nil, err
@@ -69,10 +76,6 @@ func lowerAttentionBackward(p *Program, nd *node) (recordFunc, error) {
 	rowSum, err := p.alloc(4 * s.RowSumLen())
 	if err != nil {
 		return nil, err
-	}
-	in := nd.spec.In
-	if len(in) != 3 || len(nd.in) != 4 || len(nd.grads) != 3 {
-		return nil, fmt.Errorf("attention backward with %d formats, %d inputs and %d gradients (want 3, 4, 3)", len(in), len(nd.in), len(nd.grads))
 	}
 	grouped := s.Heads > s.KVHeads
 	g := vulkan.AttentionGrads{DO: nd.in[3], RowSum: rowSum, DQ: nd.grads[0], DK: nd.grads[1], DV: nd.grads[2],

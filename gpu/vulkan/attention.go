@@ -47,7 +47,8 @@ func (s AttentionShape) RowSumLen() int { return s.Batch * s.Heads * s.SeqLen }
 // check validates the shape and its buffers for the kernels.
 func (s AttentionShape) check(ks *Kernels, q, k, v *Buffer) error {
 	if s.Batch <= 0 || s.SeqLen <= 0 || s.Heads <= 0 || s.KVHeads <= 0 || s.Heads%s.KVHeads != 0 || s.Window < 0 {
-		return fmt.Errorf("shape %+v: sizes must be positive, window ≥ 0 and heads a multiple of key/value heads", s)
+		return fmt.Errorf("batch %d, %d tokens, %d heads, %d key/value heads, window %d: sizes must be positive, window ≥ 0 and heads a multiple of key/value heads",
+			s.Batch, s.SeqLen, s.Heads, s.KVHeads, s.Window)
 	}
 	if s.HeadDim <= 0 || s.HeadDim > AttentionMaxHeadDim {
 		return fmt.Errorf("head dimension %d: the kernels take 1 to %d", s.HeadDim, AttentionMaxHeadDim)
@@ -162,12 +163,13 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 		name       string
 		b          *Buffer
 		rows, cols int
+		optional   bool // a gradient: nil when not wanted
 	}{
-		{"stats", stats, 1, s.StatsLen()}, {"dO", g.DO, n, qw}, {"rowsum", g.RowSum, 1, s.RowSumLen()},
-		{"dQ", g.DQ, n, qw}, {"dK", g.DK, n, kw}, {"dV", g.DV, n, kw},
+		{"stats", stats, 1, s.StatsLen(), false}, {"dO", g.DO, n, qw, false}, {"rowsum", g.RowSum, 1, s.RowSumLen(), false},
+		{"dQ", g.DQ, n, qw, true}, {"dK", g.DK, n, kw, true}, {"dV", g.DV, n, kw, true},
 	}
 	for _, c := range checks {
-		if c.b == nil && c.name[0] == 'd' && c.name != "dO" { // a gradient not wanted
+		if c.b == nil && c.optional {
 			continue
 		}
 		if err := extent(c.name, c.b, 0, c.rows, c.cols, c.cols, 4); err != nil {
