@@ -190,6 +190,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 			return c, err // closes the trainer
 		}
 		c.optimizer, c.trainer.devOpt = c.devOpt, c.devOpt
+		c.devOpt.counts = &c.trainer.vk.Transfers
 	}
 	if ctx.Err() != nil {
 		return c, ErrInterrupted // closes the trainer

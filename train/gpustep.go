@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/gpu/vkengine"
 	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/optim"
 )
@@ -38,6 +39,9 @@ type deviceOptimizer struct {
 	// p.Value and hostM, hostV (syncHost brings them back).
 	stale        bool
 	hostM, hostV [][]float32
+	// counts are the training program's transfers, to which the step's
+	// statistics add.
+	counts *vkengine.Transfers
 }
 
 func newDeviceOptimizer(g *gpuEngine, c OptimizerConfig, params []*optim.Param, weight func(name string) *vulkan.Buffer) (*deviceOptimizer, error) {
@@ -146,6 +150,9 @@ func (o *deviceOptimizer) readStats() (gradStats, error) {
 	raw := make([]byte, 12*len(o.params))
 	if err := o.stats.Read(0, raw); err != nil {
 		return gradStats{}, err
+	}
+	if o.counts != nil {
+		o.counts.Down += int64(len(raw))
 	}
 	st := gradStats{sumSq: make([]float32, len(o.params))}
 	for i, p := range o.params {

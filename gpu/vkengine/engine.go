@@ -14,6 +14,7 @@ package vkengine
 import (
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	G "gorgonia.org/gorgonia"
@@ -79,6 +80,7 @@ type Program struct {
 	params map[*G.Node]bool
 	inputs G.Nodes // non-param inputs, uploaded every run
 	steps  []recordFunc
+	kinds  []string // each step's op kind, for Profile
 	owned  []*vulkan.Buffer
 	saved  map[savedKey]*vulkan.Buffer
 	ints   []hostInts
@@ -214,6 +216,7 @@ func (p *Program) compile(isParam func(*G.Node) bool) error {
 		p.nodes[n] = nd
 		if rec != nil {
 			p.steps = append(p.steps, rec)
+			p.kinds = append(p.kinds, spec.Kind)
 		}
 	}
 	return nil
@@ -270,6 +273,37 @@ func (p *Program) Param(name string) *vulkan.Buffer {
 		}
 	}
 	return nil
+}
+
+// Profile runs the program once with every node's dispatches in a batch
+// of their own, and returns the wall time each op kind took, summed: a
+// slower run (a submit and a fence wait per node), for finding the
+// kernels that dominate a step.
+func (p *Program) Profile(pass nn.Pass) (map[string]time.Duration, error) {
+	for _, n := range p.inputs {
+		if err := p.upload(n); err != nil {
+			return nil, err
+		}
+	}
+	for _, h := range p.ints {
+		if err := p.writeInts(h.buf, h.src); err != nil {
+			return nil, err
+		}
+	}
+	took := map[string]time.Duration{}
+	r := p.e.rec
+	for i, rec := range p.steps {
+		start := time.Now()
+		if err := rec(r, pass); err != nil {
+			r.Discard()
+			return nil, err
+		}
+		if err := r.Submit(); err != nil {
+			return nil, err
+		}
+		took[p.kinds[i]] += time.Since(start)
+	}
+	return took, nil
 }
 
 // SyncParams uploads the host values of the given weight nodes (after
