@@ -263,7 +263,6 @@ func ones(n int) []float64 {
 	return o
 }
 
-
 // TestBias: AddBias is the CPU's bit for bit (one rounded sum per value
 // forward; the bias gradient sums each column in the CPU's order: blocks
 // of 32 rows, then the blocks, here 40 rows so both levels run), and
