@@ -253,6 +253,7 @@ func compileAttention(tb testing.TB, e *Engine, s nn.AttentionShape) (*Program, 
 	if err == nil {
 		var p *Program
 		if p, err = e.Compile(b.G, b.IsParam); err == nil {
+			tb.Cleanup(p.Close) // before the engine's cleanup closes the device
 			return p, append(G.Nodes{out}, grads...)
 		}
 	}
