@@ -2,48 +2,21 @@ package train
 
 import (
 	"context"
-	"errors"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/mixtune/mixtune/gpu/vulkan"
+	"github.com/mixtune/mixtune/gpu/vulkan/vulkantest"
 )
 
-// vulkanDevice names the Vulkan device the engine tests run on:
-// MIXTUNE_VK_DEVICE, else index 0 (lavapipe in CI). It skips, naming
-// what is missing, where there is no loader or device.
+// vulkanDevice names the Vulkan device the engine tests run on as
+// compute.vulkan_device takes it (vulkantest.Find: MIXTUNE_VK_DEVICE,
+// else index 0, lavapipe in CI), or skips naming what is missing.
 func vulkanDevice(t *testing.T) string {
 	t.Helper()
-	lib, err := vulkan.Load()
-	if err != nil {
-		if errors.Is(err, vulkan.ErrNoLoader) {
-			t.Skipf("no Vulkan loader (libvulkan.so.1): %v", err)
-		}
-		t.Fatal(err)
-	}
-	defer lib.Close()
-	inst, err := vulkan.NewInstance(lib, "mixtune-test")
-	if err != nil {
-		if errors.Is(err, vulkan.ErrNoDevice) {
-			t.Skipf("no Vulkan device: %v", err)
-		}
-		t.Fatal(err)
-	}
-	defer inst.Close()
-	if _, err := inst.PhysicalDevices(); err != nil {
-		if errors.Is(err, vulkan.ErrNoDevice) {
-			t.Skipf("no Vulkan device: %v", err)
-		}
-		t.Fatal(err)
-	}
-	if d := os.Getenv("MIXTUNE_VK_DEVICE"); d != "" {
-		return d
-	}
-	return "0"
+	return vulkantest.Find(t).Spec
 }
 
 // quickstartShaped is the quickstart recipe cut to steps steps of 1 row

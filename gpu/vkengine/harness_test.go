@@ -1,11 +1,9 @@
 package vkengine
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -13,58 +11,21 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
-	"github.com/mixtune/mixtune/gpu/vulkan"
+	"github.com/mixtune/mixtune/gpu/vulkan/vulkantest"
 	"github.com/mixtune/mixtune/nn"
 )
 
-// openEngine opens the test device (MIXTUNE_VK_DEVICE: an index, UUID or
-// PCI bus id; else the first, lavapipe in CI) or skips naming what is missing.
+// openEngine opens the test device (vulkantest.Open: MIXTUNE_VK_DEVICE,
+// else the first, lavapipe in CI) with its engine, or skips naming what
+// is missing.
 func openEngine(t testing.TB) *Engine {
 	t.Helper()
-	lib, err := vulkan.Load()
-	if err != nil {
-		if errors.Is(err, vulkan.ErrNoLoader) {
-			t.Skipf("no Vulkan loader (libvulkan.so.1): %v", err)
-		}
-		t.Fatal(err)
-	}
-	inst, err := vulkan.NewInstance(lib, "mixtune-test")
-	if err != nil {
-		lib.Close()
-		if errors.Is(err, vulkan.ErrNoDevice) {
-			t.Skipf("no Vulkan device: %v", err)
-		}
-		t.Fatal(err)
-	}
-	devs, err := inst.PhysicalDevices()
-	if err != nil {
-		inst.Close()
-		lib.Close()
-		if errors.Is(err, vulkan.ErrNoDevice) {
-			t.Skipf("no Vulkan device: %v", err)
-		}
-		t.Fatal(err)
-	}
-	pick := devs[0]
-	if spec := os.Getenv("MIXTUNE_VK_DEVICE"); spec != "" {
-		if pick, err = vulkan.Select(devs, spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dev, err := inst.OpenDevice(pick)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, dev := vulkantest.Open(t)
 	e, err := New(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		e.Close()
-		dev.Close()
-		inst.Close()
-		lib.Close()
-	})
+	t.Cleanup(e.Close)
 	return e
 }
 

@@ -162,33 +162,30 @@ func newLinearWeight(p *Program, nd *node, a nn.LinearAttrs) (linearWeight, erro
 
 // lowerLinear is y[N, Out] = x[N, In]·Wᵀ, rounded to the op's format.
 func lowerLinear(p *Program, nd *node) (recordFunc, error) {
-	a := nd.spec.Attrs.(nn.LinearAttrs)
-	w, err := newLinearWeight(p, nd, a)
-	if err != nil {
-		return nil, err
-	}
-	rnd := rounding(nd.spec.Out)
-	return func(r *vulkan.Recorder, _ nn.Pass) error {
-		if w.prepare != nil {
-			if err := w.prepare(r); err != nil {
-				return err
-			}
-		}
-		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.N, N: a.Out, K: a.In, TransB: true, Alpha: 1,
-			A: nd.in[0], Lda: a.In, B: w.buf, Ldb: a.In, C: nd.out, Ldc: a.Out, B16: w.b16, BHalf: w.half}); err != nil {
-			return err
-		}
-		return p.e.Kernels.Round(r, nd.out, a.N*a.Out, rnd)
-	}, nil
+	return lowerWeightProduct(p, nd, func(a nn.LinearAttrs) vulkan.GemmArgs {
+		return vulkan.GemmArgs{M: a.N, N: a.Out, K: a.In, TransB: true, Lda: a.In, Ldb: a.In, Ldc: a.Out}
+	})
 }
 
 // lowerLinearDX is dx[N, In] = g[N, Out]·W[Out, In], rounded to x's format.
 func lowerLinearDX(p *Program, nd *node) (recordFunc, error) {
+	return lowerWeightProduct(p, nd, func(a nn.LinearAttrs) vulkan.GemmArgs {
+		return vulkan.GemmArgs{M: a.N, N: a.In, K: a.Out, Lda: a.Out, Ldb: a.In, Ldc: a.In}
+	})
+}
+
+// lowerWeightProduct lowers a product of the node's first input with a
+// linear's weight W, its second, as shape gives it (sizes, transposes and
+// leading dimensions), rounded to the op's format; W is read as
+// newLinearWeight prepares it.
+func lowerWeightProduct(p *Program, nd *node, shape func(nn.LinearAttrs) vulkan.GemmArgs) (recordFunc, error) {
 	a := nd.spec.Attrs.(nn.LinearAttrs)
 	w, err := newLinearWeight(p, nd, a)
 	if err != nil {
 		return nil, err
 	}
+	g := shape(a)
+	g.Alpha, g.A, g.B, g.C, g.B16, g.BHalf = 1, nd.in[0], w.buf, nd.out, w.b16, w.half
 	rnd := rounding(nd.spec.Out)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if w.prepare != nil {
@@ -196,11 +193,10 @@ func lowerLinearDX(p *Program, nd *node) (recordFunc, error) {
 				return err
 			}
 		}
-		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.N, N: a.In, K: a.Out, Alpha: 1,
-			A: nd.in[0], Lda: a.Out, B: w.buf, Ldb: a.In, C: nd.out, Ldc: a.In, B16: w.b16, BHalf: w.half}); err != nil {
+		if err := p.e.Kernels.Gemm(r, g); err != nil {
 			return err
 		}
-		return p.e.Kernels.Round(r, nd.out, a.N*a.In, rnd)
+		return p.e.Kernels.Round(r, nd.out, g.M*g.N, rnd)
 	}, nil
 }
 

@@ -5,9 +5,8 @@ import (
 	"math"
 )
 
-// The optimizer's kernels beside AdamW: the reductions of a global
-// gradient norm and of a loss (deterministic sums), a finite check of
-// the gradients, and SGD.
+// The optimizer's kernels beside AdamW and GradStats: deterministic sums
+// (a loss's mean, a sum of squares) and SGD.
 
 // reduceGroups caps the workgroups of a sum's first pass: the second
 // pass adds at most reduceGroups/256 = 16 partials per invocation.
@@ -82,42 +81,6 @@ func (ks *Kernels) reduce(r *Recorder, name string, square bool, x *Buffer, n in
 		if err := r.Dispatch(k, bufs, push, gx, 1, 1); err != nil {
 			return wrap(err)
 		}
-	}
-	return nil
-}
-
-// CountNonFinite records the count of NaN and ±Inf values among n fp32
-// values of x into the uint32 word count[at]: added to it, or, with
-// reset, into a word zeroed first. A step whose gradients have any is
-// skipped (AMP's loss scaling), as optim.ClipGlobalNorm's callers do.
-func (ks *Kernels) CountNonFinite(r *Recorder, x *Buffer, n int, count *Buffer, at int, reset bool) error {
-	wrap := func(err error) error { return fmt.Errorf("vulkan: CountNonFinite of %d values: %w", n, err) }
-	if n < 0 || n > math.MaxUint32 || at < 0 {
-		return wrap(fmt.Errorf("bad count or output index %d", at))
-	}
-	if err := extent("x", x, 0, 1, max(n, 1), max(n, 1), 4); err != nil {
-		return wrap(err)
-	}
-	if err := extent("count", count, at, 1, 1, 1, 4); err != nil {
-		return wrap(err)
-	}
-	if count == x {
-		return wrap(fmt.Errorf("count must not share x's buffer"))
-	}
-	k, err := ks.kernel("optim_finite.spv", 2, 3*4)
-	if err != nil {
-		return wrap(err)
-	}
-	if reset {
-		if err := r.Dispatch(k, []*Buffer{x, count}, pushWords(n, at, true), 1, 1, 1); err != nil {
-			return wrap(err)
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	if err := r.Dispatch(k, []*Buffer{x, count}, pushWords(n, at, false), ks.groups1D(n), 1, 1); err != nil {
-		return wrap(err)
 	}
 	return nil
 }

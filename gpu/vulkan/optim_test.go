@@ -90,56 +90,6 @@ func TestSumAndSumSquares(t *testing.T) {
 	}
 }
 
-// TestCountNonFinite counts NaNs and infinities among finite values of
-// every kind (zeros, subnormals, the largest finite), accumulating into
-// a word and resetting it.
-func TestCountNonFinite(t *testing.T) {
-	e, ks := openKernels(t)
-	d := e.dev
-	const n = 5000
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(i%11) - 5
-	}
-	x[1], x[2], x[3], x[4] = math.MaxFloat32, -math.MaxFloat32, math.Float32frombits(1), math.Float32frombits(0x807fffff)
-	bad := map[int]float32{0: float32(math.NaN()), 777: float32(math.Inf(1)), 2048: float32(math.Inf(-1)),
-		4999: math.Float32frombits(0x7fc00001), 3000: math.Float32frombits(0xffffffff)}
-	for i, v := range bad {
-		x[i] = v
-	}
-	X := floatBuffer(t, d, x)
-	count, err := d.NewBuffer(8)
-	must(t, err)
-	defer count.Free()
-	must(t, count.Write(0, []byte{9, 0, 0, 0, 7, 0, 0, 0}))
-	r, err := d.NewRecorder()
-	must(t, err)
-	defer r.Close()
-	words := func() [2]uint32 {
-		b := make([]byte, 8)
-		must(t, count.Read(0, b))
-		return [2]uint32{uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24,
-			uint32(b[4]) | uint32(b[5])<<8 | uint32(b[6])<<16 | uint32(b[7])<<24}
-	}
-	for _, c := range []struct {
-		name  string
-		n     int
-		reset bool
-		want  [2]uint32
-	}{
-		{"accumulate", n, false, [2]uint32{9, 7 + 5}},
-		{"reset", n, true, [2]uint32{9, 5}},
-		{"reset, the finite head only", 700, true, [2]uint32{9, 1}}, // x[0] is the NaN
-		{"reset, none", 0, true, [2]uint32{9, 0}},
-	} {
-		must(t, ks.CountNonFinite(r, X, c.n, count, 1, c.reset))
-		must(t, r.Submit())
-		if got := words(); got != c.want {
-			t.Errorf("%s: words %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 // TestSGD runs SGD steps on the device and with optim.SGD on the CPU from
 // the same state, for each configuration's first steps (the momentum
 // buffer starts as the gradient). Each step starts from the CPU's
@@ -252,7 +202,6 @@ func TestOptimKernelErrors(t *testing.T) {
 		{"Sum: scratch is x", ks.Sum(r, big, 300, 1, big, small, 0)},
 		{"SumSquares: scratch too small", ks.SumSquares(r, big, 1024, floatBuffer(t, d, nil), small, 0)},
 		{"SumSquares: out index past the end", ks.SumSquares(r, big, 10, small, big, 1024)},
-		{"CountNonFinite: count past the end", ks.CountNonFinite(r, big, 10, small, 4, true)},
 		{"SGD: momentum without a buffer", ks.SGD(r, SGDStep{LR: 1, Momentum: 0.9}, big, small, nil, 4)},
 		{"SGD: a buffer without momentum", ks.SGD(r, SGDStep{LR: 1}, big, small, floatBuffer(t, d, make([]float32, 4)), 4)},
 		{"SGD: nesterov without momentum", ks.SGD(r, SGDStep{LR: 1, Nesterov: true}, big, small, nil, 4)},
