@@ -94,3 +94,51 @@ func TestRound16(t *testing.T) {
 		t.Logf("%s: %d values bit-identical to amp.%s.Bits16", h, n-bad, map[Half]string{BF16: "BF16", FP16: "FP16"}[h])
 	}
 }
+
+// TestRoundInPlace checks Kernels.Round (elementwise.comp's rounding that
+// keeps values in fp32: every rounding point of the Vulkan engine) bit
+// for bit against amp's Round on the same inputs as TestRound16, NaN
+// payloads included.
+func TestRoundInPlace(t *testing.T) {
+	e, ks := openKernels(t)
+	d := e.dev
+	random := 300000
+	if testing.Short() {
+		random = 20000
+	}
+	in := roundInputs(random)
+	n := len(in)
+	xs := make([]float32, n)
+	for i, u := range in {
+		xs[i] = math.Float32frombits(u)
+	}
+	X, err := d.NewBuffer(4 * n)
+	must(t, err)
+	defer X.Free()
+	r, err := d.NewRecorder()
+	must(t, err)
+	defer r.Close()
+	for _, c := range []struct {
+		round Rounding
+		f     amp.Format
+	}{{RoundBF16, amp.BF16}, {RoundFP16, amp.FP16}} {
+		must(t, X.WriteFloat32(0, xs))
+		must(t, ks.Round(r, X, n, c.round))
+		must(t, r.Submit())
+		got := make([]float32, n)
+		must(t, X.ReadFloat32(0, got))
+		bad := 0
+		for i, x := range xs {
+			if want := c.f.Round(x); math.Float32bits(got[i]) != math.Float32bits(want) {
+				if bad < 10 {
+					t.Errorf("%v: %#08x (%g) → %#08x, want %#08x", c.f, in[i], x, math.Float32bits(got[i]), math.Float32bits(want))
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%v: %d of %d values differ from amp", c.f, bad, n)
+		}
+		t.Logf("%v: %d values bit-identical to amp.%v.Round", c.f, n-bad, c.f)
+	}
+}

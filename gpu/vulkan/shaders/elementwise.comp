@@ -67,7 +67,12 @@ float fromFP16(uint h) {
 
 float rnd(float v, uint f) {
 	if (f == 1u) return uintBitsToFloat(toBF16(floatBitsToUint(v)) << 16);
-	if (f == 2u) return fromFP16(toFP16(floatBitsToUint(v)));
+	if (f == 2u) {
+		uint u = floatBitsToUint(v);
+		// a NaN keeps its fp32 payload, quieted, as amp.FP16.Round keeps it
+		if ((u & 0x7fffffffu) > 0x7f800000u) return uintBitsToFloat(u | 0x00400000u);
+		return fromFP16(toFP16(u));
+	}
 	return v;
 }
 
