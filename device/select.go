@@ -42,9 +42,15 @@ type Request struct {
 	// without bf16, instead of failing.
 	PrecisionFallback bool
 	// AllowCPUFallback lets a pinned GPU (not auto) run with compute on the
-	// CPU, as every run does until mixtune has a GPU backend. When false such
-	// a request fails rather than pretend.
+	// CPU. When false such a request fails rather than pretend.
 	AllowCPUFallback bool
+	// GPUEngine says that a GPU engine may compute on the selected GPUs
+	// (mixtune's Vulkan engine, compute.device auto or gpu). Whether it
+	// does is known only once the engine opens, so Select then leaves the
+	// compute-on-CPU warning and the AllowCPUFallback refusal to the caller
+	// (Selection.Pinned says whether a refusal applies); without it a
+	// selected GPU is only named to child processes.
+	GPUEngine bool
 	// CUDAVisibleDevices is CUDA_VISIBLE_DEVICES as the process sees it,
 	// CUDAVisibleSet whether it is set at all: set and empty hides every GPU.
 	CUDAVisibleDevices string
@@ -62,9 +68,12 @@ type Selection struct {
 	GPUs []GPU `json:"gpus"`
 	// CPU is true when no GPU was chosen.
 	CPU bool `json:"cpu"`
-	// Compute is where the arithmetic runs: "cpu" until mixtune has a GPU
-	// backend, whatever GPUs says.
+	// Compute is where the arithmetic runs: "cpu", or, with
+	// Request.GPUEngine and a GPU selected, "gpu" until the caller knows
+	// which engine took it (the trainer writes "vulkan" or "cpu").
 	Compute string `json:"compute"`
+	// Pinned is whether the recipe pinned the GPUs (not auto).
+	Pinned bool `json:"pinned"`
 	// Precision is the resolved format.
 	Precision amp.Format `json:"precision"`
 	// LossScaling says whether the run scales its loss at Precision.
@@ -80,7 +89,7 @@ type Selection struct {
 	Env []string `json:"env"`
 }
 
-// CPUCompute is Selection.Compute for every selection today.
+// CPUCompute is Selection.Compute when the CPU computes.
 const CPUCompute = "cpu"
 
 // Select resolves a request against an inventory. It fails on a request it
@@ -123,12 +132,15 @@ func Select(inv Inventory, req Request) (Selection, error) {
 	sel.Warnings = append(sel.Warnings, warns...)
 
 	sel.CPU = len(sel.GPUs) == 0
-	if !sel.CPU {
+	sel.Pinned = pinned
+	if !sel.CPU && req.GPUEngine {
+		sel.Compute = "gpu"
+	} else if !sel.CPU {
 		if pinned && !req.AllowCPUFallback {
-			return Selection{}, fmt.Errorf("%s resolves to %s, but mixtune cannot run on a GPU yet: it has no GPU compute backend and would compute on the CPU; "+
+			return Selection{}, fmt.Errorf("%s resolves to %s, but compute.device: cpu computes on the CPU; "+
 				"set allow_cpu_fallback: true to run on the CPU anyway, or device: cpu", quoteSpecs(specs), labels(sel.GPUs))
 		}
-		sel.Warnings = append([]string{"compute runs on the CPU: mixtune has no GPU backend yet, so the selected GPU does no work; it is only named to child processes in Env"}, sel.Warnings...)
+		sel.Warnings = append([]string{"compute runs on the CPU (compute.device: cpu): the selected GPU does no work; it is only named to child processes in Env"}, sel.Warnings...)
 	}
 	sel.Env = childEnv(sel.GPUs)
 	return sel, nil

@@ -9,7 +9,7 @@ import (
 )
 
 const (
-	cpuWarn   = "compute runs on the CPU: mixtune has no GPU backend yet, so the selected GPU does no work; it is only named to child processes in Env"
+	cpuWarn   = "compute runs on the CPU (compute.device: cpu): the selected GPU does no work; it is only named to child processes in Env"
 	label1080 = "GPU 0 (NVIDIA GeForce GTX 1080 Ti, " + uuid1080 + ")"
 	labelTi   = "GPU 1 (NVIDIA TITAN RTX, " + uuidTitan + ")"
 	warn61    = label1080 + " has compute capability 6.1: no tensor cores, and fp16 arithmetic runs at 1/64 of the fp32 rate; fp32 will be faster there"
@@ -65,7 +65,7 @@ func runSelectCases(t *testing.T, tests []selectCase) {
 			}
 			env := []string{order, "CUDA_VISIBLE_DEVICES=" + strings.Join(tt.uuids, ",")}
 			want := Selection{CPU: len(tt.uuids) == 0, Compute: "cpu", Precision: tt.precision, LossScaling: tt.lossScaling,
-				Reason: tt.reason, Warnings: tt.warnings, Env: env}
+				Reason: tt.reason, Warnings: tt.warnings, Env: env, Pinned: strings.HasPrefix(tt.reason, "pinned")}
 			got.GPUs = nil
 			if !reflect.DeepEqual(uuids, tt.uuids) {
 				t.Errorf("GPUs:\n got %q\nwant %q", uuids, tt.uuids)
@@ -117,10 +117,10 @@ func TestSelectTitanHost(t *testing.T) {
 		{name: "cpu supports bf16", inv: nvml, req: Request{Device: MustSpec("CPU"), Precision: amp.BF16},
 			precision: amp.BF16, reason: "device: cpu"},
 		{name: "pinned GPU without allow_cpu_fallback is refused", inv: nvml, req: Request{Device: MustSpec("cuda:1")},
-			wantErr: `device "cuda:1" resolves to ` + labelTi + ", but mixtune cannot run on a GPU yet: it has no GPU compute backend and would compute on the CPU; " +
+			wantErr: `device "cuda:1" resolves to ` + labelTi + ", but compute.device: cpu computes on the CPU; " +
 				"set allow_cpu_fallback: true to run on the CPU anyway, or device: cpu"},
 		{name: "several pinned without allow_cpu_fallback", inv: nvml, req: Request{Devices: []Spec{MustSpec("cuda:0"), MustSpec("cuda:1")}},
-			wantErr: `devices ["cuda:0", "cuda:1"] resolves to ` + label1080 + ", " + labelTi + ", but mixtune cannot run on a GPU yet: it has no GPU compute backend and would compute on the CPU; " +
+			wantErr: `devices ["cuda:0", "cuda:1"] resolves to ` + label1080 + ", " + labelTi + ", but compute.device: cpu computes on the CPU; " +
 				"set allow_cpu_fallback: true to run on the CPU anyway, or device: cpu"},
 		{name: "nonexistent index lists the GPUs", inv: nvml, req: Request{Device: MustSpec("cuda:2"), AllowCPUFallback: true},
 			wantErr: `device "cuda:2" not found: no GPU has nvidia-smi index 2; the GPUs here, in nvidia-smi order:` + listTitan},
@@ -422,5 +422,36 @@ func TestApplyCUDAVisible(t *testing.T) {
 		if !reflect.DeepEqual(got, tt.want) || numeric != tt.numeric {
 			t.Errorf("%q: visible %v numeric %v, want %v %v", tt.value, got, numeric, tt.want, tt.numeric)
 		}
+	}
+}
+
+// With a GPU engine (compute.device auto or gpu) a selected GPU is left to
+// the engine: compute "gpu", no compute-on-CPU warning, and a pin without
+// allow_cpu_fallback is not refused here (the trainer refuses it if the
+// engine cannot take the GPU); Pinned tells it whether to.
+func TestSelectForGPUEngine(t *testing.T) {
+	inv := inventoryFromNVML(t, "titan_1080ti.nvml.json")
+	for _, tc := range []struct {
+		name   string
+		req    Request
+		pinned bool
+	}{
+		{"auto", Request{GPUEngine: true}, false},
+		{"pinned without CPU fallback", Request{Device: MustSpec("cuda:1"), GPUEngine: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := Select(inv, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sel.Compute != "gpu" || sel.Pinned != tc.pinned || len(sel.GPUs) != 1 {
+				t.Errorf("compute %q, pinned %v, %d GPUs; want gpu, %v, 1", sel.Compute, sel.Pinned, len(sel.GPUs), tc.pinned)
+			}
+			for _, w := range sel.Warnings {
+				if strings.Contains(w, "compute runs on the CPU") {
+					t.Errorf("warning %q with a GPU engine", w)
+				}
+			}
+		})
 	}
 }

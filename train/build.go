@@ -105,6 +105,9 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		}
 		return nil, r.doc.Errorf(field, "%v", err)
 	}
+	if err := c.settleCompute(r); err != nil {
+		return nil, err
+	}
 	if opt.ResumeDir != "" {
 		if started := startedEngine(opt.ResumeDir); started == "" && c.gpu != nil || started != "" && started != c.engineName() {
 			c.warnings = append(c.warnings, fmt.Sprintf("this run started on the %s engine and resumes on %s: the engines sum in other orders, and its numbers will differ from an uninterrupted run's in the last bits", cmp.Or(started, "cpu"), c.engineName()))

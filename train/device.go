@@ -15,7 +15,7 @@ func (r *Recipe) DeviceRequest() device.Request {
 	return device.Request{
 		Device: r.Device, Devices: r.Devices, MinFreeMemory: uint64(r.MinFreeMemory), NeedMemory: r.EstimateMemory(),
 		Policy: r.DevicePolicy, Precision: r.Precision, LossScaling: r.AMP.LossScaling,
-		PrecisionFallback: r.PrecisionFallback, AllowCPUFallback: r.AllowCPUFallback,
+		PrecisionFallback: r.PrecisionFallback, AllowCPUFallback: r.AllowCPUFallback, GPUEngine: r.Compute.Device != ComputeCPU,
 		CUDAVisibleDevices: vis, CUDAVisibleSet: set, CUDADeviceOrder: os.Getenv("CUDA_DEVICE_ORDER"),
 	}
 }

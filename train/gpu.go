@@ -183,3 +183,29 @@ func (c *components) engineName() string {
 	}
 	return "vulkan: " + c.gpu.describe()
 }
+
+// settleCompute records in the device selection which engine took the
+// selected GPU, once openGPU has decided: "vulkan", or "cpu" with the
+// warning that the GPU does no work, and the refusal of a pinned GPU
+// that would compute on the CPU without allow_cpu_fallback (device.Select
+// leaves both to the trainer when a GPU engine may take the GPU).
+func (c *components) settleCompute(r *Recipe) error {
+	sel := &c.device.Selection
+	if sel.Compute != "gpu" {
+		return nil
+	}
+	if c.gpu != nil {
+		sel.Compute = "vulkan"
+		return nil
+	}
+	sel.Compute = device.CPUCompute
+	if sel.Pinned && !r.AllowCPUFallback {
+		field := "device"
+		if len(r.Devices) > 0 {
+			field = "devices"
+		}
+		return r.doc.Errorf(field, "the pinned GPU would do no work: the run computes on the CPU (%s); set allow_cpu_fallback: true to run on the CPU anyway, compute.device: cpu, or make the GPU's Vulkan driver available", c.gpuReason)
+	}
+	sel.Warnings = append([]string{fmt.Sprintf("compute runs on the CPU (%s): the selected GPU does no work", c.gpuReason)}, sel.Warnings...)
+	return nil
+}

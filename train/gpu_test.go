@@ -69,3 +69,48 @@ func TestComputeDeviceField(t *testing.T) {
 		}
 	}
 }
+
+// settleCompute: the engine that took a selected GPU is recorded; a GPU
+// no engine took warns, and a pinned one without allow_cpu_fallback is
+// refused at its field.
+func TestSettleCompute(t *testing.T) {
+	t.Chdir("..")
+	gpu := device.GPU{UUID: "GPU-8f2a6d1c-4b3e-7a9f-2c5d-6e7f8091a2b3"}
+	for _, tc := range []struct {
+		name        string
+		sets        []string
+		pinned, eng bool
+		compute     string
+		warn, err   string
+	}{
+		{"vulkan took it", nil, true, true, "vulkan", "", ""},
+		{"auto falls back", nil, false, false, "cpu", "compute runs on the CPU (no Vulkan loader): the selected GPU does no work", ""},
+		{"pinned falls back when allowed", nil, true, false, "cpu", "compute runs on the CPU (no Vulkan loader)", ""},
+		{"pinned refused", []string{"allow_cpu_fallback=false", "device=cuda:1"}, true, false, "", "", "device: the pinned GPU would do no work: the run computes on the CPU (no Vulkan loader)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Load("configs/quickstart.yaml", tc.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &components{device: &DeviceChoice{Selection: device.Selection{GPUs: []device.GPU{gpu}, Compute: "gpu", Pinned: tc.pinned}}, gpuReason: "no Vulkan loader"}
+			if tc.eng {
+				c.gpu = &gpuEngine{}
+			}
+			err = c.settleCompute(r)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			sel := c.device.Selection
+			if err != nil || sel.Compute != tc.compute {
+				t.Fatalf("compute %q, err %v; want %q", sel.Compute, err, tc.compute)
+			}
+			if tc.warn != "" && (len(sel.Warnings) == 0 || !strings.Contains(sel.Warnings[0], tc.warn)) {
+				t.Errorf("warnings %q, want one containing %q", sel.Warnings, tc.warn)
+			}
+		})
+	}
+}
