@@ -51,6 +51,10 @@ type Request struct {
 	// (Selection.Pinned says whether a refusal applies); without it a
 	// selected GPU is only named to child processes.
 	GPUEngine bool
+	// Count is how many GPUs auto takes, best first: one per rank of a
+	// data-parallel job on this host (0 means 1). Fewer are taken when
+	// fewer are eligible; the caller decides whether ranks may share.
+	Count int
 	// CUDAVisibleDevices is CUDA_VISIBLE_DEVICES as the process sees it,
 	// CUDAVisibleSet whether it is set at all: set and empty hides every GPU.
 	CUDAVisibleDevices string
@@ -467,6 +471,7 @@ func (v *view) auto(policy Policy, req Request) ([]GPU, string) {
 	}
 	ranked := Rank(ok, policy)
 	best := ranked[0]
+	take := ranked[:min(max(req.Count, 1), len(ranked))]
 	key, amount := "total", best.MemoryTotal
 	if policy == PolicyFree {
 		key, amount = "free", best.MemoryFree
@@ -493,7 +498,10 @@ func (v *view) auto(policy Policy, req Request) ([]GPU, string) {
 	if v.cvdSet {
 		reason += fmt.Sprintf("; CUDA_VISIBLE_DEVICES=%q leaves %d of %d GPUs visible", v.cvd, len(v.visible), len(v.all))
 	}
-	return []GPU{best}, reason
+	if len(take) > 1 {
+		reason += fmt.Sprintf("; %d GPUs for %d ranks, in this order: %s", len(take), max(req.Count, 1), labels(take))
+	}
+	return take, reason
 }
 
 func plural(n int, one, many string) string {

@@ -455,3 +455,21 @@ func TestSelectForGPUEngine(t *testing.T) {
 		})
 	}
 }
+
+// auto takes one GPU per rank of the host, best first, and no more than
+// are eligible.
+func TestSelectCountForRanks(t *testing.T) {
+	inv := inventoryFromNVML(t, "titan_1080ti.nvml.json")
+	for _, tc := range []struct{ count, want int }{{0, 1}, {1, 1}, {2, 2}, {5, 2}} {
+		sel, err := Select(inv, Request{Count: tc.count, GPUEngine: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sel.GPUs) != tc.want {
+			t.Errorf("count %d: %d GPUs, want %d", tc.count, len(sel.GPUs), tc.want)
+		}
+		if len(sel.GPUs) == 2 && (sel.GPUs[0].Name != "NVIDIA TITAN RTX" || !strings.Contains(sel.Reason, "2 GPUs for")) {
+			t.Errorf("count %d: order %s, %s; reason %q", tc.count, sel.GPUs[0].Name, sel.GPUs[1].Name, sel.Reason)
+		}
+	}
+}

@@ -88,6 +88,22 @@ func LocalSize(c Comm) int {
 	return max(n, 1)
 }
 
+// LocalRank is this rank's position among the ranks on its host, in
+// rank order: which of the host's GPUs it takes.
+func LocalRank(c Comm) int {
+	hosts := c.Info().Hosts
+	if len(hosts) <= c.Rank() {
+		return 0
+	}
+	n := 0
+	for _, h := range hosts[:c.Rank()] {
+		if h == hosts[c.Rank()] {
+			n++
+		}
+	}
+	return n
+}
+
 // Single is the Comm of a process that trains alone: every collective is
 // the identity.
 type Single struct{ host string }

@@ -98,7 +98,11 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if err := c.openBF16(r.AMP.BF16Matmul, opt.ResumeDir); err != nil {
 		return nil, err
 	}
-	if c.gpu, c.gpuReason, err = openGPU(r.Compute, sel); err != nil {
+	rankSel, err := rankGPU(r.Compute, sel, dist.LocalRank(c.comm), dist.LocalSize(c.comm))
+	if err != nil {
+		return nil, r.doc.Errorf("compute.share_gpu", "%v", err)
+	}
+	if c.gpu, c.gpuReason, err = openGPU(r.Compute, rankSel); err != nil {
 		field := "compute.device"
 		if r.Compute.VulkanDevice != "" {
 			field = "compute.vulkan_device"
@@ -112,9 +116,6 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		if started := startedEngine(opt.ResumeDir); started == "" && c.gpu != nil || started != "" && started != c.engineName() {
 			c.warnings = append(c.warnings, fmt.Sprintf("this run started on the %s engine and resumes on %s: the engines sum in other orders, and its numbers will differ from an uninterrupted run's in the last bits", cmp.Or(started, "cpu"), c.engineName()))
 		}
-	}
-	if c.gpu != nil && c.comm.Size() > 1 {
-		return nil, r.doc.Errorf("compute.device", "the Vulkan engine runs one process so far; %d ranks need compute.device: cpu", c.comm.Size())
 	}
 	if have, ok := sysinfo.TotalMemory(); ok {
 		if err := checkDataMemory(r, have); err != nil {

@@ -10,9 +10,13 @@ import (
 
 // DeviceRequest is the recipe's device choice as a device.Request, with
 // CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER as this process sees them.
-func (r *Recipe) DeviceRequest() device.Request {
+func (r *Recipe) DeviceRequest() device.Request { return r.deviceRequest(1) }
+
+// deviceRequest is DeviceRequest for a job with ranks ranks on this host,
+// each of which takes a GPU of its own (auto takes the ranks best).
+func (r *Recipe) deviceRequest(ranks int) device.Request {
 	vis, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
-	return device.Request{
+	return device.Request{Count: ranks,
 		Device: r.Device, Devices: r.Devices, MinFreeMemory: uint64(r.MinFreeMemory), NeedMemory: r.EstimateMemory(),
 		Policy: r.DevicePolicy, Precision: r.Precision, LossScaling: r.AMP.LossScaling,
 		PrecisionFallback: r.PrecisionFallback, AllowCPUFallback: r.AllowCPUFallback, GPUEngine: r.Compute.Device != ComputeCPU,
@@ -24,7 +28,12 @@ func (r *Recipe) DeviceRequest() device.Request {
 // A refusal (a pinned device that does not exist, too little free memory,
 // bf16 on a card without it) is a config error at the device field.
 func (r *Recipe) SelectDevice(inv device.Inventory) (device.Selection, error) {
-	sel, err := device.Select(inv, r.DeviceRequest())
+	return r.SelectDevices(inv, 1)
+}
+
+// SelectDevices is SelectDevice for ranks ranks on this host.
+func (r *Recipe) SelectDevices(inv device.Inventory, ranks int) (device.Selection, error) {
+	sel, err := device.Select(inv, r.deviceRequest(ranks))
 	if err != nil {
 		field := "device"
 		if len(r.Devices) > 0 {
@@ -106,10 +115,11 @@ type DeviceChoice struct {
 	Selection device.Selection
 }
 
-// ChooseDevice discovers the machine's GPUs and selects for the recipe.
-func (r *Recipe) ChooseDevice(ctx context.Context) (*DeviceChoice, error) {
+// ChooseDevice discovers the machine's GPUs and selects for the recipe,
+// for ranks ranks of a data-parallel job on this host (1 for one process).
+func (r *Recipe) ChooseDevice(ctx context.Context, ranks int) (*DeviceChoice, error) {
 	inv := device.Discover(ctx)
-	sel, err := r.SelectDevice(inv)
+	sel, err := r.SelectDevices(inv, ranks)
 	if err != nil {
 		return nil, err
 	}

@@ -209,3 +209,65 @@ func (c *components) settleCompute(r *Recipe) error {
 	sel.Warnings = append([]string{fmt.Sprintf("compute runs on the CPU (%s): the selected GPU does no work", c.gpuReason)}, sel.Warnings...)
 	return nil
 }
+
+// rankGPU narrows the device selection to this rank's GPU when several
+// ranks of a data-parallel job run on this host: local rank i takes the
+// i-th selected GPU (the i-th of devices:, or of auto's ranking). More
+// ranks than GPUs, or every rank on the one device compute.vulkan_device
+// names, share them only with compute.share_gpu.
+func rankGPU(c ComputeConfig, sel device.Selection, local, localSize int) (device.Selection, error) {
+	if c.Device == ComputeCPU || localSize <= 1 {
+		return sel, nil
+	}
+	if c.VulkanDevice != "" {
+		if !c.ShareGPU {
+			return sel, fmt.Errorf("%d ranks on this host would share the one device compute.vulkan_device names (%s); set compute.share_gpu: true to allow it", localSize, c.VulkanDevice)
+		}
+		return sel, nil
+	}
+	if len(sel.GPUs) == 0 {
+		return sel, nil
+	}
+	if localSize > len(sel.GPUs) && !c.ShareGPU {
+		return sel, fmt.Errorf("%d ranks on this host and %d GPU(s) selected: ranks would share a GPU; pin one per rank with devices:, set compute.share_gpu: true to share, or compute.device: cpu", localSize, len(sel.GPUs))
+	}
+	g := sel.GPUs[local%len(sel.GPUs)]
+	sel.GPUs = []device.GPU{g}
+	sel.Reason += fmt.Sprintf("; local rank %d takes %s", local, g.UUID)
+	return sel, nil
+}
+
+// RankAssignment says which GPU each of ranks ranks on one host takes
+// under the recipe, and why, one line per rank, as a data-parallel job
+// would assign them (rankGPU); an error where the job would be refused.
+func (r *Recipe) RankAssignment(sel device.Selection, ranks int) ([]string, error) {
+	if r.Compute.Device == ComputeCPU || len(sel.GPUs) == 0 && r.Compute.VulkanDevice == "" {
+		return []string{fmt.Sprintf("all %d ranks compute on the CPU (%s)", ranks, cmpOrString(r.Compute.Device == ComputeCPU, "compute.device: cpu", "no GPU selected"))}, nil
+	}
+	lines := make([]string, ranks)
+	for i := range ranks {
+		rs, err := rankGPU(r.Compute, sel, i, ranks)
+		if err != nil {
+			return nil, r.doc.Errorf("compute.share_gpu", "%v", err)
+		}
+		switch {
+		case r.Compute.VulkanDevice != "":
+			lines[i] = fmt.Sprintf("rank %d: Vulkan device %s (compute.vulkan_device, shared)", i, r.Compute.VulkanDevice)
+		default:
+			g := rs.GPUs[0]
+			how := fmt.Sprintf("selected GPU %d of %d", i%len(sel.GPUs)+1, len(sel.GPUs))
+			if ranks > len(sel.GPUs) {
+				how += ", shared (compute.share_gpu)"
+			}
+			lines[i] = fmt.Sprintf("rank %d: GPU %d (%s, %s): %s", i, g.Index, g.Name, g.UUID, how)
+		}
+	}
+	return lines, nil
+}
+
+func cmpOrString(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
+}

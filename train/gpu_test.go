@@ -114,3 +114,36 @@ func TestSettleCompute(t *testing.T) {
 		})
 	}
 }
+
+// Each local rank takes the next selected GPU; more ranks than GPUs share
+// them only with compute.share_gpu; the devices report says which.
+func TestRankAssignment(t *testing.T) {
+	t.Chdir("..")
+	sel := device.Selection{GPUs: []device.GPU{{Index: 3, Name: "A", UUID: "GPU-a"}, {Index: 1, Name: "B", UUID: "GPU-b"}}, Compute: "gpu"}
+	for _, tc := range []struct {
+		sets  []string
+		ranks int
+		want  []string
+		err   string
+	}{
+		{nil, 2, []string{"rank 0: GPU 3 (A, GPU-a): selected GPU 1 of 2", "rank 1: GPU 1 (B, GPU-b): selected GPU 2 of 2"}, ""},
+		{nil, 3, nil, "compute.share_gpu: 3 ranks on this host and 2 GPU(s) selected: ranks would share a GPU"},
+		{[]string{"compute.share_gpu=true"}, 3, []string{"rank 0: GPU 3 (A, GPU-a): selected GPU 1 of 2, shared (compute.share_gpu)", "rank 1: GPU 1 (B, GPU-b): selected GPU 2 of 2, shared (compute.share_gpu)", "rank 2: GPU 3 (A, GPU-a): selected GPU 1 of 2, shared (compute.share_gpu)"}, ""},
+		{[]string{"compute.device=cpu"}, 2, []string{"all 2 ranks compute on the CPU (compute.device: cpu)"}, ""},
+	} {
+		r, err := Load("configs/quickstart.yaml", tc.sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.RankAssignment(sel, tc.ranks)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v, %d ranks: err %v, want %q", tc.sets, tc.ranks, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("%v, %d ranks: %q, %v; want %q", tc.sets, tc.ranks, got, err, tc.want)
+		}
+	}
+}

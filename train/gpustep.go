@@ -396,3 +396,31 @@ func (o *deviceOptimizer) loadSGD(st optim.State) error {
 	o.steps = st.Step
 	return nil
 }
+
+// gradsToHost copies the step's summed gradients into the params' host
+// buffers, for a data-parallel sum over MPI.
+func (o *deviceOptimizer) gradsToHost() error {
+	for i, p := range o.params {
+		if err := o.grad[i].ReadFloat32(0, p.Grad); err != nil {
+			return fmt.Errorf("read the gradient of %s from the device: %w", p.Name, err)
+		}
+		if o.counts != nil {
+			o.counts.Down += int64(4 * len(p.Grad))
+		}
+	}
+	return nil
+}
+
+// gradsToDevice copies the params' host gradients (the sums over the
+// ranks) back to the device.
+func (o *deviceOptimizer) gradsToDevice() error {
+	for i, p := range o.params {
+		if err := o.grad[i].WriteFloat32(0, p.Grad); err != nil {
+			return fmt.Errorf("write the gradient of %s to the device: %w", p.Name, err)
+		}
+		if o.counts != nil {
+			o.counts.Up += int64(4 * len(p.Grad))
+		}
+	}
+	return nil
+}

@@ -467,6 +467,7 @@ func (s *session) shareRestored(rs rootState, ostate map[string][]float32) error
 			return err
 		}
 	}
+	p.eng.WeightsChanged() // a GPU engine uploads them
 	if s.rank0() {
 		return nil
 	}

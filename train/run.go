@@ -214,7 +214,11 @@ func setup(ctx context.Context, r *Recipe, opt Options) (*session, error) {
 	choice := opt.Device
 	if choice == nil {
 		var err error
-		if choice, err = r.ChooseDevice(ctx); err != nil {
+		ranks := 1
+		if opt.Comm != nil {
+			ranks = dist.LocalSize(opt.Comm)
+		}
+		if choice, err = r.ChooseDevice(ctx, ranks); err != nil {
 			return nil, err
 		}
 	}
@@ -561,8 +565,26 @@ func (s *session) trainStep() (stepResult, error) {
 	// sum the gradients, the loss and the rounding counts over the ranks
 	sc := []float64{lossSum, float64(res.rounded), float64(res.underflowed)}
 	var err error
+	gpuRanks := p.devOpt != nil && s.dp.size > 1
+	var moved time.Duration
+	if gpuRanks { // the sums go through the host: device → host → MPI → host → device
+		t := time.Now()
+		if err := p.devOpt.gradsToHost(); err != nil {
+			return res, err
+		}
+		moved = time.Since(t)
+	}
 	if res.comm, err = s.dp.reduce(p.trainer.tapped, sc); err != nil {
 		return res, err
+	}
+	if gpuRanks {
+		t := time.Now()
+		if err := p.devOpt.gradsToDevice(); err != nil {
+			return res, err
+		}
+		moved += time.Since(t)
+		res.comm.wait += moved // allreduce_s counts the copies the sums need
+		res.comm.busy += moved
 	}
 	lossSum, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
 	res.loss = lossSum / float64(max(total, 1))

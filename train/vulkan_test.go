@@ -168,3 +168,46 @@ func TestResumeAcrossEngines(t *testing.T) {
 		})
 	}
 }
+
+// TestDataParallelOnVulkan trains 2 in-process ranks, each with a device
+// of its own on the Vulkan driver (lavapipe's one device, shared with
+// compute.share_gpu), their gradient sums going device → host → the
+// ranks' sum → device, and checks that they follow one CPU process to the
+// bound of the CPU's own data parallelism (fp32 summation order); a third
+// rank refused to share without compute.share_gpu.
+func TestDataParallelOnVulkan(t *testing.T) {
+	dev := vulkanDevice(t)
+	if testing.Short() {
+		t.Skip("trains on the Vulkan device: not in -short")
+	}
+	dir := fixture(t)
+	one, err := runRanks(t, 0, dpRecipe(t, dir, "compute.device=cpu"), Options{Out: io.Discard}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := dpRecipe(t, dir, "compute.vulkan_device="+dev, "compute.share_gpu=true")
+	two, err := runRanks(t, 2, gpu, Options{Out: io.Discard}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(two.Engine, "vulkan: ") {
+		t.Fatalf("engine %q", two.Engine)
+	}
+	compareRuns(t, one.RunDir, two.RunDir, 2e-5)
+	var sum float64
+	var n int
+	for _, m := range readMetrics(t, two.RunDir) {
+		if v, ok := m["allreduce_s"]; ok {
+			sum, n = sum+v, n+1
+		}
+	}
+	t.Logf("2 ranks on %s: host→device %d B/step, device→host %d B/step, the gradient sum with its copies and the wait for the other rank %.2f ms/step (mean of %d)",
+		two.Engine, two.HostToDevice, two.DeviceToHost, 1e3*sum/float64(max(n, 1)), n)
+
+	_, errs := trainRanks(2, dpRecipe(t, dir, "compute.vulkan_device="+dev), Options{Out: io.Discard}, nil)
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "compute.share_gpu: 2 ranks on this host would share the one device") {
+			t.Errorf("rank %d without share_gpu: %v", i, err)
+		}
+	}
+}

@@ -219,7 +219,7 @@ func (a app) cmdTrain(args []string, stdout, stderr io.Writer) error {
 	r, err := loadRecipe(*cfg, *resume, sets, *force, stderr)
 	var choice *train.DeviceChoice
 	if err == nil && !*printPolicy {
-		choice, err = r.ChooseDevice(ctx)
+		choice, err = r.ChooseDevice(ctx, dist.LocalSize(comm))
 		if ctx.Err() != nil {
 			err = nil // interrupted: train.Run says so, and what it means for the run
 		}
