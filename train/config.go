@@ -224,13 +224,13 @@ type ComputeConfig struct {
 	Device ComputeDevice `yaml:"device,omitempty"`
 	// VulkanDevice names the Vulkan device directly: an index in
 	// Vulkan's order, a UUID or a PCI bus id ("" follows device:).
-	VulkanDevice string    `yaml:"vulkan_device,omitempty"`
+	VulkanDevice string `yaml:"vulkan_device,omitempty"`
 	// ShareGPU lets several ranks of a data-parallel job on one host
 	// compute on the same GPU (each its own device context); without it a
 	// job with more ranks than selected GPUs is refused.
-	ShareGPU bool `yaml:"share_gpu,omitempty"`
-	BLAS         blas.Kind `yaml:"blas"`
-	Threads      int       `yaml:"threads"`
+	ShareGPU bool      `yaml:"share_gpu,omitempty"`
+	BLAS     blas.Kind `yaml:"blas"`
+	Threads  int       `yaml:"threads"`
 	// ActivationCheckpointing keeps only each decoder layer's input for
 	// the backward pass and recomputes the layer there: activation memory
 	// of one layer instead of all, for one more forward pass per step.
