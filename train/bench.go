@@ -9,6 +9,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/internal/cpufeat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
@@ -31,7 +32,11 @@ type BenchConfig struct {
 	BF16Matmul                                          amp.BF16Matmul // where bf16 products run: auto, emulate or hardware
 	Steps, Warmup                                       int
 	BLAS                                                blas.Kind
-	Threads                                             int
+	// VulkanDevice, when set, trains on the Vulkan engine on that device
+	// (an index, UUID or PCI bus id, as compute.vulkan_device), with the
+	// optimizer there too; "" computes on the CPU.
+	VulkanDevice string
+	Threads      int
 	// Comm, with several ranks, splits each batch's rows among them and
 	// sums the gradients (as training does; Overlap and BucketBytes as in
 	// Options): the batch stays the global one.
@@ -49,6 +54,7 @@ func DefaultBench() BenchConfig {
 // BenchResult is one measurement.
 type BenchResult struct {
 	Backend      string      `json:"backend"`
+	Engine       string      `json:"engine"` // cpu, or the Vulkan device
 	Adapter      AdapterKind `json:"adapter"`
 	Precision    amp.Format  `json:"precision"`
 	BF16Matmul   string      `json:"bf16_matmul,omitempty"` // emulate or hardware: where the bf16 products ran
@@ -97,7 +103,7 @@ func Bench(c BenchConfig) (BenchResult, error) {
 	if err != nil {
 		return BenchResult{}, err
 	}
-	defer b.ru.close()
+	defer b.close()
 	for i := 0; i < c.Warmup; i++ {
 		if err := b.step(); err != nil {
 			return BenchResult{}, err
@@ -127,12 +133,23 @@ type benchRun struct {
 	params []*optim.Param
 	opt    optim.Optimizer
 	ru     *runner
-	dp     *dataParallel // this rank's part: all of the batch for one process
-	bt     data.Batch    // this rank's rows
-	weight float32       // their share of the batch's targets
-	loss   float64       // the last step's
-	comm   commTimes     // gradient sums since the timing started
-	bf16   bf16Decision  // where the bf16 products run
+	dp     *dataParallel    // this rank's part: all of the batch for one process
+	bt     data.Batch       // this rank's rows
+	weight float32          // their share of the batch's targets
+	loss   float64          // the last step's
+	comm   commTimes        // gradient sums since the timing started
+	bf16   bf16Decision     // where the bf16 products run
+	gpu    *gpuEngine       // the Vulkan engine, or nil
+	devOpt *deviceOptimizer // AdamW on it
+}
+
+// close frees the run's graphs and device.
+func (b *benchRun) close() {
+	b.ru.close()
+	if b.devOpt != nil {
+		b.devOpt.close()
+	}
+	b.gpu.close()
 }
 
 func newBenchRun(c BenchConfig) (*benchRun, error) {
@@ -162,8 +179,28 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 		tap = b.dp.tap(paramIndex(b.params))
 	}
 	policy := amp.DefaultPolicy(c.Precision)
-	if b.ru, err = buildRunner(eng, m, lora, b.dp.rows, c.SeqLen, b.params, &policy, trainGraph(tap, b.dp.size, c.Checkpoint)); err != nil {
+	tg := trainGraph(tap, b.dp.size, c.Checkpoint)
+	if c.VulkanDevice != "" {
+		if b.dp.size > 1 || c.Checkpoint {
+			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")
+		}
+		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice}, device.Selection{}); err != nil {
+			return nil, err
+		}
+		tg.gpu = b.gpu
+	}
+	if b.ru, err = buildRunner(eng, m, lora, b.dp.rows, c.SeqLen, b.params, &policy, tg); err != nil {
+		b.gpu.close()
 		return nil, err
+	}
+	if b.gpu != nil {
+		oc := OptimizerConfig{Name: AdamW, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+		if b.devOpt, err = newDeviceOptimizer(b.gpu, oc, b.params, b.ru.vk.Param); err != nil {
+			b.ru.close()
+			b.gpu.close()
+			return nil, err
+		}
+		b.ru.devOpt = b.devOpt
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := c.Batch * c.SeqLen
@@ -193,13 +230,21 @@ func (b *benchRun) step() error {
 		b.comm.wait += ct.wait
 		b.comm.busy += ct.busy
 	}
+	if b.devOpt != nil { // unclipped, unscaled: the CPU step's work
+		_, err := b.devOpt.apply(nil, 0, 1e-3, true, true)
+		return err
+	}
 	return b.opt.Step(b.params, 1e-3)
 }
 
 // result reports a timing of dt seconds per step.
 func (b *benchRun) result(dt float64) BenchResult {
 	c, n := b.c, b.c.Batch*b.c.SeqLen
-	res := BenchResult{Backend: b.eng.BLAS.Name(), Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
+	engine := "cpu"
+	if b.gpu != nil {
+		engine = "vulkan: " + b.gpu.describe()
+	}
+	res := BenchResult{Backend: b.eng.BLAS.Name(), Engine: engine, Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
 		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: b.m.NumParams(), WeightBytes: b.m.WeightBytes(), Loss: b.loss}
 	for _, p := range b.params {
 		res.Trainable += len(p.Value)

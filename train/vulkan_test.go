@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/gpu/vulkan/vulkantest"
 )
 
@@ -209,5 +211,28 @@ func TestDataParallelOnVulkan(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "compute.share_gpu: 2 ranks on this host would share the one device") {
 			t.Errorf("rank %d without share_gpu: %v", i, err)
 		}
+	}
+}
+
+// mixtune bench --vulkan-device: the same steps on the Vulkan engine,
+// AdamW on the device, end at the CPU's loss up to fp32 summation order.
+func TestBenchOnVulkan(t *testing.T) {
+	dev := vulkanDevice(t)
+	c := BenchConfig{Vocab: 128, Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 128, SeqLen: 32, Batch: 2, Rank: 4, Adapter: LoRA,
+		Precision: amp.FP32, BaseDtype: amp.FP32, Steps: 3, Warmup: 1, BLAS: blas.KindNative, Threads: 2}
+	cpu, err := Bench(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.VulkanDevice = dev
+	gpu, err := Bench(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu.Engine != "cpu" || !strings.HasPrefix(gpu.Engine, "vulkan: ") {
+		t.Fatalf("engines %q, %q", cpu.Engine, gpu.Engine)
+	}
+	if rel := math.Abs(gpu.Loss-cpu.Loss) / cpu.Loss; !(rel <= 1e-5) {
+		t.Errorf("loss after 4 steps: Vulkan %v, CPU %v (relative %.3g > 1e-5)", gpu.Loss, cpu.Loss, rel)
 	}
 }

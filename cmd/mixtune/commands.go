@@ -88,7 +88,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -102,6 +102,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Batch, "batch", c.Batch, "sequences per step")
 	fs.IntVar(&c.Rank, "rank", c.Rank, "LoRA rank")
 	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, onednn, native or gonum")
+	fs.StringVar(&c.VulkanDevice, "vulkan-device", "", "train on the Vulkan engine on this device (an index, UUID or PCI bus id; see vkprobe), the optimizer there too")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "untimed steps first")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
@@ -160,7 +161,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s · %s · %s · base weights %s (%.1f MiB) · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter,
 		res.Precision, res.BaseDtype, float64(res.WeightBytes)/(1<<20), res.Params, res.Trainable, c.Batch, c.SeqLen)
-	if res.BF16Kernel != "" {
+	if res.Engine != "cpu" {
+		fmt.Fprintf(stdout, "engine: %s\n", res.Engine)
+	} else if res.BF16Kernel != "" {
 		fmt.Fprintf(stdout, "bf16 matmul: %s\n", res.BF16Kernel)
 	}
 	fmt.Fprintf(stdout, "%.1f tokens/s · %.1f ms/step · peak RSS %d MiB · loss %.4f\n", res.TokensPerSec, res.MsPerStep, res.PeakRSS>>20, res.Loss)
