@@ -22,12 +22,13 @@ func vulkanDevice(t *testing.T) string {
 }
 
 // quickstartShaped is the quickstart recipe cut to steps steps of 1 row
-// each (lavapipe runs a GEMM at a few GFLOP/s), every step's loss logged,
+// each (lavapipe runs a GEMM at a few GFLOP/s), warming up over all of
+// them (the quickstart's 20 at 20 steps), every step's loss logged,
 // validation on 2 batches at the start and the end, no task accuracy.
 func quickstartShaped(t *testing.T, out string, steps string, sets ...string) *Recipe {
 	t.Helper()
 	base := []string{"compute.blas=native", "output_dir=" + out, "task.before=false", "task.after=false",
-		"train.steps=" + steps, "train.batch_size=1", "train.log_every=1", "train.eval_every=" + steps, "train.eval_batches=2"}
+		"train.steps=" + steps, "schedule.warmup_steps=" + steps, "train.batch_size=1", "train.log_every=1", "train.eval_every=" + steps, "train.eval_batches=2"}
 	r, err := Load(filepath.Join("configs", "quickstart.yaml"), append(base, sets...))
 	if err != nil {
 		t.Fatal(err)
