@@ -2,6 +2,7 @@ package train
 
 import (
 	"cmp"
+	"errors"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -710,6 +711,9 @@ func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.No
 		opts = append(opts, vkengine.Share(share))
 	}
 	p, err := g.eng.Compile(b.G, b.IsParam, opts...)
+	if errors.Is(err, vkengine.ErrUnsupported) { // the recipe asks for what the engine lacks: bad input, exit 2
+		return inputError(fmt.Errorf("compute.device: the Vulkan engine (%s) cannot run this model yet: %w; compute on the cpu (compute.device: cpu)", g.phys.Name, err))
+	}
 	if err != nil {
 		return fmt.Errorf("compile the model for %s: %w", g.phys.Name, err)
 	}
