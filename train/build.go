@@ -2,8 +2,8 @@ package train
 
 import (
 	"cmp"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
