@@ -105,13 +105,15 @@ run() {
 		for p in fp32 bf16; do
 			extra=()
 			[[ $p == bf16 ]] && extra=(--precision bf16 --base-dtype bf16)
-			timeout 60 "$out/mixtune" bench ${shape[$s]} --ffn "${ffn[$s]}" --steps 3 --warmup 1 \
-				--vulkan-device "$uuid" "${extra[@]}" --json 2>&1 | tail -1 | sed "s/^/mixtune $s $p: /"
+			r=$(timeout 60 "$out/mixtune" bench ${shape[$s]} --ffn "${ffn[$s]}" --steps 3 --warmup 1 \
+				--vulkan-device "$uuid" "${extra[@]}" --json 2>&1 | tail -1)
+			echo "mixtune $s $p: ${r:-no result (cut at 60 s, or failed)}"
 		done
 		if [[ -e $out/torch_peer.py ]]; then
 			for sdpa in "" --sdpa; do
-				timeout 60 python3 "$out/torch_peer.py" ${shape[$s]} --hidden "${ffn[$s]}" --steps 3 --adapters lora --modes bf16 \
-					--device cuda --base-dtype bf16 $sdpa 2>&1 | tail -1 | sed "s/^/PyTorch $s bf16 ${sdpa:-eager}: /"
+				r=$(timeout 60 python3 "$out/torch_peer.py" ${shape[$s]} --hidden "${ffn[$s]}" --steps 3 --adapters lora --modes bf16 \
+					--device cuda --base-dtype bf16 $sdpa 2>&1 | tail -1)
+				echo "PyTorch $s bf16 ${sdpa:-eager}: ${r:-no result (cut at 60 s, or failed)}"
 			done
 		fi
 	done
