@@ -393,3 +393,31 @@ func TestBadInput(t *testing.T) {
 		t.Error("int4 parsed")
 	}
 }
+
+func TestBlobRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	vals := normalData(r, 3*700, 0.5)
+	for _, double := range []bool{false, true} {
+		q, err := Quantize(FP4, vals, []int{3, 700}, Options{Double: double})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := q.Encode()
+		back, err := Decode(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := q.Dequantize(), back.Dequantize()
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("double=%v element %d: %v after a blob round trip, %v before", double, i, got[i], want[i])
+			}
+		}
+		if _, err := Decode(blob[:len(blob)-1]); err == nil {
+			t.Error("a truncated blob decoded")
+		}
+		if _, err := Decode(append(blob[:len(blob):len(blob)], 0)); err == nil {
+			t.Error("a blob with a byte past its end decoded")
+		}
+	}
+}
