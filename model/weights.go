@@ -9,22 +9,35 @@ import (
 	"strings"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/quant"
 	"github.com/mixtune/mixtune/safetensors"
 )
 
 // Tensor is a weight: an fp32 master copy training updates in place, or,
-// for a frozen weight kept in 16 bits, its bf16/fp16 bits and no fp32 copy.
+// for a frozen weight kept in 16 bits, its bf16/fp16 bits and no fp32 copy,
+// or, for a frozen weight kept in 4 bits, its quantized blob.
 type Tensor struct {
 	Shape  []int
-	Data   []float32  // fp32 values; nil when the weight is kept in 16 bits
+	Data   []float32  // fp32 values; nil when the weight is kept in 16 or 4 bits
 	Bits   []uint16   // 16-bit values, when Data is nil
 	Format amp.Format // Bits' format
+	// Q4 is a 4-bit block-quantized weight (quant.Tensor.Encode), when
+	// Data and Bits are nil.
+	Q4 []byte
 }
 
-// Float32 returns the values in fp32, converting 16-bit ones into a new slice.
+// Float32 returns the values in fp32, converting 16-bit ones, or
+// dequantizing 4-bit ones, into a new slice.
 func (t *Tensor) Float32() []float32 {
 	if t.Data != nil {
 		return t.Data
+	}
+	if t.Q4 != nil {
+		q, err := quant.Decode(t.Q4)
+		if err != nil { // quantize and the bnb loader wrote it
+			panic(fmt.Sprintf("model: 4-bit weight: %v", err))
+		}
+		return q.Dequantize()
 	}
 	d := make([]float32, len(t.Bits))
 	t.Format.FromBits16Slice(d, t.Bits)
@@ -32,7 +45,7 @@ func (t *Tensor) Float32() []float32 {
 }
 
 // Bytes is the memory the values take.
-func (t *Tensor) Bytes() int { return 4*len(t.Data) + 2*len(t.Bits) }
+func (t *Tensor) Bytes() int { return 4*len(t.Data) + 2*len(t.Bits) + len(t.Q4) }
 
 // Model is a Llama model's config and weights under their HF names.
 type Model struct {
@@ -165,7 +178,7 @@ func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
 func (m *Model) NumParams() int {
 	n := 0
 	for _, t := range m.Weights {
-		n += len(t.Data) + len(t.Bits)
+		n += numel(t.Shape)
 	}
 	return n
 }
@@ -291,6 +304,13 @@ func Load(dir string) (*Model, error) { return LoadAs(dir, amp.FP32) }
 // holds one tensor in fp32 at a time and not the whole model (see
 // Compact).
 func LoadAs(dir string, base amp.Format) (*Model, error) {
+	return LoadQuantized(dir, base, Quantization{})
+}
+
+// LoadQuantized is LoadAs with the decoder layers' linear weights kept
+// 4-bit as q says (none when q.Type is 0), each quantized as soon as it is
+// read: the peak is the quantized model plus one tensor in fp32.
+func LoadQuantized(dir string, base amp.Format, q Quantization) (*Model, error) {
 	c, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -313,7 +333,9 @@ func LoadAs(dir string, base amp.Format) (*Model, error) {
 			return nil, fmt.Errorf("load model %s: tensor %s holds a non-finite value (%v at index %d)", dir, s.Name, data[i], i)
 		}
 		t := &Tensor{Shape: s.Shape, Data: data}
-		t.compact(base)
+		if err := t.store(s.Name, base, q); err != nil {
+			return nil, fmt.Errorf("load model %s: %w", dir, err)
+		}
 		m.Weights[s.Name] = t
 		m.Stored[s.Name] = info.Dtype
 	}
