@@ -244,6 +244,20 @@ func checkTensors(c Config, ck *safetensors.Checkpoint) error {
 	var problem error
 	eachSpec(c, func(s Spec) bool {
 		info, ok := ck.Info(s.Name)
+		state, q4 := bnbState(ck, s.Name)
+		if q4 && c.BnB4 == nil {
+			problem = fmt.Errorf("tensor %s is bitsandbytes 4-bit (%s is in %s), but config.json has no quantization_config", s.Name, state, ck.File(state))
+			return false
+		}
+		if q4 {
+			want[s.Name] = true // its shape is its quant state's, which loadBnB4 checks
+			for _, part := range []string{"", ".absmax", ".quant_map"} {
+				if _, ok := ck.Info(s.Name + part); !ok {
+					problem = fmt.Errorf("missing tensor %s beside %s (%s)", s.Name+part, state, ck.File(state))
+				}
+			}
+			return problem == nil
+		}
 		switch {
 		case !ok:
 			problem = fmt.Errorf("missing tensor %s", s.Name)
@@ -262,6 +276,7 @@ func checkTensors(c Config, ck *safetensors.Checkpoint) error {
 	for _, name := range ck.Names() {
 		switch {
 		case want[name]:
+		case c.BnB4 != nil && isBnBPartOf(name, want):
 		case strings.HasSuffix(name, "rotary_emb.inv_freq"):
 			// Old checkpoints store the rotary frequencies, sometimes in
 			// 16 bits; mixtune always recomputes them in fp32.
@@ -324,6 +339,15 @@ func LoadQuantized(dir string, base amp.Format, q Quantization) (*Model, error) 
 	}
 	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
 	for _, s := range Specs(c) {
+		if _, q4 := bnbState(ck, s.Name); q4 && c.BnB4 != nil { // published 4-bit: kept as it is
+			qt, err := loadBnB4(ck, s.Name, s.Shape)
+			if err != nil {
+				return nil, fmt.Errorf("load model %s: %w", dir, err)
+			}
+			m.Weights[s.Name] = &Tensor{Shape: s.Shape, Q4: qt.Encode()}
+			m.Stored[s.Name] = strings.ToUpper(qt.Type.String())
+			continue
+		}
 		info, _ := ck.Info(s.Name)
 		data, _, err := ck.Float32(s.Name)
 		if err != nil {

@@ -65,7 +65,9 @@ func (q *Tensor) BlockAbsmax(b int) float32 {
 	if !q.Nested {
 		return q.Absmax[b]
 	}
-	return q.NestedCode[q.AbsmaxCodes[b]]*q.NestedAbsmax[b/q.NestedBlock] + q.Offset
+	// the conversion rounds the product, as bitsandbytes does before it
+	// adds the offset, where a compiler could otherwise fuse the two
+	return float32(q.NestedCode[q.AbsmaxCodes[b]]*q.NestedAbsmax[b/q.NestedBlock]) + q.Offset
 }
 
 // Check reports whether the tensor's parts have the sizes its shape and

@@ -530,23 +530,30 @@ func (r *Recipe) checkModel(bad func(field, format string, args ...any)) {
 // checkQuantize checks that a 4-bit base is a frozen one that nothing
 // rewrites or reads other than through its products.
 func (r *Recipe) checkQuantize(bad func(field, format string, args ...any)) {
-	m, a := r.Model, r.Adapter
+	m := r.Model
 	if m.Quantize == "" {
 		if m.DoubleQuant != nil {
 			bad("model.double_quant", "only applies with model.quantize: nf4 or fp4")
 		}
 		return
 	}
+	r.checkFrozen4Bit(bad, "model.quantize", "a "+string(m.Quantize)+" base")
+}
+
+// checkFrozen4Bit refuses what a 4-bit base (model.quantize, or a
+// bitsandbytes checkpoint at model.path: field) cannot do.
+func (r *Recipe) checkFrozen4Bit(bad func(field, format string, args ...any), field, base string) {
+	a := r.Adapter
 	switch {
 	case a.Type == FullFineTune:
-		bad("model.quantize", "a %s base is frozen; full fine-tuning (adapter: none) updates fp32 master weights", m.Quantize)
+		bad(field, "%s is frozen; full fine-tuning (adapter: none) updates fp32 master weights", base)
 	case a.Type == DoRA:
-		bad("model.quantize", "dora is not supported on a 4-bit base yet (its magnitude reads the base's row norms); use lora")
+		bad(field, "dora is not supported on %s yet (its magnitude reads the base's row norms); use lora", base)
 	case a.Init == peft.InitPiSSA:
-		bad("adapter.init", "pissa rewrites the base weights, which a %s base keeps quantized; use default or gaussian", m.Quantize)
+		bad("adapter.init", "pissa rewrites the base weights, which %s keeps quantized; use default or gaussian", base)
 	}
 	if r.Compute.Device == ComputeGPU {
-		bad("model.quantize", "the Vulkan engine (compute.device: gpu) has no 4-bit kernels yet; compute on the cpu")
+		bad(field, "the Vulkan engine (compute.device: gpu) has no 4-bit kernels yet for %s; compute on the cpu", base)
 	}
 }
 
@@ -566,6 +573,9 @@ func (r *Recipe) resolveModel(bad func(field, format string, args ...any), tok d
 		if err != nil {
 			bad("model.path", "%v", err)
 			return
+		}
+		if base.BnB4 != nil {
+			r.checkFrozen4Bit(bad, "model.path", "a bitsandbytes 4-bit checkpoint")
 		}
 		r.Base = base
 	case InitRandom:

@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -78,5 +80,27 @@ func TestQuantizeConfig(t *testing.T) {
 	b, _ := r.Config.Resolved()
 	if bytes.Contains(b, []byte("quantize")) || bytes.Contains(b, []byte("double_quant")) {
 		t.Errorf("resolved YAML of an unquantized recipe names quantization:\n%s", b)
+	}
+}
+
+// A LoRA run trains on a bitsandbytes checkpoint as published; a DoRA run
+// on one is refused at the recipe.
+func TestTrainOnBitsAndBytesCheckpoint(t *testing.T) {
+	dir := fixture(t)
+	abs, err := filepath.Abs(bnbFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resumeRecipe(t, dir, "name=bnb", "train.checkpoint_every=0", "train.steps=3", "model.path="+abs, "data.seq_len=32")
+	s, err := Run(context.Background(), r, Options{Out: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(s.RunDir, "adapter", "adapter_model.safetensors")); err != nil {
+		t.Errorf("no adapter saved: %v", err)
+	}
+	_, err = Load(writeConfig(t, dir, goodConfig), []string{"model.path=" + abs, "adapter.type=dora", "data.seq_len=32"})
+	if err == nil || !strings.Contains(err.Error(), "model.path") || !strings.Contains(err.Error(), "dora") {
+		t.Errorf("dora on a bitsandbytes checkpoint: %v", err)
 	}
 }
