@@ -609,6 +609,9 @@ func WriteConfig(dir string, c Config, torchDtype string) error {
 		}
 		dt, _ := json.Marshal(torchDtype)
 		m["torch_dtype"] = dt
+		// the weights written are plain floats, whatever the source's
+		// quantization (a bitsandbytes checkpoint merged or saved)
+		delete(m, "quantization_config")
 		if _, ok := m["dtype"]; ok {
 			m["dtype"] = dt
 		}

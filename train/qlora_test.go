@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/peft"
 )
 
 // A LoRA run on a 4-bit base loads its projections quantized, trains, and
@@ -96,8 +100,36 @@ func TestTrainOnBitsAndBytesCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(s.RunDir, "adapter", "adapter_model.safetensors")); err != nil {
-		t.Errorf("no adapter saved: %v", err)
+	adapter := filepath.Join(s.RunDir, "adapter")
+	// merging dequantizes the base in fp32 and writes plain floats: the
+	// merged model evaluates as the base with the adapter does, up to the
+	// fp32 rounding of W + s·B·A (1e-5 relative is far above it)
+	m, l, err := loadWithAdapter(abs, adapter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peft.MergeInto(m, l, amp.FP32); err != nil {
+		t.Fatal(err)
+	}
+	merged := filepath.Join(t.TempDir(), "merged")
+	if err := m.Save(merged, amp.FP32, 0); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, _ := os.ReadFile(filepath.Join(merged, "config.json")); strings.Contains(string(cfg), "quantization_config") {
+		t.Error("the merged model's config.json keeps quantization_config")
+	}
+	ec := EvalConfig{Model: abs, Adapter: adapter, Data: filepath.Join(bnbFixture, "data.jsonl"), SeqLen: 16, BatchSize: 2, Mode: data.Pad, BLAS: "gonum"}
+	withAdapter, err := Eval(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec.Model, ec.Adapter = merged, ""
+	mergedLoss, err := Eval(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := float64(withAdapter.Loss), float64(mergedLoss.Loss); math.Abs(a-b) > 1e-5*a {
+		t.Errorf("merged model's loss %v, base with adapter %v", b, a)
 	}
 	_, err = Load(writeConfig(t, dir, goodConfig), []string{"model.path=" + abs, "adapter.type=dora", "data.seq_len=32"})
 	if err == nil || !strings.Contains(err.Error(), "model.path") || !strings.Contains(err.Error(), "dora") {
