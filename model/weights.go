@@ -144,6 +144,13 @@ func New(c Config, seed uint64) (*Model, error) { return NewAs(c, seed, amp.FP32
 // base is fp32, each converted as soon as it is drawn: a 1B-parameter
 // model never holds its fp32 weights all at once (see Compact).
 func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
+	return NewQuantized(c, seed, base, Quantization{})
+}
+
+// NewQuantized is NewAs with the decoder projections kept 4-bit as q says,
+// each quantized as soon as it is made (the peak is the quantized model
+// plus one fp32 tensor).
+func NewQuantized(c Config, seed uint64, base amp.Format, q Quantization) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -168,7 +175,9 @@ func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
 				t.Data[i] = float32(rng.NormFloat64() * std)
 			}
 		}
-		t.compact(base)
+		if err := t.store(s.Name, base, q); err != nil {
+			return nil, err
+		}
 		m.Weights[s.Name] = t
 	}
 	return m, nil

@@ -414,11 +414,7 @@ func loadModel(r *Recipe) (*model.Model, error) {
 	// validated: a 16-bit base_dtype is an adapter run's, whose base is frozen
 	// and, with model.quantize, the decoder projections in 4 bits
 	if r.Model.Init == InitRandom {
-		m, err := model.NewAs(r.Base, r.Seed, r.Model.BaseDtype)
-		if err != nil {
-			return nil, err
-		}
-		return m, m.Quantize(r.Model.Quantization())
+		return model.NewQuantized(r.Base, r.Seed, r.Model.BaseDtype, r.Model.Quantization())
 	}
 	return model.LoadQuantized(r.Model.Path, r.Model.BaseDtype, r.Model.Quantization())
 }
