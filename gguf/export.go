@@ -46,6 +46,9 @@ func Build(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Export,
 	if e.Model, err = model.Load(modelDir); err != nil {
 		return nil, err
 	}
+	if err := e.Model.Quantize(opt.Base); err != nil {
+		return nil, err
+	}
 	if adapterDir != "" {
 		if e.LoRA, err = peft.Load(adapterDir, peft.BaseOf(e.Model)); err != nil {
 			return nil, err

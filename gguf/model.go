@@ -66,6 +66,10 @@ type ModelOptions struct {
 	Type TensorType
 	// Name is general.name.
 	Name string
+	// Base, when its Type is set, is the 4-bit base a QLoRA adapter was
+	// trained on: the model is quantized so and dequantized in fp32
+	// before the merge.
+	Base model.Quantization
 }
 
 // Fallback is a tensor written in another type than asked, and why.

@@ -71,6 +71,9 @@ type Config struct {
 	// Raw is config.json as read, so that a model written back keeps every
 	// field of its family (transformers reads them) with the dtype updated.
 	Raw json.RawMessage `json:"-"`
+	// BnB4 is config.json's quantization_config when it describes a
+	// bitsandbytes 4-bit checkpoint (nil: the weights are not quantized).
+	BnB4 *BnB4Config `json:"-"`
 
 	VocabSize             int     `json:"vocab_size"`
 	HiddenSize            int     `json:"hidden_size"`
@@ -112,6 +115,7 @@ type hfConfig struct {
 	UseSlidingWindow bool            `json:"use_sliding_window"`
 	LayerTypes       []string        `json:"layer_types"`
 	NumKeyValueRaw   json.RawMessage `json:"num_key_value_heads"`
+	Quantization     json.RawMessage `json:"quantization_config"`
 }
 
 // Bias reports whether linear module short (q_proj, ..., down_proj) has a bias.
@@ -272,6 +276,9 @@ func ParseConfig(b []byte) (Config, error) {
 		return c, err
 	}
 	if c.PadTokenID, err = firstID("pad_token_id", hc.Pad); err != nil {
+		return c, err
+	}
+	if c.BnB4, err = parseQuantization(hc.Quantization); err != nil {
 		return c, err
 	}
 	switch kv := bytes.TrimSpace(hc.NumKeyValueRaw); {
@@ -602,6 +609,9 @@ func WriteConfig(dir string, c Config, torchDtype string) error {
 		}
 		dt, _ := json.Marshal(torchDtype)
 		m["torch_dtype"] = dt
+		// the weights written are plain floats, whatever the source's
+		// quantization (a bitsandbytes checkpoint merged or saved)
+		delete(m, "quantization_config")
 		if _, ok := m["dtype"]; ok {
 			m["dtype"] = dt
 		}

@@ -156,7 +156,7 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	return g, nil
 }
 
-// param adds the weight name to b: 16-bit weights frozen by construction,
+// param adds the weight name to b: 16- and 4-bit weights frozen by construction,
 // fp32 ones trainable as gc says.
 func (m *Model) param(b *nn.Builder, gc GraphConfig, name string) *G.Node {
 	w, ok := m.Weights[name]
@@ -165,6 +165,9 @@ func (m *Model) param(b *nn.Builder, gc GraphConfig, name string) *G.Node {
 	}
 	if w.Bits != nil {
 		return b.Param16(name, w.Shape, w.Bits, w.Format)
+	}
+	if w.Q4 != nil {
+		return b.Param4(name, w.Q4)
 	}
 	return b.Param(name, w.Shape, w.Data, gc.Trainable != nil && gc.Trainable(name))
 }

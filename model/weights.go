@@ -9,22 +9,35 @@ import (
 	"strings"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/quant"
 	"github.com/mixtune/mixtune/safetensors"
 )
 
 // Tensor is a weight: an fp32 master copy training updates in place, or,
-// for a frozen weight kept in 16 bits, its bf16/fp16 bits and no fp32 copy.
+// for a frozen weight kept in 16 bits, its bf16/fp16 bits and no fp32 copy,
+// or, for a frozen weight kept in 4 bits, its quantized blob.
 type Tensor struct {
 	Shape  []int
-	Data   []float32  // fp32 values; nil when the weight is kept in 16 bits
+	Data   []float32  // fp32 values; nil when the weight is kept in 16 or 4 bits
 	Bits   []uint16   // 16-bit values, when Data is nil
 	Format amp.Format // Bits' format
+	// Q4 is a 4-bit block-quantized weight (quant.Tensor.Encode), when
+	// Data and Bits are nil.
+	Q4 []byte
 }
 
-// Float32 returns the values in fp32, converting 16-bit ones into a new slice.
+// Float32 returns the values in fp32, converting 16-bit ones, or
+// dequantizing 4-bit ones, into a new slice.
 func (t *Tensor) Float32() []float32 {
 	if t.Data != nil {
 		return t.Data
+	}
+	if t.Q4 != nil {
+		q, err := quant.Decode(t.Q4)
+		if err != nil { // quantize and the bnb loader wrote it
+			panic(fmt.Sprintf("model: 4-bit weight: %v", err))
+		}
+		return q.Dequantize()
 	}
 	d := make([]float32, len(t.Bits))
 	t.Format.FromBits16Slice(d, t.Bits)
@@ -32,7 +45,7 @@ func (t *Tensor) Float32() []float32 {
 }
 
 // Bytes is the memory the values take.
-func (t *Tensor) Bytes() int { return 4*len(t.Data) + 2*len(t.Bits) }
+func (t *Tensor) Bytes() int { return 4*len(t.Data) + 2*len(t.Bits) + len(t.Q4) }
 
 // Model is a Llama model's config and weights under their HF names.
 type Model struct {
@@ -131,6 +144,13 @@ func New(c Config, seed uint64) (*Model, error) { return NewAs(c, seed, amp.FP32
 // base is fp32, each converted as soon as it is drawn: a 1B-parameter
 // model never holds its fp32 weights all at once (see Compact).
 func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
+	return NewQuantized(c, seed, base, Quantization{})
+}
+
+// NewQuantized is NewAs with the decoder projections kept 4-bit as q says,
+// each quantized as soon as it is made (the peak is the quantized model
+// plus one fp32 tensor).
+func NewQuantized(c Config, seed uint64, base amp.Format, q Quantization) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -155,7 +175,9 @@ func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
 				t.Data[i] = float32(rng.NormFloat64() * std)
 			}
 		}
-		t.compact(base)
+		if err := t.store(s.Name, base, q); err != nil {
+			return nil, err
+		}
 		m.Weights[s.Name] = t
 	}
 	return m, nil
@@ -165,7 +187,7 @@ func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
 func (m *Model) NumParams() int {
 	n := 0
 	for _, t := range m.Weights {
-		n += len(t.Data) + len(t.Bits)
+		n += numel(t.Shape)
 	}
 	return n
 }
@@ -231,6 +253,20 @@ func checkTensors(c Config, ck *safetensors.Checkpoint) error {
 	var problem error
 	eachSpec(c, func(s Spec) bool {
 		info, ok := ck.Info(s.Name)
+		state, q4 := bnbState(ck, s.Name)
+		if q4 && c.BnB4 == nil {
+			problem = fmt.Errorf("tensor %s is bitsandbytes 4-bit (%s is in %s), but config.json has no quantization_config", s.Name, state, ck.File(state))
+			return false
+		}
+		if q4 {
+			want[s.Name] = true // its shape is its quant state's, which loadBnB4 checks
+			for _, part := range []string{"", ".absmax", ".quant_map"} {
+				if _, ok := ck.Info(s.Name + part); !ok {
+					problem = fmt.Errorf("missing tensor %s beside %s (%s)", s.Name+part, state, ck.File(state))
+				}
+			}
+			return problem == nil
+		}
 		switch {
 		case !ok:
 			problem = fmt.Errorf("missing tensor %s", s.Name)
@@ -249,6 +285,7 @@ func checkTensors(c Config, ck *safetensors.Checkpoint) error {
 	for _, name := range ck.Names() {
 		switch {
 		case want[name]:
+		case c.BnB4 != nil && isBnBPartOf(name, want):
 		case strings.HasSuffix(name, "rotary_emb.inv_freq"):
 			// Old checkpoints store the rotary frequencies, sometimes in
 			// 16 bits; mixtune always recomputes them in fp32.
@@ -291,6 +328,13 @@ func Load(dir string) (*Model, error) { return LoadAs(dir, amp.FP32) }
 // holds one tensor in fp32 at a time and not the whole model (see
 // Compact).
 func LoadAs(dir string, base amp.Format) (*Model, error) {
+	return LoadQuantized(dir, base, Quantization{})
+}
+
+// LoadQuantized is LoadAs with the decoder layers' linear weights kept
+// 4-bit as q says (none when q.Type is 0), each quantized as soon as it is
+// read: the peak is the quantized model plus one tensor in fp32.
+func LoadQuantized(dir string, base amp.Format, q Quantization) (*Model, error) {
 	c, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -304,6 +348,15 @@ func LoadAs(dir string, base amp.Format) (*Model, error) {
 	}
 	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
 	for _, s := range Specs(c) {
+		if _, q4 := bnbState(ck, s.Name); q4 && c.BnB4 != nil { // published 4-bit: kept as it is
+			qt, err := loadBnB4(ck, s.Name, s.Shape)
+			if err != nil {
+				return nil, fmt.Errorf("load model %s: %w", dir, err)
+			}
+			m.Weights[s.Name] = &Tensor{Shape: s.Shape, Q4: qt.Encode()}
+			m.Stored[s.Name] = strings.ToUpper(qt.Type.String())
+			continue
+		}
 		info, _ := ck.Info(s.Name)
 		data, _, err := ck.Float32(s.Name)
 		if err != nil {
@@ -313,7 +366,9 @@ func LoadAs(dir string, base amp.Format) (*Model, error) {
 			return nil, fmt.Errorf("load model %s: tensor %s holds a non-finite value (%v at index %d)", dir, s.Name, data[i], i)
 		}
 		t := &Tensor{Shape: s.Shape, Data: data}
-		t.compact(base)
+		if err := t.store(s.Name, base, q); err != nil {
+			return nil, fmt.Errorf("load model %s: %w", dir, err)
+		}
 		m.Weights[s.Name] = t
 		m.Stored[s.Name] = info.Dtype
 	}

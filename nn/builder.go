@@ -152,7 +152,8 @@ type Builder struct {
 
 	needsGrad map[*G.Node]bool
 	isParam   map[*G.Node]bool
-	is16      map[*G.Node]bool // frozen weights stored as 16-bit values
+	is16      map[*G.Node]bool  // frozen weights stored as 16-bit values
+	q4        map[*G.Node][]int // frozen 4-bit weights (blobs), with their shapes
 	casts     map[castKey]*G.Node
 	format    map[*G.Node]amp.Format
 	nextID    int

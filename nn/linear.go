@@ -20,19 +20,24 @@ func (b *Builder) Linear(x, w *G.Node) *G.Node {
 // to out: f, or fp32 when a bias is still to be added before the rounding.
 func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	xs, ws := shapeOf(x), shapeOf(w)
+	q4, is4 := b.q4[w]
+	if is4 {
+		ws = q4
+	}
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
 	x = b.lower(x, f)
-	if !b.is16[w] { // a 16-bit weight is converted inside the op, block by block
+	if !b.is16[w] && !is4 { // a 16- or 4-bit weight is converted inside the op, block by block
 		w = b.lower(w, f)
 	}
 	base := b.newBase("linear", x, w)
 	base.out = out
 	if b.Dtype == tensor.Float64 {
-		check(!b.is16[w], "linear: 16-bit weights need a float32 graph")
+		check(!b.is16[w] && !is4, "linear: 16- and 4-bit weights need a float32 graph")
 		return b.apply(&linearOp[float64]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float64](xs[0], ws[0])}, x, w)
 	}
 	w16 := weights16{on: b.is16[w], stored: b.format[w], compute: f}
-	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16}, x, w)
+	w4 := weights4{on: is4, compute: f}
+	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16, w4: w4}, x, w)
 }
 
 // sgemmRound computes C = op(A)·op(B) and rounds it to f, each block of C
@@ -80,23 +85,28 @@ type linearOp[T Float] struct {
 	n, in, outF int // rows, input and output features
 	buf         buffer[T]
 	w16         weights16 // how a 16-bit weight converts, when W is one
+	w4          weights4  // how a 4-bit weight dequantizes, when W is one
 }
 
 func (o *linearOp[T]) Arity() int    { return 2 }
-func (o *linearOp[T]) Type() hm.Type { return weightType[T](o.w16.on) }
+func (o *linearOp[T]) Type() hm.Type { return weightType[T](o.w16.on, o.w4.on) }
 
 // weightType is (x, W) → y with concrete types, where W may be a 16-bit
-// tensor beside float activations.
-func weightType[T Float](w16 bool) hm.Type {
+// tensor, or a 4-bit weight's blob (a uint8 vector), beside float
+// activations.
+func weightType[T Float](w16, w4 bool) hm.Type {
 	var act tensor.Dtype = tensor.Float32
 	if !isF32[T]() {
 		act = tensor.Float64
 	}
-	w := act
-	if w16 {
-		w = tensor.Uint16
+	w := G.TensorType{Dims: 2, Of: act}
+	switch {
+	case w16:
+		w.Of = tensor.Uint16
+	case w4:
+		w = G.TensorType{Dims: 1, Of: tensor.Uint8}
 	}
-	return hm.NewFnType(G.TensorType{Dims: 2, Of: act}, G.TensorType{Dims: 2, Of: w}, G.TensorType{Dims: 2, Of: act})
+	return hm.NewFnType(G.TensorType{Dims: 2, Of: act}, w, G.TensorType{Dims: 2, Of: act})
 }
 func (o *linearOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{o.n, o.outF}, nil
@@ -129,6 +139,11 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		o.w16.rowBlocks(o.eng, w, o.outF, o.in, func(r0, r1 int, wb []float32) {
 			o.eng.sgemmRound(o.out, false, false, true, o.n, r1-r0, o.in, xf, o.in, wb, o.in, yf[r0:], o.outF)
 		})
+	case []uint8: // a 4-bit weight, dequantized a block of rows at a time
+		yf, xf := any(y).([]float32), any(x).([]float32)
+		o.w4.rowBlocks(o.eng, o.w4.decode(vs[1]), o.outF, o.in, func(r0, r1 int, wb []float32) {
+			o.eng.sgemmRound(o.out, false, false, true, o.n, r1-r0, o.in, xf, o.in, wb, o.in, yf[r0:], o.outF)
+		})
 	}
 	return t, nil
 }
@@ -142,7 +157,7 @@ func (o *linearOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) 
 		if o.w16.on {
 			fw = o.w16.bitsFormat()
 		}
-		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dx", 0, 2), m: o.n, n: o.in, k: o.outF, buf: newBuffer[T](o.n, o.in), w16: o.w16,
+		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dx", 0, 2), m: o.n, n: o.in, k: o.outF, buf: newBuffer[T](o.n, o.in), w16: o.w16, w4: o.w4,
 			fa: o.out, fb: fw}
 		grads[0] = applyOp(op, grad, w)
 	}
@@ -161,6 +176,7 @@ type linearGradOp[T Float] struct {
 	m, n, k int
 	buf     buffer[T]
 	w16     weights16
+	w4      weights4
 	// fa and fb are the formats of g (the forward's output format, to
 	// which gradIn rounds it) and of B (W or x): both bf16 puts the
 	// product on the engine's bf16 GEMM where it has one.
@@ -168,7 +184,7 @@ type linearGradOp[T Float] struct {
 }
 
 func (o *linearGradOp[T]) Arity() int    { return 2 }
-func (o *linearGradOp[T]) Type() hm.Type { return weightType[T](o.w16.on) }
+func (o *linearGradOp[T]) Type() hm.Type { return weightType[T](o.w16.on, o.w4.on) }
 func (o *linearGradOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{o.m, o.n}, nil
 }
@@ -177,6 +193,15 @@ func (o *linearGradOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 }
 
 func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	if o.w4.on { // dx = g·W, one dequantized slab of W's columns at a time
+		g := vs[0].Data().([]float32)
+		t, c := o.buf.get()
+		dx := any(c).([]float32)
+		o.w4.colBlocks(o.eng, o.w4.decode(vs[1]), o.k, o.n, func(c0, c1 int, wb []float32) {
+			o.eng.sgemmRound(o.out, true, false, false, o.m, c1-c0, o.k, g, o.k, wb, c1-c0, dx[c0:], o.n)
+		})
+		return t, nil
+	}
 	if w, ok := vs[1].Data().([]uint16); ok {
 		// dx = g·W, one slab of W's columns (dx's columns) at a time;
 		// g is [N, out] and W [out, in]

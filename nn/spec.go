@@ -127,15 +127,18 @@ type LinearAttrs struct {
 	// format W16Format, computed in Compute: Builder.Param16).
 	W16       bool
 	W16Format amp.Format
-	Compute   amp.Format
+	// W4 is set when W is a frozen 4-bit weight (a uint8 blob of
+	// quant.Tensor.Encode: Builder.Param4).
+	W4      bool
+	Compute amp.Format
 }
 
 func (o *linearOp[T]) attrs() any {
-	return LinearAttrs{N: o.n, In: o.in, Out: o.outF, W16: o.w16.on, W16Format: o.w16.stored, Compute: o.w16.compute}
+	return LinearAttrs{N: o.n, In: o.in, Out: o.outF, W16: o.w16.on, W16Format: o.w16.stored, W4: o.w4.on, Compute: o.w16.compute}
 }
 
 func (o *linearGradOp[T]) attrs() any {
-	a := LinearAttrs{W16: o.w16.on, W16Format: o.w16.stored, Compute: o.w16.compute}
+	a := LinearAttrs{W16: o.w16.on, W16Format: o.w16.stored, W4: o.w4.on, Compute: o.w16.compute}
 	if o.transA { // dW [out, in] = gᵀ[out, N]·x[N, in]
 		a.Out, a.In, a.N = o.m, o.n, o.k
 	} else { // dx [N, in] = g[N, out]·W[out, in]

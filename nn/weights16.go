@@ -102,17 +102,8 @@ func (w *weights16) sgemm(e *Engine, f amp.Format, grad, transA, transB bool, m,
 // rows×cols 16-bit weight, converted to float32 (row-major, cols wide):
 // for y = x·Wᵀ, where a row block of W gives the columns r0..r1 of y.
 func (w *weights16) rowBlocks(e *Engine, bits []uint16, rows, cols int, fn func(r0, r1 int, block []float32)) {
-	rb := min(max(16, weightBlockElems/cols), rows)
-	buf, release := e.block16(rb * cols)
-	defer release()
-	for r0 := 0; r0 < rows; r0 += rb {
-		r1 := min(r0+rb, rows)
-		blk := buf[:(r1-r0)*cols]
-		src := bits[r0*cols : r1*cols]
-		e.parallel(len(src), 1<<14, func(lo, hi int) { w.stored.FromBits16Slice(blk[lo:hi], src[lo:hi]) })
-		w.finish(e, blk)
-		fn(r0, r1, blk)
-	}
+	e.weightRowBlocks(rows, cols, func(dst []float32, lo, hi int) { w.stored.FromBits16Slice(dst, bits[lo:hi]) },
+		func(blk []float32) { w.finish(e, blk) }, fn)
 }
 
 // colBlocks calls fn for consecutive column slabs [c0, c1) of a rows×cols
@@ -120,6 +111,32 @@ func (w *weights16) rowBlocks(e *Engine, bits []uint16, rows, cols int, fn func(
 // dx = g·W, where a column slab of W gives the columns c0..c1 of dx
 // whole, so no output is accumulated across blocks.
 func (w *weights16) colBlocks(e *Engine, bits []uint16, rows, cols int, fn func(c0, c1 int, block []float32)) {
+	e.weightColBlocks(rows, cols, func(dst []float32, lo, hi int) { w.stored.FromBits16Slice(dst, bits[lo:hi]) },
+		func(blk []float32) { w.finish(e, blk) }, fn)
+}
+
+// weightRowBlocks calls fn for consecutive blocks of rows [r0, r1) of a
+// rows×cols weight stored narrower than float32, each block converted by
+// convert (which writes the row-major elements [lo, hi) to dst) and then
+// by finish (a rounding to the compute format) in a block lent by the
+// engine.
+func (e *Engine) weightRowBlocks(rows, cols int, convert func(dst []float32, lo, hi int), finish func([]float32), fn func(r0, r1 int, block []float32)) {
+	rb := min(max(16, weightBlockElems/cols), rows)
+	buf, release := e.block16(rb * cols)
+	defer release()
+	for r0 := 0; r0 < rows; r0 += rb {
+		r1 := min(r0+rb, rows)
+		blk := buf[:(r1-r0)*cols]
+		base := r0 * cols
+		e.parallel(len(blk), 1<<14, func(lo, hi int) { convert(blk[lo:hi], base+lo, base+hi) })
+		finish(blk)
+		fn(r0, r1, blk)
+	}
+}
+
+// weightColBlocks is weightRowBlocks for column slabs [c0, c1), each
+// converted to a rows×(c1-c0) row-major block.
+func (e *Engine) weightColBlocks(rows, cols int, convert func(dst []float32, lo, hi int), finish func([]float32), fn func(c0, c1 int, block []float32)) {
 	cb := min(max(16, weightBlockElems/rows), cols)
 	buf, release := e.block16(rows * cb)
 	defer release()
@@ -129,10 +146,10 @@ func (w *weights16) colBlocks(e *Engine, bits []uint16, rows, cols int, fn func(
 		blk := buf[:rows*width]
 		e.parallel(rows, max(1, (1<<14)/width), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				w.stored.FromBits16Slice(blk[r*width:(r+1)*width], bits[r*cols+c0:r*cols+c1])
+				convert(blk[r*width:(r+1)*width], r*cols+c0, r*cols+c1)
 			}
 		})
-		w.finish(e, blk)
+		finish(blk)
 		fn(c0, c1, blk)
 	}
 }

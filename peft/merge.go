@@ -163,13 +163,17 @@ func MergedWeights(m *model.Model, l *Adapter) (map[string][]float32, error) {
 	return w, nil
 }
 
-// MergeInto folds l into m's fp32 weights in place, module by module, and
+// MergeInto folds l into m's fp32 weights in place (a 4-bit weight is
+// dequantized to fp32 first), module by module, and
 // checks each merged weight once stored in format f (PEFT's safe_merge,
 // at the dtype it will be written in): what `mixtune merge` writes. An
 // error leaves the modules before it merged.
 func MergeInto(m *model.Model, l *Adapter, f amp.Format) error {
 	for _, mod := range l.Modules {
 		w := m.Weights[mod.Path+".weight"]
+		if w != nil && w.Q4 != nil { // a 4-bit base: merged into its dequantized fp32 values
+			w.Data, w.Q4 = w.Float32(), nil
+		}
 		if w == nil || w.Data == nil {
 			return fmt.Errorf("%s: the base model has no fp32 weight %s.weight to merge into", mod.Path, mod.Path)
 		}

@@ -175,6 +175,15 @@ func (c *Checkpoint) Info(name string) (Info, bool) {
 	return s.hdr.info(name)
 }
 
+// File is the path of the file holding the named tensor ("" if none does),
+// for errors that name where a bad tensor is.
+func (c *Checkpoint) File(name string) string {
+	if s, ok := c.where[name]; ok {
+		return s.path
+	}
+	return ""
+}
+
 // Raw reads the named tensor's stored bytes, whatever its dtype.
 func (c *Checkpoint) Raw(name string) ([]byte, Info, error) {
 	s, ok := c.where[name]

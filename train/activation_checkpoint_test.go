@@ -14,7 +14,8 @@ import (
 // weights as a run without. The cases cover what a layer's own graph must
 // get right: adapters on only some layers (layers of two kinds, so two
 // layer graphs), DoRA's cached norms, dropout masks drawn per layer, a
-// 16-bit frozen base, low-precision casts cached per step, gradient
+// 16-bit frozen base, a 4-bit one (each layer's blob bound to the shared
+// layer graph), low-precision casts cached per step, gradient
 // accumulation, and full fine-tuning of every weight. (The fp16 full
 // fine-tune found that an evaluation graph cast the training weights to
 // fp16 once for good, so validation losses used the weights of the first
@@ -24,6 +25,7 @@ func TestActivationCheckpointingTrainsTheSame(t *testing.T) {
 		"lora fp32":      nil,
 		"dora bf16 base": {"adapter.type=dora", "adapter.dropout=0.1", "adapter.layers_to_transform=[1]", "precision=bf16", "model.base_dtype=bf16", "train.grad_accum=2"},
 		"full fp16":      {"adapter.type=none", "precision=fp16", "optimizer.lr=1.0e-3"},
+		"lora nf4 base":  {"model.quantize=nf4", "precision=bf16", "model.base_dtype=bf16"},
 	}
 	for name, sets := range cases {
 		t.Run(name, func(t *testing.T) {

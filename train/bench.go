@@ -24,12 +24,13 @@ import (
 // r=8 on q,k,v,o, fp32, AdamW; the same as ../shared/bench/torch_peer.py.
 type BenchConfig struct {
 	Vocab, Dim, Layers, Heads, FFN, SeqLen, Batch, Rank int
-	KVHeads                                             int            // key/value heads (grouped-query attention); 0: Heads
-	Checkpoint                                          bool           // activation checkpointing per decoder layer
-	Adapter                                             AdapterKind    // lora, dora, or none (full fine-tuning)
-	BaseDtype                                           amp.Format     // fp32, or bf16/fp16 to keep the frozen base in 16 bits
-	Precision                                           amp.Format     // fp32, bf16 or fp16 (emulated)
-	BF16Matmul                                          amp.BF16Matmul // where bf16 products run: auto, emulate or hardware
+	KVHeads                                             int                // key/value heads (grouped-query attention); 0: Heads
+	Checkpoint                                          bool               // activation checkpointing per decoder layer
+	Adapter                                             AdapterKind        // lora, dora, or none (full fine-tuning)
+	BaseDtype                                           amp.Format         // fp32, or bf16/fp16 to keep the frozen base in 16 bits
+	Quantize                                            model.Quantization // a 4-bit base's projections (QLoRA); Type 0: none
+	Precision                                           amp.Format         // fp32, bf16 or fp16 (emulated)
+	BF16Matmul                                          amp.BF16Matmul     // where bf16 products run: auto, emulate or hardware
 	Steps, Warmup                                       int
 	BLAS                                                blas.Kind
 	// VulkanDevice, when set, trains on the Vulkan engine on that device
@@ -60,6 +61,7 @@ type BenchResult struct {
 	BF16Matmul   string      `json:"bf16_matmul,omitempty"` // emulate or hardware: where the bf16 products ran
 	BF16Kernel   string      `json:"bf16_kernel,omitempty"` // why, and which bf16 GEMM
 	BaseDtype    amp.Format  `json:"base_dtype"`
+	Quantize     string      `json:"quantize,omitempty"` // nf4 or fp4: a 4-bit base
 	WeightBytes  int         `json:"base_weight_bytes"`
 	TokensPerSec float64     `json:"tokens_per_s"`
 	MsPerStep    float64     `json:"ms_per_step"`
@@ -80,9 +82,9 @@ func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.Adapter, error) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	m, err := model.NewAs(model.Config{VocabSize: c.Vocab, HiddenSize: c.Dim, IntermediateSize: c.FFN,
+	m, err := model.NewQuantized(model.Config{VocabSize: c.Vocab, HiddenSize: c.Dim, IntermediateSize: c.FFN,
 		NumHiddenLayers: c.Layers, NumAttentionHeads: c.Heads, NumKeyValueHeads: cmp.Or(c.KVHeads, c.Heads),
-		MaxPositionEmbeddings: c.SeqLen, RMSNormEps: 1e-5, RopeTheta: 10000, BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2}, 0, c.BaseDtype)
+		MaxPositionEmbeddings: c.SeqLen, RMSNormEps: 1e-5, RopeTheta: 10000, BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2}, 0, c.BaseDtype, c.Quantize)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -246,6 +248,9 @@ func (b *benchRun) result(dt float64) BenchResult {
 	}
 	res := BenchResult{Backend: b.eng.BLAS.Name(), Engine: engine, Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
 		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: b.m.NumParams(), WeightBytes: b.m.WeightBytes(), Loss: b.loss}
+	if c.Quantize.Type != 0 {
+		res.Quantize = c.Quantize.Type.String()
+	}
 	for _, p := range b.params {
 		res.Trainable += len(p.Value)
 	}

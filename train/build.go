@@ -417,10 +417,11 @@ func (c *components) openRankBackend(compute ComputeConfig) (*nn.Engine, error) 
 // keeps the frozen base matrices in 16 bits if base_dtype says so.
 func loadModel(r *Recipe) (*model.Model, error) {
 	// validated: a 16-bit base_dtype is an adapter run's, whose base is frozen
+	// and, with model.quantize, the decoder projections in 4 bits
 	if r.Model.Init == InitRandom {
-		return model.NewAs(r.Base, r.Seed, r.Model.BaseDtype)
+		return model.NewQuantized(r.Base, r.Seed, r.Model.BaseDtype, r.Model.Quantization())
 	}
-	return model.LoadAs(r.Model.Path, r.Model.BaseDtype)
+	return model.LoadQuantized(r.Model.Path, r.Model.BaseDtype, r.Model.Quantization())
 }
 
 // datasets tokenizes the training rows and the validation rows (a file,

@@ -17,6 +17,8 @@ import (
 	"github.com/mixtune/mixtune/internal/yamlconf"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/optim"
+	"github.com/mixtune/mixtune/peft"
+	"github.com/mixtune/mixtune/quant"
 )
 
 // Config is a training recipe as its YAML file spells it, parsed into
@@ -90,6 +92,45 @@ type ModelConfig struct {
 	Architecture *Architecture `yaml:"architecture,omitempty"`
 	SaveDtype    amp.Format    `yaml:"save_dtype"`
 	BaseDtype    amp.Format    `yaml:"base_dtype"`
+	// Quantize keeps the frozen base's decoder projections 4-bit (QLoRA);
+	// DoubleQuant, unset, means true. Both are left out of the resolved
+	// YAML when unset, so recipes written before them hash the same.
+	Quantize    BaseQuantization `yaml:"quantize,omitempty"`
+	DoubleQuant *bool            `yaml:"double_quant,omitempty"`
+}
+
+// BaseQuantization is model.quantize: none (the zero value), nf4 or fp4.
+type BaseQuantization string
+
+// UnmarshalText reads none, nf4 or fp4.
+func (q *BaseQuantization) UnmarshalText(b []byte) error {
+	switch s := string(b); s {
+	case "none", "":
+		*q = ""
+		return nil
+	case "nf4", "fp4":
+		*q = BaseQuantization(s)
+		return nil
+	}
+	return fmt.Errorf("must be none, nf4 or fp4, got %q", b)
+}
+
+// MarshalText writes none, nf4 or fp4.
+func (q BaseQuantization) MarshalText() ([]byte, error) {
+	if q == "" {
+		return []byte("none"), nil
+	}
+	return []byte(q), nil
+}
+
+// Quantization is how the base keeps its projections (model.Quantization's
+// Type is 0 for none).
+func (m ModelConfig) Quantization() model.Quantization {
+	if m.Quantize == "" {
+		return model.Quantization{}
+	}
+	t, _ := quant.ParseType(string(m.Quantize)) // UnmarshalText admitted only nf4 and fp4
+	return model.Quantization{Type: t, Double: m.DoubleQuant == nil || *m.DoubleQuant}
 }
 
 // Architecture defines a model trained from random initialisation, in HF's
@@ -487,6 +528,37 @@ func (r *Recipe) checkModel(bad func(field, format string, args ...any)) {
 	if m.BaseDtype != amp.FP32 && r.Adapter.Type == FullFineTune {
 		bad("model.base_dtype", "%s storage is for frozen base weights; full fine-tuning (adapter: none) updates fp32 master weights", m.BaseDtype)
 	}
+	r.checkQuantize(bad)
+}
+
+// checkQuantize checks that a 4-bit base is a frozen one that nothing
+// rewrites or reads other than through its products.
+func (r *Recipe) checkQuantize(bad func(field, format string, args ...any)) {
+	m := r.Model
+	if m.Quantize == "" {
+		if m.DoubleQuant != nil {
+			bad("model.double_quant", "only applies with model.quantize: nf4 or fp4")
+		}
+		return
+	}
+	r.checkFrozen4Bit(bad, "model.quantize", "a "+string(m.Quantize)+" base")
+}
+
+// checkFrozen4Bit refuses what a 4-bit base (model.quantize, or a
+// bitsandbytes checkpoint at model.path: field) cannot do.
+func (r *Recipe) checkFrozen4Bit(bad func(field, format string, args ...any), field, base string) {
+	a := r.Adapter
+	switch {
+	case a.Type == FullFineTune:
+		bad(field, "%s is frozen; full fine-tuning (adapter: none) updates fp32 master weights", base)
+	case a.Type == DoRA:
+		bad(field, "dora is not supported on %s yet (its magnitude reads the base's row norms); use lora", base)
+	case a.Init == peft.InitPiSSA:
+		bad("adapter.init", "pissa rewrites the base weights, which %s keeps quantized; use default or gaussian", base)
+	}
+	if r.Compute.Device == ComputeGPU {
+		bad(field, "the Vulkan engine (compute.device: gpu) has no 4-bit kernels yet for %s; compute on the cpu", base)
+	}
 }
 
 // resolveModel reads the base model's config, and checks it against the
@@ -505,6 +577,9 @@ func (r *Recipe) resolveModel(bad func(field, format string, args ...any), tok d
 		if err != nil {
 			bad("model.path", "%v", err)
 			return
+		}
+		if base.BnB4 != nil {
+			r.checkFrozen4Bit(bad, "model.path", "a bitsandbytes 4-bit checkpoint")
 		}
 		r.Base = base
 	case InitRandom:

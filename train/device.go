@@ -104,7 +104,14 @@ func (r *Recipe) estimateMemory(batch int) uint64 {
 	if r.Data.Validation == "" && r.Data.ValidationSplit == 0 {
 		eval = 0
 	}
-	bytes := params*float64(r.Model.BaseDtype.Bytes()) + trainable*16 + graphOverhead*4*(train+eval) + runtimeBytes
+	base := params * float64(r.Model.BaseDtype.Bytes())
+	if r.Model.Quantize != "" || c.BnB4 != nil {
+		// the projections 4-bit: half a byte per value, plus one absmax
+		// per 64 (a byte with double quantization, else four)
+		proj := l * perLayer
+		base += proj * (0.5 + 4.0/64 - float64(r.Model.BaseDtype.Bytes()))
+	}
+	bytes := base + trainable*16 + graphOverhead*4*(train+eval) + runtimeBytes
 	return uint64(bytes)
 }
 

@@ -19,6 +19,7 @@ import (
 func TestExampleRecipesTrainTheirFamily(t *testing.T) {
 	family := map[string]string{
 		"llama3.2-1b-instruct":  "llama3.2",
+		"llama3.1-8b-qlora":     "llama3.2-bf16",
 		"smollm2-135m-instruct": "llama-linear-bias",
 		"tinyllama-1.1b-chat":   "llama-linear-bias-bf16",
 		"mistral-7b-instruct":   "mistral-bf16",

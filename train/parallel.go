@@ -355,6 +355,12 @@ func modelSample(m *model.Model) string {
 	for _, name := range sortedKeys(m.Weights) {
 		w := m.Weights[name]
 		fmt.Fprint(h, name, w.Shape)
+		if w.Q4 != nil { // a 4-bit weight: its blob (codes and scales)
+			for i := 0; i < len(w.Q4); i += max(1, len(w.Q4)/4096) {
+				h.Write(w.Q4[i : i+1])
+			}
+			continue
+		}
 		if w.Bits != nil {
 			for i := 0; i < len(w.Bits); i += max(1, len(w.Bits)/4096) {
 				binary.LittleEndian.PutUint16(buf[:2], w.Bits[i])

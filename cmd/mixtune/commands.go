@@ -11,6 +11,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/quant"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -88,7 +89,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--dim N --layers N ...] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -111,6 +112,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.TextVar(&c.BF16Matmul, "bf16-matmul", c.BF16Matmul, "with --precision bf16: auto (hardware where the CPU has bf16 units), emulate (bf16 values in the fp32 kernels) or hardware (bf16 GEMMs: oneDNN's)")
 	fs.TextVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
 	fs.BoolVar(&c.Checkpoint, "checkpoint", false, "activation checkpointing: recompute each decoder layer in the backward pass")
+	quantize := fs.String("quantize", "none", "none, nf4 or fp4: keep the base's decoder projections 4-bit (QLoRA)")
+	fs.BoolVar(&c.Quantize.Double, "double-quant", true, "with --quantize: quantize the per-block absmax values to 8 bits too")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	fs.BoolVar(&c.Overlap, "overlap", true, "under mpirun or srun: sum gradients during the backward pass")
 	bucketMB := fs.Float64("bucket-mb", 4, "under mpirun or srun, with --overlap: MiB of gradients per sum")
@@ -119,6 +122,16 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	c.BucketBytes = int(*bucketMB * (1 << 20))
+	if *quantize != "none" {
+		t, err := quant.ParseType(*quantize)
+		if err != nil {
+			return usageError{"--quantize: must be none, nf4 or fp4, got " + *quantize}
+		}
+		c.Quantize.Type = t
+		if c.Adapter == train.FullFineTune {
+			return usageError{"--quantize: a 4-bit base is frozen; full fine-tuning (--adapter none) updates fp32 master weights"}
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -159,8 +172,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
+	base := res.BaseDtype.String()
+	if res.Quantize != "" {
+		base = res.Quantize + " projections, the rest " + base
+	}
 	fmt.Fprintf(stdout, "%s · %s · %s · base weights %s (%.1f MiB) · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter,
-		res.Precision, res.BaseDtype, float64(res.WeightBytes)/(1<<20), res.Params, res.Trainable, c.Batch, c.SeqLen)
+		res.Precision, base, float64(res.WeightBytes)/(1<<20), res.Params, res.Trainable, c.Batch, c.SeqLen)
 	if res.Engine != "cpu" {
 		fmt.Fprintf(stdout, "engine: %s\n", res.Engine)
 	} else if res.BF16Kernel != "" {

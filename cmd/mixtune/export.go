@@ -34,6 +34,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "the GGUF file to write (must not exist)")
 	typ := fs.String("type", "f16", "type of the weight matrices: f32, f16, bf16 or q8_0 (norms and biases stay f32)")
 	name := fs.String("name", "", "general.name in the file (default: the model directory's name)")
+	baseQuant := baseQuantizeFlags(fs)
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -47,6 +48,10 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{"--type: " + err.Error()}
 	}
+	q, err := baseQuant()
+	if err != nil {
+		return err
+	}
 	if _, err := os.Stat(*out); err == nil {
 		return usageError{fmt.Sprintf("--out %s already exists; choose a new file", *out)}
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -57,7 +62,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	}
 	// everything is read and checked before the file is created: bad
 	// input leaves nothing behind
-	e, err := gguf.Build(*modelDir, *adapterDir, *asLoRA, gguf.ModelOptions{Type: t, Name: *name})
+	e, err := gguf.Build(*modelDir, *adapterDir, *asLoRA, gguf.ModelOptions{Type: t, Name: *name, Base: q})
 	if err != nil {
 		return badInput(err)
 	}

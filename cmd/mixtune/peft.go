@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
+	"github.com/mixtune/mixtune/quant"
 	"github.com/mixtune/mixtune/train"
 )
 
@@ -28,6 +30,7 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	adapterDir := fs.String("adapter", "", "PEFT LoRA or DoRA adapter directory")
 	out := fs.String("out", "", "new directory for the merged model (HF layout)")
 	dtype := fs.String("dtype", "", "storage dtype of the merged weights: bf16, fp16 or fp32 (default: the base model's, if all its weights share one, else fp32)")
+	baseQuant := baseQuantizeFlags(fs)
 	shard := device.Size(5_000_000_000)
 	fs.TextVar(&shard, "max-shard-size", shard, "largest safetensors file; a larger model is written as shards with model.safetensors.index.json, as transformers' save_pretrained does")
 	if err := parse(fs, args); err != nil {
@@ -43,11 +46,18 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 			return usageError{"--dtype: " + err.Error()}
 		}
 	}
+	q, err := baseQuant()
+	if err != nil {
+		return err
+	}
 	if err := freshDir(*out); err != nil {
 		return err
 	}
 	m, err := model.Load(*modelDir)
 	if err != nil {
+		return badInput(err)
+	}
+	if err := m.Quantize(q); err != nil { // merged into its dequantized fp32 values
 		return badInput(err)
 	}
 	if *dtype == "" {
@@ -78,6 +88,26 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout)
 	return nil
+}
+
+// baseQuantizeFlags adds --base-quantize and --base-double-quant, which
+// rebuild the 4-bit base a QLoRA run trained on (its model.quantize and
+// model.double_quant) from the original checkpoint, so that the adapter is
+// merged into the base it learned against, dequantized in fp32. The
+// returned function reads them once parsed.
+func baseQuantizeFlags(fs *flag.FlagSet) func() (model.Quantization, error) {
+	name := fs.String("base-quantize", "none", "none, nf4 or fp4: the 4-bit base the adapter was trained on (the run's model.quantize), rebuilt from --model and dequantized in fp32 before merging")
+	double := fs.Bool("base-double-quant", true, "with --base-quantize: the run's model.double_quant")
+	return func() (model.Quantization, error) {
+		if *name == "none" {
+			return model.Quantization{}, nil
+		}
+		t, err := quant.ParseType(*name)
+		if err != nil {
+			return model.Quantization{}, usageError{"--base-quantize: must be none, nf4 or fp4, got " + *name}
+		}
+		return model.Quantization{Type: t, Double: *double}, nil
+	}
 }
 
 // copyTokenizerFiles copies into dst the files beside src's weights that

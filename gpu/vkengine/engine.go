@@ -146,6 +146,9 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...Com
 func (p *Program) compile(isParam func(*G.Node) bool) error {
 	for _, n := range p.order {
 		if n.Op() == nil {
+			if n.Dtype() == tensor.Uint8 { // nn.Builder.Param4: no kernel dequantizes 4-bit blocks yet
+				return fmt.Errorf("%w: linear on the 4-bit weight %s (a quantized base runs on the CPU engine)", ErrUnsupported, n.Name())
+			}
 			if p.share != nil && isParam(n) {
 				if b := p.share(n.Name()); b != nil {
 					if b.Size() < bytesOf(n) {
