@@ -84,11 +84,12 @@ func toF64(v G.Value) []float64 {
 
 // sequenceLogProbs runs m (with the adapter's Linear when linear is not
 // nil) on the fixture's batch and returns the graph's builder, its
-// per-row log-probabilities and the adapter's nodes.
-func sequenceLogProbs(t *testing.T, m *model.Model, dt tensor.Dtype, fx pairsFixture, linear model.LinearFunc) (*nn.Builder, *G.Node) {
+// graph, whose LogProbs are the rows' summed log-probabilities and whose
+// Loss is loss of them.
+func sequenceLogProbs(t *testing.T, m *model.Model, dt tensor.Dtype, fx pairsFixture, linear model.LinearFunc, loss nn.VectorLoss) (*nn.Builder, *model.Graph) {
 	t.Helper()
 	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, dt)
-	g, err := m.Build(b, model.GraphConfig{Batch: fx.batch, SeqLen: fx.seqLen, Linear: linear})
+	g, err := m.Build(b, model.GraphConfig{Batch: fx.batch, SeqLen: fx.seqLen, Linear: linear, SequenceLogProbs: true, SequenceLoss: loss})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func sequenceLogProbs(t *testing.T, m *model.Model, dt tensor.Dtype, fx pairsFix
 	}
 	G.Let(g.IDs, tensor.New(tensor.WithShape(len(fx.ids)), tensor.WithBacking(fx.ids)))
 	G.Let(g.Targets, tensor.New(tensor.WithShape(len(targets)), tensor.WithBacking(targets)))
-	return b, b.SequenceLogProbs(g.Logits, g.Targets, fx.batch)
+	return b, g
 }
 
 func tokens(fx pairsFixture) []int {
@@ -140,12 +141,12 @@ func TestObjectivesMatchPyTorch(t *testing.T) {
 			tol = 2e-5
 		}
 		// the reference: the base model, no adapter
-		rb, rlp := sequenceLogProbs(t, m, dt, fx, nil)
+		rb, rg := sequenceLogProbs(t, m, dt, fx, nil, nil)
 		rvm := G.NewTapeMachine(rb.G)
 		if err := rvm.RunAll(); err != nil {
 			t.Fatal(err)
 		}
-		ref := append([]float64(nil), toF64(rlp.Value())...)
+		ref := append([]float64(nil), toF64(rg.LogProbs.Value())...)
 		rvm.Close()
 		if e := fixture.RelErr(ref, wantRef); e > tol {
 			t.Errorf("%v reference logps: relative error %.3g", dt, e)
@@ -163,8 +164,8 @@ func TestObjectivesMatchPyTorch(t *testing.T) {
 					step.Batch.Reference = ref
 				}
 				nodes := map[string]*G.Node{}
-				b, lp := sequenceLogProbs(t, m, dt, fx, l.Linear(nodes))
-				loss := b.HostLoss(lp, step)
+				b, g := sequenceLogProbs(t, m, dt, fx, l.Linear(nodes), step)
+				loss, lp := g.Loss, g.LogProbs
 				var names []string
 				var wrt []*G.Node
 				for _, p := range l.Params() { // each module's A and B
