@@ -66,6 +66,7 @@ type components struct {
 	devOpt      *deviceOptimizer // AdamW on the Vulkan device; nil where the host steps
 	comm        dist.Comm        // the processes training together; a Single for one
 	dp          *dataParallel    // this process's part of every batch: all of it for one
+	pref        *preferenceRun   // a preference objective's pairs and reference; nil for sft
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -123,7 +124,14 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		say = io.Discard // rank 0 speaks for the job
 	}
 	c.rows = &rowReader{cache: r.Data.Cache, out: say, progress: opt.Progress}
-	trainEx, valEx, err := datasets(ctx, r, c.format, c.rows)
+	objective, _, preference := r.preference()
+	var pairs []data.Pair
+	var trainEx, valEx []data.Example
+	if preference {
+		pairs, trainEx, err = preferenceData(r, c.format)
+	} else {
+		trainEx, valEx, err = datasets(ctx, r, c.format, c.rows)
+	}
 	if err != nil {
 		return nil, inputError(err)
 	}
@@ -170,8 +178,12 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 			return nil, err
 		}
 	}
+	graphRows := c.batch
+	if preference {
+		graphRows = 2 * c.batch // each pair's chosen and rejected sequence
+	}
 	// this rank's rows of every micro-batch (parallel.go)
-	c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
+	c.dp = newDataParallel(c.comm, graphRows, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
 	rows := c.dp.rows
 	c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
 	var tap nn.GradTap
@@ -181,8 +193,16 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	ckpt := r.Compute.ActivationCheckpointing
 	tg := trainGraph(tap, c.comm.Size(), ckpt)
 	tg.gpu = c.gpu
+	if preference {
+		if c.pref, err = c.preferenceRun(r, objective, pairs, rows, &tg); err != nil {
+			return c, err
+		}
+	}
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tg); err != nil {
 		return nil, err
+	}
+	if c.pref != nil && c.pref.reference != nil {
+		c.trainer.companion = c.pref.reference
 	}
 	if c.gpu != nil {
 		// the optimizer's state and the weights stay on the device
@@ -562,6 +582,9 @@ type runner struct {
 	sparse   []*rowGrad // aligned with params: non-nil for a gradient kept row by row
 	params   []*optim.Param
 	tapped   bool // gradient taps move the gradients into params, not run
+	// companion is a runner over the same weights closed with this one
+	// (a preference run's reference pass)
+	companion *runner
 }
 
 // graphOptions are the runner's ways of computing that tests compare with
@@ -590,6 +613,11 @@ type graphOptions struct {
 	// share, on the GPU, gives the weights another program holds (the
 	// training graph's), which this graph reads instead of a copy.
 	share func(name string) *vulkan.Buffer
+	// sequenceLogProbs and sequenceLoss make the graph a preference
+	// objective's (model.GraphConfig): its loss, or without one its
+	// per-row log-probabilities only (the reference pass).
+	sequenceLogProbs bool
+	sequenceLoss     nn.VectorLoss
 }
 
 // paramNames are the params' names.
@@ -631,7 +659,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 	// The fused head never holds the [N, vocab] logits: peak memory no
 	// longer grows with the vocabulary times the tokens.
 	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen, Positions: pos, FusedHead: !o.unfusedHead, HeadChunk: o.headChunk,
-		CheckpointLayers: o.checkpoint}
+		CheckpointLayers: o.checkpoint, SequenceLogProbs: o.sequenceLogProbs, SequenceLoss: o.sequenceLoss}
 	if l != nil {
 		gc.Linear = l.Linear(nodes)
 	} else if params != nil || o.evalOfFullFineTune {
@@ -797,6 +825,9 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 }
 
 func (ru *runner) close() {
+	if ru.companion != nil {
+		ru.companion.close()
+	}
 	if ru.vm != nil {
 		ru.vm.Close()
 	}

@@ -522,7 +522,8 @@ type stepResult struct {
 	rounded, underflowed int64 // low precision: gradient values rounded between ops, and those sent to zero
 	scale                float32
 	scaled               bool
-	comm                 *commTimes // data parallel: the step's reductions
+	comm                 *commTimes         // data parallel: the step's reductions
+	preference           map[string]float64 // a preference objective's metrics, under TRL's names
 }
 
 // trainStep is one optimizer step: GradAccum micro-batches, each weighted
@@ -530,6 +531,9 @@ type stepResult struct {
 // over all of them whatever the padding), then the update.
 func (s *session) trainStep() (stepResult, error) {
 	r, p := s.r, s.parts
+	if p.pref != nil {
+		return s.preferenceStep()
+	}
 	micro := make([]data.Batch, r.Train.GradAccum)
 	total := 0
 	for i := range micro {
@@ -566,6 +570,15 @@ func (s *session) trainStep() (stepResult, error) {
 	}
 	lossSum, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
 	res.loss = lossSum / float64(max(total, 1))
+	return s.update(res, total)
+}
+
+// update ends a step whose loss and gradients res and the params hold:
+// the optimizer's update, unless the loss is not finite or no micro-batch
+// had a target (total).
+func (s *session) update(res stepResult, total int) (stepResult, error) {
+	r, p := s.r, s.parts
+	var err error
 	s.lastLoss = res.loss
 	res.finiteLoss = !math.IsNaN(res.loss) && !math.IsInf(res.loss, 0)
 	res.lr = p.schedule.LR(s.step)
@@ -592,6 +605,9 @@ func (res stepResult) record(step int, tps, elapsed float64) map[string]any {
 	}
 	if res.scaled {
 		rec["loss_scale"] = res.scale
+	}
+	for k, v := range res.preference {
+		rec[k] = v
 	}
 	if res.comm != nil { // seconds the step waited for its reductions, and their whole time
 		rec["allreduce_s"], rec["allreduce_busy_s"] = res.comm.wait.Seconds(), res.comm.busy.Seconds()

@@ -1,0 +1,246 @@
+package train
+
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/nn"
+	"github.com/mixtune/mixtune/pref"
+)
+
+// Objective is what a run minimises: the supervised loss (sft) or a
+// preference objective on chosen/rejected pairs (dpo, orpo, simpo).
+type Objective string
+
+const (
+	// ObjectiveSFT is stored as "" so that recipes written before
+	// objectives existed resolve, and hash, as they did.
+	ObjectiveSFT   Objective = ""
+	ObjectiveDPO   Objective = "dpo"
+	ObjectiveORPO  Objective = "orpo"
+	ObjectiveSimPO Objective = "simpo"
+)
+
+// UnmarshalText reads sft, dpo, orpo or simpo.
+func (o *Objective) UnmarshalText(b []byte) error {
+	switch s := Objective(b); s {
+	case "sft":
+		*o = ObjectiveSFT
+		return nil
+	case ObjectiveDPO, ObjectiveORPO, ObjectiveSimPO:
+		*o = s
+		return nil
+	}
+	return fmt.Errorf("must be sft, dpo, orpo or simpo, got %q", b)
+}
+
+// MarshalText writes dpo, orpo or simpo ("" for sft, which omitempty leaves out).
+func (o Objective) MarshalText() ([]byte, error) { return []byte(o), nil }
+
+// PreferenceConfig holds the preference objectives' parameters, each
+// section for its objective (train.objective); a section left out takes
+// TRL's defaults.
+type PreferenceConfig struct {
+	DPO   *DPOConfig   `yaml:"dpo,omitempty"`
+	ORPO  *ORPOConfig  `yaml:"orpo,omitempty"`
+	SimPO *SimPOConfig `yaml:"simpo,omitempty"`
+}
+
+// DPOConfig is DPOTrainer's loss: sigmoid (with label smoothing, cDPO),
+// robust (rDPO) or ipo.
+type DPOConfig struct {
+	LossType       pref.Loss `yaml:"loss_type,omitempty"`
+	Beta           *float64  `yaml:"beta,omitempty"`
+	LabelSmoothing float64   `yaml:"label_smoothing,omitempty"`
+}
+
+// ORPOConfig is ORPOTrainer's λ (TRL's beta).
+type ORPOConfig struct {
+	Lambda *float64 `yaml:"lambda,omitempty"`
+}
+
+// SimPOConfig is SimPO's β and target margin γ.
+type SimPOConfig struct {
+	Beta  *float64 `yaml:"beta,omitempty"`
+	Gamma *float64 `yaml:"gamma,omitempty"`
+}
+
+// preference is the recipe's objective with TRL's defaults filled in and
+// the field its parameters came from; ok is false for sft.
+func (r *Recipe) preference() (o pref.Objective, field string, ok bool) {
+	or := func(p *float64, d float64) float64 {
+		if p != nil {
+			return *p
+		}
+		return d
+	}
+	var pc PreferenceConfig
+	if r.Preference != nil {
+		pc = *r.Preference
+	}
+	switch r.Train.Objective {
+	case ObjectiveDPO:
+		c := DPOConfig{LossType: pref.Sigmoid}
+		if pc.DPO != nil {
+			c = *pc.DPO
+		}
+		if c.LossType == "" {
+			c.LossType = pref.Sigmoid
+		}
+		return pref.Objective{Loss: c.LossType, Beta: or(c.Beta, pref.DefaultDPOBeta), LabelSmoothing: c.LabelSmoothing}, "preference.dpo", true
+	case ObjectiveORPO:
+		var c ORPOConfig
+		if pc.ORPO != nil {
+			c = *pc.ORPO
+		}
+		return pref.Objective{Loss: pref.ORPO, Beta: or(c.Lambda, pref.DefaultORPOLambda)}, "preference.orpo", true
+	case ObjectiveSimPO:
+		var c SimPOConfig
+		if pc.SimPO != nil {
+			c = *pc.SimPO
+		}
+		return pref.Objective{Loss: pref.SimPO, Beta: or(c.Beta, pref.DefaultSimPOBeta), Gamma: or(c.Gamma, pref.DefaultSimPOGamma)}, "preference.simpo", true
+	}
+	return pref.Objective{}, "", false
+}
+
+// checkPreference checks the objective against its parameters and what
+// preference runs cannot do yet.
+func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
+	o, field, ok := r.preference()
+	if p := r.Preference; p != nil {
+		for _, s := range []struct {
+			set  bool
+			name string
+			obj  Objective
+		}{{p.DPO != nil, "preference.dpo", ObjectiveDPO}, {p.ORPO != nil, "preference.orpo", ObjectiveORPO}, {p.SimPO != nil, "preference.simpo", ObjectiveSimPO}} {
+			if s.set && r.Train.Objective != s.obj {
+				bad(s.name, "sets the %s objective's parameters, but train.objective is %s", s.obj, cmp.Or(string(r.Train.Objective), "sft"))
+			}
+		}
+	}
+	if !ok {
+		return
+	}
+	if err := o.Validate(); err != nil {
+		bad(field, "%v", err)
+	}
+	if r.Data.Mode == data.Pack {
+		bad("data.mode", "pack is refused for preference pairs: each chosen and rejected sequence needs a row of its own (use pad)")
+	}
+	if r.Data.Validation != "" {
+		bad("data.validation", "preference runs compute no validation loss yet; leave it out")
+	}
+	if o.NeedsReference() && r.Adapter.Type == FullFineTune {
+		bad("train.objective", "dpo compares with a reference model, which mixtune takes as the base model with the adapter switched off: it needs an adapter (full fine-tuning's precomputed reference is not built yet); orpo and simpo need none")
+	}
+	if len(r.Devices) > 1 {
+		bad("devices", "preference objectives run on one process so far")
+	}
+	if r.Compute.Device == ComputeGPU || r.Compute.VulkanDevice != "" {
+		bad("compute.device", "preference objectives run on the cpu engine so far")
+	}
+}
+
+// preferenceRun is what a preference run adds to the components: its
+// pairs, the loss node's objective (bound into the training graph, set
+// per micro-batch) and the reference pass.
+type preferenceRun struct {
+	pairs     *data.PairLoader
+	step      *pref.Step
+	reference *runner // the base model without the adapter; nil without a reference
+}
+
+// logProbs runs the reference graph (no gradients) on bt and returns each
+// row's summed target log-probability.
+func (ru *runner) logProbs(bt data.Batch) ([]float64, error) {
+	copy(ru.ids, bt.Inputs)
+	copy(ru.tgt, bt.Targets)
+	copy(ru.pos, bt.Positions)
+	if err := ru.eng.Run(ru.vm, nn.Pass{}); err != nil {
+		return nil, err
+	}
+	v := ru.g.LogProbs.Value().Data().([]float32)
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out, nil
+}
+
+// preferenceStep is trainStep for a preference objective: GradAccum
+// micro-batches of pairs, each computing its share of the step's loss
+// (pref.Norm holds the step's totals, so the shares add up to the loss of
+// the step as one batch), then the update.
+func (s *session) preferenceStep() (stepResult, error) {
+	r, p, pr := s.r, s.parts, s.parts.pref
+	micro := make([]data.PairBatch, r.Train.GradAccum)
+	var norm pref.Norm
+	total := 0
+	for i := range micro {
+		micro[i] = pr.pairs.Next()
+		norm.Pairs += micro[i].Pairs
+		norm.ChosenTokens += micro[i].ChosenTokens
+		total += micro[i].NumTargets
+	}
+	res := stepResult{scale: 1, scaled: p.scaler != nil}
+	if p.scaler != nil {
+		res.scale = p.scaler.Scale()
+	}
+	var stats pref.Stats
+	for i, bt := range micro {
+		pr.step.Batch, pr.step.Norm = pref.Batch{Tokens: bt.Tokens}, norm
+		if pr.reference != nil {
+			ref, err := pr.reference.logProbs(bt.Batch)
+			if err != nil {
+				return res, fmt.Errorf("reference pass: %w", err)
+			}
+			pr.step.Batch.Reference = ref
+		}
+		loss, err := p.trainer.run(bt.Batch, res.scale, i == 0, noiseKey(r.Seed, s.step, i))
+		if err != nil {
+			return res, err
+		}
+		res.loss += loss
+		stats.Add(pr.step.Stats)
+	}
+	res.rounded, res.underflowed = p.eng.Grads.Take()
+	res.preference = stats.Means()
+	return s.update(res, total)
+}
+
+// preferenceData reads the training file as preference pairs. The chosen
+// sequences also stand for the data in the run's header and its loader
+// fingerprint (the SFT loader over them is never stepped).
+func preferenceData(r *Recipe, f data.Format) ([]data.Pair, []data.Example, error) {
+	pairs, err := data.LoadPairs(r.Data.Train, f, r.Data.SeqLen)
+	if err != nil {
+		return nil, nil, err
+	}
+	chosen := make([]data.Example, len(pairs))
+	for i, p := range pairs {
+		chosen[i] = p.Chosen
+	}
+	return pairs, chosen, nil
+}
+
+// preferenceRun makes a preference run's loader, binds its objective into
+// the training graph's options tg, and, for DPO, builds the reference
+// pass: the same model over the same weights (nn.Builder.Param shares
+// them) with the adapter switched off, rows rows of sequences at a time.
+func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs []data.Pair, rows int, tg *graphOptions) (*preferenceRun, error) {
+	pl, err := data.NewPairLoader(pairs, c.batch, r.Data.SeqLen, c.tok.PAD(), r.Data.Shuffle, r.Seed)
+	if err != nil {
+		return nil, inputError(fmt.Errorf("training data: %w", err))
+	}
+	pr := &preferenceRun{pairs: pl, step: &pref.Step{Objective: o}}
+	tg.sequenceLoss = pr.step
+	if o.NeedsReference() {
+		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true}
+		if pr.reference, err = buildRunner(c.eng, c.model, nil, rows, r.Data.SeqLen, nil, &c.policy, ref); err != nil {
+			return nil, fmt.Errorf("reference pass: %w", err)
+		}
+	}
+	return pr, nil
+}
