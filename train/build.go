@@ -125,15 +125,18 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	}
 	c.rows = &rowReader{cache: r.Data.Cache, out: say, progress: opt.Progress}
 	objective, _, preference := r.preference()
-	var pairs []data.Pair
+	var pairs, valPairs []data.Pair
 	var trainEx, valEx []data.Example
 	if preference {
-		pairs, trainEx, err = preferenceData(r, c.format)
+		pairs, valPairs, trainEx, err = preferenceData(r, c.format)
 	} else {
 		trainEx, valEx, err = datasets(ctx, r, c.format, c.rows)
 	}
 	if err != nil {
 		return nil, inputError(err)
+	}
+	if preference && r.Data.Validation == "" && r.Data.ValidationSplit > 0 {
+		c.warnings = append(c.warnings, "data.validation_split is not used by preference runs: name validation pairs in data.validation")
 	}
 	c.warnings = append(c.warnings, c.rows.warnings...)
 	c.valExamples = len(valEx)
@@ -194,15 +197,15 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	tg := trainGraph(tap, c.comm.Size(), ckpt)
 	tg.gpu = c.gpu
 	if preference {
-		if c.pref, err = c.preferenceRun(r, objective, pairs, rows, &tg); err != nil {
+		if c.pref, err = c.preferenceRun(r, objective, pairs, valPairs, rows, &tg); err != nil {
 			return c, err
 		}
 	}
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tg); err != nil {
 		return nil, err
 	}
-	if c.pref != nil && c.pref.reference != nil {
-		c.trainer.companion = c.pref.reference
+	if c.pref != nil {
+		c.trainer.companions = append(c.trainer.companions, c.pref.reference, c.pref.policy)
 	}
 	if c.gpu != nil {
 		// the optimizer's state and the weights stay on the device
@@ -582,9 +585,9 @@ type runner struct {
 	sparse   []*rowGrad // aligned with params: non-nil for a gradient kept row by row
 	params   []*optim.Param
 	tapped   bool // gradient taps move the gradients into params, not run
-	// companion is a runner over the same weights closed with this one
-	// (a preference run's reference pass)
-	companion *runner
+	// companions are runners over the same weights closed with this one
+	// (a preference run's reference and validation passes)
+	companions []*runner
 }
 
 // graphOptions are the runner's ways of computing that tests compare with
@@ -825,8 +828,10 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 }
 
 func (ru *runner) close() {
-	if ru.companion != nil {
-		ru.companion.close()
+	for _, c := range ru.companions {
+		if c != nil {
+			c.close()
+		}
 	}
 	if ru.vm != nil {
 		ru.vm.Close()

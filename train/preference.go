@@ -129,9 +129,6 @@ func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
 	if r.Data.Mode == data.Pack {
 		bad("data.mode", "pack is refused for preference pairs: each chosen and rejected sequence needs a row of its own (use pad)")
 	}
-	if r.Data.Validation != "" {
-		bad("data.validation", "preference runs compute no validation loss yet; leave it out")
-	}
 	if o.NeedsReference() && r.Adapter.Type == FullFineTune {
 		bad("train.objective", "dpo compares with a reference model, which mixtune takes as the base model with the adapter switched off: it needs an adapter (full fine-tuning's precomputed reference is not built yet); orpo and simpo need none")
 	}
@@ -150,6 +147,10 @@ type preferenceRun struct {
 	pairs     *data.PairLoader
 	step      *pref.Step
 	reference *runner // the base model without the adapter; nil without a reference
+	// val are the validation pairs' batches, and policy the trained model
+	// without gradients that evaluates them; both nil without data.validation.
+	val    []data.PairBatch
+	policy *runner
 }
 
 // logProbs runs the reference graph (no gradients) on bt and returns each
@@ -213,23 +214,27 @@ func (s *session) preferenceStep() (stepResult, error) {
 // preferenceData reads the training file as preference pairs. The chosen
 // sequences also stand for the data in the run's header and its loader
 // fingerprint (the SFT loader over them is never stepped).
-func preferenceData(r *Recipe, f data.Format) ([]data.Pair, []data.Example, error) {
-	pairs, err := data.LoadPairs(r.Data.Train, f, r.Data.SeqLen)
-	if err != nil {
-		return nil, nil, err
+func preferenceData(r *Recipe, f data.Format) (train, val []data.Pair, chosen []data.Example, err error) {
+	if train, err = data.LoadPairs(r.Data.Train, f, r.Data.SeqLen); err != nil {
+		return nil, nil, nil, err
 	}
-	chosen := make([]data.Example, len(pairs))
-	for i, p := range pairs {
+	if r.Data.Validation != "" {
+		if val, err = data.LoadPairs(r.Data.Validation, f, r.Data.SeqLen); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	chosen = make([]data.Example, len(train))
+	for i, p := range train {
 		chosen[i] = p.Chosen
 	}
-	return pairs, chosen, nil
+	return train, val, chosen, nil
 }
 
 // preferenceRun makes a preference run's loader, binds its objective into
 // the training graph's options tg, and, for DPO, builds the reference
 // pass: the same model over the same weights (nn.Builder.Param shares
 // them) with the adapter switched off, rows rows of sequences at a time.
-func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs []data.Pair, rows int, tg *graphOptions) (*preferenceRun, error) {
+func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []data.Pair, rows int, tg *graphOptions) (*preferenceRun, error) {
 	pl, err := data.NewPairLoader(pairs, c.batch, r.Data.SeqLen, c.tok.PAD(), r.Data.Shuffle, r.Seed)
 	if err != nil {
 		return nil, inputError(fmt.Errorf("training data: %w", err))
@@ -242,5 +247,90 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs []data.Pai
 			return nil, fmt.Errorf("reference pass: %w", err)
 		}
 	}
+	if len(val) == 0 {
+		return pr, nil
+	}
+	for lo := 0; lo < len(val); lo += c.batch {
+		ps := make([]data.Pair, c.batch) // the last batch padded with its first pair, left out of the metrics
+		for i := range ps {
+			ps[i] = val[lo]
+			if lo+i < len(val) {
+				ps[i] = val[lo+i]
+			}
+		}
+		bt := data.BatchPairs(ps, r.Data.SeqLen, c.tok.PAD())
+		bt.Pairs = min(c.batch, len(val)-lo)
+		pr.val = append(pr.val, bt)
+	}
+	pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil}
+	if pr.policy, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, pol); err != nil {
+		return nil, fmt.Errorf("validation pass: %w", err)
+	}
 	return pr, nil
+}
+
+// evaluate measures the objective on the validation pairs: its loss and
+// TRL's metrics over all of them, under TRL's evaluation names (eval_…).
+func (pr *preferenceRun) evaluate(o pref.Objective) (map[string]float64, error) {
+	var norm pref.Norm
+	for _, bt := range pr.val {
+		norm.Pairs += bt.Pairs
+		for i := range bt.Pairs {
+			norm.ChosenTokens += bt.Tokens[i]
+		}
+	}
+	var loss float64
+	var stats pref.Stats
+	for _, bt := range pr.val {
+		pol, err := pr.policy.logProbs(bt.Batch)
+		if err != nil {
+			return nil, err
+		}
+		b := pref.Batch{Tokens: bt.Tokens}
+		if pr.reference != nil {
+			if b.Reference, err = pr.reference.logProbs(bt.Batch); err != nil {
+				return nil, err
+			}
+		}
+		// the batch's real pairs: rows [0, Pairs) and [P, P+Pairs)
+		P, n := len(bt.Tokens)/2, bt.Pairs
+		keep := func(x []float64) []float64 { return append(append([]float64(nil), x[:n]...), x[P:P+n]...) }
+		b.Tokens = append(append([]int(nil), bt.Tokens[:n]...), bt.Tokens[P:P+n]...)
+		if b.Reference != nil {
+			b.Reference = keep(b.Reference)
+		}
+		l, st, err := o.Eval(keep(pol), b, norm, make([]float64, 2*n))
+		if err != nil {
+			return nil, err
+		}
+		loss += l
+		stats.Add(st)
+	}
+	out := map[string]float64{"eval_loss": loss}
+	for k, v := range stats.Means() {
+		out["eval_"+k] = v
+	}
+	return out, nil
+}
+
+// measurePreference evaluates the validation pairs, if any, at a step:
+// a metrics.jsonl line and the line the console shows.
+func (s *session) measurePreference() (map[string]float64, error) {
+	pr := s.parts.pref
+	if pr == nil || pr.policy == nil {
+		return nil, nil
+	}
+	o, _, _ := s.r.preference()
+	m, err := pr.evaluate(o)
+	if err != nil {
+		return nil, fmt.Errorf("preference evaluation: %w", err)
+	}
+	rec := map[string]any{"step": s.step}
+	for k, v := range m {
+		rec[k] = v
+	}
+	s.logger.write(rec)
+	fmt.Fprintf(s.out, "step %d validation pairs: loss %.4f, reward accuracy %.1f%%, margin %.4f, logps chosen %.2f rejected %.2f\n",
+		s.step, m["eval_loss"], 100*m["eval_rewards/accuracies"], m["eval_rewards/margins"], m["eval_logps/chosen"], m["eval_logps/rejected"])
+	return m, nil
 }

@@ -73,7 +73,6 @@ func TestPreferenceConfigErrors(t *testing.T) {
 		{[]string{"preference.dpo.beta=-1"}, "beta -1 must be positive"},
 		{[]string{"preference.dpo.loss_type=hinge"}, "preference loss \"hinge\""},
 		{[]string{"preference.dpo.loss_type=ipo", "preference.dpo.label_smoothing=0.1"}, "sigmoid and robust losses only"},
-		{[]string{"data.validation=" + filepath.Join(dir, "pairs.jsonl")}, "no validation loss"},
 	} {
 		_, err := Load(writeConfig(t, dir, prefConfig), c.sets)
 		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
@@ -127,7 +126,7 @@ func TestBadPairsFailBeforeTheRunDirectory(t *testing.T) {
 // rounding of the sums over pairs.
 func TestPreferenceRuns(t *testing.T) {
 	dir := prefFixture(t)
-	run := func(sets ...string) []map[string]float64 {
+	run := func(sets ...string) ([]map[string]float64, *Summary) {
 		t.Helper()
 		r, err := Load(writeConfig(t, dir, prefConfig), append(sets, "compute.blas=gonum"))
 		if err != nil {
@@ -137,11 +136,24 @@ func TestPreferenceRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return readMetrics(t, sum.RunDir)
+		return readMetrics(t, sum.RunDir), sum
 	}
 	names := []string{"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected"}
 	for _, obj := range []string{"dpo", "orpo", "simpo"} {
-		ms := run("train.objective="+obj, "name="+obj)
+		ms, sum := run("train.objective="+obj, "name="+obj, "data.validation="+filepath.Join(dir, "pairs.jsonl"), "train.batch_size=6")
+		if sum.PreferenceBefore == nil || sum.PreferenceAfter == nil {
+			t.Fatalf("%s: no validation metrics: %+v", obj, sum)
+		}
+		if obj == "dpo" && (sum.PreferenceBefore["eval_rewards/accuracies"] != 0 || math.Abs(sum.PreferenceBefore["eval_loss"]-math.Ln2) > 1e-6) {
+			t.Errorf("dpo before training, policy = reference: %v", sum.PreferenceBefore)
+		}
+		var steps []map[string]float64
+		for _, m := range ms {
+			if _, ok := m["loss"]; ok {
+				steps = append(steps, m)
+			}
+		}
+		ms = steps
 		if len(ms) != 2 {
 			t.Fatalf("%s: %d metrics lines", obj, len(ms))
 		}
@@ -154,8 +166,8 @@ func TestPreferenceRuns(t *testing.T) {
 			t.Errorf("dpo's first step: loss %v, margin %v; want log 2 and 0", ms[0]["loss"], ms[0]["rewards/margins"])
 		}
 	}
-	one := run("name=one")
-	two := run("name=two", "train.batch_size=4", "train.grad_accum=2")
+	one, _ := run("name=one")
+	two, _ := run("name=two", "train.batch_size=4", "train.grad_accum=2")
 	for _, k := range append(names, "loss", "grad_norm") {
 		a, b := one[0][k], two[0][k]
 		if math.Abs(a-b) > 1e-5*math.Max(1, math.Abs(a)) {

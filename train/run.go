@@ -68,21 +68,25 @@ type Faults struct {
 
 // Summary is what a finished (or interrupted) run reports.
 type Summary struct {
-	RunDir       string          `json:"run_dir"`
-	Steps        int             `json:"steps"`
-	Interrupted  bool            `json:"interrupted,omitempty"`
-	FinalLoss    jsonfloat.Float `json:"final_loss"`
-	ValBefore    *LossReport     `json:"val_before,omitempty"`
-	ValAfter     *LossReport     `json:"val_after,omitempty"`
-	TaskBefore   *TaskReport     `json:"task_before,omitempty"`
-	TaskAfter    *TaskReport     `json:"task_after,omitempty"`
-	Tokens       int64           `json:"tokens"`       // trained, over every leg of a resumed run
-	Seconds      float64         `json:"seconds"`      // this process, start to end
-	TokensPerSec float64         `json:"tokens_per_s"` // Tokens over the training loop's time, every leg
-	PeakRSS      uint64          `json:"peak_rss_bytes"`
-	Saved        string          `json:"saved"`
-	Precision    string          `json:"precision"`
-	SkippedSteps int             `json:"skipped_steps"`
+	RunDir      string          `json:"run_dir"`
+	Steps       int             `json:"steps"`
+	Interrupted bool            `json:"interrupted,omitempty"`
+	FinalLoss   jsonfloat.Float `json:"final_loss"`
+	ValBefore   *LossReport     `json:"val_before,omitempty"`
+	ValAfter    *LossReport     `json:"val_after,omitempty"`
+	TaskBefore  *TaskReport     `json:"task_before,omitempty"`
+	TaskAfter   *TaskReport     `json:"task_after,omitempty"`
+	// PreferenceBefore and PreferenceAfter are a preference run's
+	// validation metrics (eval_loss, eval_rewards/accuracies, ...).
+	PreferenceBefore map[string]float64 `json:"preference_before,omitempty"`
+	PreferenceAfter  map[string]float64 `json:"preference_after,omitempty"`
+	Tokens           int64              `json:"tokens"`       // trained, over every leg of a resumed run
+	Seconds          float64            `json:"seconds"`      // this process, start to end
+	TokensPerSec     float64            `json:"tokens_per_s"` // Tokens over the training loop's time, every leg
+	PeakRSS          uint64             `json:"peak_rss_bytes"`
+	Saved            string             `json:"saved"`
+	Precision        string             `json:"precision"`
+	SkippedSteps     int                `json:"skipped_steps"`
 	// Backend is the matmul backend that computed this leg (its Name, with
 	// its kernels or core), BackendReason why auto picked it, or that it
 	// was named: another backend rounds differently and gives other numbers.
@@ -435,6 +439,10 @@ func (s *session) measureBefore(ctx context.Context) error {
 		s.sum.TaskBefore = &rep
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
 	}
+	var err error
+	if s.sum.PreferenceBefore, err = s.measurePreference(); err != nil {
+		return err
+	}
 	if p.evaluator != nil {
 		rep, err := s.validationLoss(ctx)
 		if err != nil {
@@ -776,7 +784,9 @@ func (s *session) measureAfter(ctx context.Context) error {
 		}
 		sum.TaskAfter = &rep
 	}
-	return nil
+	var err error
+	sum.PreferenceAfter, err = s.measurePreference()
+	return err
 }
 
 // save writes the adapter (or model), summary.json and the last metrics
