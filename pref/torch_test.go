@@ -10,6 +10,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/internal/fixture"
 	"github.com/mixtune/mixtune/model"
@@ -86,9 +87,13 @@ func toF64(v G.Value) []float64 {
 // nil) on the fixture's batch and returns the graph's builder, its
 // graph, whose LogProbs are the rows' summed log-probabilities and whose
 // Loss is loss of them.
-func sequenceLogProbs(t *testing.T, m *model.Model, dt tensor.Dtype, fx pairsFixture, linear model.LinearFunc, loss nn.VectorLoss) (*nn.Builder, *model.Graph) {
+func sequenceLogProbs(t *testing.T, m *model.Model, pc precision, fx pairsFixture, linear model.LinearFunc, loss nn.VectorLoss) (*nn.Builder, *model.Graph) {
 	t.Helper()
-	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, dt)
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Gonum{}, Workers: 2}, pc.dtype)
+	if pc.low != amp.FP32 {
+		p := amp.DefaultPolicy(pc.low)
+		b.Policy = &p
+	}
 	g, err := m.Build(b, model.GraphConfig{Batch: fx.batch, SeqLen: fx.seqLen, Linear: linear, SequenceLogProbs: true, SequenceLoss: loss})
 	if err != nil {
 		t.Fatal(err)
@@ -115,15 +120,29 @@ func tokens(fx pairsFixture) []int {
 	return n
 }
 
+// precision is how a graph computes: its element type and, for mixed
+// precision, the low format of autocast's default lists.
+type precision struct {
+	name  string
+	dtype tensor.Dtype
+	low   amp.Format
+	tol   float64 // relative error bound, loss and gradients
+}
+
 // Every objective's loss and its gradients with respect to each LoRA A
 // and B match TRL's formulas in float64 PyTorch, through the model: the
-// reference is the same model with the adapter off. In float64 the
-// bound is 1e-12 relative (the graph and PyTorch differ in summation
-// order only, ~1e-16 per operation over a few hundred). In float32 it is
-// 2e-5: a few hundred fp32 operations of relative error 6e-8 each on a
-// path, with the losses' log-ratios subtracting nearly equal sums (the
-// policy's and reference's logps differ by ~0.5 in ~10), which magnifies
-// their relative error about 20 times.
+// reference is the same model with the adapter off. The bounds:
+//
+//   - float64, 1e-12: the graph and PyTorch differ in summation order
+//     only, ~1e-16 per operation over a few hundred on a path.
+//   - float32, 2e-5: a few hundred fp32 operations of relative error
+//     6e-8 on a path (measured: 1.4e-6 worst, gradients).
+//   - bf16 matmuls (autocast's lists; softmax, norms and the loss in
+//     fp32), 0.1: each matmul input rounded to 8 bits (relative 2⁻⁹ ≈
+//     2e-3), through 2 layers and their backward pass, about 10 roundings
+//     on a path (2e-2), and the losses' log-ratios subtract sums of ~25
+//     that differ by ~1, which magnifies a sum's error some 5 times for
+//     the loss and its gradients (measured: 3.3e-2 worst).
 func TestObjectivesMatchPyTorch(t *testing.T) {
 	fx := loadFixture(t)
 	m, err := model.Load("../model/testdata/torch_llama")
@@ -135,13 +154,14 @@ func TestObjectivesMatchPyTorch(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRef := fx.f64(t, "reference_logps")
-	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
-		tol := 1e-12
-		if dt == tensor.Float32 {
-			tol = 2e-5
-		}
+	for _, pc := range []precision{
+		{"float64", tensor.Float64, amp.FP32, 1e-12},
+		{"float32", tensor.Float32, amp.FP32, 2e-5},
+		{"bf16", tensor.Float32, amp.BF16, 0.1},
+	} {
+		tol := pc.tol
 		// the reference: the base model, no adapter
-		rb, rg := sequenceLogProbs(t, m, dt, fx, nil, nil)
+		rb, rg := sequenceLogProbs(t, m, pc, fx, nil, nil)
 		rvm := G.NewTapeMachine(rb.G)
 		if err := rvm.RunAll(); err != nil {
 			t.Fatal(err)
@@ -149,10 +169,10 @@ func TestObjectivesMatchPyTorch(t *testing.T) {
 		ref := append([]float64(nil), toF64(rg.LogProbs.Value())...)
 		rvm.Close()
 		if e := fixture.RelErr(ref, wantRef); e > tol {
-			t.Errorf("%v reference logps: relative error %.3g", dt, e)
+			t.Errorf("%s reference logps: relative error %.3g", pc.name, e)
 		}
 		for _, o := range fx.objectives {
-			t.Run(o.Name+"/"+dt.String(), func(t *testing.T) {
+			t.Run(o.Name+"/"+pc.name, func(t *testing.T) {
 				obj := pref.Objective{Loss: pref.Loss(o.Loss), Beta: o.Beta, LabelSmoothing: o.LabelSmoothing, Gamma: o.Gamma}
 				if err := obj.Validate(); err != nil {
 					t.Fatal(err)
@@ -164,7 +184,7 @@ func TestObjectivesMatchPyTorch(t *testing.T) {
 					step.Batch.Reference = ref
 				}
 				nodes := map[string]*G.Node{}
-				b, g := sequenceLogProbs(t, m, dt, fx, l.Linear(nodes), step)
+				b, g := sequenceLogProbs(t, m, pc, fx, l.Linear(nodes), step)
 				loss, lp := g.Loss, g.LogProbs
 				var names []string
 				var wrt []*G.Node

@@ -139,7 +139,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		c.warnings = append(c.warnings, "data.validation_split is not used by preference runs: name validation pairs in data.validation")
 	}
 	c.warnings = append(c.warnings, c.rows.warnings...)
-	c.valExamples = len(valEx)
+	c.valExamples = len(valEx) + len(valPairs)
 	if r.Task.EvalFile != "" {
 		if c.task, err = loadTask(r.Task.EvalFile, c.format, r.Task.Limit); err != nil {
 			return nil, inputError(err)
