@@ -3,9 +3,11 @@ package data
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/mixtune/mixtune/internal/readlimit"
 )
@@ -29,9 +31,16 @@ func LoadPairs(path string, f Format, seqLen int) ([]Pair, error) {
 }
 
 // ParsePairs reads one Pair per non-blank line of r, in TRL's preference
-// format:
+// format, plain or conversational:
 //
 //	{"prompt": "...", "chosen": "...", "rejected": "..."}
+//	{"prompt": [{"role": "user", "content": "..."}, ...],
+//	 "chosen": [{"role": "assistant", "content": "..."}],
+//	 "rejected": [{"role": "assistant", "content": "..."}]}
+//
+// Strings become BOS + prompt + completion + EOS; message lists go
+// through the chat template (Format.Chat), the prompt's turns then the
+// completion's one assistant message, whose turn alone is trained on.
 //
 // Each sequence must fit a row of seqLen+1 tokens (seqLen inputs, each
 // predicting the next). When one does not, the prompt is truncated first,
@@ -78,11 +87,39 @@ func parsePair(line []byte, f Format, seqLen int) (Pair, error) {
 	if err != nil {
 		return Pair{}, fmt.Errorf("%w (a preference row has \"prompt\", \"chosen\" and \"rejected\")", err)
 	}
-	var s [3]string
-	for i, k := range []string{fPrompt, fChosen, fRejected} {
-		if _, ok := fields[k]; !ok {
+	lists := 0
+	for _, k := range []string{fPrompt, fChosen, fRejected} {
+		raw, ok := fields[k]
+		if !ok {
 			return Pair{}, fmt.Errorf("a preference row needs %q", k)
 		}
+		if raw = bytes.TrimSpace(raw); len(raw) > 0 && raw[0] == '[' {
+			lists++
+		}
+	}
+	var p Pair
+	switch lists {
+	case 3:
+		p, err = conversationPair(fields, f)
+	case 0:
+		p, err = textPair(fields, f)
+	default:
+		return Pair{}, errors.New(`"prompt", "chosen" and "rejected" must be all strings or all message lists`)
+	}
+	if err != nil {
+		return Pair{}, err
+	}
+	if err := truncatePrompts(&p, f.Tok.BOS() >= 0, seqLen+1); err != nil {
+		return Pair{}, err
+	}
+	return p, nil
+}
+
+// textPair tokenizes a row of strings: BOS + prompt + completion + EOS.
+func textPair(fields map[string]json.RawMessage, f Format) (Pair, error) {
+	var s [3]string
+	var err error
+	for i, k := range []string{fPrompt, fChosen, fRejected} {
 		if s[i], err = stringField(fields, k); err != nil {
 			return Pair{}, err
 		}
@@ -103,8 +140,41 @@ func parsePair(line []byte, f Format, seqLen int) (Pair, error) {
 	if p.Rejected, err = f.document(`"prompt" and "rejected" are`, prompt, rejected); err != nil {
 		return Pair{}, err
 	}
-	if err := truncatePrompts(&p, f.Tok.BOS() >= 0, seqLen+1); err != nil {
+	return p, nil
+}
+
+// conversationPair renders a row of message lists through the chat
+// template: the prompt's turns, then the completion, one assistant
+// message, which alone is trained on (its turn with the end-of-turn
+// token, as LossLastTurn marks it).
+func conversationPair(fields map[string]json.RawMessage, f Format) (Pair, error) {
+	prompt, err := conversationField(fields, fPrompt)
+	if err != nil {
 		return Pair{}, err
+	}
+	var done [2][]Message
+	for i, k := range []string{fChosen, fRejected} {
+		if done[i], err = conversationField(fields, k); err != nil {
+			return Pair{}, err
+		}
+		if len(done[i]) != 1 || done[i][0].Role != RoleAssistant {
+			return Pair{}, fmt.Errorf("%q must be one assistant message", k)
+		}
+		if done[i][0].Content == "" {
+			return Pair{}, fmt.Errorf("%q is empty", k)
+		}
+	}
+	if done[0][0].Content == done[1][0].Content {
+		return Pair{}, errors.New(`"chosen" and "rejected" are the same: the pair prefers nothing`)
+	}
+	last := f
+	last.LossOn = LossLastTurn
+	var p Pair
+	if p.Chosen, err = last.conversation(append(slices.Clone(prompt), done[0]...)); err != nil {
+		return Pair{}, fmt.Errorf("prompt and chosen: %w", err)
+	}
+	if p.Rejected, err = last.conversation(append(slices.Clone(prompt), done[1]...)); err != nil {
+		return Pair{}, fmt.Errorf("prompt and rejected: %w", err)
 	}
 	return p, nil
 }

@@ -94,3 +94,42 @@ func TestPairLoaderEpoch(t *testing.T) {
 		}
 	}
 }
+
+// Conversational pairs go through the chat template; only the final
+// assistant turn (with its end-of-turn token) is trained on, not an
+// assistant turn of the prompt.
+func TestParseConversationalPairs(t *testing.T) {
+	f := ByteFormat()
+	f.Chat = chatML{}
+	row := `{"prompt": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}, {"role": "user", "content": "2+2?"}],` +
+		` "chosen": [{"role": "assistant", "content": "4"}], "rejected": [{"role": "assistant", "content": "5"}]}`
+	ps, err := ParsePairs("c.jsonl", strings.NewReader(row), f, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := NewByteTokenizer()
+	for _, c := range []struct {
+		e       Example
+		targets string
+	}{{ps[0].Chosen, "4<|im_end|>"}, {ps[0].Rejected, "5<|im_end|>"}} {
+		var got []int
+		for i, on := range c.e.Target {
+			if on {
+				got = append(got, c.e.IDs[i])
+			}
+		}
+		text := tok.Decode(got)
+		if !strings.HasPrefix(text, c.targets) || len(text) > len(c.targets)+1 {
+			t.Errorf("targets %q, want %q (then at most the newline)", text, c.targets)
+		}
+	}
+	for _, c := range []struct{ row, want string }{
+		{`{"prompt": [{"role": "user", "content": "a"}], "chosen": "b", "rejected": [{"role": "assistant", "content": "c"}]}`, "all strings or all message lists"},
+		{`{"prompt": [{"role": "user", "content": "a"}], "chosen": [{"role": "user", "content": "b"}], "rejected": [{"role": "assistant", "content": "c"}]}`, "one assistant message"},
+		{`{"prompt": [{"role": "user", "content": "a"}], "chosen": [{"role": "assistant", "content": "b"}], "rejected": [{"role": "assistant", "content": "b"}]}`, "the same"},
+	} {
+		if _, err := ParsePairs("c.jsonl", strings.NewReader(c.row), f, 200); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.row, err, c.want)
+		}
+	}
+}
