@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"slices"
 
@@ -233,8 +234,9 @@ type PairLoader struct {
 	shuffle       bool
 	seed          uint64
 	padID         int
+	fp            uint64
 	epoch, step   int
-	order         []int
+	order         []int // of l.epoch; nil until needed
 	StepsPerEpoch int
 }
 
@@ -244,16 +246,21 @@ func NewPairLoader(pairs []Pair, batch, seqLen, padID int, shuffle bool, seed ui
 	if batch < 1 || seqLen < 1 || len(pairs) < batch {
 		return nil, fmt.Errorf("data: %d preference pairs do not make a batch of %d", len(pairs), batch)
 	}
-	return &PairLoader{pairs: pairs, batch: batch, seqLen: seqLen, padID: padID, shuffle: shuffle, seed: seed, StepsPerEpoch: len(pairs) / batch}, nil
+	l := &PairLoader{pairs: pairs, batch: batch, seqLen: seqLen, padID: padID, shuffle: shuffle, seed: seed, StepsPerEpoch: len(pairs) / batch}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "pairs batch=%d seq=%d pad=%d shuffle=%v seed=%d\n", batch, seqLen, padID, shuffle, seed)
+	for _, p := range pairs {
+		for _, e := range []Example{p.Chosen, p.Rejected} {
+			fmt.Fprintln(h, e.IDs, e.Target)
+		}
+	}
+	l.fp = h.Sum64()
+	return l, nil
 }
 
 // Next returns the next batch; an epoch's last incomplete batch is left out.
 func (l *PairLoader) Next() PairBatch {
-	if l.order == nil || l.step == l.StepsPerEpoch {
-		if l.order != nil {
-			l.epoch++
-		}
-		l.step = 0
+	if l.order == nil {
 		l.order = identity(len(l.pairs))
 		if l.shuffle {
 			l.order = permutation(len(l.pairs), l.seed, splitmix64(loaderSalt^uint64(l.epoch)))
@@ -263,8 +270,29 @@ func (l *PairLoader) Next() PairBatch {
 	for i := range ps {
 		ps[i] = l.pairs[l.order[l.step*l.batch+i]]
 	}
-	l.step++
+	if l.step++; l.step == l.StepsPerEpoch {
+		l.epoch, l.step, l.order = l.epoch+1, 0, nil
+	}
 	return BatchPairs(ps, l.seqLen, l.padID)
+}
+
+// State is the loader's position, for a checkpoint.
+func (l *PairLoader) State() LoaderState {
+	return LoaderState{Epoch: l.epoch, Step: l.step, Fingerprint: l.fp}
+}
+
+// Restore moves the loader to s, as State of a loader with the same pairs
+// and configuration returned it: an epoch's order depends only on the
+// seed and the epoch, so the batches that follow are the saving loader's.
+func (l *PairLoader) Restore(s LoaderState) error {
+	switch {
+	case s.Fingerprint != l.fp:
+		return fmt.Errorf("data: loader state is for different pairs or configuration (fingerprint %016x, loader has %016x)", s.Fingerprint, l.fp)
+	case s.Epoch < 0 || s.Step < 0 || s.Step >= l.StepsPerEpoch:
+		return fmt.Errorf("data: loader state has epoch %d, step %d; an epoch has steps 0 to %d", s.Epoch, s.Step, l.StepsPerEpoch-1)
+	}
+	l.epoch, l.step, l.order = s.Epoch, s.Step, nil
+	return nil
 }
 
 // BatchPairs lays pairs out as one PairBatch of rows of seqLen tokens.

@@ -2,6 +2,7 @@ package data
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,6 +93,21 @@ func TestPairLoaderEpoch(t *testing.T) {
 		if seen[int(p)] != 2 {
 			t.Errorf("prompt %q seen %d times in two epochs", p, seen[int(p)])
 		}
+	}
+	// a loader restored to a state goes on as the saving one does
+	l.Next()
+	st := l.State()
+	want := l.Next()
+	l2, _ := NewPairLoader(ps, 2, 8, 0, true, 7)
+	if err := l2.Restore(st); err != nil {
+		t.Fatal(err)
+	}
+	if got := l2.Next(); !slices.Equal(got.Inputs, want.Inputs) {
+		t.Errorf("restored loader gave %v, want %v", got.Inputs, want.Inputs)
+	}
+	other, _ := NewPairLoader(ps, 2, 8, 0, true, 8)
+	if err := other.Restore(st); err == nil {
+		t.Error("a loader of another seed took the state")
 	}
 }
 

@@ -334,3 +334,20 @@ func (s *session) measurePreference() (map[string]float64, error) {
 		s.step, m["eval_loss"], 100*m["eval_rewards/accuracies"], m["eval_rewards/margins"], m["eval_logps/chosen"], m["eval_logps/rejected"])
 	return m, nil
 }
+
+// dataState is the training data's position: the pairs' for a preference
+// run, else the rows'.
+func (s *session) dataState() data.LoaderState {
+	if pr := s.parts.pref; pr != nil {
+		return pr.pairs.State()
+	}
+	return s.parts.trainLoader.State()
+}
+
+// restoreData moves the training data to a checkpoint's position.
+func (s *session) restoreData(st data.LoaderState) error {
+	if pr := s.parts.pref; pr != nil {
+		return pr.pairs.Restore(st)
+	}
+	return s.parts.trainLoader.Restore(st)
+}

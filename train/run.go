@@ -340,7 +340,7 @@ func (s *session) restoreLoop(st checkpointState, ostate optim.State, from strin
 	if err := p.optimizer.Load(ostate); err != nil {
 		return fmt.Errorf("%s: optimizer state: %w", from, err)
 	}
-	if err := p.trainLoader.Restore(st.Loader); err != nil {
+	if err := s.restoreData(st.Loader); err != nil {
 		return fmt.Errorf("%s: data position: %w", from, err)
 	}
 	if p.scaler != nil && st.Scaler != nil {
@@ -657,7 +657,7 @@ func (s *session) loopSeconds() float64 {
 // optimizer's, which it saves itself, and the length of metrics.jsonl).
 func (s *session) stateNow() checkpointState {
 	p := s.parts
-	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
+	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: s.dataState(),
 		Skipped: s.sum.SkippedSteps, LoopSeconds: s.loopSeconds(),
 		LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
 	if p.scaler != nil {
