@@ -19,6 +19,11 @@ import (
 type Pair struct {
 	Chosen, Rejected Example
 	Line             int
+	// Reference holds the reference model's summed log-probabilities of
+	// the chosen and rejected completion when they are computed once
+	// before training (full fine-tuning, whose weights are the
+	// reference's until the first step); nil otherwise.
+	Reference []float64
 }
 
 // LoadPairs reads the preference JSONL file at path; see ParsePairs.
@@ -221,6 +226,9 @@ type PairBatch struct {
 	Batch
 	Pairs  int
 	Tokens []int
+	// Reference is the pairs' precomputed reference log-probabilities in
+	// row order, when every pair has them (Pair.Reference); else nil.
+	Reference []float64
 	// ChosenTokens counts the targets of rows [0, P).
 	ChosenTokens int
 }
@@ -320,6 +328,12 @@ func BatchPairs(ps []Pair, seqLen, padID int) PairBatch {
 		b.NumTargets += b.Tokens[r]
 		if r < P {
 			b.ChosenTokens += b.Tokens[r]
+		}
+	}
+	if !slices.ContainsFunc(ps, func(p Pair) bool { return len(p.Reference) != 2 }) {
+		b.Reference = make([]float64, 2*P)
+		for i, p := range ps {
+			b.Reference[i], b.Reference[P+i] = p.Reference[0], p.Reference[1]
 		}
 	}
 	return b

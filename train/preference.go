@@ -2,6 +2,7 @@ package train
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 
 	"github.com/mixtune/mixtune/data"
@@ -129,9 +130,6 @@ func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
 	if r.Data.Mode == data.Pack {
 		bad("data.mode", "pack is refused for preference pairs: each chosen and rejected sequence needs a row of its own (use pad)")
 	}
-	if o.NeedsReference() && r.Adapter.Type == FullFineTune {
-		bad("train.objective", "dpo compares with a reference model, which mixtune takes as the base model with the adapter switched off: it needs an adapter (full fine-tuning's precomputed reference is not built yet); orpo and simpo need none")
-	}
 	if len(r.Devices) > 1 {
 		bad("devices", "preference objectives run on one process so far")
 	}
@@ -144,9 +142,12 @@ func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
 // pairs, the loss node's objective (bound into the training graph, set
 // per micro-batch) and the reference pass.
 type preferenceRun struct {
-	pairs     *data.PairLoader
-	step      *pref.Step
-	reference *runner // the base model without the adapter; nil without a reference
+	pairs *data.PairLoader
+	step  *pref.Step
+	// reference is the base model without the adapter, run beside the
+	// policy; nil without a reference, and for full fine-tuning, whose
+	// pairs carry reference values computed before training.
+	reference *runner
 	// val are the validation pairs' batches, and policy the trained model
 	// without gradients that evaluates them; both nil without data.validation.
 	val    []data.PairBatch
@@ -192,12 +193,9 @@ func (s *session) preferenceStep() (stepResult, error) {
 	var stats pref.Stats
 	for i, bt := range micro {
 		pr.step.Batch, pr.step.Norm = pref.Batch{Tokens: bt.Tokens}, norm
-		if pr.reference != nil {
-			ref, err := pr.reference.logProbs(bt.Batch)
-			if err != nil {
-				return res, fmt.Errorf("reference pass: %w", err)
-			}
-			pr.step.Batch.Reference = ref
+		var err error
+		if pr.step.Batch.Reference, err = pr.referenceOf(bt); err != nil {
+			return res, err
 		}
 		loss, err := p.trainer.run(bt.Batch, res.scale, i == 0, noiseKey(r.Seed, s.step, i))
 		if err != nil {
@@ -246,22 +244,21 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 		if pr.reference, err = buildRunner(c.eng, c.model, nil, rows, r.Data.SeqLen, nil, &c.policy, ref); err != nil {
 			return nil, fmt.Errorf("reference pass: %w", err)
 		}
+		if c.lora == nil {
+			// full fine-tuning trains the weights the reference graph
+			// reads: its values are taken now, from the base model
+			err := errors.Join(pr.precompute(pairs, c.batch, r.Data.SeqLen, c.tok.PAD()), pr.precompute(val, c.batch, r.Data.SeqLen, c.tok.PAD()))
+			pr.reference.close()
+			pr.reference = nil
+			if err != nil {
+				return nil, fmt.Errorf("reference log-probabilities: %w", err)
+			}
+		}
 	}
 	if len(val) == 0 {
 		return pr, nil
 	}
-	for lo := 0; lo < len(val); lo += c.batch {
-		ps := make([]data.Pair, c.batch) // the last batch padded with its first pair, left out of the metrics
-		for i := range ps {
-			ps[i] = val[lo]
-			if lo+i < len(val) {
-				ps[i] = val[lo+i]
-			}
-		}
-		bt := data.BatchPairs(ps, r.Data.SeqLen, c.tok.PAD())
-		bt.Pairs = min(c.batch, len(val)-lo)
-		pr.val = append(pr.val, bt)
-	}
+	pr.val = pairBatches(val, c.batch, r.Data.SeqLen, c.tok.PAD())
 	pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil}
 	if pr.policy, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, pol); err != nil {
 		return nil, fmt.Errorf("validation pass: %w", err)
@@ -287,10 +284,8 @@ func (pr *preferenceRun) evaluate(o pref.Objective) (map[string]float64, error) 
 			return nil, err
 		}
 		b := pref.Batch{Tokens: bt.Tokens}
-		if pr.reference != nil {
-			if b.Reference, err = pr.reference.logProbs(bt.Batch); err != nil {
-				return nil, err
-			}
+		if b.Reference, err = pr.referenceOf(bt); err != nil {
+			return nil, err
 		}
 		// the batch's real pairs: rows [0, Pairs) and [P, P+Pairs)
 		P, n := len(bt.Tokens)/2, bt.Pairs
@@ -350,4 +345,52 @@ func (s *session) restoreData(st data.LoaderState) error {
 		return pr.pairs.Restore(st)
 	}
 	return s.parts.trainLoader.Restore(st)
+}
+
+// pairBatches lays pairs out in batches of batch pairs in their order;
+// the last batch is filled up with its first pair, and its Pairs counts
+// only the pairs it was given.
+func pairBatches(pairs []data.Pair, batch, seqLen, padID int) []data.PairBatch {
+	var out []data.PairBatch
+	for lo := 0; lo < len(pairs); lo += batch {
+		ps := make([]data.Pair, batch)
+		for i := range ps {
+			ps[i] = pairs[lo]
+			if lo+i < len(pairs) {
+				ps[i] = pairs[lo+i]
+			}
+		}
+		bt := data.BatchPairs(ps, seqLen, padID)
+		bt.Pairs = min(batch, len(pairs)-lo)
+		out = append(out, bt)
+	}
+	return out
+}
+
+// precompute runs the reference pass over pairs and stores each pair's
+// values in its Reference.
+func (pr *preferenceRun) precompute(pairs []data.Pair, batch, seqLen, padID int) error {
+	for i, bt := range pairBatches(pairs, batch, seqLen, padID) {
+		lp, err := pr.reference.logProbs(bt.Batch)
+		if err != nil {
+			return err
+		}
+		for j := range bt.Pairs {
+			pairs[i*batch+j].Reference = []float64{lp[j], lp[batch+j]}
+		}
+	}
+	return nil
+}
+
+// referenceOf is a batch's reference log-probabilities: precomputed, or
+// from the reference pass; nil for objectives without a reference.
+func (pr *preferenceRun) referenceOf(bt data.PairBatch) ([]float64, error) {
+	if bt.Reference != nil || pr.reference == nil {
+		return bt.Reference, nil
+	}
+	ref, err := pr.reference.logProbs(bt.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("reference pass: %w", err)
+	}
+	return ref, nil
 }

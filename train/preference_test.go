@@ -68,7 +68,7 @@ func TestPreferenceConfigErrors(t *testing.T) {
 		{[]string{"preference.dpo.loss_type=robust", "preference.dpo.label_smoothing=0.1"}, ""},
 		{[]string{"train.objective=kto"}, "must be sft, dpo, orpo or simpo"},
 		{[]string{"data.mode=pack"}, "pack is refused for preference pairs"},
-		{[]string{"adapter.type=none"}, "needs an adapter"},
+		{[]string{"adapter.type=none"}, ""},
 		{[]string{"train.objective=orpo", "preference.dpo.beta=0.2"}, "preference.dpo"},
 		{[]string{"preference.dpo.beta=-1"}, "beta -1 must be positive"},
 		{[]string{"preference.dpo.loss_type=hinge"}, "preference loss \"hinge\""},
@@ -165,6 +165,13 @@ func TestPreferenceRuns(t *testing.T) {
 		if obj == "dpo" && (math.Abs(ms[0]["loss"]-math.Ln2) > 1e-6 || ms[0]["rewards/margins"] != 0) {
 			t.Errorf("dpo's first step: loss %v, margin %v; want log 2 and 0", ms[0]["loss"], ms[0]["rewards/margins"])
 		}
+	}
+	// full fine-tuning: the reference is computed before the first step,
+	// whose policy it equals; evaluated on the same pairs after training,
+	// the policy has moved from it
+	ms, sum := run("name=full", "adapter.type=none", "data.validation="+filepath.Join(dir, "pairs.jsonl"))
+	if math.Abs(ms[1]["loss"]-math.Ln2) > 1e-6 || sum.PreferenceAfter["eval_rewards/margins"] == 0 {
+		t.Errorf("full fine-tuning: first step's loss %v, margin after %v", ms[1]["loss"], sum.PreferenceAfter["eval_rewards/margins"])
 	}
 	one, _ := run("name=one")
 	two, _ := run("name=two", "train.batch_size=4", "train.grad_accum=2")
