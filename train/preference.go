@@ -233,6 +233,12 @@ func preferenceData(r *Recipe, f data.Format) (train, val []data.Pair, chosen []
 // pass: the same model over the same weights (nn.Builder.Param shares
 // them) with the adapter switched off, rows rows of sequences at a time.
 func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []data.Pair, rows int, tg *graphOptions) (*preferenceRun, error) {
+	switch {
+	case c.gpu != nil:
+		return nil, r.doc.Errorf("compute.device", "preference objectives run on the cpu engine so far (the %s engine was chosen); set compute.device: cpu", c.engineName())
+	case c.comm.Size() > 1:
+		return nil, inputError(fmt.Errorf("preference objectives run on one process so far, not %d ranks", c.comm.Size()))
+	}
 	pl, err := data.NewPairLoader(pairs, c.batch, r.Data.SeqLen, c.tok.PAD(), r.Data.Shuffle, r.Seed)
 	if err != nil {
 		return nil, inputError(fmt.Errorf("training data: %w", err))
