@@ -374,22 +374,31 @@ func kindOf(fields map[string]json.RawMessage) (string, error) {
 
 // decodeRow decodes a row's fields and names its kind.
 func decodeRow(line []byte) (map[string]json.RawMessage, string, error) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(line, &fields); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, "", fmt.Errorf("a row must be a JSON object, not %s", te.Value)
-		}
-		return nil, "", fmt.Errorf("invalid JSON: %w", err)
-	}
-	if fields == nil {
-		return nil, "", errors.New("a row must be a JSON object, not null")
-	}
-	if err := checkKeys(line); err != nil {
+	fields, err := decodeObject(line, slices.Concat(rowKinds()...))
+	if err != nil {
 		return nil, "", err
 	}
 	kind, err := kindOf(fields)
 	return fields, kind, err
+}
+
+// decodeObject decodes a row's fields, refusing keys other than known.
+func decodeObject(line []byte, known []string) (map[string]json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(line, &fields); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("a row must be a JSON object, not %s", te.Value)
+		}
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if fields == nil {
+		return nil, errors.New("a row must be a JSON object, not null")
+	}
+	if err := checkKeys(line, known); err != nil {
+		return nil, err
+	}
+	return fields, nil
 }
 
 // parseRow turns one JSONL line into an Example. Its errors carry no
@@ -442,10 +451,10 @@ func parseRow(line []byte, f Format) (Example, error) {
 	return f.conversation(msgs)
 }
 
-// checkKeys rejects unknown and duplicate keys of the (already validated)
+// checkKeys rejects keys not in known, and duplicate keys, of the (already validated)
 // object in line. It walks the keys in file order, which a map cannot give,
 // so that the first offending key is the one reported.
-func checkKeys(line []byte) error {
+func checkKeys(line []byte, known []string) error {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	if _, err := dec.Token(); err != nil { // '{'
 		return fmt.Errorf("invalid JSON: %w", err)
@@ -457,11 +466,7 @@ func checkKeys(line []byte) error {
 			return fmt.Errorf("invalid JSON: %w", err)
 		}
 		key, _ := t.(string)
-		known := false
-		for _, k := range rowKinds() {
-			known = known || slices.Contains(k, key)
-		}
-		if !known {
+		if !slices.Contains(known, key) {
 			return fmt.Errorf("unknown field %q", key)
 		}
 		if seen[key] {

@@ -60,6 +60,15 @@ type GraphConfig struct {
 	// rows the head computes: those Graph.Outputs lists, each sequence's
 	// last new token. 0 computes every row.
 	Outputs int
+	// SequenceLogProbs computes Graph.LogProbs, each row's summed
+	// log-probability of its targets (nn.SequenceLogProbs), through the
+	// unfused head; with SequenceLoss unset the graph has no loss (a
+	// preference objective's reference pass).
+	SequenceLogProbs bool
+	// SequenceLoss, when set, is the loss as a function of Graph.LogProbs
+	// (nn.HostLoss): the preference objectives. It implies
+	// SequenceLogProbs.
+	SequenceLoss nn.VectorLoss
 }
 
 // Graph is a built model graph. Inputs are set per micro-batch; Loss is
@@ -71,7 +80,10 @@ type Graph struct {
 	Logits  *G.Node // [Batch·SeqLen, vocab]; nil with GraphConfig.FusedHead; [Outputs, vocab] with GraphConfig.Outputs
 	Loss    *G.Node // scalar; nil with GraphConfig.Cache
 	Outputs *G.Node // [GraphConfig.Outputs] rows the head computes; nil without
-	Params  map[string]*G.Node
+	// LogProbs [Batch] is each row's summed target log-probability, with
+	// GraphConfig.SequenceLogProbs or SequenceLoss.
+	LogProbs *G.Node
+	Params   map[string]*G.Node
 }
 
 // Build adds the model to b. Shapes, with N = Batch·SeqLen, D = hidden,
@@ -145,6 +157,14 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 	}
 	if decode {
 		g.Logits = linear(b, "lm_head", x, head, nil)
+		return g, nil
+	}
+	if gc.SequenceLogProbs || gc.SequenceLoss != nil {
+		g.Logits = linear(b, "lm_head", x, head, nil)
+		g.LogProbs = b.SequenceLogProbs(g.Logits, g.Targets, gc.Batch)
+		if gc.SequenceLoss != nil {
+			g.Loss = b.HostLoss(g.LogProbs, gc.SequenceLoss)
+		}
 		return g, nil
 	}
 	if gc.FusedHead {

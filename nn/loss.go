@@ -106,20 +106,29 @@ func (o *crossEntropyOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error)
 			return nil
 		}
 		scale := in[0][0] / T(o.count)
-		o.eng.parallel(o.n, 8, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				d, p := dl[r*o.v:(r+1)*o.v], o.probs[r*o.v:(r+1)*o.v]
-				t := o.targets[r]
-				if t == IgnoreIndex {
-					clear(d)
-					continue
-				}
-				for j, x := range p {
-					d[j] = scale * x
-				}
-				d[t] -= scale
-			}
-		})
+		softmaxGrad(o.eng, dl, o.probs, o.targets, o.v, func(int) T { return scale })
 		return nil
 	}), nil
+}
+
+// softmaxGrad writes d = scale(r)·(softmax − onehot(target)) into each row
+// r of dl [N, v] from the saved probabilities, 0 on ignored rows: the
+// gradient of scale(r)·(−log softmax(logits)[target]) with respect to
+// the logits.
+func softmaxGrad[T Float](e *Engine, dl, probs []T, targets []int, v int, scale func(row int) T) {
+	e.parallel(len(targets), 8, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			d, p := dl[r*v:(r+1)*v], probs[r*v:(r+1)*v]
+			t := targets[r]
+			if t == IgnoreIndex {
+				clear(d)
+				continue
+			}
+			s := scale(r)
+			for j, x := range p {
+				d[j] = s * x
+			}
+			d[t] -= s
+		}
+	})
 }

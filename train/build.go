@@ -67,6 +67,7 @@ type components struct {
 	devOpt      *deviceOptimizer // AdamW on the Vulkan device; nil where the host steps
 	comm        dist.Comm        // the processes training together; a Single for one
 	dp          *dataParallel    // this process's part of every batch: all of it for one
+	pref        *preferenceRun   // a preference objective's pairs and reference; nil for sft
 }
 
 // build makes the run's components. Every input is read and checked here
@@ -130,12 +131,22 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		say = io.Discard // rank 0 speaks for the job
 	}
 	c.rows = &rowReader{cache: r.Data.Cache, out: say, progress: opt.Progress}
-	trainEx, valEx, err := datasets(ctx, r, c.format, c.rows)
+	objective, _, preference := r.preference()
+	var pairs, valPairs []data.Pair
+	var trainEx, valEx []data.Example
+	if preference {
+		pairs, valPairs, trainEx, err = preferenceData(r, c.format)
+	} else {
+		trainEx, valEx, err = datasets(ctx, r, c.format, c.rows)
+	}
 	if err != nil {
 		return nil, inputError(err)
 	}
+	if preference && r.Data.Validation == "" && r.Data.ValidationSplit > 0 {
+		c.warnings = append(c.warnings, "data.validation_split is not used by preference runs: name validation pairs in data.validation")
+	}
 	c.warnings = append(c.warnings, c.rows.warnings...)
-	c.valExamples = len(valEx)
+	c.valExamples = len(valEx) + len(valPairs)
 	if r.Task.EvalFile != "" {
 		if c.task, err = loadTask(r.Task.EvalFile, c.format, r.Task.Limit); err != nil {
 			return nil, inputError(err)
@@ -177,8 +188,12 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 			return nil, err
 		}
 	}
+	graphRows := c.batch
+	if preference {
+		graphRows = 2 * c.batch // each pair's chosen and rejected sequence
+	}
 	// this rank's rows of every micro-batch (parallel.go)
-	c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
+	c.dp = newDataParallel(c.comm, graphRows, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
 	rows := c.dp.rows
 	c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
 	var tap nn.GradTap
@@ -188,8 +203,16 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	ckpt := r.Compute.ActivationCheckpointing
 	tg := trainGraph(tap, c.comm.Size(), ckpt)
 	tg.gpu = c.gpu
+	if preference {
+		if c.pref, err = c.preferenceRun(r, objective, pairs, valPairs, rows, &tg); err != nil {
+			return c, err
+		}
+	}
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tg); err != nil {
 		return nil, err
+	}
+	if c.pref != nil {
+		c.trainer.companions = append(c.trainer.companions, c.pref.reference, c.pref.policy)
 	}
 	if c.gpu != nil {
 		// the optimizer's state and the weights stay on the device
@@ -570,6 +593,9 @@ type runner struct {
 	sparse   []*rowGrad // aligned with params: non-nil for a gradient kept row by row
 	params   []*optim.Param
 	tapped   bool // gradient taps move the gradients into params, not run
+	// companions are runners over the same weights closed with this one
+	// (a preference run's reference and validation passes)
+	companions []*runner
 }
 
 // graphOptions are the runner's ways of computing that tests compare with
@@ -598,6 +624,11 @@ type graphOptions struct {
 	// share, on the GPU, gives the weights another program holds (the
 	// training graph's), which this graph reads instead of a copy.
 	share func(name string) *vulkan.Buffer
+	// sequenceLogProbs and sequenceLoss make the graph a preference
+	// objective's (model.GraphConfig): its loss, or without one its
+	// per-row log-probabilities only (the reference pass).
+	sequenceLogProbs bool
+	sequenceLoss     nn.VectorLoss
 }
 
 // paramNames are the params' names.
@@ -639,7 +670,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 	// The fused head never holds the [N, vocab] logits: peak memory no
 	// longer grows with the vocabulary times the tokens.
 	gc := model.GraphConfig{Batch: batch, SeqLen: seqLen, Positions: pos, FusedHead: !o.unfusedHead, HeadChunk: o.headChunk,
-		CheckpointLayers: o.checkpoint}
+		CheckpointLayers: o.checkpoint, SequenceLogProbs: o.sequenceLogProbs, SequenceLoss: o.sequenceLoss}
 	if l != nil {
 		gc.Linear = l.Linear(nodes)
 	} else if params != nil || o.evalOfFullFineTune {
@@ -808,6 +839,11 @@ func (ru *runner) run(bt data.Batch, weight float32, first bool, noise uint64) (
 }
 
 func (ru *runner) close() {
+	for _, c := range ru.companions {
+		if c != nil {
+			c.close()
+		}
+	}
 	if ru.vm != nil {
 		ru.vm.Close()
 	}

@@ -47,6 +47,10 @@ type Config struct {
 	Schedule  ScheduleConfig  `yaml:"schedule"`
 	Task      TaskConfig      `yaml:"task"`
 	Compute   ComputeConfig   `yaml:"compute"`
+	// Preference holds the preference objectives' parameters
+	// (train.objective); nil, and left out of the resolved recipe, for
+	// the defaults.
+	Preference *PreferenceConfig `yaml:"preference,omitempty"`
 }
 
 // AMPConfig tunes mixed precision: loss scaling and the op lists.
@@ -207,6 +211,8 @@ type LoopConfig struct {
 	LogEvery        int `yaml:"log_every"`
 	CheckpointEvery int `yaml:"checkpoint_every"`
 	KeepCheckpoints int `yaml:"keep_checkpoints"`
+	// Objective is sft (stored as "") or a preference objective.
+	Objective Objective `yaml:"objective,omitempty"`
 }
 
 // OptimizerKind names the optimizer.
@@ -384,6 +390,7 @@ func (r *Recipe) check() yamlconf.Errors {
 	r.checkAdapter(bad)
 	r.validateLoop(bad)
 	r.validateOptimizer(bad)
+	r.checkPreference(bad)
 	if c.Task.MaxNewTokens <= 0 {
 		bad("task.max_new_tokens", "must be > 0, got %d", c.Task.MaxNewTokens)
 	}

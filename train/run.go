@@ -68,21 +68,25 @@ type Faults struct {
 
 // Summary is what a finished (or interrupted) run reports.
 type Summary struct {
-	RunDir       string          `json:"run_dir"`
-	Steps        int             `json:"steps"`
-	Interrupted  bool            `json:"interrupted,omitempty"`
-	FinalLoss    jsonfloat.Float `json:"final_loss"`
-	ValBefore    *LossReport     `json:"val_before,omitempty"`
-	ValAfter     *LossReport     `json:"val_after,omitempty"`
-	TaskBefore   *TaskReport     `json:"task_before,omitempty"`
-	TaskAfter    *TaskReport     `json:"task_after,omitempty"`
-	Tokens       int64           `json:"tokens"`       // trained, over every leg of a resumed run
-	Seconds      float64         `json:"seconds"`      // this process, start to end
-	TokensPerSec float64         `json:"tokens_per_s"` // Tokens over the training loop's time, every leg
-	PeakRSS      uint64          `json:"peak_rss_bytes"`
-	Saved        string          `json:"saved"`
-	Precision    string          `json:"precision"`
-	SkippedSteps int             `json:"skipped_steps"`
+	RunDir      string          `json:"run_dir"`
+	Steps       int             `json:"steps"`
+	Interrupted bool            `json:"interrupted,omitempty"`
+	FinalLoss   jsonfloat.Float `json:"final_loss"`
+	ValBefore   *LossReport     `json:"val_before,omitempty"`
+	ValAfter    *LossReport     `json:"val_after,omitempty"`
+	TaskBefore  *TaskReport     `json:"task_before,omitempty"`
+	TaskAfter   *TaskReport     `json:"task_after,omitempty"`
+	// PreferenceBefore and PreferenceAfter are a preference run's
+	// validation metrics (eval_loss, eval_rewards/accuracies, ...).
+	PreferenceBefore map[string]float64 `json:"preference_before,omitempty"`
+	PreferenceAfter  map[string]float64 `json:"preference_after,omitempty"`
+	Tokens           int64              `json:"tokens"`       // trained, over every leg of a resumed run
+	Seconds          float64            `json:"seconds"`      // this process, start to end
+	TokensPerSec     float64            `json:"tokens_per_s"` // Tokens over the training loop's time, every leg
+	PeakRSS          uint64             `json:"peak_rss_bytes"`
+	Saved            string             `json:"saved"`
+	Precision        string             `json:"precision"`
+	SkippedSteps     int                `json:"skipped_steps"`
 	// Backend is the matmul backend that computed this leg (its Name, with
 	// its kernels or core), BackendReason why auto picked it, or that it
 	// was named: another backend rounds differently and gives other numbers.
@@ -340,7 +344,7 @@ func (s *session) restoreLoop(st checkpointState, ostate optim.State, from strin
 	if err := p.optimizer.Load(ostate); err != nil {
 		return fmt.Errorf("%s: optimizer state: %w", from, err)
 	}
-	if err := p.trainLoader.Restore(st.Loader); err != nil {
+	if err := s.restoreData(st.Loader); err != nil {
 		return fmt.Errorf("%s: data position: %w", from, err)
 	}
 	if p.scaler != nil && st.Scaler != nil {
@@ -439,6 +443,10 @@ func (s *session) measureBefore(ctx context.Context) error {
 		s.sum.TaskBefore = &rep
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
 	}
+	var err error
+	if s.sum.PreferenceBefore, err = s.measurePreference(); err != nil {
+		return err
+	}
 	if p.evaluator != nil {
 		rep, err := s.validationLoss(ctx)
 		if err != nil {
@@ -526,7 +534,8 @@ type stepResult struct {
 	rounded, underflowed int64 // low precision: gradient values rounded between ops, and those sent to zero
 	scale                float32
 	scaled               bool
-	comm                 *commTimes // data parallel: the step's reductions
+	comm                 *commTimes         // data parallel: the step's reductions
+	preference           map[string]float64 // a preference objective's metrics, under TRL's names
 }
 
 // trainStep is one optimizer step: GradAccum micro-batches, each weighted
@@ -534,6 +543,9 @@ type stepResult struct {
 // over all of them whatever the padding), then the update.
 func (s *session) trainStep() (stepResult, error) {
 	r, p := s.r, s.parts
+	if p.pref != nil {
+		return s.preferenceStep()
+	}
 	micro := make([]data.Batch, r.Train.GradAccum)
 	total := 0
 	for i := range micro {
@@ -588,6 +600,15 @@ func (s *session) trainStep() (stepResult, error) {
 	}
 	lossSum, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
 	res.loss = lossSum / float64(max(total, 1))
+	return s.update(res, total)
+}
+
+// update ends a step whose loss and gradients res and the params hold:
+// the optimizer's update, unless the loss is not finite or no micro-batch
+// had a target (total).
+func (s *session) update(res stepResult, total int) (stepResult, error) {
+	r, p := s.r, s.parts
+	var err error
 	s.lastLoss = res.loss
 	res.finiteLoss = !math.IsNaN(res.loss) && !math.IsInf(res.loss, 0)
 	res.lr = p.schedule.LR(s.step)
@@ -614,6 +635,9 @@ func (res stepResult) record(step int, tps, elapsed float64) map[string]any {
 	}
 	if res.scaled {
 		rec["loss_scale"] = res.scale
+	}
+	for k, v := range res.preference {
+		rec[k] = v
 	}
 	if res.comm != nil { // seconds the step waited for its reductions, and their whole time
 		rec["allreduce_s"], rec["allreduce_busy_s"] = res.comm.wait.Seconds(), res.comm.busy.Seconds()
@@ -655,7 +679,7 @@ func (s *session) loopSeconds() float64 {
 // optimizer's, which it saves itself, and the length of metrics.jsonl).
 func (s *session) stateNow() checkpointState {
 	p := s.parts
-	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: p.trainLoader.State(),
+	st := checkpointState{Step: s.step, ConfigHash: s.r.Hash(), Loader: s.dataState(),
 		Skipped: s.sum.SkippedSteps, LoopSeconds: s.loopSeconds(),
 		LastLoss: jsonfloat.Float(s.lastLoss), ValBefore: s.sum.ValBefore, TaskBefore: s.sum.TaskBefore}
 	if p.scaler != nil {
@@ -782,7 +806,9 @@ func (s *session) measureAfter(ctx context.Context) error {
 		}
 		sum.TaskAfter = &rep
 	}
-	return nil
+	var err error
+	sum.PreferenceAfter, err = s.measurePreference()
+	return err
 }
 
 // save writes the adapter (or model), summary.json and the last metrics

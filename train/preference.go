@@ -1,0 +1,402 @@
+package train
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+
+	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/nn"
+	"github.com/mixtune/mixtune/pref"
+)
+
+// Objective is what a run minimises: the supervised loss (sft) or a
+// preference objective on chosen/rejected pairs (dpo, orpo, simpo).
+type Objective string
+
+const (
+	// ObjectiveSFT is stored as "" so that recipes written before
+	// objectives existed resolve, and hash, as they did.
+	ObjectiveSFT   Objective = ""
+	ObjectiveDPO   Objective = "dpo"
+	ObjectiveORPO  Objective = "orpo"
+	ObjectiveSimPO Objective = "simpo"
+)
+
+// UnmarshalText reads sft, dpo, orpo or simpo.
+func (o *Objective) UnmarshalText(b []byte) error {
+	switch s := Objective(b); s {
+	case "sft":
+		*o = ObjectiveSFT
+		return nil
+	case ObjectiveDPO, ObjectiveORPO, ObjectiveSimPO:
+		*o = s
+		return nil
+	}
+	return fmt.Errorf("must be sft, dpo, orpo or simpo, got %q", b)
+}
+
+// MarshalText writes dpo, orpo or simpo ("" for sft, which omitempty leaves out).
+func (o Objective) MarshalText() ([]byte, error) { return []byte(o), nil }
+
+// PreferenceConfig holds the preference objectives' parameters, each
+// section for its objective (train.objective); a section left out takes
+// TRL's defaults.
+type PreferenceConfig struct {
+	DPO   *DPOConfig   `yaml:"dpo,omitempty"`
+	ORPO  *ORPOConfig  `yaml:"orpo,omitempty"`
+	SimPO *SimPOConfig `yaml:"simpo,omitempty"`
+}
+
+// DPOConfig is DPOTrainer's loss: sigmoid (with label smoothing, cDPO),
+// robust (rDPO) or ipo.
+type DPOConfig struct {
+	LossType       pref.Loss `yaml:"loss_type,omitempty"`
+	Beta           *float64  `yaml:"beta,omitempty"`
+	LabelSmoothing float64   `yaml:"label_smoothing,omitempty"`
+}
+
+// ORPOConfig is ORPOTrainer's λ (TRL's beta).
+type ORPOConfig struct {
+	Lambda *float64 `yaml:"lambda,omitempty"`
+}
+
+// SimPOConfig is SimPO's β and target margin γ.
+type SimPOConfig struct {
+	Beta  *float64 `yaml:"beta,omitempty"`
+	Gamma *float64 `yaml:"gamma,omitempty"`
+}
+
+// preference is the recipe's objective with TRL's defaults filled in and
+// the field its parameters came from; ok is false for sft.
+func (r *Recipe) preference() (o pref.Objective, field string, ok bool) {
+	or := func(p *float64, d float64) float64 {
+		if p != nil {
+			return *p
+		}
+		return d
+	}
+	var pc PreferenceConfig
+	if r.Preference != nil {
+		pc = *r.Preference
+	}
+	switch r.Train.Objective {
+	case ObjectiveDPO:
+		c := DPOConfig{LossType: pref.Sigmoid}
+		if pc.DPO != nil {
+			c = *pc.DPO
+		}
+		if c.LossType == "" {
+			c.LossType = pref.Sigmoid
+		}
+		return pref.Objective{Loss: c.LossType, Beta: or(c.Beta, pref.DefaultDPOBeta), LabelSmoothing: c.LabelSmoothing}, "preference.dpo", true
+	case ObjectiveORPO:
+		var c ORPOConfig
+		if pc.ORPO != nil {
+			c = *pc.ORPO
+		}
+		return pref.Objective{Loss: pref.ORPO, Beta: or(c.Lambda, pref.DefaultORPOLambda)}, "preference.orpo", true
+	case ObjectiveSimPO:
+		var c SimPOConfig
+		if pc.SimPO != nil {
+			c = *pc.SimPO
+		}
+		return pref.Objective{Loss: pref.SimPO, Beta: or(c.Beta, pref.DefaultSimPOBeta), Gamma: or(c.Gamma, pref.DefaultSimPOGamma)}, "preference.simpo", true
+	}
+	return pref.Objective{}, "", false
+}
+
+// checkPreference checks the objective against its parameters and what
+// preference runs cannot do yet.
+func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
+	o, field, ok := r.preference()
+	if p := r.Preference; p != nil {
+		for _, s := range []struct {
+			set  bool
+			name string
+			obj  Objective
+		}{{p.DPO != nil, "preference.dpo", ObjectiveDPO}, {p.ORPO != nil, "preference.orpo", ObjectiveORPO}, {p.SimPO != nil, "preference.simpo", ObjectiveSimPO}} {
+			if s.set && r.Train.Objective != s.obj {
+				bad(s.name, "sets the %s objective's parameters, but train.objective is %s", s.obj, cmp.Or(string(r.Train.Objective), "sft"))
+			}
+		}
+	}
+	if !ok {
+		return
+	}
+	if err := o.Validate(); err != nil {
+		bad(field, "%v", err)
+	}
+	if r.Data.Mode == data.Pack {
+		bad("data.mode", "pack is refused for preference pairs: each chosen and rejected sequence needs a row of its own (use pad)")
+	}
+	if len(r.Devices) > 1 {
+		bad("devices", "preference objectives run on one process so far")
+	}
+	if r.Compute.Device == ComputeGPU || r.Compute.VulkanDevice != "" {
+		bad("compute.device", "preference objectives run on the cpu engine so far")
+	}
+}
+
+// preferenceRun is what a preference run adds to the components: its
+// pairs, the loss node's objective (bound into the training graph, set
+// per micro-batch) and the reference pass.
+type preferenceRun struct {
+	pairs *data.PairLoader
+	step  *pref.Step
+	// reference is the base model without the adapter, run beside the
+	// policy; nil without a reference, and for full fine-tuning, whose
+	// pairs carry reference values computed before training.
+	reference *runner
+	// val are the validation pairs' batches, and policy the trained model
+	// without gradients that evaluates them; both nil without data.validation.
+	val    []data.PairBatch
+	policy *runner
+}
+
+// logProbs runs the reference graph (no gradients) on bt and returns each
+// row's summed target log-probability.
+func (ru *runner) logProbs(bt data.Batch) ([]float64, error) {
+	copy(ru.ids, bt.Inputs)
+	copy(ru.tgt, bt.Targets)
+	copy(ru.pos, bt.Positions)
+	if err := ru.eng.Run(ru.vm, nn.Pass{}); err != nil {
+		return nil, err
+	}
+	v := ru.g.LogProbs.Value().Data().([]float32)
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out, nil
+}
+
+// preferenceStep is trainStep for a preference objective: GradAccum
+// micro-batches of pairs, each computing its share of the step's loss
+// (pref.Norm holds the step's totals, so the shares add up to the loss of
+// the step as one batch), then the update.
+func (s *session) preferenceStep() (stepResult, error) {
+	r, p, pr := s.r, s.parts, s.parts.pref
+	micro := make([]data.PairBatch, r.Train.GradAccum)
+	var norm pref.Norm
+	total := 0
+	for i := range micro {
+		micro[i] = pr.pairs.Next()
+		norm.Pairs += micro[i].Pairs
+		norm.ChosenTokens += micro[i].ChosenTokens
+		total += micro[i].NumTargets
+	}
+	res := stepResult{scale: 1, scaled: p.scaler != nil}
+	if p.scaler != nil {
+		res.scale = p.scaler.Scale()
+	}
+	var stats pref.Stats
+	for i, bt := range micro {
+		pr.step.Batch, pr.step.Norm = pref.Batch{Tokens: bt.Tokens}, norm
+		var err error
+		if pr.step.Batch.Reference, err = pr.referenceOf(bt); err != nil {
+			return res, err
+		}
+		loss, err := p.trainer.run(bt.Batch, res.scale, i == 0, noiseKey(r.Seed, s.step, i))
+		if err != nil {
+			return res, err
+		}
+		res.loss += loss
+		stats.Add(pr.step.Stats)
+	}
+	res.rounded, res.underflowed = p.eng.Grads.Take()
+	res.preference = stats.Means()
+	return s.update(res, total)
+}
+
+// preferenceData reads the training file as preference pairs. The chosen
+// sequences also stand for the data in the run's header and its loader
+// fingerprint (the SFT loader over them is never stepped).
+func preferenceData(r *Recipe, f data.Format) (train, val []data.Pair, chosen []data.Example, err error) {
+	if train, err = data.LoadPairs(r.Data.Train, f, r.Data.SeqLen); err != nil {
+		return nil, nil, nil, err
+	}
+	if r.Data.Validation != "" {
+		if val, err = data.LoadPairs(r.Data.Validation, f, r.Data.SeqLen); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	chosen = make([]data.Example, len(train))
+	for i, p := range train {
+		chosen[i] = p.Chosen
+	}
+	return train, val, chosen, nil
+}
+
+// preferenceRun makes a preference run's loader, binds its objective into
+// the training graph's options tg, and, for DPO, builds the reference
+// pass: the same model over the same weights (nn.Builder.Param shares
+// them) with the adapter switched off, rows rows of sequences at a time.
+func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []data.Pair, rows int, tg *graphOptions) (*preferenceRun, error) {
+	switch {
+	case c.gpu != nil:
+		return nil, r.doc.Errorf("compute.device", "preference objectives run on the cpu engine so far (the %s engine was chosen); set compute.device: cpu", c.engineName())
+	case c.comm.Size() > 1:
+		return nil, inputError(fmt.Errorf("preference objectives run on one process so far, not %d ranks", c.comm.Size()))
+	}
+	pl, err := data.NewPairLoader(pairs, c.batch, r.Data.SeqLen, c.tok.PAD(), r.Data.Shuffle, r.Seed)
+	if err != nil {
+		return nil, inputError(fmt.Errorf("training data: %w", err))
+	}
+	pr := &preferenceRun{pairs: pl, step: &pref.Step{Objective: o}}
+	tg.sequenceLoss = pr.step
+	if o.NeedsReference() {
+		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true}
+		if pr.reference, err = buildRunner(c.eng, c.model, nil, rows, r.Data.SeqLen, nil, &c.policy, ref); err != nil {
+			return nil, fmt.Errorf("reference pass: %w", err)
+		}
+		if c.lora == nil {
+			// full fine-tuning trains the weights the reference graph
+			// reads: its values are taken now, from the base model
+			err := errors.Join(pr.precompute(pairs, c.batch, r.Data.SeqLen, c.tok.PAD()), pr.precompute(val, c.batch, r.Data.SeqLen, c.tok.PAD()))
+			pr.reference.close()
+			pr.reference = nil
+			if err != nil {
+				return nil, fmt.Errorf("reference log-probabilities: %w", err)
+			}
+		}
+	}
+	if len(val) == 0 {
+		return pr, nil
+	}
+	pr.val = pairBatches(val, c.batch, r.Data.SeqLen, c.tok.PAD())
+	pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil}
+	if pr.policy, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, pol); err != nil {
+		return nil, fmt.Errorf("validation pass: %w", err)
+	}
+	return pr, nil
+}
+
+// evaluate measures the objective on the validation pairs: its loss and
+// TRL's metrics over all of them, under TRL's evaluation names (eval_…).
+func (pr *preferenceRun) evaluate(o pref.Objective) (map[string]float64, error) {
+	var norm pref.Norm
+	for _, bt := range pr.val {
+		norm.Pairs += bt.Pairs
+		for i := range bt.Pairs {
+			norm.ChosenTokens += bt.Tokens[i]
+		}
+	}
+	var loss float64
+	var stats pref.Stats
+	for _, bt := range pr.val {
+		pol, err := pr.policy.logProbs(bt.Batch)
+		if err != nil {
+			return nil, err
+		}
+		b := pref.Batch{Tokens: bt.Tokens}
+		if b.Reference, err = pr.referenceOf(bt); err != nil {
+			return nil, err
+		}
+		// the batch's real pairs: rows [0, Pairs) and [P, P+Pairs)
+		P, n := len(bt.Tokens)/2, bt.Pairs
+		keep := func(x []float64) []float64 { return append(append([]float64(nil), x[:n]...), x[P:P+n]...) }
+		b.Tokens = append(append([]int(nil), bt.Tokens[:n]...), bt.Tokens[P:P+n]...)
+		if b.Reference != nil {
+			b.Reference = keep(b.Reference)
+		}
+		l, st, err := o.Eval(keep(pol), b, norm, make([]float64, 2*n))
+		if err != nil {
+			return nil, err
+		}
+		loss += l
+		stats.Add(st)
+	}
+	out := map[string]float64{"eval_loss": loss}
+	for k, v := range stats.Means() {
+		out["eval_"+k] = v
+	}
+	return out, nil
+}
+
+// measurePreference evaluates the validation pairs, if any, at a step:
+// a metrics.jsonl line and the line the console shows.
+func (s *session) measurePreference() (map[string]float64, error) {
+	pr := s.parts.pref
+	if pr == nil || pr.policy == nil {
+		return nil, nil
+	}
+	o, _, _ := s.r.preference()
+	m, err := pr.evaluate(o)
+	if err != nil {
+		return nil, fmt.Errorf("preference evaluation: %w", err)
+	}
+	rec := map[string]any{"step": s.step}
+	for k, v := range m {
+		rec[k] = v
+	}
+	s.logger.write(rec)
+	fmt.Fprintf(s.out, "step %d validation pairs: loss %.4f, reward accuracy %.1f%%, margin %.4f, logps chosen %.2f rejected %.2f\n",
+		s.step, m["eval_loss"], 100*m["eval_rewards/accuracies"], m["eval_rewards/margins"], m["eval_logps/chosen"], m["eval_logps/rejected"])
+	return m, nil
+}
+
+// dataState is the training data's position: the pairs' for a preference
+// run, else the rows'.
+func (s *session) dataState() data.LoaderState {
+	if pr := s.parts.pref; pr != nil {
+		return pr.pairs.State()
+	}
+	return s.parts.trainLoader.State()
+}
+
+// restoreData moves the training data to a checkpoint's position.
+func (s *session) restoreData(st data.LoaderState) error {
+	if pr := s.parts.pref; pr != nil {
+		return pr.pairs.Restore(st)
+	}
+	return s.parts.trainLoader.Restore(st)
+}
+
+// pairBatches lays pairs out in batches of batch pairs in their order;
+// the last batch is filled up with its first pair, and its Pairs counts
+// only the pairs it was given.
+func pairBatches(pairs []data.Pair, batch, seqLen, padID int) []data.PairBatch {
+	var out []data.PairBatch
+	for lo := 0; lo < len(pairs); lo += batch {
+		ps := make([]data.Pair, batch)
+		for i := range ps {
+			ps[i] = pairs[lo]
+			if lo+i < len(pairs) {
+				ps[i] = pairs[lo+i]
+			}
+		}
+		bt := data.BatchPairs(ps, seqLen, padID)
+		bt.Pairs = min(batch, len(pairs)-lo)
+		out = append(out, bt)
+	}
+	return out
+}
+
+// precompute runs the reference pass over pairs and stores each pair's
+// values in its Reference.
+func (pr *preferenceRun) precompute(pairs []data.Pair, batch, seqLen, padID int) error {
+	for i, bt := range pairBatches(pairs, batch, seqLen, padID) {
+		lp, err := pr.reference.logProbs(bt.Batch)
+		if err != nil {
+			return err
+		}
+		for j := range bt.Pairs {
+			pairs[i*batch+j].Reference = []float64{lp[j], lp[batch+j]}
+		}
+	}
+	return nil
+}
+
+// referenceOf is a batch's reference log-probabilities: precomputed, or
+// from the reference pass; nil for objectives without a reference.
+func (pr *preferenceRun) referenceOf(bt data.PairBatch) ([]float64, error) {
+	if bt.Reference != nil || pr.reference == nil {
+		return bt.Reference, nil
+	}
+	ref, err := pr.reference.logProbs(bt.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("reference pass: %w", err)
+	}
+	return ref, nil
+}

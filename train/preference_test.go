@@ -1,0 +1,218 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// prefConfig is a DPO recipe over prefFixture's pairs; tests edit it.
+const prefConfig = `name: p
+seed: 3
+output_dir: OUT
+model:
+  path: DIR/model
+data:
+  train: DIR/pairs.jsonl
+  validation_split: 0
+  seq_len: 16
+adapter:
+  type: lora
+  r: 4
+  alpha: 8
+  target_modules: [q_proj, v_proj]
+train:
+  objective: dpo
+  steps: 2
+  batch_size: 8
+  eval_every: 0
+  log_every: 1
+optimizer:
+  lr: 1.0e-2
+schedule:
+  warmup_steps: 0
+task:
+  before: false
+  after: false
+`
+
+// prefFixture is fixture's model with 16 preference pairs.
+func prefFixture(t *testing.T) string {
+	t.Helper()
+	dir := fixture(t)
+	var b strings.Builder
+	for i := range 16 {
+		c := string(rune('a' + i))
+		b.WriteString(`{"prompt": "q` + c + `=", "chosen": "` + strings.ToUpper(c) + `", "rejected": "` + c + `!"}` + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pairs.jsonl"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestPreferenceConfigErrors(t *testing.T) {
+	dir := prefFixture(t)
+	for _, c := range []struct {
+		sets []string
+		want string // "" for a valid recipe
+	}{
+		{nil, ""},
+		{[]string{"train.objective=orpo", "adapter.type=none"}, ""},
+		{[]string{"train.objective=simpo", "preference.simpo.gamma=1"}, ""},
+		{[]string{"preference.dpo.loss_type=robust", "preference.dpo.label_smoothing=0.1"}, ""},
+		{[]string{"train.objective=kto"}, "must be sft, dpo, orpo or simpo"},
+		{[]string{"data.mode=pack"}, "pack is refused for preference pairs"},
+		{[]string{"adapter.type=none"}, ""},
+		{[]string{"train.objective=orpo", "preference.dpo.beta=0.2"}, "preference.dpo"},
+		{[]string{"preference.dpo.beta=-1"}, "beta -1 must be positive"},
+		{[]string{"preference.dpo.loss_type=hinge"}, "preference loss \"hinge\""},
+		{[]string{"preference.dpo.loss_type=ipo", "preference.dpo.label_smoothing=0.1"}, "sigmoid and robust losses only"},
+	} {
+		_, err := Load(writeConfig(t, dir, prefConfig), c.sets)
+		if (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.sets, err, c.want)
+		}
+	}
+}
+
+// A recipe without an objective resolves, and so hashes, as before
+// objectives existed: nothing of them is written.
+func TestSFTRecipeResolvesWithoutObjective(t *testing.T) {
+	dir := fixture(t)
+	for _, sets := range [][]string{nil, {"train.objective=sft"}} {
+		r, err := Load(writeConfig(t, dir, goodConfig), sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := r.Config.Resolved()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := string(y); strings.Contains(s, "objective") || strings.Contains(s, "preference") {
+			t.Errorf("%v: resolved recipe mentions the objective:\n%s", sets, s)
+		}
+	}
+}
+
+// A bad pair is an input error naming file and line, reported before the
+// run directory exists.
+func TestBadPairsFailBeforeTheRunDirectory(t *testing.T) {
+	dir := prefFixture(t)
+	bad := filepath.Join(dir, "bad_pairs.jsonl")
+	os.WriteFile(bad, []byte(`{"prompt": "a", "chosen": "b", "rejected": "c"}`+"\n"+`{"prompt": "a", "chosen": "b", "rejected": "b"}`+"\n"), 0o644)
+	r, err := Load(writeConfig(t, dir, prefConfig), []string{"data.train=" + bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), r, Options{Out: io.Discard})
+	if !IsInputError(err) || !strings.Contains(err.Error(), "bad_pairs.jsonl:2") || !strings.Contains(err.Error(), "the same") {
+		t.Fatalf("error %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run directory was made: %v", err)
+	}
+}
+
+// Every objective trains end to end and logs TRL's metrics; the first
+// step's policy is the reference (LoRA's B starts at 0), so DPO's loss
+// there is log 2 and its rewards 0. Two micro-batches of 4 pairs take the
+// step one batch of 8 takes: the same loss and gradient norm, to fp32
+// rounding of the sums over pairs.
+func TestPreferenceRuns(t *testing.T) {
+	dir := prefFixture(t)
+	run := func(sets ...string) ([]map[string]float64, *Summary) {
+		t.Helper()
+		r, err := Load(writeConfig(t, dir, prefConfig), append(sets, "compute.blas=gonum"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return readMetrics(t, sum.RunDir), sum
+	}
+	names := []string{"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected"}
+	for _, obj := range []string{"dpo", "orpo", "simpo"} {
+		ms, sum := run("train.objective="+obj, "name="+obj, "data.validation="+filepath.Join(dir, "pairs.jsonl"), "train.batch_size=6")
+		if sum.PreferenceBefore == nil || sum.PreferenceAfter == nil {
+			t.Fatalf("%s: no validation metrics: %+v", obj, sum)
+		}
+		if obj == "dpo" && (sum.PreferenceBefore["eval_rewards/accuracies"] != 0 || math.Abs(sum.PreferenceBefore["eval_loss"]-math.Ln2) > 1e-6) {
+			t.Errorf("dpo before training, policy = reference: %v", sum.PreferenceBefore)
+		}
+		var steps []map[string]float64
+		for _, m := range ms {
+			if _, ok := m["loss"]; ok {
+				steps = append(steps, m)
+			}
+		}
+		ms = steps
+		if len(ms) != 2 {
+			t.Fatalf("%s: %d metrics lines", obj, len(ms))
+		}
+		for _, k := range names {
+			if _, ok := ms[0][k]; !ok {
+				t.Errorf("%s: metrics.jsonl lacks %s", obj, k)
+			}
+		}
+		if obj == "dpo" && (math.Abs(ms[0]["loss"]-math.Ln2) > 1e-6 || ms[0]["rewards/margins"] != 0) {
+			t.Errorf("dpo's first step: loss %v, margin %v; want log 2 and 0", ms[0]["loss"], ms[0]["rewards/margins"])
+		}
+	}
+	// full fine-tuning: the reference is computed before the first step,
+	// whose policy it equals; evaluated on the same pairs after training,
+	// the policy has moved from it
+	ms, sum := run("name=full", "adapter.type=none", "data.validation="+filepath.Join(dir, "pairs.jsonl"))
+	if math.Abs(ms[1]["loss"]-math.Ln2) > 1e-6 || sum.PreferenceAfter["eval_rewards/margins"] == 0 {
+		t.Errorf("full fine-tuning: first step's loss %v, margin after %v", ms[1]["loss"], sum.PreferenceAfter["eval_rewards/margins"])
+	}
+	one, _ := run("name=one")
+	two, _ := run("name=two", "train.batch_size=4", "train.grad_accum=2")
+	for _, k := range append(names, "loss", "grad_norm") {
+		a, b := one[0][k], two[0][k]
+		if math.Abs(a-b) > 1e-5*math.Max(1, math.Abs(a)) {
+			t.Errorf("%s: %.9g in one batch of 8, %.9g in two of 4", k, a, b)
+		}
+	}
+}
+
+// A preference run interrupted and resumed takes the steps an
+// uninterrupted one takes, on the same pairs: bit-identical metrics.
+func TestPreferenceResumeIsBitIdentical(t *testing.T) {
+	dir := prefFixture(t)
+	recipe := func(name string) *Recipe {
+		r, err := Load(writeConfig(t, dir, prefConfig), []string{"name=" + name, "train.steps=6", "train.batch_size=4",
+			"train.checkpoint_every=2", "compute.blas=gonum"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	full, err := Run(context.Background(), recipe("full"), Options{Out: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runDir string
+	for i, stopAt := range []int{3, 0} { // step 3: mid-epoch (4 batches an epoch)
+		ctx, cancel := context.WithCancel(context.Background())
+		opt := Options{Out: io.Discard, ResumeDir: runDir, afterStep: func(s int) {
+			if s == stopAt {
+				cancel()
+			}
+		}}
+		sum, err := Run(ctx, recipe("cut"), opt)
+		cancel()
+		if stopAt > 0 && err != ErrInterrupted || stopAt == 0 && err != nil {
+			t.Fatalf("leg %d: %v", i, err)
+		}
+		runDir = sum.RunDir
+	}
+	sameMetrics(t, full.RunDir, runDir)
+}
