@@ -259,8 +259,10 @@ func (s *session) openRunDir() error {
 		if err := newManifest(r, p).write(dir); err != nil {
 			return err
 		}
-		s.logger, err = newMetricsLog(filepath.Join(dir, "metrics.jsonl"))
-		return err
+		if s.logger, err = newMetricsLog(filepath.Join(dir, "metrics.jsonl")); err != nil {
+			return err
+		}
+		return s.openEvents()
 	}
 
 	s.dir = s.opt.ResumeDir
@@ -292,8 +294,10 @@ func (s *session) openRunDir() error {
 	if err := s.restore(ck); err != nil {
 		return err
 	}
-	s.logger, err = newMetricsLog(filepath.Join(s.dir, "metrics.jsonl"))
-	return err
+	if s.logger, err = newMetricsLog(filepath.Join(s.dir, "metrics.jsonl")); err != nil {
+		return err
+	}
+	return s.openEvents()
 }
 
 // checkRecipe refuses to continue a checkpoint under another recipe unless
@@ -434,6 +438,7 @@ func (s *session) measureBefore(ctx context.Context) error {
 		}
 		s.sum.TaskBefore = &rep
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
+		s.logger.event(taskEvent(0, rep, time.Now()))
 	}
 	if p.evaluator != nil {
 		rep, err := s.validationLoss(ctx)
@@ -759,6 +764,7 @@ func (s *session) measureAfter(ctx context.Context) error {
 			return err
 		}
 		sum.TaskAfter = &rep
+		s.logger.event(taskEvent(s.step, rep, time.Now()))
 	}
 	return nil
 }

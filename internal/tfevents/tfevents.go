@@ -195,8 +195,8 @@ func wallSeconds(t time.Time) float64 { return float64(t.Unix()) + float64(t.Nan
 // WallTime is t as an event's wall_time: seconds since the Unix epoch.
 func WallTime(t time.Time) float64 { return wallSeconds(t) }
 
-// ErrCorrupt is wrapped by Read's error for a record that is cut short or
-// fails its checksum.
+// ErrCorrupt is wrapped by Read's error for a record that is cut short,
+// fails its checksum or is no Event.
 var ErrCorrupt = errors.New("corrupt record")
 
 // Read decodes the events of an event file, the version record included.
@@ -227,7 +227,7 @@ func Read(r io.Reader) ([]Event, error) {
 		}
 		e, err := Unmarshal(data)
 		if err != nil {
-			return events, fmt.Errorf("record at byte %d: %w", off, err)
+			return events, fmt.Errorf("record at byte %d: %w: %v", off, ErrCorrupt, err)
 		}
 		events = append(events, e)
 		off += 16 + int(n)
