@@ -118,7 +118,7 @@ function drawChart(spec) {
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (x1 === x0) x1 = x0 + 1;
   if (spec.id === "loss" && y0 > 0) y0 = 0;
-  if (y1 === y0) { y0 -= 1; y1 += 1; }
+  if (y1 === y0) { const pad = Math.abs(y0) * 0.1 || 1; y0 -= pad; y1 += pad; } // a flat line sits mid-chart
   const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
   const sy = (y) => H - B - ((y - y0) / (y1 - y0)) * (H - T - B);
   for (const t of niceTicks(y0, y1, 4)) {

@@ -1,0 +1,152 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/mixtune/mixtune/internal/flock"
+)
+
+// chromium finds a Chromium or Chrome to drive; "" when none is installed.
+func chromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// evaluate runs a JavaScript expression in the page, awaiting a promise,
+// and returns its value.
+func evaluate[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// The dashboard in a real browser: a training run's chart gains points as
+// its metrics.jsonl grows (a line at a time, a torn line included), two
+// runs overlay, and the browser's own request for a path outside the runs
+// directory is refused. MIXTUNE_DASHBOARD_SCREENSHOT=FILE.png keeps a
+// screenshot of the page with both runs.
+func TestDashboardInBrowser(t *testing.T) {
+	exe := chromium()
+	if exe == "" {
+		t.Skip("no chromium on PATH (Debian: apt-get install chromium): the dashboard is tested through its HTTP API only")
+	}
+	dir := t.TempDir()
+	for _, run := range []string{"a", "b"} {
+		if err := os.MkdirAll(filepath.Join(dir, run), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, run, resolvedFile), []byte("name: "+run+"\ntrain:\n  steps: 50\n"), 0o644)
+	}
+	line := func(step int, loss float64) string {
+		return fmt.Sprintf(`{"step":%d,"loss":%g,"lr":0.001,"grad_norm":1,"tokens_per_s":100,"loss_scale":1024}`+"\n", step, loss)
+	}
+	var finished string
+	for s := 1; s <= 20; s++ {
+		finished += line(s, 3-float64(s)/10)
+	}
+	os.WriteFile(filepath.Join(dir, "a", metricsFile), []byte(finished), 0o644)
+	os.WriteFile(filepath.Join(dir, "a", summaryFile), []byte(`{"steps":20}`), 0o644)
+	// b trains: its directory is locked, its metrics grow
+	lock, err := flock.Acquire(filepath.Join(dir, "b", lockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Unlock()
+	growing, err := os.OpenFile(filepath.Join(dir, "b", metricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer growing.Close()
+	growing.WriteString(line(1, 3.2) + line(2, 3.1))
+
+	srv, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+
+	const lossChart = `svg[data-chart="loss"]`
+	points := func() int {
+		v := evaluate[string](t, ctx, `(document.querySelector('`+lossChart+`') || {getAttribute: () => "0"}).getAttribute("data-points")`)
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	// waitFor polls the page until cond holds, for up to 15 s (the page
+	// polls every 2 s).
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(15 * time.Second); !cond(); {
+			if time.Now().After(end) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(lossChart))); err != nil {
+		t.Fatal(err)
+	}
+	// at first the page shows the running run alone
+	waitFor("b's 2 points", func() bool { return points() == 2 })
+
+	// the run trains on: a step at a time, the last line torn mid-write
+	growing.WriteString(line(3, 3.0) + line(4, 2.9) + `{"step":5,"lo`)
+	waitFor("b's chart to gain points", func() bool { return points() == 4 })
+	growing.WriteString(`ss":2.8}` + "\n")
+	waitFor("the torn line, finished, to show", func() bool { return points() == 5 })
+
+	// select a as well: both overlay on every chart
+	evaluate[any](t, ctx, `document.querySelector('tr[data-run="a"] input').click()`)
+	waitFor("a and b overlaid", func() bool { return points() == 25 })
+	overlaid := evaluate[[]string](t, ctx, `[...document.querySelectorAll('svg[data-chart="loss"] path[data-run]')].map(p => p.dataset.run).sort()`)
+	if fmt.Sprint(overlaid) != "[a b]" {
+		t.Fatalf("loss chart lines %v, want a and b", overlaid)
+	}
+	statuses := evaluate[[]string](t, ctx, `[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run + ":" + r.querySelector('.status').textContent)`)
+	if fmt.Sprint(statuses) != "[a:finished b:running]" {
+		t.Fatalf("runs list %v", statuses)
+	}
+
+	// the browser's own requests outside the runs directory are refused
+	for _, path := range []string{"/api/runs/..%2F..%2Fetc/metrics", "/..%2F..%2Fetc%2Fpasswd", "/api/runs/a%2F..%2F..%2Fx/detail"} {
+		if code := evaluate[int](t, ctx, `fetch(`+strconv.Quote(path)+`).then(r => r.status)`); code != 404 {
+			t.Errorf("the browser fetched %s: %d, want 404", path, code)
+		}
+	}
+
+	if shot := os.Getenv("MIXTUNE_DASHBOARD_SCREENSHOT"); shot != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(shot, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
