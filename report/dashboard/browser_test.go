@@ -1,41 +1,16 @@
 package dashboard
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
+	"github.com/mixtune/mixtune/internal/browsertest"
 	"github.com/mixtune/mixtune/internal/flock"
 )
-
-// chromium finds a Chromium or Chrome to drive; "" when none is installed.
-func chromium() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
-// evaluate runs a JavaScript expression in the page, awaiting a promise,
-// and returns its value.
-func evaluate[T any](t *testing.T, ctx context.Context, expr string) T {
-	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("%s: %v", expr, err)
-	}
-	return v
-}
 
 // The dashboard in a real browser: a training run's chart gains points as
 // its metrics.jsonl grows (a line at a time, a torn line included), two
@@ -43,10 +18,7 @@ func evaluate[T any](t *testing.T, ctx context.Context, expr string) T {
 // directory is refused. MIXTUNE_DASHBOARD_SCREENSHOT=FILE.png keeps a
 // screenshot of the page with both runs.
 func TestDashboardInBrowser(t *testing.T) {
-	exe := chromium()
-	if exe == "" {
-		t.Skip("no chromium on PATH (Debian: apt-get install chromium): the dashboard is tested through its HTTP API only")
-	}
+	ctx := browsertest.Start(t)
 	dir := t.TempDir()
 	for _, run := range []string{"a", "b"} {
 		if err := os.MkdirAll(filepath.Join(dir, run), 0o755); err != nil {
@@ -84,34 +56,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-
 	const lossChart = `svg[data-chart="loss"]`
-	points := func() int {
-		v := evaluate[string](t, ctx, `(document.querySelector('`+lossChart+`') || {getAttribute: () => "0"}).getAttribute("data-points")`)
-		n, _ := strconv.Atoi(v)
-		return n
-	}
-	// waitFor polls the page until cond holds, for up to 15 s (the page
-	// polls every 2 s).
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for end := time.Now().Add(15 * time.Second); !cond(); {
-			if time.Now().After(end) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(chromedp.CSS(lossChart))); err != nil {
-		t.Fatal(err)
-	}
+	points := func() int { return browsertest.IntAttr(t, ctx, lossChart, "data-points") }
+	waitFor := func(what string, cond func() bool) { t.Helper(); browsertest.WaitFor(t, what, 15*time.Second, cond) }
+	browsertest.Open(t, ctx, ts.URL+"/", lossChart)
 	// at first the page shows the running run alone
 	waitFor("b's 2 points", func() bool { return points() == 2 })
 
@@ -122,30 +70,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor("the torn line, finished, to show", func() bool { return points() == 5 })
 
 	// select a as well: both overlay on every chart
-	evaluate[any](t, ctx, `document.querySelector('tr[data-run="a"] input').click()`)
+	browsertest.Eval[any](t, ctx, `document.querySelector('tr[data-run="a"] input').click()`)
 	waitFor("a and b overlaid", func() bool { return points() == 25 })
-	overlaid := evaluate[[]string](t, ctx, `[...document.querySelectorAll('svg[data-chart="loss"] path[data-run]')].map(p => p.dataset.run).sort()`)
+	overlaid := browsertest.Eval[[]string](t, ctx, `[...document.querySelectorAll('svg[data-chart="loss"] path[data-run]')].map(p => p.dataset.run).sort()`)
 	if fmt.Sprint(overlaid) != "[a b]" {
 		t.Fatalf("loss chart lines %v, want a and b", overlaid)
 	}
-	statuses := evaluate[[]string](t, ctx, `[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run + ":" + r.querySelector('.status').textContent)`)
+	statuses := browsertest.Eval[[]string](t, ctx, `[...document.querySelectorAll('#runs tbody tr')].map(r => r.dataset.run + ":" + r.querySelector('.status').textContent)`)
 	if fmt.Sprint(statuses) != "[a:finished b:running]" {
 		t.Fatalf("runs list %v", statuses)
 	}
 
 	// the browser's own requests outside the runs directory are refused
 	for _, path := range []string{"/api/runs/..%2F..%2Fetc/metrics", "/..%2F..%2Fetc%2Fpasswd", "/api/runs/a%2F..%2F..%2Fx/detail"} {
-		if code := evaluate[int](t, ctx, `fetch(`+strconv.Quote(path)+`).then(r => r.status)`); code != 404 {
+		if code := browsertest.Status(t, ctx, path); code != 404 {
 			t.Errorf("the browser fetched %s: %d, want 404", path, code)
 		}
 	}
 
 	if shot := os.Getenv("MIXTUNE_DASHBOARD_SCREENSHOT"); shot != "" {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(shot, png, 0o644); err != nil {
+		if err := os.WriteFile(shot, browsertest.Screenshot(t, ctx), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
