@@ -115,7 +115,8 @@ type stepTag struct {
 // training), then opens it to append: the steps redone after the
 // checkpoint are not in it twice. Each scalar keeps the wall time the old
 // file gave it; one the old file lacks (tensorboard enabled on resume, or
-// the file lost) is stamped now. The newest old file is replaced in one
+// the file lost) is stamped now: enabling TensorBoard on a resumed run
+// writes the run's whole history. The newest old file is replaced in one
 // rename, and any older ones removed, so TensorBoard sees one file.
 func resumeEvents(runDir string, metrics []byte, taskBefore *TaskReport, now time.Time) (*tfevents.Writer, error) {
 	dir := filepath.Join(runDir, tensorboardDir)
@@ -154,13 +155,13 @@ func resumeEvents(runDir string, metrics []byte, taskBefore *TaskReport, now tim
 	if taskBefore != nil {
 		events = append(events, stamp(taskEvent(0, *taskBefore, now)))
 	}
-	for i, line := range bytes.Split(metrics, []byte("\n")) {
+	for _, line := range bytes.Split(metrics, []byte("\n")) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		var rec map[string]any
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return nil, fmt.Errorf("tensorboard: rebuild from metrics.jsonl: line %d: %w", i+1, err)
+		if json.Unmarshal(line, &rec) != nil {
+			continue // metrics.jsonl is the record; its view leaves out what it cannot read
 		}
 		events = append(events, stamp(scalarsOf(rec, tfevents.WallTime(now))))
 	}

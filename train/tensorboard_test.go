@@ -172,6 +172,32 @@ func TestTensorBoardResumeHasNoDuplicateSteps(t *testing.T) {
 	}
 }
 
+// TensorBoard turned on for a resumed run (no --force: logging is not
+// part of the recipe's hash) gets the run's whole history.
+func TestTensorBoardEnabledOnResume(t *testing.T) {
+	dir := fixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	sum, _ := Run(ctx, resumeRecipe(t, dir), Options{Out: io.Discard, afterStep: func(s int) {
+		if s == 5 {
+			cancel()
+		}
+	}})
+	cancel()
+	with := resumeRecipe(t, dir, "logging.tensorboard=true")
+	if with.Hash() != resumeRecipe(t, dir).Hash() {
+		t.Fatal("logging.tensorboard changes the recipe's hash")
+	}
+	sum2, err := Run(context.Background(), with, Options{Out: io.Discard, ResumeDir: sum.RunDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := runEvents(t, sum2.RunDir)
+	sameAsMetrics(t, sum2.RunDir, events)
+	if got := scalarSteps(events)["train/loss"]; len(got) != 12 {
+		t.Fatalf("train/loss at steps %v, want 1 to 12", got)
+	}
+}
+
 // logging is left out of the resolved recipe until it is set, so recipes
 // written before it hash as they did.
 func TestLoggingLeavesOldRecipesAlone(t *testing.T) {

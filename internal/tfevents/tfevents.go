@@ -151,7 +151,7 @@ func Create(dir string, t time.Time, host string) (*Writer, error) {
 		return nil, fmt.Errorf("tensorboard: %w", err)
 	}
 	w := &Writer{f: f}
-	if _, err := f.Write(Encode(wallSeconds(t), nil)); err != nil {
+	if _, err := f.Write(Encode(WallTime(t), nil)); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("tensorboard: write %s: %w", path, err)
 	}
@@ -190,10 +190,8 @@ func (w *Writer) Close() error {
 	return w.err
 }
 
-func wallSeconds(t time.Time) float64 { return float64(t.Unix()) + float64(t.Nanosecond())/1e9 }
-
 // WallTime is t as an event's wall_time: seconds since the Unix epoch.
-func WallTime(t time.Time) float64 { return wallSeconds(t) }
+func WallTime(t time.Time) float64 { return float64(t.Unix()) + float64(t.Nanosecond())/1e9 }
 
 // ErrCorrupt is wrapped by Read's error for a record that is cut short,
 // fails its checksum or is no Event.
