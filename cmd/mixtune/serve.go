@@ -43,15 +43,17 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	if _, _, err := net.SplitHostPort(*addr); err != nil {
 		return usageError{fmt.Sprintf("--addr %q: %v", *addr, err)}
 	}
-	srv, err := dashboard.New(dir)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
+	defer ln.Close()
+	tcp, _ := ln.Addr().(*net.TCPAddr)
+	srv, err := dashboard.New(dir, dashboard.Options{LocalOnly: tcp != nil && tcp.IP.IsLoopback()})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "serving %s at http://%s/ (Ctrl-C stops)\n", dir, ln.Addr())
 	ctx, stop := interruptible(io.Discard)

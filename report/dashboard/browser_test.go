@@ -48,7 +48,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	defer growing.Close()
 	growing.WriteString(line(1, 3.2) + line(2, 3.1))
 
-	srv, err := New(dir)
+	srv, err := New(dir, Options{LocalOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

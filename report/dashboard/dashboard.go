@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -46,15 +47,25 @@ type Server struct {
 	dir  string
 	root *os.Root
 	mux  *http.ServeMux
+	opt  Options
+}
+
+// Options are how the dashboard is reached.
+type Options struct {
+	// LocalOnly answers only requests addressed to a loopback name or
+	// address (localhost, 127.0.0.1, [::1]): a web page elsewhere whose
+	// host name is pointed at 127.0.0.1 (DNS rebinding) still sends its
+	// own name, and is refused. For a server listening on loopback.
+	LocalOnly bool
 }
 
 // New serves the runs under dir. Close releases the directory.
-func New(dir string) (*Server, error) {
+func New(dir string, opt Options) (*Server, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
-	s := &Server{dir: dir, root: root, mux: http.NewServeMux()}
+	s := &Server{dir: dir, root: root, mux: http.NewServeMux(), opt: opt}
 	page, err := fs.Sub(static, "static")
 	if err != nil {
 		return nil, err
@@ -78,6 +89,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "read-only", http.StatusMethodNotAllowed)
 		return
 	}
+	if s.opt.LocalOnly && !loopbackHost(r.Host) {
+		http.Error(w, "this dashboard answers only to localhost", http.StatusForbidden)
+		return
+	}
 	if slices.Contains(strings.Split(r.URL.Path, "/"), "..") || strings.Contains(r.URL.Path, "\\") {
 		http.NotFound(w, r)
 		return
@@ -89,11 +104,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
+// loopbackHost reports whether a Host header names this machine by a
+// loopback name or address.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
 // RunInfo is a runs-list row.
 type RunInfo struct {
 	Name         string   `json:"name"`
 	Status       string   `json:"status"`
-	Recipe       string   `json:"recipe,omitempty"` // the recipe's name:
+	Recipe       string   `json:"recipe,omitempty"` // the recipe's name: field
 	Precision    string   `json:"precision,omitempty"`
 	Adapter      string   `json:"adapter,omitempty"`
 	Step         int      `json:"step"`            // the last step metrics.jsonl has

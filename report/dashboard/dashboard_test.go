@@ -76,7 +76,7 @@ func runsDir(t *testing.T) string {
 
 func serve(t *testing.T, dir string) *httptest.Server {
 	t.Helper()
-	s, err := New(dir)
+	s, err := New(dir, Options{LocalOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,9 +195,10 @@ func TestMetricsSurviveBadLines(t *testing.T) {
 	}
 }
 
-func TestTraversalIs404(t *testing.T) {
+func TestTraversalAndForeignHostsRefused(t *testing.T) {
 	dir := runsDir(t)
 	ts := serve(t, dir)
+	srv := ts.Config.Handler
 	for _, path := range []string{
 		"/api/runs/..%2F..%2Fetc/metrics",
 		"/api/runs/../done/metrics",
@@ -217,6 +218,17 @@ func TestTraversalIs404(t *testing.T) {
 	} {
 		if code, body := get(t, ts, "GET", path); code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404: %.200s", path, code, body)
+		}
+	}
+	// a page elsewhere whose name points at 127.0.0.1 (DNS rebinding)
+	for host, want := range map[string]int{"evil.example:80": http.StatusForbidden, "evil.example": http.StatusForbidden,
+		"localhost:8080": http.StatusOK, "127.0.0.1": http.StatusOK, "[::1]:8080": http.StatusOK} {
+		req := httptest.NewRequest("GET", "/api/runs", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Host %s: %d, want %d", host, rec.Code, want)
 		}
 	}
 	for _, m := range []string{"POST", "PUT", "DELETE"} {
