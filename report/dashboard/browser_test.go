@@ -81,6 +81,16 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("runs list %v", statuses)
 	}
 
+	// the two recipes' diff, and a run's resolved recipe
+	browsertest.Eval[any](t, ctx, `document.getElementById("diffbtn").click()`)
+	waitFor("the recipe diff", func() bool {
+		return browsertest.Eval[string](t, ctx, `[...document.querySelectorAll('#diff tr[data-key]')].map(r => r.textContent).join(";")`) == `name"a""b"`
+	})
+	browsertest.Eval[any](t, ctx, `document.querySelector('tr[data-run="a"] a').click()`)
+	waitFor("a's recipe", func() bool {
+		return browsertest.Eval[string](t, ctx, `(document.querySelector('pre[data-recipe="a"]') || {}).textContent || ""`) == "name: a\ntrain:\n  steps: 50\n"
+	})
+
 	// the browser's own requests outside the runs directory are refused
 	for _, path := range []string{"/api/runs/..%2F..%2Fetc/metrics", "/..%2F..%2Fetc%2Fpasswd", "/api/runs/a%2F..%2F..%2Fx/detail"} {
 		if code := browsertest.Status(t, ctx, path); code != 404 {

@@ -181,7 +181,7 @@ async function showDetail(name) {
 }
 
 async function showDiff() {
-  const [a, b] = [...state.selected];
+  const [a, b] = state.runs.map((r) => r.name).filter((n) => state.selected.has(n)); // in the list's order
   const sec = document.getElementById("diff");
   sec.hidden = false;
   sec.replaceChildren(el("h2", {}, "recipe diff: " + a + " → " + b));
