@@ -61,8 +61,28 @@ type Point struct {
 	Fields map[string]float64
 }
 
-// Read loads a run directory.
+// Read loads a run directory; a metrics line that does not parse is an
+// error.
 func Read(dir string) (*Run, error) {
+	return read(dir, func(err error) error { return err })
+}
+
+// ReadLive loads a run directory that may be being written, for a view
+// that must not fail on it: a metrics line that does not parse (torn
+// mid-write, or damaged), or a damaged summary.json or run.json, is left
+// out and described in problems. err is only for a run without a readable
+// metrics.jsonl.
+func ReadLive(dir string) (r *Run, problems []string, err error) {
+	r, err = read(dir, func(err error) error {
+		problems = append(problems, err.Error())
+		return nil
+	})
+	return r, problems, err
+}
+
+// read loads a run directory; damage is told of each damaged line or
+// record, and an error it returns ends the read.
+func read(dir string, damage func(error) error) (*Run, error) {
 	r := &Run{Name: filepath.Base(filepath.Clean(dir)), Dir: dir}
 	f, err := readlimit.Open(filepath.Join(dir, "metrics.jsonl"), readlimit.Metrics)
 	if err != nil {
@@ -75,7 +95,10 @@ func Read(dir string) (*Run, error) {
 		var raw map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &raw); err != nil {
 			// a run killed mid-write leaves at most a torn last line
-			return nil, fmt.Errorf("%s:%d: %w", f.Name(), line, err)
+			if err := damage(fmt.Errorf("%s:%d: %w", f.Name(), line, err)); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		p := Point{Fields: map[string]float64{}}
 		for k, v := range raw {
@@ -100,7 +123,9 @@ func Read(dir string) (*Run, error) {
 		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
 	}
 	if r.Manifest, err = readObject(filepath.Join(dir, "run.json")); err != nil {
-		return nil, err
+		if err := damage(err); err != nil {
+			return nil, err
+		}
 	}
 	held, err := flock.Held(filepath.Join(dir, lockFile))
 	if err != nil {
@@ -112,7 +137,9 @@ func Read(dir string) (*Run, error) {
 		return r, nil
 	}
 	if r.Summary, err = readObject(filepath.Join(dir, "summary.json")); err != nil {
-		return nil, err
+		if err := damage(err); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case r.Summary == nil:

@@ -51,6 +51,16 @@ type Config struct {
 	// (train.objective); nil, and left out of the resolved recipe, for
 	// the defaults.
 	Preference *PreferenceConfig `yaml:"preference,omitempty"`
+	// Logging is left out of the YAML while zero, so that a recipe
+	// written before it existed resolves, and hashes, as it did.
+	Logging LoggingConfig `yaml:"logging,omitempty"`
+}
+
+// LoggingConfig chooses where metrics go besides metrics.jsonl.
+type LoggingConfig struct {
+	// TensorBoard writes every metrics.jsonl number (and task accuracy)
+	// as scalars to RUN/tensorboard/events.out.tfevents.*.
+	TensorBoard bool `yaml:"tensorboard,omitempty"`
 }
 
 // AMPConfig tunes mixed precision: loss scaling and the op lists.

@@ -29,9 +29,12 @@ func (c Config) Resolved() ([]byte, error) {
 // Where the graphs compute (compute.device, compute.vulkan_device) is
 // left out: a run may continue on another engine, as a run may continue
 // on another machine, and the resumed run says so (its numbers differ
-// from an uninterrupted run's in the last bits of fp32 sums).
+// from an uninterrupted run's in the last bits of fp32 sums). Where the
+// metrics go besides metrics.jsonl (logging) is left out too: it changes
+// no number, and TensorBoard may be turned on for a resumed run.
 func (c Config) Hash() string {
 	c.Compute.Device, c.Compute.VulkanDevice = ComputeAuto, ""
+	c.Logging = LoggingConfig{}
 	b, _ := c.Resolved()
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])

@@ -10,14 +10,17 @@ import (
 
 	"github.com/mixtune/mixtune/internal/jsonfloat"
 	"github.com/mixtune/mixtune/internal/readlimit"
+	"github.com/mixtune/mixtune/internal/tfevents"
 )
 
 // metricsLog appends one JSON object per line to metrics.jsonl, flushed
-// at once so that a crash loses at most the line being written.
+// at once so that a crash loses at most the line being written, and each
+// line's numbers to a TensorBoard event file when there is one.
 type metricsLog struct {
-	f   *os.File
-	w   *bufio.Writer
-	err error
+	f      *os.File
+	w      *bufio.Writer
+	events *tfevents.Writer // logging.tensorboard; nil without
+	err    error
 }
 
 func newMetricsLog(path string) (*metricsLog, error) {
@@ -32,6 +35,9 @@ func (m *metricsLog) write(rec map[string]any) {
 	if m == nil || m.err != nil { // nil: a rank other than 0, which writes nothing
 		return
 	}
+	if m.events != nil {
+		m.event(scalarsOf(rec, tfevents.WallTime(time.Now())))
+	}
 	for k, v := range rec {
 		if f, ok := v.(float64); ok {
 			rec[k] = jsonfloat.Value(f) // a NaN loss is written "NaN", not lost
@@ -43,6 +49,15 @@ func (m *metricsLog) write(rec map[string]any) {
 		err = m.w.Flush()
 	}
 	m.err = err
+}
+
+// event writes e to the event file only: a measurement metrics.jsonl
+// does not hold (task accuracy is in summary.json).
+func (m *metricsLog) event(e tfevents.Event) {
+	if m == nil || m.events == nil || m.err != nil {
+		return
+	}
+	m.err = m.events.Write(e)
 }
 
 // contents is the file as written so far, for a checkpoint to keep.
@@ -62,6 +77,12 @@ func (m *metricsLog) Close() error {
 	}
 	if err := m.f.Close(); m.err == nil {
 		m.err = err
+	}
+	if m.events != nil {
+		if err := m.events.Close(); m.err == nil {
+			m.err = err
+		}
+		m.events = nil
 	}
 	return m.err
 }

@@ -267,8 +267,10 @@ func (s *session) openRunDir() error {
 		if err := newManifest(r, p).write(dir); err != nil {
 			return err
 		}
-		s.logger, err = newMetricsLog(filepath.Join(dir, "metrics.jsonl"))
-		return err
+		if s.logger, err = newMetricsLog(filepath.Join(dir, "metrics.jsonl")); err != nil {
+			return err
+		}
+		return s.openEvents()
 	}
 
 	s.dir = s.opt.ResumeDir
@@ -300,8 +302,10 @@ func (s *session) openRunDir() error {
 	if err := s.restore(ck); err != nil {
 		return err
 	}
-	s.logger, err = newMetricsLog(filepath.Join(s.dir, "metrics.jsonl"))
-	return err
+	if s.logger, err = newMetricsLog(filepath.Join(s.dir, "metrics.jsonl")); err != nil {
+		return err
+	}
+	return s.openEvents()
 }
 
 // checkRecipe refuses to continue a checkpoint under another recipe unless
@@ -442,6 +446,7 @@ func (s *session) measureBefore(ctx context.Context) error {
 		}
 		s.sum.TaskBefore = &rep
 		fmt.Fprintf(s.out, "task accuracy before: %s\n", rep)
+		s.logger.event(taskEvent(0, rep, time.Now()))
 	}
 	var err error
 	if s.sum.PreferenceBefore, err = s.measurePreference(); err != nil {
@@ -805,6 +810,7 @@ func (s *session) measureAfter(ctx context.Context) error {
 			return err
 		}
 		sum.TaskAfter = &rep
+		s.logger.event(taskEvent(s.step, rep, time.Now()))
 	}
 	var err error
 	sum.PreferenceAfter, err = s.measurePreference()

@@ -60,6 +60,7 @@ func (a app) commands() []command {
 		{"devices", "list GPUs ranked by VRAM and show which one a recipe would use", cmdDevices},
 		{"plot", "plot runs' loss, learning rate and loss scale, overlaid", cmdPlot},
 		{"compare", "a markdown table comparing runs", cmdCompare},
+		{"serve", "a local web dashboard of a runs directory: status, live charts, recipes", cmdServe},
 		{"version", "print the version", func(_ []string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintln(stdout, "mixtune", train.Version)
 			return err
