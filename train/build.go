@@ -583,6 +583,7 @@ type runner struct {
 	vkSync   G.Nodes           // the trained weights' nodes, uploaded when they change
 	vkSeen   uint64            // the engine's weights version last uploaded
 	vkGrad   []float32         // a downloaded gradient
+	vkGrads  []*vulkan.Buffer  // the gradients' device buffers, aligned with params
 	devOpt   *deviceOptimizer  // set: the gradients stay on the device, summed there
 	g        *model.Graph
 	vm       G.VM
@@ -755,6 +756,7 @@ func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.No
 	p.Transfers = vkengine.Transfers{} // count per step from here: the weights' upload is once
 	for _, n := range ru.grads {
 		ru.vkGrad = make([]float32, max(len(ru.vkGrad), n.Shape().TotalSize()))
+		ru.vkGrads = append(ru.vkGrads, p.Buffer(n))
 	}
 	return nil
 }
@@ -769,11 +771,7 @@ func (ru *runner) runGPU(first bool, noise uint64) (float64, error) {
 		ru.vkSeen = v
 	}
 	if ru.devOpt != nil {
-		grads := make([]*vulkan.Buffer, len(ru.grads))
-		for i, n := range ru.grads {
-			grads[i] = ru.vk.Buffer(n)
-		}
-		err := ru.vk.RunWith(nn.Pass{Noise: noise}, func(r *vulkan.Recorder) error { return ru.devOpt.accumulate(r, grads, first) })
+		err := ru.vk.RunWith(nn.Pass{Noise: noise}, func(r *vulkan.Recorder) error { return ru.devOpt.accumulate(r, ru.vkGrads, first) })
 		if err != nil {
 			return 0, err
 		}

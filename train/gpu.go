@@ -242,7 +242,11 @@ func rankGPU(c ComputeConfig, sel device.Selection, local, localSize int) (devic
 // would assign them (rankGPU); an error where the job would be refused.
 func (r *Recipe) RankAssignment(sel device.Selection, ranks int) ([]string, error) {
 	if r.Compute.Device == ComputeCPU || len(sel.GPUs) == 0 && r.Compute.VulkanDevice == "" {
-		return []string{fmt.Sprintf("all %d ranks compute on the CPU (%s)", ranks, cmpOrString(r.Compute.Device == ComputeCPU, "compute.device: cpu", "no GPU selected"))}, nil
+		why := "no GPU selected"
+		if r.Compute.Device == ComputeCPU {
+			why = "compute.device: cpu"
+		}
+		return []string{fmt.Sprintf("all %d ranks compute on the CPU (%s)", ranks, why)}, nil
 	}
 	lines := make([]string, ranks)
 	for i := range ranks {
@@ -263,11 +267,4 @@ func (r *Recipe) RankAssignment(sel device.Selection, ranks int) ([]string, erro
 		}
 	}
 	return lines, nil
-}
-
-func cmpOrString(cond bool, a, b string) string {
-	if cond {
-		return a
-	}
-	return b
 }

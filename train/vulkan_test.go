@@ -118,6 +118,13 @@ func TestVulkanQuickstartMatchesCPU(t *testing.T) {
 				t.Fatalf("engines %q and %q", cpuSum.Engine, gpuSum.Engine)
 			}
 			t.Logf("engine %s; host→device %d B/step, device→host %d B/step", gpuSum.Engine, gpuSum.HostToDevice, gpuSum.DeviceToHost)
+			// per step only the batch goes up (ids, targets, positions: 12
+			// bytes a token, and the loss's 4-byte weight) and the loss and
+			// three 4-byte statistics per trainable tensor come down: 56
+			// LoRA tensors (2 × 7 modules × 4 layers) here
+			if up, down := int64(12*48+4), int64(4+12*56); gpuSum.HostToDevice != up || gpuSum.DeviceToHost != down {
+				t.Errorf("host→device %d and device→host %d bytes per step, want %d and %d", gpuSum.HostToDevice, gpuSum.DeviceToHost, up, down)
+			}
 			compareLosses(t, "train", gpuTrain, cpuTrain, tc.rel)
 			compareLosses(t, "validation", gpuVal, cpuVal, tc.rel)
 		})
