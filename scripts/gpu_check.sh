@@ -19,6 +19,7 @@
 #                                shapes against PyTorch on the same GPU
 #                                (torch_peer.py --device cuda --base-dtype bf16,
 #                                eager and --sdpa); within about 8 minutes.
+#                                GPU_CHECK_SHAPES narrows the shapes timed.
 #
 # Each part runs under its own time limit and says so when it is cut; the
 # script goes on to the next part. Nothing here needs the network.
@@ -101,7 +102,7 @@ run() {
 		[tinyllama]="--vocab 32000 --dim 2048 --layers 22 --heads 32 --seq 2048 --batch 1"
 	)
 	declare -A ffn=([bench]=688 [mid]=1376 [smollm2]=1536 [tinyllama]=5632)
-	for s in bench mid smollm2 tinyllama; do
+	for s in ${GPU_CHECK_SHAPES:-bench mid smollm2 tinyllama}; do
 		for p in fp32 bf16; do
 			extra=()
 			[[ $p == bf16 ]] && extra=(--precision bf16 --base-dtype bf16)
