@@ -18,8 +18,19 @@
 #                                on the bench, mid, smollm2 and TinyLlama-1.1B
 #                                shapes against PyTorch on the same GPU
 #                                (torch_peer.py --device cuda --base-dtype bf16,
-#                                eager and --sdpa); within about 8 minutes.
+#                                eager and --sdpa); the interop part below;
+#                                within about 8 minutes.
 #                                GPU_CHECK_SHAPES narrows the shapes timed.
+#   scripts/gpu_check.sh interop there (run runs it too): PEFT runs mixtune's
+#                                adapters, transformers runs `mixtune merge`
+#                                output, mixtune evaluates and trains from
+#                                adapters PEFT saved (scripts/interop_check.py,
+#                                on the CPU in float64); the goldens come back
+#                                as $GPU_CHECK_OUT/interop.tgz (default
+#                                /tmp/gpucheck-out), repository-relative: tar
+#                                xzf it in the repository root and commit
+#                                cmd/mixtune/testdata/interop/golden, which
+#                                cmd/mixtune's TestInterop* check in CI.
 #
 # Each part runs under its own time limit and says so when it is cut; the
 # script goes on to the next part. Nothing here needs the network.
@@ -65,6 +76,23 @@ part() {
 	fi
 }
 
+# interop: transformers and PEFT against mixtune, into interop.tgz.
+interop() {
+	[[ -e $out/mixtune ]] || xz -d -k "$out/mixtune.xz"
+	chmod +x "$out/mixtune"
+	local dest=${GPU_CHECK_OUT:-/tmp/gpucheck-out} golden=cmd/mixtune/testdata/interop/golden tmp rc
+	tmp=$(mktemp -d)
+	mkdir -p "$dest"
+	python3 scripts/interop_check.py --mixtune "$out/mixtune" --out "$tmp/$golden"
+	rc=$?
+	if [[ -e $tmp/$golden/manifest.json ]]; then
+		tar czf "$dest/interop.tgz" -C "$tmp" "$golden"
+		echo "interop: wrote $dest/interop.tgz ($(du -k "$dest/interop.tgz" | cut -f1) KiB): tar xzf it in the repository root and commit $golden"
+	fi
+	rm -rf "$tmp"
+	return $rc
+}
+
 run() {
 	for f in "$out"/*.xz; do xz -d -f "$f"; done
 	chmod +x "$out/mixtune" "$out/vkprobe" "$out"/*.test
@@ -92,6 +120,7 @@ run() {
 	(cd train && part "training against the CPU engine" 150 "../$out/train.test" -test.count=1 -test.v \
 		-test.run '^(TestVulkanQuickstartMatchesCPU|TestResumeAcrossEngines|TestBenchOnVulkan)$') |
 		grep -E "^(== |-- |--- |ok|FAIL|PASS)|worst relative|B/step"
+	part "interop with transformers and PEFT" 60 bash scripts/gpu_check.sh interop
 
 	echo
 	echo "== tokens/s: mixtune (Vulkan, fp32 and bf16 rounding, scalar GEMM) and PyTorch (cuda, bf16 base) on the same GPU"
@@ -123,8 +152,9 @@ run() {
 case "${1:-}" in
 build) build ;;
 run) run ;;
+interop) interop ;;
 *)
-	echo "usage: $0 build|run" >&2
+	echo "usage: $0 build|run|interop" >&2
 	exit 2
 	;;
 esac
