@@ -53,6 +53,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -165,7 +166,7 @@ class HF:
 
     def load(self, path, dtype):
         from transformers import AutoModelForCausalLM
-        kw = {"attn_implementation": "eager", "low_cpu_mem_usage": False}
+        kw = {"attn_implementation": "eager"}
         try:  # transformers 5: dtype=; 4.x took torch_dtype= (and kept dtype= as a config attribute)
             m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kw)
         except TypeError:
@@ -191,30 +192,38 @@ class HF:
         return self.logits(self.load(merged_dir, torch.float64), ids)
 
     def peft_model(self, adapter_dir):
+        """PEFT's model with the adapter, and what differs between the
+        adapter file and the weights PEFT holds (nothing, if it loaded)."""
         from peft import PeftModel
         from peft.utils import get_peft_model_state_dict
         base = self.load(BASE, torch.float64)
         pm = PeftModel.from_pretrained(base, adapter_dir, is_trainable=False)
         pm = pm.to(torch.float64)
         pm.eval()
-        # every tensor of the file is in the model, as stored
         want, _ = read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors"))
-        have = get_peft_model_state_dict(pm)
-        strip = lambda k: k[len("base_model.model."):] if k.startswith("base_model.model.") else k
-        have = {strip(k): v for k, v in have.items()}
+        try:
+            have = get_peft_model_state_dict(pm, save_embedding_layers=False)
+        except TypeError:
+            have = get_peft_model_state_dict(pm)
+
+        def key(k):
+            k = k[len("base_model.model."):] if k.startswith("base_model.model.") else k
+            return k.replace("lora_magnitude_vector.weight", "lora_magnitude_vector")
+        have = {key(k): v for k, v in have.items()}
+        problems = []
         for k, v in want.items():
-            h = have.get(strip(k))
+            h = have.get(key(k))
             if h is None:
-                raise RuntimeError(f"{adapter_dir}: PEFT did not load {k} (it has e.g. {sorted(have)[:2]})")
-            if not torch.equal(h.detach().double().reshape(v.shape), v):
-                raise RuntimeError(f"{adapter_dir}: {k} differs from the file once loaded")
+                problems.append(f"PEFT did not load {k} (it holds e.g. {sorted(have)[:2]})")
+            elif not torch.equal(h.detach().double().reshape(v.shape), v):
+                problems.append(f"{k} differs from the file once loaded")
         if len(want) != len(have):
-            raise RuntimeError(f"{adapter_dir}: the file has {len(want)} tensors, PEFT's model {len(have)}")
-        return pm
+            problems.append(f"the file has {len(want)} tensors, PEFT's model {len(have)}")
+        return pm, problems
 
     def peft_logits(self, adapter_dir, ids):
-        pm = self.peft_model(adapter_dir)
-        return self.logits(pm, ids), pm
+        pm, problems = self.peft_model(adapter_dir)
+        return self.logits(pm, ids), pm, problems
 
     def peft_merged_weights(self, pm):
         m = pm.merge_and_unload()
@@ -338,7 +347,7 @@ class Standin:
     def peft_logits(self, adapter_dir, ids):
         W, c = self.weights(BASE)
         ad = self.read_adapter(adapter_dir)
-        return self.forward(W, c, ids, ad), (W, ad)
+        return self.forward(W, c, ids, ad), (W, ad), []
 
     def peft_merged_weights(self, pm):
         W, ad = pm
@@ -445,7 +454,7 @@ def main():
     ids = token_ids()
     with open(os.path.join(BASE, "config.json")) as fh:
         cfg = json.load(fh)
-    fails, lines = [], []
+    fails, lines, measured, merged_sha, logits = [], [], {}, {}, {}
 
     def check(label, got, bound):
         ok = got <= bound
@@ -454,24 +463,39 @@ def main():
             fails.append(label)
         return {"measured": got, "bound": bound}
 
-    logits = {"base": ref.base_logits(ids)}
-    measured = {}
-    merged_sha = {}
-    adapters = dict(MIXTUNE_ADAPTERS)
-    for name, adir in MIXTUNE_ADAPTERS.items():
-        lg, pm = ref.peft_logits(adir, ids)
+    def stage(label, fn):
+        """runs one part; a failure is reported and the others still run"""
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 -- every failure is reported, none stops the rest
+            traceback.print_exc()
+            lines.append(f"FAIL {label}: {type(e).__name__}: {str(e)[-600:]}")
+            fails.append(label)
+            return None
+
+    def rank(adir):
+        with open(os.path.join(adir, "adapter_config.json")) as fh:
+            return json.load(fh)["r"]
+
+    def peft_logits(name, adir):
+        lg, pm, problems = ref.peft_logits(adir, ids)
         logits["peft." + name] = lg
-        if a.mixtune is None:
-            continue
+        for p in problems:
+            lines.append(f"FAIL (a) {name}: {p}")
+            fails.append(f"PEFT load of {name}")
+        if not problems:
+            lines.append(f"ok   (a) {name}: PEFT loaded every tensor of {adir} as stored")
+        return pm
+
+    def merged(name, adir, pm):
         mdir = os.path.join(work, "merged_" + name)
         run([a.mixtune, "merge", "--model", BASE, "--adapter", adir, "--out", mdir, "--dtype", "fp32"])
         st = os.path.join(mdir, "model.safetensors")
         merged_sha[name] = sha256(st)
         ml = ref.merged_logits(mdir, ids)
         logits["merged." + name] = ml
-        with open(os.path.join(adir, "adapter_config.json")) as fh:
-            r = json.load(fh)["r"]
-        k = path_length(cfg, r)
+        lg = logits["peft." + name]
+        k = path_length(cfg, rank(adir))
         # both sides carry transformers' fp32 steps, and the merged weights one
         # more fp32 rounding: 2k+1 roundings of the largest logit
         measured[f"merged_vs_peft.{name}"] = check(f"(b) {name}: transformers on `mixtune merge` vs PEFT, max|Δlogit|/max|logit|",
@@ -479,45 +503,65 @@ def main():
         # PEFT's merge against mixtune's, weight by weight: one fp32 rounding
         mine, _ = read_safetensors(st)
         theirs = ref.peft_merged_weights(pm)
-        worst = 0.0
+        worst, missing = 0.0, [wn for wn in mine if wn not in theirs]
+        if missing:
+            raise RuntimeError(f"PEFT's merged model lacks {missing[:3]}")
         for wn, w in mine.items():
             t = theirs[wn]
             worst = max(worst, max_abs(w - t) / max(max_abs(t), 1e-30))
         measured[f"merge_weights.{name}"] = check(f"(b) {name}: mixtune's merged weights vs PEFT's merge_and_unload, worst max|Δw|/max|w|",
                                                   worst, 2 * U32)
-        del pm
 
-    for name, dora in (("peft_lora", False), ("peft_dora", True)):
+    def saved(name, dora):
         adir = os.path.join(a.out, name)
         os.makedirs(adir)
         ref.save_new_adapter(adir, dora)
-        logits["peft." + name], _ = ref.peft_logits(adir, ids)
-        adapters[name] = adir
+        peft_logits(name, adir)
+        return adir
 
+    def evaluate(name, adir, data):
+        lg = logits["peft." + name]
+        k = path_length(cfg, rank(adir))
+        want = cross_entropy(lg, ids)
+        got = mixtune_eval(a.mixtune, adir, data)
+        # CE moves by at most 2·max|Δlogit| (its gradient in the logits has
+        # 1-norm <= 2), with mixtune's fp32 forward (k roundings) beside
+        # transformers' (k) and the stored golden (1)
+        measured[f"eval_loss.{name}"] = dict(check(f"(a/c) {name}: `mixtune eval` loss vs the loss of PEFT's logits, |Δ|",
+                                                   abs(got - want), 2 * (2 * k + 1) * U32 * max_abs(lg)), mixtune=got, peft=want)
+
+    def train(name, adir, data):
+        losses, val = mixtune_train(a.mixtune, adir, data, work, "from_" + name)
+        finite = all(math.isfinite(x) for x in losses + val)
+        ok = finite and len(losses) == 3 and val
+        lines.append(f"{'ok  ' if ok else 'FAIL'} (c) {name}: `mixtune train` 3 steps from it: losses {losses}, val {val}")
+        if not ok:
+            fails.append(f"train from {name}")
+        measured[f"train.{name}"] = {"losses": losses, "val_losses": val}
+
+    stage("base logits", lambda: logits.__setitem__("base", ref.base_logits(ids)))
+    adapters = {}
+    for name, adir in MIXTUNE_ADAPTERS.items():
+        pm = stage(f"(a) PEFT runs {name}", lambda: peft_logits(name, adir))
+        if pm is None:
+            continue
+        adapters[name] = adir
+        if a.mixtune:
+            stage(f"(b) {name} merged", lambda: merged(name, adir, pm))
+        del pm
+    for name, dora in (("peft_lora", False), ("peft_dora", True)):
+        adir = stage(f"(c) PEFT saves {name}", lambda: saved(name, dora))
+        if adir:
+            adapters[name] = adir
     if a.mixtune:
         data = os.path.join(work, "ids.jsonl")
         with open(data, "w") as fh:
             for row in ids:
                 fh.write(json.dumps({"input_ids": row}) + "\n")
         for name, adir in adapters.items():
-            with open(os.path.join(adir, "adapter_config.json")) as fh:
-                r = json.load(fh)["r"]
-            k = path_length(cfg, r)
-            lg = logits["peft." + name]
-            want = cross_entropy(lg, ids)
-            got = mixtune_eval(a.mixtune, adir, data)
-            # CE is 1-Lipschitz per logit in the max norm on each side of the
-            # softmax: |Δloss| <= 2·max|Δlogit|, with mixtune's fp32 forward
-            # (k roundings) beside transformers' (k)
-            measured[f"eval_loss.{name}"] = dict(check(f"(a/c) {name}: `mixtune eval` loss vs the loss of PEFT's logits, |Δ|",
-                                                       abs(got - want), 2 * (2 * k + 1) * U32 * max_abs(lg)), mixtune=got, peft=want)
+            stage(f"(a/c) mixtune evaluates {name}", lambda: evaluate(name, adir, data))
             if name.startswith("peft_"):
-                losses, val = mixtune_train(a.mixtune, adir, data, work, "from_" + name)
-                finite = all(math.isfinite(x) for x in losses + val)
-                lines.append(f"{'ok  ' if finite and losses else 'FAIL'} (c) {name}: `mixtune train` from it: losses {losses}, val {val}")
-                if not finite or not losses:
-                    fails.append(f"train from {name}")
-                measured[f"train.{name}"] = {"losses": losses, "val_losses": val}
+                stage(f"(c) mixtune trains from {name}", lambda: train(name, adir, data))
 
     meta = {"input_ids": json.dumps(ids), "batch": str(len(ids)), "seq_len": str(SEQ), "reference": ref.reference}
     write_f32_safetensors(os.path.join(a.out, "logits.safetensors"), logits, meta)
