@@ -53,6 +53,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -424,6 +425,8 @@ optimizer:
   lr: 1.0e-3
 schedule:
   warmup_steps: 1
+compute:
+  device: cpu
 """)
     run([binary, "train", "-c", recipe])
     recs = []
@@ -446,6 +449,7 @@ def main():
     if a.mixtune is None and not a.standin:
         sys.exit("interop_check: --mixtune is required (transformers must load `mixtune merge` output)")
     torch.set_num_threads(min(8, os.cpu_count() or 1))
+    t0 = time.time()
     ref = Standin() if a.standin else HF()
     if os.path.exists(a.out):
         shutil.rmtree(a.out)
@@ -592,7 +596,7 @@ def main():
     for ln in lines:
         print("  " + ln)
     total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(a.out) for f in fs)
-    print(f"interop: wrote {a.out} ({total / 1e6:.2f} MB): {'all checks passed' if not fails else 'FAILED: ' + '; '.join(fails)}")
+    print(f"interop: wrote {a.out} ({total / 1e6:.2f} MB) in {time.time() - t0:.0f} s: {'all checks passed' if not fails else 'FAILED: ' + '; '.join(fails)}")
     sys.exit(1 if fails else 0)
 
 
