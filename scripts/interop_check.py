@@ -584,8 +584,8 @@ def main():
         "bound": "max|Δlogit| <= k·u·max|logit|, u = 2^-24, k = layers·(3·hidden + head_dim + seq + intermediate + 4·r) + hidden",
         "failed": fails,
     }
-    with open(os.path.join(a.out, "manifest.json"), "w") as fh:
-        json.dump(manifest, fh, indent=1, sort_keys=True)
+    with open(os.path.join(a.out, "manifest.json"), "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=1, sort_keys=True, ensure_ascii=False)
         fh.write("\n")
     shutil.rmtree(work, ignore_errors=True)
 
