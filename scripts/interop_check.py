@@ -164,14 +164,22 @@ class HF:
         import peft
         import transformers
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+        self.problems = []  # what transformers reported while loading a checkpoint
 
     def load(self, path, dtype):
         from transformers import AutoModelForCausalLM
-        kw = {"attn_implementation": "eager"}
+        kw = {"attn_implementation": "eager", "output_loading_info": True}
         try:  # transformers 5: dtype=; 4.x took torch_dtype= (and kept dtype= as a config attribute)
             m = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **kw)
         except TypeError:
             m = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, **kw)
+        if isinstance(m, tuple):  # (model, loading info): every tensor of the checkpoint used, none missing
+            m, info = m
+            for what, v in (info or {}).items():
+                if v and what in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+                    p = f"transformers loading {path}: {what} {sorted(map(str, v))[:4]}"
+                    if p not in self.problems:
+                        self.problems.append(p)
         m = m.to(dtype)  # in case the dtype argument was not taken
         m.eval()
         bad = {p.dtype for p in m.parameters()} - {dtype}
@@ -261,6 +269,7 @@ class Standin:
 
     def __init__(self):
         self.versions = {"torch": torch.__version__, "transformers": "standin", "peft": "standin"}
+        self.problems = []
 
     def weights(self, path):
         W = {}
@@ -567,6 +576,11 @@ def main():
             if name.startswith("peft_"):
                 stage(f"(c) mixtune trains from {name}", lambda: train(name, adir, data))
 
+    for p in ref.problems:
+        lines.append(f"FAIL {p}")
+        fails.append(p)
+    if not ref.problems:
+        lines.append("ok   every checkpoint loaded with no missing, unexpected or mismatched tensor")
     meta = {"input_ids": json.dumps(ids), "batch": str(len(ids)), "seq_len": str(SEQ), "reference": ref.reference}
     write_f32_safetensors(os.path.join(a.out, "logits.safetensors"), logits, meta)
     manifest = {
