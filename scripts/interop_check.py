@@ -511,8 +511,9 @@ def main():
         k = path_length(cfg, rank(adir))
         # both sides carry transformers' fp32 steps, and the merged weights one
         # more fp32 rounding: 2k+1 roundings of the largest logit
-        measured[f"merged_vs_peft.{name}"] = check(f"(b) {name}: transformers on `mixtune merge` vs PEFT, max|Δlogit|/max|logit|",
-                                                   max_abs(ml - lg) / max_abs(lg), (2 * k + 1) * U32)
+        measured[f"merged_vs_peft.{name}"] = dict(check(f"(b) {name}: transformers on `mixtune merge` vs PEFT, max|Δlogit|/max|logit|",
+                                                        max_abs(ml - lg) / max_abs(lg), (2 * k + 1) * U32),
+                                                  max_abs_diff=max_abs(ml - lg), max_abs_logit=max_abs(lg))
         # PEFT's merge against mixtune's, weight by weight: one fp32 rounding
         mine, _ = read_safetensors(st)
         theirs = ref.peft_merged_weights(pm)
