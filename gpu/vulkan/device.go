@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -82,12 +83,38 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 	*prio = 1
 	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
 	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
+	var names []*byte
 	if p.HasExtension("VK_KHR_portability_subset") { // must be enabled where offered (MoltenVK)
-		names := []*byte{cstr("VK_KHR_portability_subset")}
-		dci.EnabledExtensionCount, dci.PpEnabledExtensionNames = 1, &names[0]
+		names = append(names, cstr("VK_KHR_portability_subset"))
+	}
+	// The tensor-core GEMMs' extensions and features, where their
+	// variants run (tensorFP16, tensorBF16).
+	mm := &physicalDeviceVulkanMemoryModelFeatures{SType: stPhysicalDeviceMemoryModelFeatures, VulkanMemoryModel: 1}
+	f16 := &physicalDeviceShaderFloat16Int8Features{SType: stPhysicalDeviceFloat16Int8, ShaderFloat16: 1}
+	nv := &physicalDeviceCooperativeMatrixFeaturesNV{SType: stPhysicalDeviceCoopMatFeaturesNV, CooperativeMatrix: 1}
+	khr := &physicalDeviceCooperativeMatrixFeaturesKHR{SType: stPhysicalDeviceCoopMatFeaturesKHR, CooperativeMatrix: 1}
+	bf := &physicalDeviceShaderBfloat16FeaturesKHR{SType: stPhysicalDeviceBFloat16FeaturesKHR, ShaderBFloat16Type: 1, ShaderBFloat16CooperativeMatrix: 1}
+	if p.tensorFP16() || p.tensorBF16() {
+		mm.PNext, dci.PNext = dci.PNext, unsafe.Pointer(mm)
+	}
+	if p.tensorFP16() {
+		names = append(names, cstr("VK_NV_cooperative_matrix"))
+		nv.PNext, dci.PNext = dci.PNext, unsafe.Pointer(nv)
+		f16.PNext, dci.PNext = dci.PNext, unsafe.Pointer(f16)
+	}
+	if p.tensorBF16() {
+		names = append(names, cstr("VK_KHR_cooperative_matrix"), cstr("VK_KHR_shader_bfloat16"))
+		khr.PNext, dci.PNext = dci.PNext, unsafe.Pointer(khr)
+		bf.PNext, dci.PNext = dci.PNext, unsafe.Pointer(bf)
+	}
+	if len(names) > 0 {
+		dci.EnabledExtensionCount, dci.PpEnabledExtensionNames = uint32(len(names)), &names[0]
 	}
 	d := &Device{Physical: p, inst: in, family: uint32(family)}
-	if err := check("vkCreateDevice", call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&d.h)))); err != nil {
+	r := call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&d.h)))
+	runtime.KeepAlive(names) // dci points at them through unsafe.Pointers only
+	runtime.KeepAlive([]any{mm, f16, nv, khr, bf, qci, prio})
+	if err := check("vkCreateDevice", r); err != nil {
 		return nil, fmt.Errorf("vulkan: %s: %w", p.Name, err)
 	}
 	get := func(name string) uintptr {
