@@ -368,6 +368,39 @@ func TestChooseGemmFor(t *testing.T) {
 	}
 }
 
+// TestChooseGemmForBF16: the bf16 tensor-core variant needs
+// VK_KHR_cooperative_matrix listing the bf16 shape and
+// VK_KHR_shader_bfloat16's bf16 cooperative matrices; fp16 and fp32
+// operands are unaffected by it.
+func TestChooseGemmForBF16(t *testing.T) {
+	bf16 := CoopMatShape{M: 16, N: 16, K: 16, A: ComponentBF16, B: ComponentBF16, C: ComponentFP32, Result: ComponentFP32, Scope: 3, KHR: true}
+	for _, tc := range []struct {
+		name string
+		edit func(*PhysicalDevice)
+		want string
+	}{
+		{"all there", func(*PhysicalDevice) {}, "coopmat-khr-bf16-128x128"},
+		{"no bf16 cooperative matrices", func(p *PhysicalDevice) { p.BFloat16CoopMat = false }, ""},
+		{"no KHR feature", func(p *PhysicalDevice) { p.CoopMatKHRFeature = false }, ""},
+		{"listed by NV", func(p *PhysicalDevice) { p.CoopMatShapes[0].KHR = false }, ""},
+		{"fp16 shape only", func(p *PhysicalDevice) { p.CoopMatShapes[0].A, p.CoopMatShapes[0].B = ComponentFP16, ComponentFP16 }, ""},
+	} {
+		p := &PhysicalDevice{Name: "bf16-like", core12: true, VulkanMemoryModel: true, CoopMatKHRFeature: true, BFloat16CoopMat: true,
+			SubgroupSize: 32, MaxSharedMemory: 49152, MaxWorkgroupInvocations: 1024, CoopMatShapes: []CoopMatShape{bf16}}
+		tc.edit(p)
+		got := ""
+		if v, err := ChooseGemmFor(p, RoundBF16); err == nil {
+			got = v.Name
+		}
+		if got != tc.want {
+			t.Errorf("%s: bf16 operands get %q, want %q", tc.name, got, tc.want)
+		}
+		if v, err := ChooseGemmFor(p, RoundFP16); err == nil {
+			t.Errorf("%s: fp16 operands get %s without an fp16 shape", tc.name, v.Name)
+		}
+	}
+}
+
 // TestGemmB16 checks the GEMM that reads B as bf16 or fp16 bits against
 // the float64 product of the widened values, within the same bound.
 func TestGemmB16(t *testing.T) {
