@@ -140,10 +140,13 @@ type Kernels struct {
 	Variant GemmVariant // the GEMM variant chosen for fp32 operands
 	// gemm holds the GEMM kernels by operand format: NoRounding always,
 	// RoundFP16 and RoundBF16 where a tensor-core variant runs.
-	gemm    map[Rounding]gemmKernels
-	round16 *Kernel
-	adamw   *Kernel
-	rmsnorm *Kernel
+	gemm map[Rounding]gemmKernels
+	// TensorErrors holds, by operand format, why a tensor-core variant the
+	// device supports could not be built (its products run in fp32).
+	TensorErrors map[Rounding]error
+	round16      *Kernel
+	adamw        *Kernel
+	rmsnorm      *Kernel
 
 	mu   sync.Mutex
 	lazy map[string]*Kernel // built on first use (Kernels.kernel)
@@ -175,31 +178,51 @@ func NewKernels(d *Device) (*Kernels, error) {
 		{&ks.adamw, "adamw.spv", 4, adamPush},
 		{&ks.rmsnorm, "rmsnorm.spv", 3, rmsPush},
 	}
-	gks := map[Rounding]*gemmKernels{}
-	for _, f := range []Rounding{NoRounding, RoundFP16, RoundBF16} {
-		gv, err := ChooseGemmFor(d.Physical, f)
-		if err != nil {
-			continue // no tensor-core variant: those products run in fp32
-		}
-		g := &gemmKernels{v: gv}
-		gks[f] = g
-		specs = append(specs, spec{&g.f32, gv.F32, 3, gemmPush}, spec{&g.b16, gv.B16, 3, gemmPush})
-	}
-	for _, s := range specs {
+	g := gemmKernels{v: v}
+	specs = append(specs, spec{&g.f32, v.F32, 3, gemmPush}, spec{&g.b16, v.B16, 3, gemmPush})
+	build := func(s spec) error {
 		code, err := spirv(s.file)
 		if err == nil {
 			*s.dst, err = d.NewKernel(KernelSpec{Name: s.file, SPIRV: code, Buffers: s.bufs, PushSize: s.push})
 		}
-		if err != nil {
-			for _, g := range gks {
-				ks.gemm[g.v.Operands] = *g
-			}
+		return err
+	}
+	for _, s := range specs {
+		if err := build(s); err != nil {
+			ks.gemm[NoRounding] = g
 			ks.Close()
 			return nil, err
 		}
 	}
-	for f, g := range gks {
-		ks.gemm[f] = *g
+	ks.gemm[NoRounding] = g
+	// The tensor-core variants: a driver that rejects one leaves its
+	// products on the fp32 kernel (TensorErrors says why).
+	for _, f := range []Rounding{RoundFP16, RoundBF16} {
+		tv, err := ChooseGemmFor(d.Physical, f)
+		if err != nil {
+			continue // none: those products run in fp32
+		}
+		t := gemmKernels{v: tv}
+		err = d.tensorErr
+		if err == nil {
+			err = build(spec{&t.f32, tv.F32, 3, gemmPush})
+		}
+		if err == nil {
+			err = build(spec{&t.b16, tv.B16, 3, gemmPush})
+		}
+		if err != nil {
+			for _, k := range []*Kernel{t.f32, t.b16} {
+				if k != nil {
+					k.Close()
+				}
+			}
+			if ks.TensorErrors == nil {
+				ks.TensorErrors = map[Rounding]error{}
+			}
+			ks.TensorErrors[f] = fmt.Errorf("%s: %w", tv.Name, err)
+			continue
+		}
+		ks.gemm[f] = t
 	}
 	return ks, nil
 }
