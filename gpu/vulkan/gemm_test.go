@@ -286,6 +286,59 @@ func TestGemmTensorCores(t *testing.T) {
 	}
 }
 
+// TestGemmCoopmatEmulated runs the tensor-core kernel's source on any
+// device, lavapipe included, with its fragments emulated in plain code
+// (gemm_coopmat.comp built with -DEMULATE: the cooperative-matrix calls'
+// arguments and row-major semantics, fp32 fmas in k order), against the
+// float64 reference and the scalar kernel, as TestGemmTensorCores does on
+// real tensor cores. It checks all of the kernel but the fragment
+// instructions themselves: the 16-bit narrowing, the tiles' loads in
+// every transpose, the shared layout and strides the fragments are read
+// with, ragged edges, the K loop's prefetch, α, β and the way out.
+func TestGemmCoopmatEmulated(t *testing.T) {
+	e, ks := openKernels(t)
+	for _, emu := range []struct {
+		f        Rounding
+		f32, b16 string
+	}{
+		{RoundFP16, "gemm_coopmat_emu_fp16_f32.spv", "gemm_coopmat_emu_fp16_b16.spv"},
+		{RoundBF16, "", "gemm_coopmat_emu_bf16_b16.spv"},
+	} {
+		g := gemmKernels{v: GemmVariant{Name: "emulated coopmat " + emu.f.String(), Operands: emu.f, Workgroup: [2]uint32{128, 128}}}
+		var err error
+		if emu.f32 != "" {
+			g.f32, err = ks.kernel(emu.f32, 3, gemmPush)
+			must(t, err)
+		}
+		g.b16, err = ks.kernel(emu.b16, 3, gemmPush)
+		must(t, err)
+		ks.gemm[emu.f] = g
+	}
+	defer func() { delete(ks.gemm, RoundFP16); delete(ks.gemm, RoundBF16) }()
+	rng := rand.New(rand.NewPCG(9, 10))
+	sizes := [][3]int{{3, 5, 7}, {128, 128, 32}, {127, 129, 33}, {130, 140, 70}}
+	if testing.Short() {
+		sizes = sizes[:3]
+	}
+	worst := 0.0
+	for _, s := range sizes {
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			c := gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], alpha: 1, operands: RoundFP16}
+			if s[0]%2 == 1 {
+				c.alpha, c.beta, c.pad, c.off = 1.5, -0.75, 3, 5
+			}
+			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+			c.b16, c.half = true, FP16
+			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+			c.operands, c.half = RoundBF16, BF16
+			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+		}
+	}
+	sub := gemmCase{m: 130, n: 70, k: 48, alpha: 1, operands: RoundFP16, aScale: 0x1p-16}
+	t.Run(sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
+	t.Logf("worst error %.3f of the bound", worst)
+}
+
 // TestGemmOperandsFallBack: where the device has no tensor-core variant,
 // a product with 16-bit operands runs on the fp32 kernel, to the bit.
 func TestGemmOperandsFallBack(t *testing.T) {

@@ -28,13 +28,41 @@
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : enable
 #extension GL_GOOGLE_include_directive : enable
-#ifdef BF16
+#ifdef EMULATE
+// Test build (TestGemmCoopmatEmulated): the fragments in plain code with
+// the cooperative-matrix calls' arguments and semantics (row-major, offset
+// and stride in uints of the shared arrays, two 16-bit values to a uint,
+// the first in the low half), so lavapipe runs everything else of this
+// kernel: the tiles' loads, pairs, strides, edges, K loop and the way out.
+// Lane l of a subgroup holds row l/2, columns 8·(l%2)…+7 of a C fragment.
+// A fragment "load" keeps its offset and stride; the multiply reads the
+// shared tiles then (they stay put until the barrier after it).
+#define MatA uvec2
+#define MatB uvec2
+#define MatC float[8]
+#define LOAD_A(m, buf, off, stride) m = uvec2(off, stride)
+#define LOAD_B(m, buf, off, stride) m = uvec2(off, stride)
+#define STORE(m, buf, off, stride) emuStore(m, off, stride)
+#define MULADD(a, b, c) emuMulAdd(a, b, c)
+#define ZERO(m) for (int e_ = 0; e_ < 8; e_++) m[e_] = 0.0
+#define subgroupMemoryBarrierShared() memoryBarrierShared()
+#define subgroupBarrier() barrier()
+// Loops kept rolled: lavapipe compiles the unrolled emulation for minutes.
+#extension GL_EXT_control_flow_attributes : enable
+#define ROLLED [[dont_unroll]]
+#else
+#define ROLLED
+#endif
+#ifdef EMULATE
+#elif defined(BF16)
 #extension GL_KHR_cooperative_matrix : enable
 #extension GL_EXT_bfloat16 : enable
 #define MatA coopmat<bfloat16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MatB coopmat<bfloat16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define MatC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-#define LOAD(m, buf, off, stride) coopMatLoad(m, buf, off, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_A(m, buf, off, stride) coopMatLoad(m, buf, off, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_B(m, buf, off, stride) coopMatLoad(m, buf, off, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define ZERO(m) m = MatC(0.0)
 #define STORE(m, buf, off, stride) coopMatStore(m, buf, off, stride, gl_CooperativeMatrixLayoutRowMajor)
 #define MULADD(a, b, c) coopMatMulAdd(a, b, c)
 #else
@@ -42,7 +70,9 @@
 #define MatA fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define MatB fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define MatC fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
-#define LOAD(m, buf, off, stride) coopMatLoadNV(m, buf, off, stride, false)
+#define LOAD_A(m, buf, off, stride) coopMatLoadNV(m, buf, off, stride, false)
+#define LOAD_B(m, buf, off, stride) coopMatLoadNV(m, buf, off, stride, false)
+#define ZERO(m) m = MatC(0.0)
 #define STORE(m, buf, off, stride) coopMatStoreNV(m, buf, off, stride, false)
 #define MULADD(a, b, c) coopMatMulAddNV(a, b, c)
 #endif
@@ -76,6 +106,37 @@ const uint SB = (BN + 8) / 2; // uints per B row (BK rows of BN halves)
 shared uint As[BM * SA];
 shared uint Bs[BK * SB];
 shared float Cs[8 * 256]; // one 16×16 scratch per subgroup
+
+#ifdef EMULATE
+float emuWiden(uint h) {
+#ifdef BF16
+	return uintBitsToFloat(h << 16);
+#else
+	return fromFP16(h);
+#endif
+}
+
+// emuHalf is 16-bit element (r, c) of the row-major fragment at uint
+// offset off with stride uints per row, in As (a) or Bs.
+float emuHalf(bool a, uint off, uint stride, uint r, uint c) {
+	uint w = a ? As[off + r * stride + c / 2] : Bs[off + r * stride + c / 2];
+	return emuWiden((w >> ((c & 1u) * 16u)) & 0xffffu);
+}
+
+// emuMulAdd is c + a·b for the lane's 8 elements of C.
+float[8] emuMulAdd(uvec2 a, uvec2 b, float c[8]) {
+	uint lane = gl_LocalInvocationID.x % 32;
+	ROLLED for (uint e = 0; e < 8; e++)
+		ROLLED for (uint k = 0; k < 16; k++)
+			c[e] = fma(emuHalf(true, a.x, a.y, lane / 2, k), emuHalf(false, b.x, b.y, k, 8 * (lane % 2) + e), c[e]);
+	return c;
+}
+
+void emuStore(float m[8], uint off, uint stride) {
+	uint lane = gl_LocalInvocationID.x % 32;
+	ROLLED for (uint e = 0; e < 8; e++) Cs[off + (lane / 2) * stride + 8 * (lane % 2) + e] = m[e];
+}
+#endif
 
 // narrow is the 16-bit bits of the fp32 value v in the kernel's format.
 uint narrow(float v) {
@@ -119,7 +180,7 @@ void pairB(uint idx, out uint kk, out uint nn) {
 // fetch loads the K step at k0 into registers: ra[r], rb[r] are pair
 // tid + 256·r's two 16-bit values, the first in the low half.
 void fetch(uint m0, uint n0, uint k0, uint tid, inout uint ra[8], inout uint rb[8]) {
-	for (uint r = 0; r < 8; r++) {
+	ROLLED for (uint r = 0; r < 8; r++) {
 		uint idx = tid + r * 256, mm, kk, nn;
 		pairA(idx, mm, kk);
 		ra[r] = loadA(m0 + mm, k0 + kk) | (loadA(m0 + mm, k0 + kk + 1) << 16);
@@ -135,15 +196,15 @@ void main() {
 	uint wm = (sg / 4) * 64, wn = (sg % 4) * 32; // this subgroup's 64×32 of the tile
 
 	MatC acc[4][2];
-	for (int i = 0; i < 4; i++)
-		for (int j = 0; j < 2; j++) acc[i][j] = MatC(0.0);
+	ROLLED for (int i = 0; i < 4; i++)
+		ROLLED for (int j = 0; j < 2; j++) ZERO(acc[i][j]);
 
 	uint ra[8], rb[8];
 	fetch(m0, n0, 0, tid, ra, rb);
-	for (uint k0 = 0; k0 < p.K; k0 += BK) {
+	ROLLED for (uint k0 = 0; k0 < p.K; k0 += BK) {
 		// Registers to shared: A's shared rows are m (BK halves of k),
 		// B's are k (BN halves of n).
-		for (uint r = 0; r < 8; r++) {
+		ROLLED for (uint r = 0; r < 8; r++) {
 			uint idx = tid + r * 256, mm, kk, nn;
 			pairA(idx, mm, kk);
 			As[mm * SA + kk / 2] = ra[r];
@@ -154,13 +215,13 @@ void main() {
 		// The next K step's tiles, into registers, while this one multiplies.
 		if (k0 + BK < p.K) fetch(m0, n0, k0 + BK, tid, ra, rb);
 
-		for (uint kk = 0; kk < BK; kk += 16) {
+		ROLLED for (uint kk = 0; kk < BK; kk += 16) {
 			MatA fa[4];
 			MatB fb[2];
-			for (int i = 0; i < 4; i++) LOAD(fa[i], As, (wm + 16 * i) * SA + kk / 2, SA);
-			for (int j = 0; j < 2; j++) LOAD(fb[j], Bs, kk * SB + (wn + 16 * j) / 2, SB);
-			for (int i = 0; i < 4; i++)
-				for (int j = 0; j < 2; j++) acc[i][j] = MULADD(fa[i], fb[j], acc[i][j]);
+			ROLLED for (int i = 0; i < 4; i++) LOAD_A(fa[i], As, (wm + 16 * i) * SA + kk / 2, SA);
+			ROLLED for (int j = 0; j < 2; j++) LOAD_B(fb[j], Bs, kk * SB + (wn + 16 * j) / 2, SB);
+			ROLLED for (int i = 0; i < 4; i++)
+				ROLLED for (int j = 0; j < 2; j++) acc[i][j] = MULADD(fa[i], fb[j], acc[i][j]);
 		}
 		barrier();
 	}
@@ -168,15 +229,15 @@ void main() {
 	// Out through this subgroup's scratch, 16×16 at a time; lane l writes
 	// 8 values of each fragment (rows l/2, columns 8·(l%2)...+7).
 	uint base = sg * 256;
-	for (int i = 0; i < 4; i++) {
-		for (int j = 0; j < 2; j++) {
+	ROLLED for (int i = 0; i < 4; i++) {
+		ROLLED for (int j = 0; j < 2; j++) {
 			STORE(acc[i][j], Cs, base, 16);
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
 			uint rr = lane / 2, cc0 = 8 * (lane % 2);
 			uint m = m0 + wm + 16 * i + rr;
 			if (m < p.M) {
-				for (uint cc = cc0; cc < cc0 + 8; cc++) {
+				ROLLED for (uint cc = cc0; cc < cc0 + 8; cc++) {
 					uint n = n0 + wn + 16 * j + cc;
 					if (n >= p.N) break;
 					uint ci = p.cOff + m * p.ldc + n;
