@@ -315,6 +315,9 @@ func TestGemmCoopmatEmulated(t *testing.T) {
 		ks.gemm[emu.f] = g
 	}
 	defer func() { delete(ks.gemm, RoundFP16); delete(ks.gemm, RoundBF16) }()
+	if got, want := ks.GemmNames(), ks.Variant.Name+", fp16 products on emulated coopmat fp16, bf16 products on emulated coopmat bf16"; got != want {
+		t.Errorf("GemmNames() = %q, want %q", got, want)
+	}
 	rng := rand.New(rand.NewPCG(9, 10))
 	sizes := [][3]int{{3, 5, 7}, {128, 128, 32}, {127, 129, 33}, {130, 140, 70}}
 	if testing.Short() {

@@ -227,6 +227,19 @@ func NewKernels(d *Device) (*Kernels, error) {
 	return ks, nil
 }
 
+// GemmNames names the GEMM variants in use: the fp32 one, then each
+// tensor-core one with the operands it takes ("scalar-tiled-64x64, fp16
+// products on coopmat-nv-fp16-128x128").
+func (ks *Kernels) GemmNames() string {
+	s := ks.Variant.Name
+	for _, f := range []Rounding{RoundFP16, RoundBF16} {
+		if g, ok := ks.gemm[f]; ok {
+			s += fmt.Sprintf(", %s products on %s", f, g.v.Name)
+		}
+	}
+	return s
+}
+
 // GemmVariantFor is the variant Gemm runs products with operands of format
 // f on, and whether there is one of that format (else they run on
 // Variant, the fp32 one).
