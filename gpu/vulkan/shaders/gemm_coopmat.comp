@@ -5,7 +5,8 @@
 // products whose operands the precision policy has already rounded to
 // the 16-bit format: each fp32 operand is narrowed to 16 bits in integer
 // code (round to nearest even, subnormals kept: exact for the values the
-// policy puts there), so the tensor cores multiply exactly those values
+// policy puts there; no driver's conversion or denormal mode applies), so
+// the tensor cores multiply exactly those values
 // and only the fp32 summation order differs from the scalar kernel.
 //
 // Compiled two ways (shaders/build.txt):
@@ -138,12 +139,21 @@ void emuStore(float m[8], uint off, uint stride) {
 }
 #endif
 
-// narrow is the 16-bit bits of the fp32 value v in the kernel's format.
+// narrow is the 16-bit bits of the fp32 value v in the kernel's format,
+// rounded to nearest even. The values the policy put there take a short
+// path (a few integer operations instead of toBF16's or toFP16's dozen):
+// a bf16 value is its high half; a normal fp16 value is its sign, its
+// exponent rebiased and the top 10 bits of its significand.
 uint narrow(float v) {
+	uint u = floatBitsToUint(v);
 #ifdef BF16
-	return toBF16(floatBitsToUint(v));
+	if ((u & 0xffffu) == 0u) return u >> 16;
+	return toBF16(u);
 #else
-	return toFP16(floatBitsToUint(v));
+	uint e = (u >> 23) & 0xffu;
+	if (e - 113u < 30u && (u & 0x1fffu) == 0u) // fp16 exponents 1…30, 10-bit significand
+		return ((u >> 16) & 0x8000u) | (((u >> 13) & 0x3ffffu) - (112u << 10));
+	return toFP16(u);
 #endif
 }
 
