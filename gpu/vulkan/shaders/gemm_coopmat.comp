@@ -201,7 +201,11 @@ void fetch(uint m0, uint n0, uint k0, uint tid, inout uint ra[8], inout uint rb[
 
 void main() {
 	uint tid = gl_LocalInvocationID.x;
+#ifdef EMULATE
 	uint sg = tid / 32, lane = tid % 32;
+#else
+	uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID; // 8 subgroups of 32 (checked on the Go side)
+#endif
 	uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
 	uint wm = (sg / 4) * 64, wn = (sg % 4) * 32; // this subgroup's 64×32 of the tile
 
