@@ -159,9 +159,19 @@ const (
 	rmsPush   = 3 * 4
 )
 
+// KernelOptions are choices NewKernelsWith takes.
+type KernelOptions struct {
+	// ScalarGEMM runs every product on the fp32 variant, leaving the
+	// tensor cores unused (to compare with them).
+	ScalarGEMM bool
+}
+
 // NewKernels builds every kernel for d, with the GEMM variants
 // ChooseGemmFor picks for each operand format.
-func NewKernels(d *Device) (*Kernels, error) {
+func NewKernels(d *Device) (*Kernels, error) { return NewKernelsWith(d, KernelOptions{}) }
+
+// NewKernelsWith is NewKernels with options.
+func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	v, err := ChooseGemm(d.Physical)
 	if err != nil {
 		return nil, err
@@ -199,7 +209,7 @@ func NewKernels(d *Device) (*Kernels, error) {
 	// products on the fp32 kernel (TensorErrors says why).
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
 		tv, err := ChooseGemmFor(d.Physical, f)
-		if err != nil {
+		if err != nil || o.ScalarGEMM {
 			continue // none: those products run in fp32
 		}
 		t := gemmKernels{v: tv}
