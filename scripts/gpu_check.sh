@@ -21,7 +21,9 @@
 #                                shapes against PyTorch on the same GPU
 #                                (torch_peer.py --device cuda --base-dtype bf16,
 #                                eager and --sdpa); within about 8 minutes.
-#                                GPU_CHECK_SHAPES narrows the shapes timed.
+#                                GPU_CHECK_SHAPES narrows the shapes timed,
+#                                GPU_CHECK_PRECISIONS the runs of each (fp32
+#                                bf16 bf16-scalar: bf16 off the tensor cores).
 #
 # Each part runs under its own time limit and says so when it is cut; the
 # script goes on to the next part. Nothing here needs the network.
@@ -101,7 +103,7 @@ run() {
 		grep -E "^(== |-- |--- |ok|FAIL|PASS)|worst relative|B/step"
 
 	echo
-	echo "== tokens/s: mixtune (Vulkan, fp32 and bf16 rounding, scalar GEMM) and PyTorch (cuda, bf16 base) on the same GPU"
+	echo "== tokens/s: mixtune (Vulkan: fp32; bf16 rounding with its products on bf16 tensor cores where the device has them; bf16 on the scalar GEMM) and PyTorch (cuda, bf16 base) on the same GPU"
 	declare -A shape=(
 		[bench]="--vocab 512 --dim 256 --layers 4 --heads 8 --seq 128 --batch 8"
 		[mid]="--vocab 8192 --dim 512 --layers 8 --heads 8 --seq 256 --batch 4"
@@ -110,9 +112,10 @@ run() {
 	)
 	declare -A ffn=([bench]=688 [mid]=1376 [smollm2]=1536 [tinyllama]=5632)
 	for s in ${GPU_CHECK_SHAPES:-bench mid smollm2 tinyllama}; do
-		for p in fp32 bf16; do
+		for p in ${GPU_CHECK_PRECISIONS:-fp32 bf16 bf16-scalar}; do
 			extra=()
-			[[ $p == bf16 ]] && extra=(--precision bf16 --base-dtype bf16)
+			[[ $p == bf16* ]] && extra=(--precision bf16 --base-dtype bf16)
+			[[ $p == *-scalar ]] && extra+=(--scalar-gemm)
 			r=$(timeout 60 "$out/mixtune" bench ${shape[$s]} --ffn "${ffn[$s]}" --steps 3 --warmup 1 \
 				--vulkan-device "$uuid" "${extra[@]}" --json 2>&1 | tail -1)
 			echo "mixtune $s $p: ${r:-no result (cut at 60 s, or failed)}"
