@@ -131,18 +131,43 @@ type LinearAttrs struct {
 	// quant.Tensor.Encode: Builder.Param4).
 	W4      bool
 	Compute amp.Format
+	// Operands are the formats of the product's two operands' values (x
+	// and W for "linear", g and W for "linear.dx", g and x for
+	// "linear.dw"): the policy rounded them there, FP32 where it did not.
+	// A product whose operands are both of one 16-bit format may run on
+	// that format's tensor cores with the same products.
+	Operands [2]amp.Format
+}
+
+// weightOperand is the format of the values a weight enters a product
+// with: a 16-bit weight's own format when computed in fp32, else the
+// compute format it is rounded to; a 4-bit weight's dequantized values are
+// not rounded (FP32); any other weight's is its node's format fw.
+func weightOperand(w16 weights16, w4 bool, fw amp.Format) amp.Format {
+	switch {
+	case w4:
+		return amp.FP32
+	case w16.on && w16.compute == amp.FP32:
+		return w16.stored
+	case w16.on:
+		return w16.compute
+	}
+	return fw
 }
 
 func (o *linearOp[T]) attrs() any {
-	return LinearAttrs{N: o.n, In: o.in, Out: o.outF, W16: o.w16.on, W16Format: o.w16.stored, W4: o.w4.on, Compute: o.w16.compute}
+	return LinearAttrs{N: o.n, In: o.in, Out: o.outF, W16: o.w16.on, W16Format: o.w16.stored, W4: o.w4.on, Compute: o.w16.compute,
+		Operands: [2]amp.Format{o.inFm[0], weightOperand(o.w16, o.w4.on, o.inFm[1])}}
 }
 
 func (o *linearGradOp[T]) attrs() any {
 	a := LinearAttrs{W16: o.w16.on, W16Format: o.w16.stored, W4: o.w4.on, Compute: o.w16.compute}
 	if o.transA { // dW [out, in] = gᵀ[out, N]·x[N, in]
 		a.Out, a.In, a.N = o.m, o.n, o.k
+		a.Operands = [2]amp.Format{o.fa, o.fb}
 	} else { // dx [N, in] = g[N, out]·W[out, in]
 		a.N, a.In, a.Out = o.m, o.n, o.k
+		a.Operands = [2]amp.Format{o.fa, weightOperand(o.w16, o.w4.on, o.fb)}
 	}
 	return a
 }

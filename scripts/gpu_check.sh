@@ -14,13 +14,17 @@
 #                                it and whether its UUID is nvidia-smi's; the
 #                                per-op parity suite; 20 quickstart-shaped
 #                                steps' losses against the CPU engine's (and a
-#                                resume across engines); GEMM TFLOP/s; tokens/s
+#                                resume across engines); each GEMM variant's
+#                                parity and TFLOP/s (tensor cores included);
+#                                tokens/s
 #                                on the bench, mid, smollm2 and TinyLlama-1.1B
 #                                shapes against PyTorch on the same GPU
 #                                (torch_peer.py --device cuda --base-dtype bf16,
 #                                eager and --sdpa); the interop part below;
 #                                within about 8 minutes.
-#                                GPU_CHECK_SHAPES narrows the shapes timed.
+#                                GPU_CHECK_SHAPES narrows the shapes timed,
+#                                GPU_CHECK_PRECISIONS the runs of each (fp32
+#                                bf16 bf16-scalar: bf16 off the tensor cores).
 #   scripts/gpu_check.sh interop there (run runs it too): PEFT runs mixtune's
 #                                adapters, transformers runs `mixtune merge`
 #                                output, mixtune evaluates and trains from
@@ -114,6 +118,11 @@ run() {
 	fi
 	export MIXTUNE_VK_DEVICE=$uuid
 
+	# vkprobe: each GEMM variant the device runs (scalar fp32, bf16-B,
+	# fp16-B; fp16 and bf16 tensor cores, at ragged shapes too) against
+	# float64, then TFLOP/s at 1024³..4096³ and TinyLlama's training shapes
+	# (gpu/vulkan's TestGemmTensorCores is the same check as a Go test; its
+	# test binary would take the carried tree past 64 MiB)
 	part "kernels and GEMM TFLOP/s (vkprobe)" 60 "$out/vkprobe" -device "$uuid" -sizes 1024,2048,4096
 	(cd gpu/vkengine && part "per-op parity suite (gpu/vkengine)" 90 "../../$out/vkengine.test" -test.count=1 -test.v) |
 		grep -E "^(== |-- |--- FAIL|ok|FAIL|PASS)|of the largest|worst"
@@ -123,7 +132,7 @@ run() {
 	part "interop with transformers and PEFT" 60 bash scripts/gpu_check.sh interop
 
 	echo
-	echo "== tokens/s: mixtune (Vulkan, fp32 and bf16 rounding, scalar GEMM) and PyTorch (cuda, bf16 base) on the same GPU"
+	echo "== tokens/s: mixtune (Vulkan: fp32; bf16 rounding with its products on bf16 tensor cores where the device has them; bf16 on the scalar GEMM) and PyTorch (cuda, bf16 base) on the same GPU"
 	declare -A shape=(
 		[bench]="--vocab 512 --dim 256 --layers 4 --heads 8 --seq 128 --batch 8"
 		[mid]="--vocab 8192 --dim 512 --layers 8 --heads 8 --seq 256 --batch 4"
@@ -132,9 +141,10 @@ run() {
 	)
 	declare -A ffn=([bench]=688 [mid]=1376 [smollm2]=1536 [tinyllama]=5632)
 	for s in ${GPU_CHECK_SHAPES:-bench mid smollm2 tinyllama}; do
-		for p in fp32 bf16; do
+		for p in ${GPU_CHECK_PRECISIONS:-fp32 bf16 bf16-scalar}; do
 			extra=()
-			[[ $p == bf16 ]] && extra=(--precision bf16 --base-dtype bf16)
+			[[ $p == bf16* ]] && extra=(--precision bf16 --base-dtype bf16)
+			[[ $p == *-scalar ]] && extra+=(--scalar-gemm)
 			r=$(timeout 60 "$out/mixtune" bench ${shape[$s]} --ffn "${ffn[$s]}" --steps 3 --warmup 1 \
 				--vulkan-device "$uuid" "${extra[@]}" --json 2>&1 | tail -1)
 			echo "mixtune $s $p: ${r:-no result (cut at 60 s, or failed)}"

@@ -37,7 +37,10 @@ type BenchConfig struct {
 	// (an index, UUID or PCI bus id, as compute.vulkan_device), with the
 	// optimizer there too; "" computes on the CPU.
 	VulkanDevice string
-	Threads      int
+	// ScalarGEMM keeps the Vulkan engine off the tensor cores
+	// (compute.scalar_gemm).
+	ScalarGEMM bool
+	Threads    int
 	// Comm, with several ranks, splits each batch's rows among them and
 	// sums the gradients (as training does; Overlap and BucketBytes as in
 	// Options): the batch stays the global one.
@@ -186,7 +189,7 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 		if b.dp.size > 1 || c.Checkpoint {
 			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")
 		}
-		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice}, device.Selection{}); err != nil {
+		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM}, device.Selection{}); err != nil {
 			return nil, err
 		}
 		tg.gpu = b.gpu

@@ -285,9 +285,13 @@ type ComputeConfig struct {
 	// ShareGPU lets several ranks of a data-parallel job on one host
 	// compute on the same GPU (each its own device context); without it a
 	// job with more ranks than selected GPUs is refused.
-	ShareGPU bool      `yaml:"share_gpu,omitempty"`
-	BLAS     blas.Kind `yaml:"blas"`
-	Threads  int       `yaml:"threads"`
+	ShareGPU bool `yaml:"share_gpu,omitempty"`
+	// ScalarGEMM keeps the Vulkan engine's products on its scalar fp32
+	// GEMM where the device has tensor-core ones for the policy's 16-bit
+	// operands (to compare; the values differ only in summation order).
+	ScalarGEMM bool      `yaml:"scalar_gemm,omitempty"`
+	BLAS       blas.Kind `yaml:"blas"`
+	Threads    int       `yaml:"threads"`
 	// ActivationCheckpointing keeps only each decoder layer's input for
 	// the backward pass and recomputes the layer there: activation memory
 	// of one layer instead of all, for one more forward pass per step.

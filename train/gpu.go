@@ -53,7 +53,7 @@ type gpuEngine struct {
 	dev     *vulkan.Device
 	eng     *vkengine.Engine
 	phys    *vulkan.PhysicalDevice
-	variant string // the GEMM variant its kernels use
+	variant string // the GEMM variants its kernels use (Kernels.GemmNames)
 }
 
 func (g *gpuEngine) close() {
@@ -126,11 +126,11 @@ func openGPU(c ComputeConfig, sel device.Selection) (*gpuEngine, string, error) 
 		g.close()
 		return nil, "", fmt.Errorf("open %s: %w", pick.Name, err)
 	}
-	if g.eng, err = vkengine.New(g.dev); err != nil {
+	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM}); err != nil {
 		g.close()
 		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
 	}
-	g.variant = g.eng.Kernels.Variant.Name
+	g.variant = g.eng.Kernels.GemmNames()
 	return g, reason, nil
 }
 

@@ -36,8 +36,11 @@ type Engine struct {
 type Transfers struct{ Up, Down int64 }
 
 // New builds the kernels for d and a recorder. The Engine does not own d.
-func New(d *vulkan.Device) (*Engine, error) {
-	ks, err := vulkan.NewKernels(d)
+func New(d *vulkan.Device) (*Engine, error) { return NewWith(d, vulkan.KernelOptions{}) }
+
+// NewWith is New with the kernels' options.
+func NewWith(d *vulkan.Device, o vulkan.KernelOptions) (*Engine, error) {
+	ks, err := vulkan.NewKernelsWith(d, o)
 	if err != nil {
 		return nil, err
 	}

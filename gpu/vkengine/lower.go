@@ -160,6 +160,21 @@ func newLinearWeight(p *Program, nd *node, a nn.LinearAttrs) (linearWeight, erro
 	return lw, nil
 }
 
+// sharedOperands is the 16-bit format both of a product's operands have
+// (their values were rounded there), which lets the GEMM run it on that
+// format's tensor cores; NoRounding, the fp32 kernel, otherwise.
+func sharedOperands(a nn.LinearAttrs) vulkan.Rounding {
+	return shared(rounding(a.Operands[0]), rounding(a.Operands[1]))
+}
+
+// shared is the format of two operands when they have the same one.
+func shared(a, b vulkan.Rounding) vulkan.Rounding {
+	if a != b {
+		return vulkan.NoRounding
+	}
+	return a
+}
+
 // lowerLinear is y[N, Out] = x[N, In]·Wᵀ, rounded to the op's format.
 func lowerLinear(p *Program, nd *node) (recordFunc, error) {
 	return lowerWeightProduct(p, nd, func(a nn.LinearAttrs) vulkan.GemmArgs {
@@ -186,6 +201,7 @@ func lowerWeightProduct(p *Program, nd *node, shape func(nn.LinearAttrs) vulkan.
 	}
 	g := shape(a)
 	g.Alpha, g.A, g.B, g.C, g.B16, g.BHalf = 1, nd.in[0], w.buf, nd.out, w.b16, w.half
+	g.Operands = sharedOperands(a)
 	rnd := rounding(nd.spec.Out)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if w.prepare != nil {
@@ -206,7 +222,7 @@ func lowerLinearDW(p *Program, nd *node) (recordFunc, error) {
 	rnd := rounding(nd.spec.Out)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.Out, N: a.In, K: a.N, TransA: true, Alpha: 1,
-			A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In}); err != nil {
+			A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In, Operands: sharedOperands(a)}); err != nil {
 			return err
 		}
 		return p.e.Kernels.Round(r, nd.out, a.Out*a.In, rnd)

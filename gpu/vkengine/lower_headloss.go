@@ -72,6 +72,9 @@ type headLoss struct {
 	x, w       *vulkan.Buffer
 	targets    *vulkan.Buffer
 	targetNode *G.Node
+	// fx, fw and fl are the formats of x's, W's and a block's values
+	// (the logits', rounded to LogitsFormat): the GEMMs' operands.
+	fx, fw, fl vulkan.Rounding
 	block      *vulkan.Buffer // [Chunk, V]: logits, then probabilities or their gradient
 	rowLoss    *vulkan.Buffer // [N]
 	scratch    *vulkan.Buffer // the loss sum's partials
@@ -100,7 +103,11 @@ func newHeadLoss(p *Program, fwd *node) (*headLoss, error) {
 	if err := hostTargets(fwd.inN[2]); err != nil {
 		return nil, err
 	}
-	h := &headLoss{p: p, a: a, b16: b16, half: hf, x: fwd.in[0], w: fwd.in[1], targets: fwd.in[2], targetNode: fwd.inN[2]}
+	h := &headLoss{p: p, a: a, b16: b16, half: hf, x: fwd.in[0], w: fwd.in[1], targets: fwd.in[2], targetNode: fwd.inN[2],
+		fx: rounding(fwd.spec.In[0]), fw: rounding(fwd.spec.In[1]), fl: rounding(a.LogitsFormat)}
+	if a.W16 { // computed in W16Format or fp32: its values are W16Format's
+		h.fw = rounding(a.W16Format)
+	}
 	id := fwd.spec.ID
 	if h.block, err = p.Saved(id, "block", 4*a.Chunk*a.V); err != nil {
 		return nil, err
@@ -127,7 +134,8 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 	for r0 := 0; r0 < a.N; r0 += a.Chunk {
 		rows := min(a.Chunk, a.N-r0)
 		if err := ks.Gemm(r, vulkan.GemmArgs{M: rows, N: a.V, K: a.D, TransB: true, Alpha: 1,
-			A: h.x, Lda: a.D, AOff: r0 * a.D, B: h.w, Ldb: a.D, C: h.block, Ldc: a.V, B16: h.b16, BHalf: h.half}); err != nil {
+			A: h.x, Lda: a.D, AOff: r0 * a.D, B: h.w, Ldb: a.D, C: h.block, Ldc: a.V, B16: h.b16, BHalf: h.half,
+			Operands: shared(h.fx, h.fw)}); err != nil {
 			return err
 		}
 		if err := ks.Round(r, h.block, rows*a.V, logitsRnd); err != nil {
@@ -149,7 +157,8 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 		}
 		if g.dx != nil {
 			if err := ks.Gemm(r, vulkan.GemmArgs{M: rows, N: a.D, K: a.V, Alpha: 1,
-				A: h.block, Lda: a.V, B: h.w, Ldb: a.D, C: g.dx, Ldc: a.D, COff: r0 * a.D, B16: h.b16, BHalf: h.half}); err != nil {
+				A: h.block, Lda: a.V, B: h.w, Ldb: a.D, C: g.dx, Ldc: a.D, COff: r0 * a.D, B16: h.b16, BHalf: h.half,
+				Operands: shared(h.fl, h.fw)}); err != nil {
 				return err
 			}
 		}
@@ -159,7 +168,7 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 				beta = 0
 			}
 			if err := ks.Gemm(r, vulkan.GemmArgs{M: a.V, N: a.D, K: rows, TransA: true, Alpha: 1, Beta: beta,
-				A: h.block, Lda: a.V, B: h.x, Ldb: a.D, BOff: r0 * a.D, C: g.dw, Ldc: a.D}); err != nil {
+				A: h.block, Lda: a.V, B: h.x, Ldb: a.D, BOff: r0 * a.D, C: g.dw, Ldc: a.D, Operands: shared(h.fl, h.fx)}); err != nil {
 				return err
 			}
 		}

@@ -199,3 +199,66 @@ func checkRoundedFormats(t *testing.T, e *Engine, c opCase) int {
 	}
 	return checked
 }
+
+// TestProductOperandFormats: every linear product (forward, dx, dW) says
+// which formats its operands have (nn.LinearAttrs.Operands), and the GEMM
+// sends a product whose operands share a 16-bit format to that format's
+// tensor cores, which narrow them to 16 bits. So the values the device
+// holds for those operands must be values of that format, or the tensor
+// cores would multiply other numbers than the CPU: this reads them back
+// after a run and checks each one. Under the fp16 and bf16 policies every
+// linear product qualifies; under fp32, none.
+func TestProductOperandFormats(t *testing.T) {
+	e := openEngine(t)
+	for _, low := range []amp.Format{amp.FP32, amp.BF16, amp.FP16} {
+		pol := amp.DefaultPolicy(low)
+		b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+		b.Policy = &pol
+		out, wrt, dy := buildCase(t, b, opCase{name: low.String(), build: linearLoRA})
+		if _, err := G.Backpropagate(G.Nodes{out}, G.Nodes{dy}, wrt); err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.Compile(b.G, b.IsParam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(nn.Pass{Noise: 7}); err != nil {
+			t.Fatal(err)
+		}
+		products, checked := map[string]int{}, 0
+		for _, n := range b.G.AllNodes() {
+			if n.Op() == nil {
+				continue
+			}
+			spec, err := nn.Spec(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, ok := spec.Attrs.(nn.LinearAttrs)
+			if !ok || (spec.Kind != "linear" && spec.Kind != "linear.dx" && spec.Kind != "linear.dw") {
+				continue
+			}
+			products[spec.Kind]++
+			if a.Operands[0] != low || a.Operands[1] != low {
+				t.Errorf("%s policy: %s %s has operands %v, want both %v", low, spec.Kind, n.Name(), a.Operands, low)
+			}
+			for i, c := range children(n) {
+				v := make([]float32, prod(c.Shape()))
+				if err := p.Read(c, v); err != nil {
+					t.Fatalf("%s: %s's operand %d: %v", low, n.Name(), i, err)
+				}
+				for j, x := range v {
+					if a.Operands[i].Round(x) != x {
+						t.Fatalf("%s policy: %s (%s) operand %d [%d] = %v is not a %v value", low, n.Name(), spec.Kind, i, j, x, a.Operands[i])
+					}
+				}
+				checked += len(v)
+			}
+		}
+		p.Close()
+		if products["linear"] != 3 || products["linear.dx"] == 0 || products["linear.dw"] != 3 {
+			t.Errorf("%s policy: products %v; want 3 linear, some linear.dx, 3 linear.dw", low, products)
+		}
+		t.Logf("%s: %v products, %d operand values checked", low, products, checked)
+	}
+}

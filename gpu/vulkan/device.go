@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -21,6 +22,11 @@ type Device struct {
 
 	submitMu sync.Mutex // vkQueueSubmit needs the queue externally synchronized
 	alloc    *allocator
+
+	// tensorErr is why the device was created without the tensor-core
+	// GEMMs' features its physical device offers (nil: with them, or
+	// none offered).
+	tensorErr error
 
 	// stageAlways makes Buffer.Write and Read copy through staging
 	// buffers even where device memory is mapped (tests the discrete-GPU
@@ -81,13 +87,16 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 	prio := new(float32)
 	*prio = 1
 	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
-	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
-	if p.HasExtension("VK_KHR_portability_subset") { // must be enabled where offered (MoltenVK)
-		names := []*byte{cstr("VK_KHR_portability_subset")}
-		dci.EnabledExtensionCount, dci.PpEnabledExtensionNames = 1, &names[0]
-	}
 	d := &Device{Physical: p, inst: in, family: uint32(family)}
-	if err := check("vkCreateDevice", call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&d.h)))); err != nil {
+	tensor := p.tensorFP16() || p.tensorBF16()
+	r := createDevice(in, p, qci, tensor, &d.h)
+	if tensor && Result(int32(r)) != Success {
+		// A driver that refuses the cooperative-matrix features still
+		// runs everything else: without them, on the fp32 GEMM.
+		d.tensorErr = fmt.Errorf("vkCreateDevice with the cooperative-matrix features: %w", check("vkCreateDevice", r))
+		r = createDevice(in, p, qci, false, &d.h)
+	}
+	if err := check("vkCreateDevice", r); err != nil {
 		return nil, fmt.Errorf("vulkan: %s: %w", p.Name, err)
 	}
 	get := func(name string) uintptr {
@@ -184,4 +193,40 @@ func (d *Device) Close() {
 	call(d.fn.destroyPipelineCache, d.h, uintptr(d.cache), 0)
 	call(d.fn.destroyDevice, d.h, 0)
 	d.h = 0
+}
+
+// createDevice calls vkCreateDevice for p with the queue qci, the
+// extensions p needs and, with tensor, the tensor-core GEMMs' extensions
+// and features (tensorFP16, tensorBF16), into h.
+func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, tensor bool, h *handle) uintptr {
+	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
+	var names []*byte
+	if p.HasExtension("VK_KHR_portability_subset") { // must be enabled where offered (MoltenVK)
+		names = append(names, cstr("VK_KHR_portability_subset"))
+	}
+	mm := &physicalDeviceVulkanMemoryModelFeatures{SType: stPhysicalDeviceMemoryModelFeatures, VulkanMemoryModel: 1}
+	f16 := &physicalDeviceShaderFloat16Int8Features{SType: stPhysicalDeviceFloat16Int8, ShaderFloat16: 1}
+	nv := &physicalDeviceCooperativeMatrixFeaturesNV{SType: stPhysicalDeviceCoopMatFeaturesNV, CooperativeMatrix: 1}
+	khr := &physicalDeviceCooperativeMatrixFeaturesKHR{SType: stPhysicalDeviceCoopMatFeaturesKHR, CooperativeMatrix: 1}
+	bf := &physicalDeviceShaderBfloat16FeaturesKHR{SType: stPhysicalDeviceBFloat16FeaturesKHR, ShaderBFloat16Type: 1, ShaderBFloat16CooperativeMatrix: 1}
+	if tensor {
+		mm.PNext, dci.PNext = dci.PNext, unsafe.Pointer(mm)
+		if p.tensorFP16() {
+			names = append(names, cstr("VK_NV_cooperative_matrix"))
+			nv.PNext, dci.PNext = dci.PNext, unsafe.Pointer(nv)
+			f16.PNext, dci.PNext = dci.PNext, unsafe.Pointer(f16)
+		}
+		if p.tensorBF16() {
+			names = append(names, cstr("VK_KHR_cooperative_matrix"), cstr("VK_KHR_shader_bfloat16"))
+			khr.PNext, dci.PNext = dci.PNext, unsafe.Pointer(khr)
+			bf.PNext, dci.PNext = dci.PNext, unsafe.Pointer(bf)
+		}
+	}
+	if len(names) > 0 {
+		dci.EnabledExtensionCount, dci.PpEnabledExtensionNames = uint32(len(names)), &names[0]
+	}
+	r := call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(h)))
+	runtime.KeepAlive(names) // dci points at them through unsafe.Pointers only
+	runtime.KeepAlive([]any{mm, f16, nv, khr, bf, qci})
+	return r
 }

@@ -13,6 +13,18 @@ const (
 	RoundFP16
 )
 
+func (r Rounding) String() string {
+	switch r {
+	case NoRounding:
+		return "fp32"
+	case RoundBF16:
+		return "bf16"
+	case RoundFP16:
+		return "fp16"
+	}
+	return fmt.Sprintf("Rounding(%d)", uint32(r))
+}
+
 // checkN checks that each buffer holds n float32 values.
 func checkN(n int, bufs map[string]*Buffer) error {
 	if n < 0 || n > 1<<31 {

@@ -24,6 +24,11 @@ type gemmCase struct {
 	pad, off       int // extra leading-dimension columns; element offset of each matrix
 	b16            bool
 	half           Half
+	// operands, when set, rounds A and B to that format and asks Gemm for
+	// its tensor-core variant; aScale scales A's values (tiny ones make
+	// fp16 subnormals).
+	operands Rounding
+	aScale   float64
 }
 
 func (c gemmCase) String() string {
@@ -31,7 +36,23 @@ func (c gemmCase) String() string {
 	if c.b16 {
 		s += "_" + c.half.String()
 	}
+	if c.operands != NoRounding {
+		s += "_ops" + c.operands.String()
+	}
+	if c.aScale != 0 {
+		s += fmt.Sprintf("_ascale%g", c.aScale)
+	}
 	return s
+}
+
+// tensorGamma is gamma for tensor-core accumulation: NVIDIA's tensor
+// cores add fp32 with truncation after aligning to the largest exponent
+// (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA
+// tensor cores", PeerJ CS 2021), so each addition is within 2^-23, one
+// fp32 ulp, rather than half of one: u = 2^-23.
+func tensorGamma(n int) float64 {
+	nu := float64(n) * 0x1p-23
+	return nu / (1 - nu)
 }
 
 // run computes the case on the device and returns the worst error as a
@@ -53,11 +74,24 @@ func (c gemmCase) run(t *testing.T, ks *Kernels, d *Device, rng *rand.Rand) floa
 	a := make([]float32, c.off+ar*lda)
 	b := make([]float32, c.off+br*ldb)
 	cm := make([]float32, c.off+c.m*ldc)
+	scale := 1.0
+	if c.aScale != 0 {
+		scale = c.aScale
+	}
+	var round func(float32) float32 // the operands' format, exactly as the policy rounds
+	switch c.operands {
+	case RoundFP16:
+		round = func(x float32) float32 { return amp.FP16.FromBits16(amp.FP16.Bits16(x)) }
+	case RoundBF16:
+		round = func(x float32) float32 { return amp.BF16.FromBits16(amp.BF16.Bits16(x)) }
+	default:
+		round = func(x float32) float32 { return x }
+	}
 	for i := range a {
-		a[i] = float32(rng.NormFloat64())
+		a[i] = round(float32(rng.NormFloat64() * scale))
 	}
 	for i := range b {
-		b[i] = float32(rng.NormFloat64())
+		b[i] = round(float32(rng.NormFloat64()))
 	}
 	for i := range cm {
 		cm[i] = float32(rng.NormFloat64())
@@ -96,17 +130,28 @@ func (c gemmCase) run(t *testing.T, ks *Kernels, d *Device, rng *rand.Rand) floa
 	r, err := d.NewRecorder()
 	must(t, err)
 	defer r.Close()
-	must(t, ks.Gemm(r, GemmArgs{
+	args := GemmArgs{
 		M: c.m, N: c.n, K: c.k, TransA: c.transA, TransB: c.transB, Alpha: c.alpha, Beta: c.beta,
 		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: ldc, AOff: c.off, BOff: c.off, COff: c.off,
-		B16: c.b16, BHalf: c.half,
-	}))
+		B16: c.b16, BHalf: c.half, Operands: c.operands,
+	}
+	must(t, ks.Gemm(r, args))
 	must(t, r.Submit())
 	got := make([]float32, len(cm))
 	must(t, C.ReadFloat32(0, got))
 
 	worst := 0.0
 	g := gamma(c.k + 2)
+	var scalar []float32 // the fp32 kernel's C, for a tensor-core case
+	if c.operands != NoRounding {
+		g = tensorGamma(c.k + 2)
+		must(t, C.WriteFloat32(0, cm))
+		args.Operands = NoRounding
+		must(t, ks.Gemm(r, args))
+		must(t, r.Submit())
+		scalar = make([]float32, len(cm))
+		must(t, C.ReadFloat32(0, scalar))
+	}
 	for i := range c.m {
 		for j := range c.n {
 			var s, sa float64
@@ -128,6 +173,14 @@ func (c gemmCase) run(t *testing.T, ks *Kernels, d *Device, rng *rand.Rand) floa
 			e := math.Abs(float64(got[ci]) - want)
 			if !(e <= bound) { // also catches NaN
 				t.Fatalf("C[%d,%d] = %g, want %g ± %.3g (error %.3g)", i, j, got[ci], want, bound, e)
+			}
+			if scalar != nil {
+				// Both within their bounds of the exact value: within
+				// the sum of the bounds of each other.
+				sb := bound + gamma(c.k+2)*(math.Abs(float64(c.alpha))*sa+math.Abs(float64(c.beta)*float64(cm[ci])))
+				if d := math.Abs(float64(got[ci]) - float64(scalar[ci])); !(d <= sb) {
+					t.Fatalf("C[%d,%d] = %g; the fp32 kernel gives %g (difference %.3g > %.3g)", i, j, got[ci], scalar[ci], d, sb)
+				}
 			}
 			if bound > 0 {
 				worst = max(worst, e/bound)
@@ -181,6 +234,227 @@ func TestGemm(t *testing.T) {
 		}
 	}
 	t.Logf("worst error: %.3f of the bound γ_{k+2}·(|α|Σ|a||b| + |βc|)", worst)
+}
+
+// TestGemmTensorCores checks each tensor-core variant the device runs
+// against a float64 reference within the tensor-core accumulation bound
+// γ_{k+2} (u = 2^-23), and against the scalar tiled kernel, on values of
+// its 16-bit format: every transpose combination, sizes on and off the
+// 128×128×32 tiles, strides, offsets, α and β, 16-bit B of its format
+// (and of the other, which falls back to the fp32 kernel), and fp16
+// subnormal operands (a kernel that flushed them would miss by far more
+// than the bound).
+func TestGemmTensorCores(t *testing.T) {
+	e, ks := openKernels(t)
+	var formats []Rounding
+	for _, f := range []Rounding{RoundFP16, RoundBF16} {
+		if v, ok := ks.GemmVariantFor(f); ok {
+			t.Logf("%s operands: GEMM variant %s", f, v.Name)
+			formats = append(formats, f)
+		}
+	}
+	if len(formats) == 0 {
+		t.Skipf("%s has no tensor-core GEMM: fp16 needs VK_NV_cooperative_matrix, bf16 VK_KHR_cooperative_matrix with VK_KHR_shader_bfloat16, "+
+			"each listing the 16×16×16 subgroup shape with fp32 accumulation (shapes listed: %v)", e.dev.Physical.Name, e.dev.Physical.CoopMatShapes)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	sizes := [][3]int{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {128, 128, 32}, {127, 129, 33}, {128, 128, 256}, {200, 96, 300}, {257, 255, 64}, {64, 384, 1000}}
+	for _, f := range formats {
+		worst := 0.0
+		half := BF16
+		if f == RoundFP16 {
+			half = FP16
+		}
+		for _, s := range sizes {
+			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				c := gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], alpha: 1, operands: f}
+				if s[0]%2 == 1 {
+					c.alpha, c.beta, c.pad, c.off = 1.5, -0.75, 3, 5
+				}
+				t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+				c.b16, c.half = true, half
+				t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+			}
+		}
+		other := gemmCase{m: 65, n: 63, k: 40, transB: true, alpha: 1, b16: true, half: 1 - half, operands: f}
+		t.Run(other.String(), func(t *testing.T) { other.run(t, ks, e.dev, rng) })
+		if f == RoundFP16 { // |a| ≈ 2^-16: fp16 subnormals (below 2^-14)
+			sub := gemmCase{m: 130, n: 70, k: 48, alpha: 1, operands: f, aScale: 0x1p-16}
+			t.Run(sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
+		}
+		t.Logf("%s: worst error %.3f of the bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-23", f, worst)
+	}
+}
+
+// TestGemmCoopmatEmulated runs the tensor-core kernel's source on any
+// device, lavapipe included, with its fragments emulated in plain code
+// (gemm_coopmat.comp built with -DEMULATE: the cooperative-matrix calls'
+// arguments and row-major semantics, fp32 fmas in k order), against the
+// float64 reference and the scalar kernel, as TestGemmTensorCores does on
+// real tensor cores. It checks all of the kernel but the fragment
+// instructions themselves: the 16-bit narrowing, the tiles' loads in
+// every transpose, the shared layout and strides the fragments are read
+// with, ragged edges, the K loop's prefetch, α, β and the way out.
+func TestGemmCoopmatEmulated(t *testing.T) {
+	e, ks := openKernels(t)
+	for _, emu := range []struct {
+		f        Rounding
+		f32, b16 string
+	}{
+		{RoundFP16, "gemm_coopmat_emu_fp16_f32.spv", "gemm_coopmat_emu_fp16_b16.spv"},
+		{RoundBF16, "", "gemm_coopmat_emu_bf16_b16.spv"},
+	} {
+		g := gemmKernels{v: GemmVariant{Name: "emulated coopmat " + emu.f.String(), Operands: emu.f, Workgroup: [2]uint32{128, 128}}}
+		var err error
+		if emu.f32 != "" {
+			g.f32, err = ks.kernel(emu.f32, 3, gemmPush)
+			must(t, err)
+		}
+		g.b16, err = ks.kernel(emu.b16, 3, gemmPush)
+		must(t, err)
+		ks.gemm[emu.f] = g
+	}
+	defer func() { delete(ks.gemm, RoundFP16); delete(ks.gemm, RoundBF16) }()
+	if got, want := ks.GemmNames(), ks.Variant.Name+", fp16 products on emulated coopmat fp16, bf16 products on emulated coopmat bf16"; got != want {
+		t.Errorf("GemmNames() = %q, want %q", got, want)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	sizes := [][3]int{{3, 5, 7}, {128, 128, 32}, {127, 129, 33}, {130, 140, 70}}
+	if testing.Short() {
+		sizes = sizes[:3]
+	}
+	worst := 0.0
+	for _, s := range sizes {
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			c := gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], alpha: 1, operands: RoundFP16}
+			if s[0]%2 == 1 {
+				c.alpha, c.beta, c.pad, c.off = 1.5, -0.75, 3, 5
+			}
+			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+			c.b16, c.half = true, FP16
+			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+			c.operands, c.half = RoundBF16, BF16
+			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+		}
+	}
+	sub := gemmCase{m: 130, n: 70, k: 48, alpha: 1, operands: RoundFP16, aScale: 0x1p-16}
+	t.Run(sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
+	t.Logf("worst error %.3f of the bound", worst)
+}
+
+// TestGemmOperandsFallBack: where the device has no tensor-core variant,
+// a product with 16-bit operands runs on the fp32 kernel, to the bit.
+func TestGemmOperandsFallBack(t *testing.T) {
+	e, ks := openKernels(t)
+	if _, ok := ks.GemmVariantFor(RoundFP16); ok {
+		t.Skip("the device has an fp16 tensor-core GEMM (TestGemmTensorCores checks it)")
+	}
+	d := e.dev
+	const m, n, k = 37, 29, 45
+	vals := make([]float32, m*k+k*n)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range vals {
+		vals[i] = amp.FP16.FromBits16(amp.FP16.Bits16(float32(rng.NormFloat64())))
+	}
+	A, err := d.NewBuffer(4 * len(vals))
+	must(t, err)
+	defer A.Free()
+	must(t, A.WriteFloat32(0, vals))
+	var out [2][]float32
+	for i, f := range []Rounding{NoRounding, RoundFP16} {
+		C, err := d.NewBuffer(4 * m * n)
+		must(t, err)
+		defer C.Free()
+		r, err := d.NewRecorder()
+		must(t, err)
+		defer r.Close()
+		must(t, ks.Gemm(r, GemmArgs{M: m, N: n, K: k, Alpha: 1, A: A, B: A, BOff: m * k, C: C, Lda: k, Ldb: n, Ldc: n, Operands: f}))
+		must(t, r.Submit())
+		out[i] = make([]float32, m*n)
+		must(t, C.ReadFloat32(0, out[i]))
+	}
+	for i := range out[0] {
+		if math.Float32bits(out[0][i]) != math.Float32bits(out[1][i]) {
+			t.Fatalf("C[%d]: fp16 operands give %g, fp32 %g: not the fp32 kernel", i, out[1][i], out[0][i])
+		}
+	}
+}
+
+// TestChooseGemmFor: a tensor-core variant is chosen only where the device
+// lists the shape it was compiled for and has the features it needs.
+func TestChooseGemmFor(t *testing.T) {
+	fp16 := CoopMatShape{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3}
+	h200 := func() *PhysicalDevice {
+		return &PhysicalDevice{Name: "H200-like", core12: true, VulkanMemoryModel: true, CoopMatNVFeature: true, ShaderFloat16: true,
+			SubgroupSize: 32, MaxSharedMemory: 49152, MaxWorkgroupInvocations: 1024, CoopMatShapes: []CoopMatShape{fp16}}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*PhysicalDevice)
+		want string
+	}{
+		{"all there", func(*PhysicalDevice) {}, "coopmat-nv-fp16-128x128"},
+		{"16x8x16 only", func(p *PhysicalDevice) { p.CoopMatShapes[0].N = 8 }, "scalar-tiled-64x64"},
+		{"fp16 accumulation only", func(p *PhysicalDevice) {
+			p.CoopMatShapes[0].C, p.CoopMatShapes[0].Result = ComponentFP16, ComponentFP16
+		}, "scalar-tiled-64x64"},
+		{"listed by KHR, not NV", func(p *PhysicalDevice) { p.CoopMatShapes[0].KHR = true }, "scalar-tiled-64x64"},
+		{"workgroup scope", func(p *PhysicalDevice) { p.CoopMatShapes[0].Scope = 2 }, "scalar-tiled-64x64"},
+		{"subgroups of 64", func(p *PhysicalDevice) { p.SubgroupSize = 64 }, "scalar-tiled-64x64"},
+		{"no shaderFloat16", func(p *PhysicalDevice) { p.ShaderFloat16 = false }, "scalar-tiled-64x64"},
+		{"no memory model", func(p *PhysicalDevice) { p.VulkanMemoryModel = false }, "scalar-tiled-64x64"},
+		{"Vulkan 1.1", func(p *PhysicalDevice) { p.core12 = false }, "scalar-tiled-64x64"},
+		{"16 KiB shared memory", func(p *PhysicalDevice) { p.MaxSharedMemory = 16384 }, "scalar-tiled-64x64"},
+	} {
+		p := h200()
+		tc.edit(p)
+		got := "scalar-tiled-64x64"
+		if v, err := ChooseGemmFor(p, RoundFP16); err == nil {
+			got = v.Name
+		}
+		if got != tc.want {
+			t.Errorf("%s: fp16 operands get %s, want %s", tc.name, got, tc.want)
+		}
+		if v, err := ChooseGemm(p); err != nil || v.Name != "scalar-tiled-64x64" {
+			t.Errorf("%s: fp32 operands get %v (%v), want the scalar kernel", tc.name, v.Name, err)
+		}
+		if v, err := ChooseGemmFor(p, RoundBF16); err == nil && tc.name != "all there" {
+			t.Errorf("%s: bf16 operands get %s without a bf16 shape", tc.name, v.Name)
+		}
+	}
+}
+
+// TestChooseGemmForBF16: the bf16 tensor-core variant needs
+// VK_KHR_cooperative_matrix listing the bf16 shape and
+// VK_KHR_shader_bfloat16's bf16 cooperative matrices; fp16 and fp32
+// operands are unaffected by it.
+func TestChooseGemmForBF16(t *testing.T) {
+	bf16 := CoopMatShape{M: 16, N: 16, K: 16, A: ComponentBF16, B: ComponentBF16, C: ComponentFP32, Result: ComponentFP32, Scope: 3, KHR: true}
+	for _, tc := range []struct {
+		name string
+		edit func(*PhysicalDevice)
+		want string
+	}{
+		{"all there", func(*PhysicalDevice) {}, "coopmat-khr-bf16-128x128"},
+		{"no bf16 cooperative matrices", func(p *PhysicalDevice) { p.BFloat16CoopMat = false }, ""},
+		{"no KHR feature", func(p *PhysicalDevice) { p.CoopMatKHRFeature = false }, ""},
+		{"listed by NV", func(p *PhysicalDevice) { p.CoopMatShapes[0].KHR = false }, ""},
+		{"fp16 shape only", func(p *PhysicalDevice) { p.CoopMatShapes[0].A, p.CoopMatShapes[0].B = ComponentFP16, ComponentFP16 }, ""},
+	} {
+		p := &PhysicalDevice{Name: "bf16-like", core12: true, VulkanMemoryModel: true, CoopMatKHRFeature: true, BFloat16CoopMat: true,
+			SubgroupSize: 32, MaxSharedMemory: 49152, MaxWorkgroupInvocations: 1024, CoopMatShapes: []CoopMatShape{bf16}}
+		tc.edit(p)
+		got := ""
+		if v, err := ChooseGemmFor(p, RoundBF16); err == nil {
+			got = v.Name
+		}
+		if got != tc.want {
+			t.Errorf("%s: bf16 operands get %q, want %q", tc.name, got, tc.want)
+		}
+		if v, err := ChooseGemmFor(p, RoundFP16); err == nil {
+			t.Errorf("%s: fp16 operands get %s without an fp16 shape", tc.name, v.Name)
+		}
+	}
 }
 
 // TestGemmB16 checks the GEMM that reads B as bf16 or fp16 bits against

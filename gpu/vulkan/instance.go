@@ -153,9 +153,21 @@ type PhysicalDevice struct {
 	CooperativeMatrix2NV bool // VK_NV_cooperative_matrix2
 	ShaderBFloat16       bool // VK_KHR_shader_bfloat16
 
+	// The features the tensor-core GEMMs need, each reported on (Vulkan
+	// 1.2 devices only: their structures are core there): the Vulkan
+	// memory model (cooperative-matrix shaders use it), the
+	// cooperativeMatrix feature of VK_NV_cooperative_matrix and of
+	// VK_KHR_cooperative_matrix, and VK_KHR_shader_bfloat16's bf16 type
+	// with bf16 cooperative matrices.
+	VulkanMemoryModel, CoopMatNVFeature, CoopMatKHRFeature, BFloat16CoopMat bool
+	// CoopMatShapes are the cooperative-matrix shapes the device lists,
+	// from vkGetPhysicalDeviceCooperativeMatrixPropertiesNV and ...KHR.
+	CoopMatShapes []CoopMatShape
+
 	Extensions []string // sorted
 
-	h handle
+	h      handle
+	core12 bool // the device and the instance speak Vulkan 1.2
 }
 
 // Vendor names the vendor from its PCI id.
@@ -300,7 +312,137 @@ func (in *Instance) describe(h handle) (*PhysicalDevice, error) {
 	p.CooperativeMatrixNV = p.HasExtension("VK_NV_cooperative_matrix")
 	p.CooperativeMatrix2NV = p.HasExtension("VK_NV_cooperative_matrix2")
 	p.ShaderBFloat16 = p.HasExtension("VK_KHR_shader_bfloat16")
+	p.core12 = core12
+	if core12 {
+		in.describeCoopMat(p)
+	}
 	return p, nil
+}
+
+// A CoopMatShape is one cooperative-matrix multiply the device runs:
+// D (M×N, type Result) = A (M×K) · B (K×N) + C, at scope Scope.
+type CoopMatShape struct {
+	M, N, K         uint32
+	A, B, C, Result ComponentType
+	Scope           uint32 // VkScopeKHR: 3 is subgroup
+	KHR             bool   // listed by VK_KHR_cooperative_matrix (else VK_NV_cooperative_matrix)
+}
+
+// ComponentType is a VkComponentTypeKHR (the NV values are the same).
+type ComponentType uint32
+
+// The component types the GEMMs use.
+const (
+	ComponentFP16 ComponentType = 0
+	ComponentFP32 ComponentType = 1
+	ComponentBF16 ComponentType = 1000141000
+)
+
+func (c ComponentType) String() string {
+	switch c {
+	case ComponentFP16:
+		return "fp16"
+	case ComponentFP32:
+		return "fp32"
+	case ComponentBF16:
+		return "bf16"
+	}
+	return fmt.Sprintf("type%d", uint32(c))
+}
+
+func (s CoopMatShape) String() string {
+	ext := "NV"
+	if s.KHR {
+		ext = "KHR"
+	}
+	return fmt.Sprintf("%dx%dx%d %s·%s+%s→%s (%s)", s.M, s.N, s.K, s.A, s.B, s.C, s.Result, ext)
+}
+
+// scopeSubgroup is VK_SCOPE_SUBGROUP_KHR.
+const scopeSubgroup = 3
+
+// HasCoopMat reports whether the device lists the subgroup-scope shape
+// M×N×K with A and B of type ab and C and the result fp32, through the
+// KHR extension (khr) or the NV one.
+func (p *PhysicalDevice) HasCoopMat(khr bool, m, n, k uint32, ab ComponentType) bool {
+	for _, s := range p.CoopMatShapes {
+		if s.KHR == khr && s.M == m && s.N == n && s.K == k && s.A == ab && s.B == ab &&
+			s.C == ComponentFP32 && s.Result == ComponentFP32 && s.Scope == scopeSubgroup {
+			return true
+		}
+	}
+	return false
+}
+
+// describeCoopMat fills p's cooperative-matrix features and shapes.
+func (in *Instance) describeCoopMat(p *PhysicalDevice) {
+	mm := &physicalDeviceVulkanMemoryModelFeatures{SType: stPhysicalDeviceMemoryModelFeatures}
+	feats := &physicalDeviceFeatures2{SType: stPhysicalDeviceFeatures2, PNext: unsafe.Pointer(mm)}
+	nv := &physicalDeviceCooperativeMatrixFeaturesNV{SType: stPhysicalDeviceCoopMatFeaturesNV}
+	if p.CooperativeMatrixNV {
+		nv.PNext, feats.PNext = feats.PNext, unsafe.Pointer(nv)
+	}
+	khr := &physicalDeviceCooperativeMatrixFeaturesKHR{SType: stPhysicalDeviceCoopMatFeaturesKHR}
+	if p.CooperativeMatrixKHR {
+		khr.PNext, feats.PNext = feats.PNext, unsafe.Pointer(khr)
+	}
+	bf := &physicalDeviceShaderBfloat16FeaturesKHR{SType: stPhysicalDeviceBFloat16FeaturesKHR}
+	if p.ShaderBFloat16 {
+		bf.PNext, feats.PNext = feats.PNext, unsafe.Pointer(bf)
+	}
+	call(in.getPhysicalDeviceFeatures2, p.h, uintptr(unsafe.Pointer(feats)))
+	p.VulkanMemoryModel = mm.VulkanMemoryModel != 0
+	p.CoopMatNVFeature = nv.CooperativeMatrix != 0
+	p.CoopMatKHRFeature = khr.CooperativeMatrix != 0
+	p.BFloat16CoopMat = bf.ShaderBFloat16Type != 0 && bf.ShaderBFloat16CooperativeMatrix != 0
+
+	if p.CoopMatNVFeature {
+		nvs := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV", func(n uint32) []cooperativeMatrixPropertiesNV {
+			ps := make([]cooperativeMatrixPropertiesNV, n)
+			for i := range ps {
+				ps[i].SType = stCooperativeMatrixPropertiesNV
+			}
+			return ps
+		})
+		for _, c := range nvs {
+			p.CoopMatShapes = append(p.CoopMatShapes, CoopMatShape{M: c.MSize, N: c.NSize, K: c.KSize,
+				A: ComponentType(c.AType), B: ComponentType(c.BType), C: ComponentType(c.CType), Result: ComponentType(c.DType), Scope: c.Scope})
+		}
+	}
+	if p.CoopMatKHRFeature {
+		khrs := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", func(n uint32) []cooperativeMatrixPropertiesKHR {
+			ps := make([]cooperativeMatrixPropertiesKHR, n)
+			for i := range ps {
+				ps[i].SType = stCooperativeMatrixPropertiesKHR
+			}
+			return ps
+		})
+		for _, c := range khrs {
+			p.CoopMatShapes = append(p.CoopMatShapes, CoopMatShape{M: c.MSize, N: c.NSize, K: c.KSize,
+				A: ComponentType(c.AType), B: ComponentType(c.BType), C: ComponentType(c.CType), Result: ComponentType(c.ResultType),
+				Scope: c.Scope, KHR: true})
+		}
+	}
+}
+
+// listCoopMat calls the instance function fn, a
+// vkGetPhysicalDeviceCooperativeMatrixProperties*(device, count, props),
+// with the structures alloc makes (their sType set): nil when the
+// function is missing or fails.
+func listCoopMat[T any](in *Instance, h handle, fn string, alloc func(n uint32) []T) []T {
+	f := in.lib.instanceProc(in.h, fn)
+	if f == 0 {
+		return nil
+	}
+	var n uint32
+	if call(f, h, uintptr(unsafe.Pointer(&n)), 0) != 0 || n == 0 {
+		return nil
+	}
+	ps := alloc(n)
+	if Result(int32(call(f, h, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&ps[0]))))) < 0 {
+		return nil
+	}
+	return ps[:min(int(n), len(ps))]
 }
 
 // deviceExtensions lists the device's extension names, sorted.

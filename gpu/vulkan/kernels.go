@@ -39,47 +39,114 @@ func (h Half) String() string {
 }
 
 // GemmVariant is one GEMM implementation: its shaders and what the device
-// must report for it to run. Kernel selection takes the first variant in
-// GemmVariants whose Supported accepts the device.
+// must report for it to run. Kernel selection takes, for each operand
+// format, the first variant in GemmVariants of that format whose
+// Supported accepts the device.
 type GemmVariant struct {
-	Name      string
-	F32, B16  string // SPIR-V file names under shaders/
+	Name     string
+	F32, B16 string // SPIR-V file names under shaders/
+	// Operands is the format the variant multiplies in: NoRounding (fp32)
+	// for a general GEMM; RoundFP16 or RoundBF16 for a tensor-core one,
+	// which narrows op(A) and op(B) to that format and so runs only the
+	// products whose operands already are such values (GemmArgs.Operands)
+	// and 16-bit B only of its format.
+	Operands  Rounding
 	Supported func(*PhysicalDevice) bool
 	Workgroup [2]uint32 // the C tile one workgroup computes, M × N
 }
 
-// GemmVariants lists the GEMM implementations, best first. Only the scalar
-// tiled kernel exists so far; cooperative-matrix variants (chosen when
-// CooperativeMatrixKHR/NV is reported) go before it.
+// The tensor-core kernels' fragment shape (gemm_coopmat.comp).
+const coopM, coopN, coopK = 16, 16, 16
+
+// tensorFP16 reports whether the fp16 tensor-core GEMM runs on p: Vulkan
+// 1.2 with the memory model, VK_NV_cooperative_matrix's feature listing
+// the subgroup-scope 16×16×16 fp16·fp16+fp32 shape, shaderFloat16,
+// subgroups of 32 (the kernel lays 8 of them over its 256 invocations)
+// and the kernel's 26 KiB of shared memory. OpenDevice enables what it
+// needs on such a device.
+func (p *PhysicalDevice) tensorFP16() bool {
+	return p.core12 && p.VulkanMemoryModel && p.CoopMatNVFeature && p.ShaderFloat16 &&
+		p.SubgroupSize == 32 && p.MaxSharedMemory >= 27*1024 && p.MaxWorkgroupInvocations >= 256 &&
+		p.HasCoopMat(false, coopM, coopN, coopK, ComponentFP16)
+}
+
+// tensorBF16 is tensorFP16 for the bf16 kernel: VK_KHR_cooperative_matrix
+// listing the bf16 shape, and VK_KHR_shader_bfloat16 with bf16
+// cooperative matrices. Its SPIR-V needs a newer glslang than Debian's
+// (scripts/gen_spirv_coopmat.sh): without the embedded file it is off.
+func (p *PhysicalDevice) tensorBF16() bool {
+	if _, err := shaderFS.Open("shaders/" + gemmCoopBF16F32); err != nil {
+		return false
+	}
+	return p.core12 && p.VulkanMemoryModel && p.CoopMatKHRFeature && p.BFloat16CoopMat &&
+		p.SubgroupSize == 32 && p.MaxSharedMemory >= 27*1024 && p.MaxWorkgroupInvocations >= 256 &&
+		p.HasCoopMat(true, coopM, coopN, coopK, ComponentBF16)
+}
+
+const gemmCoopBF16F32, gemmCoopBF16B16 = "gemm_coopmat_bf16_f32.spv", "gemm_coopmat_bf16_b16.spv"
+
+// GemmVariants lists the GEMM implementations, best first: tensor-core
+// variants (llama.cpp's coopmat1 pattern: a workgroup tile in shared
+// memory, multiplied by subgroup-scope 16×16×16 fragments) for products
+// whose operands are 16-bit values, then the scalar tiled kernel, which
+// runs everything.
 func GemmVariants() []GemmVariant {
 	return []GemmVariant{{
+		Name: "coopmat-khr-bf16-128x128",
+		F32:  gemmCoopBF16F32, B16: gemmCoopBF16B16,
+		Operands:  RoundBF16,
+		Supported: (*PhysicalDevice).tensorBF16,
+		Workgroup: [2]uint32{128, 128},
+	}, {
+		Name: "coopmat-nv-fp16-128x128",
+		F32:  "gemm_coopmat_fp16_f32.spv", B16: "gemm_coopmat_fp16_b16.spv",
+		Operands:  RoundFP16,
+		Supported: (*PhysicalDevice).tensorFP16,
+		Workgroup: [2]uint32{128, 128},
+	}, {
 		Name: "scalar-tiled-64x64",
 		F32:  "gemm_f32.spv", B16: "gemm_b16.spv",
+		Operands: NoRounding,
 		// 8.5 KiB of shared memory and 256 invocations: every Vulkan device.
 		Supported: func(p *PhysicalDevice) bool { return p.MaxSharedMemory >= 8704 && p.MaxWorkgroupInvocations >= 256 },
 		Workgroup: [2]uint32{64, 64},
 	}}
 }
 
-// ChooseGemm is the first of GemmVariants that p supports.
-func ChooseGemm(p *PhysicalDevice) (GemmVariant, error) {
+// ChooseGemm is the first of GemmVariants for fp32 operands that p supports.
+func ChooseGemm(p *PhysicalDevice) (GemmVariant, error) { return ChooseGemmFor(p, NoRounding) }
+
+// ChooseGemmFor is the first of GemmVariants for operands of format f that
+// p supports, or an error when there is none (Kernels then runs those
+// products on the fp32 variant, with the same values).
+func ChooseGemmFor(p *PhysicalDevice, f Rounding) (GemmVariant, error) {
 	for _, v := range GemmVariants() {
-		if v.Supported(p) {
+		if v.Operands == f && v.Supported(p) {
 			return v, nil
 		}
 	}
-	return GemmVariant{}, fmt.Errorf("vulkan: no GEMM variant runs on %s", p.Name)
+	return GemmVariant{}, fmt.Errorf("vulkan: no %s GEMM variant runs on %s", f, p.Name)
+}
+
+// gemmKernels are one variant's two kernels (fp32 B, 16-bit B).
+type gemmKernels struct {
+	v        GemmVariant
+	f32, b16 *Kernel
 }
 
 // Kernels are the package's compute kernels built for one device.
 type Kernels struct {
 	d       *Device
-	Variant GemmVariant // the GEMM variant chosen for the device
-	gemmF32 *Kernel
-	gemmB16 *Kernel
-	round16 *Kernel
-	adamw   *Kernel
-	rmsnorm *Kernel
+	Variant GemmVariant // the GEMM variant chosen for fp32 operands
+	// gemm holds the GEMM kernels by operand format: NoRounding always,
+	// RoundFP16 and RoundBF16 where a tensor-core variant runs.
+	gemm map[Rounding]gemmKernels
+	// TensorErrors holds, by operand format, why a tensor-core variant the
+	// device supports could not be built (its products run in fp32).
+	TensorErrors map[Rounding]error
+	round16      *Kernel
+	adamw        *Kernel
+	rmsnorm      *Kernel
 
 	mu   sync.Mutex
 	lazy map[string]*Kernel // built on first use (Kernels.kernel)
@@ -92,47 +159,122 @@ const (
 	rmsPush   = 3 * 4
 )
 
-// NewKernels builds every kernel for d, with the GEMM variant ChooseGemm picks.
-func NewKernels(d *Device) (*Kernels, error) {
+// KernelOptions are choices NewKernelsWith takes.
+type KernelOptions struct {
+	// ScalarGEMM runs every product on the fp32 variant, leaving the
+	// tensor cores unused (to compare with them).
+	ScalarGEMM bool
+}
+
+// NewKernels builds every kernel for d, with the GEMM variants
+// ChooseGemmFor picks for each operand format.
+func NewKernels(d *Device) (*Kernels, error) { return NewKernelsWith(d, KernelOptions{}) }
+
+// NewKernelsWith is NewKernels with options.
+func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	v, err := ChooseGemm(d.Physical)
 	if err != nil {
 		return nil, err
 	}
-	ks := &Kernels{d: d, Variant: v}
-	specs := []struct {
+	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}}
+	type spec struct {
 		dst  **Kernel
 		file string
 		bufs int
 		push int
-	}{
-		{&ks.gemmF32, v.F32, 3, gemmPush},
-		{&ks.gemmB16, v.B16, 3, gemmPush},
+	}
+	specs := []spec{
 		{&ks.round16, "round16.spv", 2, roundPush},
 		{&ks.adamw, "adamw.spv", 4, adamPush},
 		{&ks.rmsnorm, "rmsnorm.spv", 3, rmsPush},
 	}
-	for _, s := range specs {
+	g := gemmKernels{v: v}
+	specs = append(specs, spec{&g.f32, v.F32, 3, gemmPush}, spec{&g.b16, v.B16, 3, gemmPush})
+	build := func(s spec) error {
 		code, err := spirv(s.file)
 		if err == nil {
 			*s.dst, err = d.NewKernel(KernelSpec{Name: s.file, SPIRV: code, Buffers: s.bufs, PushSize: s.push})
 		}
-		if err != nil {
+		return err
+	}
+	for _, s := range specs {
+		if err := build(s); err != nil {
+			ks.gemm[NoRounding] = g
 			ks.Close()
 			return nil, err
 		}
 	}
+	ks.gemm[NoRounding] = g
+	// The tensor-core variants: a driver that rejects one leaves its
+	// products on the fp32 kernel (TensorErrors says why).
+	for _, f := range []Rounding{RoundFP16, RoundBF16} {
+		tv, err := ChooseGemmFor(d.Physical, f)
+		if err != nil || o.ScalarGEMM {
+			continue // none: those products run in fp32
+		}
+		t := gemmKernels{v: tv}
+		err = d.tensorErr
+		if err == nil {
+			err = build(spec{&t.f32, tv.F32, 3, gemmPush})
+		}
+		if err == nil {
+			err = build(spec{&t.b16, tv.B16, 3, gemmPush})
+		}
+		if err != nil {
+			for _, k := range []*Kernel{t.f32, t.b16} {
+				if k != nil {
+					k.Close()
+				}
+			}
+			if ks.TensorErrors == nil {
+				ks.TensorErrors = map[Rounding]error{}
+			}
+			ks.TensorErrors[f] = fmt.Errorf("%s: %w", tv.Name, err)
+			continue
+		}
+		ks.gemm[f] = t
+	}
 	return ks, nil
+}
+
+// GemmNames names the GEMM variants in use: the fp32 one, then each
+// tensor-core one with the operands it takes ("scalar-tiled-64x64, fp16
+// products on coopmat-nv-fp16-128x128").
+func (ks *Kernels) GemmNames() string {
+	s := ks.Variant.Name
+	for _, f := range []Rounding{RoundFP16, RoundBF16} {
+		if g, ok := ks.gemm[f]; ok {
+			s += fmt.Sprintf(", %s products on %s", f, g.v.Name)
+		}
+	}
+	return s
+}
+
+// GemmVariantFor is the variant Gemm runs products with operands of format
+// f on, and whether there is one of that format (else they run on
+// Variant, the fp32 one).
+func (ks *Kernels) GemmVariantFor(f Rounding) (GemmVariant, bool) {
+	g, ok := ks.gemm[f]
+	if !ok {
+		return ks.Variant, false
+	}
+	return g.v, true
 }
 
 // Close destroys the kernels.
 func (ks *Kernels) Close() {
-	for _, k := range []*Kernel{ks.gemmF32, ks.gemmB16, ks.round16, ks.adamw, ks.rmsnorm} {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	all := []*Kernel{ks.round16, ks.adamw, ks.rmsnorm}
+	for _, g := range ks.gemm {
+		all = append(all, g.f32, g.b16)
+	}
+	for _, k := range all {
 		if k != nil {
 			k.Close()
 		}
 	}
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
+	ks.gemm = nil
 	for _, k := range ks.lazy {
 		k.Close()
 	}
@@ -200,6 +342,14 @@ func (ks *Kernels) groups1D(n int) uint32 {
 // dimension Lda (K×M when TransA); op(B) is K×N, stored K×N with Ldb (N×K
 // when TransB); C is M×N with Ldc. With Beta == 0 C is not read. B holds
 // float32 values, or 16-bit ones of format BHalf when B16 is set.
+//
+// Operands says which format every value of op(A) and op(B) already has
+// (the precision policy rounded them there): RoundFP16 or RoundBF16 lets
+// Gemm run the product on that format's tensor-core variant, where the
+// device has one, exact in its products and fp32 in its sums like the
+// fp32 kernel (only the summation order differs). NoRounding, the zero
+// value, keeps the fp32 kernel: fp32 products never go to 16-bit tensor
+// cores.
 type GemmArgs struct {
 	M, N, K          int
 	TransA, TransB   bool
@@ -209,6 +359,7 @@ type GemmArgs struct {
 	AOff, BOff, COff int
 	B16              bool
 	BHalf            Half
+	Operands         Rounding
 }
 
 // extent checks that a rows×cols row-major matrix with leading dimension
@@ -242,6 +393,9 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	if g.B16 && g.BHalf != BF16 && g.BHalf != FP16 {
 		return wrap(fmt.Errorf("unknown 16-bit format %d", g.BHalf))
 	}
+	if g.Operands > RoundFP16 {
+		return wrap(fmt.Errorf("unknown operand format %d", g.Operands))
+	}
 	ar, ac := g.M, g.K
 	if g.TransA {
 		ar, ac = g.K, g.M
@@ -270,7 +424,8 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	if g.A == g.C || g.B == g.C {
 		return wrap(fmt.Errorf("C must not share a buffer with A or B"))
 	}
-	tile := ks.Variant.Workgroup
+	gk := ks.gemmFor(g)
+	tile := gk.v.Workgroup
 	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
 	push := make([]byte, gemmPush)
 	b01 := func(b bool) uint32 {
@@ -286,14 +441,25 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	} {
 		binary.LittleEndian.PutUint32(push[4*i:], v)
 	}
-	k := ks.gemmF32
+	k := gk.f32
 	if g.B16 {
-		k = ks.gemmB16
+		k = gk.b16
 	}
 	if err := r.Dispatch(k, []*Buffer{g.A, g.B, g.C}, push, gx, gy, 1); err != nil {
 		return wrap(err)
 	}
 	return nil
+}
+
+// gemmFor is the variant that runs g: its operands' format's, unless that
+// is fp32 or has no variant here, or B's 16-bit bits are of another format.
+func (ks *Kernels) gemmFor(g GemmArgs) gemmKernels {
+	if g.Operands != NoRounding {
+		if t, ok := ks.gemm[g.Operands]; ok && (!g.B16 || (g.BHalf == FP16) == (g.Operands == RoundFP16)) {
+			return t
+		}
+	}
+	return ks.gemm[NoRounding]
 }
 
 // Round16 records the rounding of n float32 values in x to format h into

@@ -32,6 +32,9 @@ var mirrors = []struct {
 	{"VkPhysicalDevicePCIBusInfoPropertiesEXT", physicalDevicePCIBusInfoPropertiesEXT{}},
 	{"VkPhysicalDeviceFeatures2", physicalDeviceFeatures2{}},
 	{"VkPhysicalDeviceShaderFloat16Int8Features", physicalDeviceShaderFloat16Int8Features{}},
+	{"VkPhysicalDeviceVulkanMemoryModelFeatures", physicalDeviceVulkanMemoryModelFeatures{}},
+	{"VkPhysicalDeviceCooperativeMatrixFeaturesNV", physicalDeviceCooperativeMatrixFeaturesNV{}},
+	{"VkCooperativeMatrixPropertiesNV", cooperativeMatrixPropertiesNV{}},
 	{"VkMemoryType", memoryType{}},
 	{"VkMemoryHeap", memoryHeap{}},
 	{"VkPhysicalDeviceMemoryProperties", physicalDeviceMemoryProperties{}},
@@ -64,8 +67,15 @@ var mirrors = []struct {
 	{"VkFenceCreateInfo", fenceCreateInfo{}},
 }
 
-// cField is a Go mirror's field name as C spells it: the first letter lower-cased.
-func cField(goName string) string { return strings.ToLower(goName[:1]) + goName[1:] }
+// cField is a Go mirror's field name as C spells it: the first letter
+// lower-cased, except the cooperative-matrix sizes and types (MSize…KSize,
+// AType…DType), which C capitalises.
+func cField(goName string) string {
+	if len(goName) == 5 && goName != "SType" && (strings.HasSuffix(goName, "Size") || strings.HasSuffix(goName, "Type")) {
+		return goName
+	}
+	return strings.ToLower(goName[:1]) + goName[1:]
+}
 
 // TestStructLayouts compiles a C program against vulkan_core.h that prints
 // the size of every mirrored structure and the offset and size of each

@@ -115,6 +115,59 @@ type physicalDeviceShaderFloat16Int8Features struct {
 	ShaderInt8    uint32
 }
 
+type physicalDeviceVulkanMemoryModelFeatures struct {
+	SType                                         uint32
+	PNext                                         unsafe.Pointer
+	VulkanMemoryModel                             uint32
+	VulkanMemoryModelDeviceScope                  uint32
+	VulkanMemoryModelAvailabilityVisibilityChains uint32
+}
+
+type physicalDeviceCooperativeMatrixFeaturesNV struct {
+	SType                               uint32
+	PNext                               unsafe.Pointer
+	CooperativeMatrix                   uint32
+	CooperativeMatrixRobustBufferAccess uint32
+}
+
+type cooperativeMatrixPropertiesNV struct {
+	SType               uint32
+	PNext               unsafe.Pointer
+	MSize, NSize, KSize uint32
+	AType, BType        uint32
+	CType, DType        uint32
+	Scope               uint32
+}
+
+// VkPhysicalDeviceCooperativeMatrixFeaturesKHR, VkCooperativeMatrixPropertiesKHR
+// and VkPhysicalDeviceShaderBfloat16FeaturesKHR are newer than Debian's
+// vulkan_core.h (1.3.239), so TestStructLayouts cannot check them: their
+// layouts are Vulkan 1.4's (VkBool32 and enums are 32-bit, pNext aligned).
+type physicalDeviceCooperativeMatrixFeaturesKHR struct {
+	SType                               uint32
+	PNext                               unsafe.Pointer
+	CooperativeMatrix                   uint32
+	CooperativeMatrixRobustBufferAccess uint32
+}
+
+type cooperativeMatrixPropertiesKHR struct {
+	SType                  uint32
+	PNext                  unsafe.Pointer
+	MSize, NSize, KSize    uint32
+	AType, BType           uint32
+	CType, ResultType      uint32
+	SaturatingAccumulation uint32
+	Scope                  uint32
+}
+
+type physicalDeviceShaderBfloat16FeaturesKHR struct {
+	SType                           uint32
+	PNext                           unsafe.Pointer
+	ShaderBFloat16Type              uint32
+	ShaderBFloat16DotProduct        uint32
+	ShaderBFloat16CooperativeMatrix uint32
+}
+
 type memoryType struct {
 	PropertyFlags uint32
 	HeapIndex     uint32

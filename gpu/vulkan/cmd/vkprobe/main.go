@@ -1,7 +1,9 @@
 // Command vkprobe lists the Vulkan devices this machine offers, checks
 // mixtune's Vulkan kernels on one of them against a float64 CPU reference
-// (GEMM in all transpose combinations, GEMM with a bf16 or fp16 B, and the
-// bf16/fp16 rounding kernels bit for bit), and measures GEMM GFLOP/s.
+// (every GEMM variant the device runs in all transpose combinations: the
+// scalar kernel with fp32, bf16 or fp16 B, and the fp16 and bf16
+// tensor-core kernels; the bf16/fp16 rounding kernels bit for bit), and
+// measures each GEMM variant's TFLOP/s at square and training shapes.
 //
 // It is built without cgo and needs only the Vulkan loader
 // (libvulkan.so.1) and a driver (ICD) at run time:
@@ -34,11 +36,12 @@ func main() {
 		list   = flag.Bool("list", false, "only list the devices")
 		lib    = flag.String("lib", "", "Vulkan loader library to open (default libvulkan.so.1 and the platform's names)")
 		sizes  = flag.String("sizes", "", "square GEMM sizes to time, comma-separated (default 1024,2048,4096; 128,256 on CPU devices)")
+		shapes = flag.String("shapes", "", "GEMM shapes M×N×K to time, comma-separated as MxNxK, a t after a size's A or B for a transposed operand (MxNtxK...: see -help); default the TinyLlama training shapes on GPUs")
 		reps   = flag.Int("reps", 5, "GEMMs per timed batch")
 		check  = flag.Bool("check", true, "check the kernels against the CPU reference")
 	)
 	flag.Parse()
-	if err := run(*device, *lib, *sizes, *list, *check, *reps); err != nil {
+	if err := run(*device, *lib, *sizes, *shapes, *list, *check, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "vkprobe:", err)
 		if errors.Is(err, vulkan.ErrNoLoader) {
 			fmt.Fprintln(os.Stderr, "install the Vulkan loader (Debian: libvulkan1) or pass -lib /path/to/libvulkan.so.1")
@@ -50,7 +53,7 @@ func main() {
 	}
 }
 
-func run(spec, libName, sizeList string, listOnly, check bool, reps int) error {
+func run(spec, libName, sizeList, shapeList string, listOnly, check bool, reps int) error {
 	var l *vulkan.Library
 	var err error
 	if libName != "" {
@@ -102,14 +105,29 @@ func run(spec, libName, sizeList string, listOnly, check bool, reps int) error {
 		return err
 	}
 	defer ks.Close()
-	fmt.Printf("\nusing device %d: %s; GEMM variant %s\n", p.Index, p.Name, ks.Variant.Name)
+	fmt.Printf("\nusing device %d: %s\n", p.Index, p.Name)
+	for _, f := range []vulkan.Rounding{vulkan.NoRounding, vulkan.RoundFP16, vulkan.RoundBF16} {
+		v, ok := ks.GemmVariantFor(f)
+		note := ""
+		if !ok {
+			note = " (no tensor-core variant on this device: the fp32 kernel)"
+		}
+		if err := ks.TensorErrors[f]; err != nil {
+			note = fmt.Sprintf(" (the tensor-core variant failed to build: %v)", err)
+		}
+		fmt.Printf("  GEMM with %s operands: %s%s\n", f, v.Name, note)
+	}
+	runs := gemmRuns(ks)
+	all := len(runs)
 	if check {
-		if err := checks(d, ks); err != nil {
+		if runs, err = checks(d, ks, runs); err != nil {
 			return err
 		}
 	}
+	var shapes []gemmShape
+	gpu := p.Type != vulkan.TypeCPU
 	ns := []int{1024, 2048, 4096}
-	if p.Type == vulkan.TypeCPU {
+	if !gpu {
 		ns = []int{128, 256}
 	}
 	if sizeList != "" {
@@ -122,21 +140,124 @@ func run(spec, libName, sizeList string, listOnly, check bool, reps int) error {
 			ns = append(ns, n)
 		}
 	}
-	fmt.Println("\nGEMM C = A·B, n×n×n, best of 3 batches of", reps)
 	for _, n := range ns {
-		for _, b := range []struct {
-			name string
-			b16  bool
-			h    vulkan.Half
-		}{{"fp32", false, 0}, {"bf16 B", true, vulkan.BF16}, {"fp16 B", true, vulkan.FP16}} {
-			gf, err := timeGemm(d, ks, n, reps, b.b16, b.h)
+		shapes = append(shapes, gemmShape{m: n, n: n, k: n})
+	}
+	if shapeList == "" && gpu {
+		shapes = append(shapes, trainingShapes...)
+	} else if shapeList != "" {
+		for _, s := range strings.Split(shapeList, ",") {
+			sh, err := parseShape(strings.TrimSpace(s))
 			if err != nil {
-				return fmt.Errorf("timing %d³ %s: %w", n, b.name, err)
+				return fmt.Errorf("-shapes: %w", err)
 			}
-			fmt.Printf("  %5d³ %-7s %9.1f GFLOP/s\n", n, b.name, gf)
+			shapes = append(shapes, sh)
 		}
 	}
+	fmt.Println("\nGEMM C = op(A)·op(B), M×N×K, TFLOP/s, best of 3 batches of", reps)
+	fmt.Printf("  %-24s", "shape")
+	for _, g := range runs {
+		fmt.Printf(" %16s", g.name)
+	}
+	fmt.Println()
+	for _, sh := range shapes {
+		fmt.Printf("  %-24s", sh)
+		for _, g := range runs {
+			tf, err := timeGemm(d, ks, sh, reps, g)
+			if err != nil {
+				return fmt.Errorf("timing %s %s: %w", sh, g.name, err)
+			}
+			fmt.Printf(" %16.3f", tf)
+		}
+		if sh.note != "" {
+			fmt.Printf("  %s", sh.note)
+		}
+		fmt.Println()
+	}
+	if len(runs) < all {
+		return fmt.Errorf("%d GEMM variant runs failed their checks (above)", all-len(runs))
+	}
 	return nil
+}
+
+// gemmRun is one way to run a GEMM: B's storage and the operands' format
+// (which picks a tensor-core variant where the device has one).
+type gemmRun struct {
+	name     string
+	b16      bool
+	half     vulkan.Half
+	operands vulkan.Rounding
+}
+
+// gemmRuns lists the scalar kernel's three runs and, for each tensor-core
+// variant the device has, its runs with fp32 and with 16-bit B.
+func gemmRuns(ks *vulkan.Kernels) []gemmRun {
+	runs := []gemmRun{
+		{name: "scalar fp32"},
+		{name: "scalar bf16-B", b16: true, half: vulkan.BF16},
+		{name: "scalar fp16-B", b16: true, half: vulkan.FP16},
+	}
+	for _, t := range []struct {
+		f    vulkan.Rounding
+		half vulkan.Half
+	}{{vulkan.RoundFP16, vulkan.FP16}, {vulkan.RoundBF16, vulkan.BF16}} {
+		if _, ok := ks.GemmVariantFor(t.f); ok {
+			runs = append(runs,
+				gemmRun{name: "coopmat " + t.f.String(), operands: t.f},
+				gemmRun{name: "coopmat " + t.f.String() + "-B", b16: true, half: t.half, operands: t.f})
+		}
+	}
+	return runs
+}
+
+// gemmShape is a GEMM's sizes and transposes, as the engine runs it.
+type gemmShape struct {
+	m, n, k        int
+	transA, transB bool
+	note           string
+}
+
+func (s gemmShape) String() string {
+	t := func(b bool) string {
+		if b {
+			return "t"
+		}
+		return ""
+	}
+	return fmt.Sprintf("%d%s×%d%s×%d", s.m, t(s.transA), s.n, t(s.transB), s.k)
+}
+
+// trainingShapes are TinyLlama-1.1B's (d 2048, MLP 5632) products over
+// 2048 tokens, as a LoRA step runs them (frozen W: no dW).
+var trainingShapes = []gemmShape{
+	{m: 2048, n: 5632, k: 2048, transB: true, note: "x·Wᵀ: gate/up projection"},
+	{m: 2048, n: 2048, k: 5632, transB: true, note: "x·Wᵀ: down projection"},
+	{m: 2048, n: 2048, k: 5632, note: "g·W: gate/up dx"},
+	{m: 2048, n: 5632, k: 2048, note: "g·W: down dx"},
+	{m: 4096, n: 2048, k: 2048, transB: true, note: "x·Wᵀ: q/o projection, 4096 tokens"},
+}
+
+// parseShape reads MxNxK, with a t after M (A transposed) or N (B
+// transposed): "2048x5632tx2048".
+func parseShape(s string) (gemmShape, error) {
+	f := strings.Split(strings.ReplaceAll(s, "×", "x"), "x")
+	if len(f) != 3 {
+		return gemmShape{}, fmt.Errorf("bad shape %q: want MxNxK", s)
+	}
+	var sh gemmShape
+	var err error
+	dim := func(x string, t *bool) int {
+		if strings.HasSuffix(x, "t") && t != nil {
+			*t, x = true, strings.TrimSuffix(x, "t")
+		}
+		v, e := strconv.Atoi(x)
+		if e != nil || v <= 0 {
+			err = fmt.Errorf("bad shape %q: size %q", s, x)
+		}
+		return v
+	}
+	sh.m, sh.n, sh.k = dim(f[0], &sh.transA), dim(f[1], &sh.transB), dim(f[2], nil)
+	return sh, err
 }
 
 func describe(p *vulkan.PhysicalDevice) {
@@ -153,6 +274,11 @@ func describe(p *vulkan.PhysicalDevice) {
 		float64(p.DeviceLocalBytes)/(1<<30), p.SubgroupSize, p.MaxSharedMemory>>10, p.MaxStorageBufferRange>>20, p.MaxWorkgroupInvocations)
 	fmt.Printf("    shaderFloat16 %v; cooperative matrix: KHR %v, NV %v, NV2 %v; shader bfloat16 %v\n",
 		p.ShaderFloat16, p.CooperativeMatrixKHR, p.CooperativeMatrixNV, p.CooperativeMatrix2NV, p.ShaderBFloat16)
+	fmt.Printf("    features: Vulkan memory model %v, NV cooperativeMatrix %v, KHR cooperativeMatrix %v, bf16 cooperative matrices %v\n",
+		p.VulkanMemoryModel, p.CoopMatNVFeature, p.CoopMatKHRFeature, p.BFloat16CoopMat)
+	for _, s := range p.CoopMatShapes {
+		fmt.Printf("    cooperative-matrix shape %s\n", s)
+	}
 }
 
 // buffers holds a test's device buffers, freed together.
@@ -183,31 +309,76 @@ func (bs buffers) free() {
 }
 
 // checks runs the kernels on the device and compares with the CPU.
-func checks(d *vulkan.Device, ks *vulkan.Kernels) error {
-	fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24):")
+// A tensor-core variant that fails is reported and left out of the
+// timings (the others go on); the fp32 kernel or rounding failing is an
+// error.
+func checks(d *vulkan.Device, ks *vulkan.Kernels, runs []gemmRun) ([]gemmRun, error) {
+	fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24; tensor cores u = 2^-23:")
+	fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
 	rng := rand.New(rand.NewPCG(7, 8))
-	m, n, k := 257, 193, 320
-	for _, h := range []struct {
-		name string
-		b16  bool
-		half vulkan.Half
-	}{{"fp32", false, 0}, {"bf16 B", true, vulkan.BF16}, {"fp16 B", true, vulkan.FP16}} {
-		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-			worst, err := gemmCheck(d, ks, rng, m, n, k, tr[0], tr[1], h.b16, h.half)
-			if err != nil {
-				return fmt.Errorf("GEMM %s transA=%v transB=%v: %w", h.name, tr[0], tr[1], err)
-			}
-			fmt.Printf("  GEMM %-7s %d×%d×%d transA=%-5v transB=%-5v ok: worst error %.3f of the bound\n", h.name, m, n, k, tr[0], tr[1], worst)
+	var passed []gemmRun
+	var failed []string
+runs:
+	for _, g := range runs {
+		// The tensor-core kernels' 128×128×32 tiles also at ragged edges
+		// and below one tile, and fp16 subnormal operands (|a| ≈ 2^-16).
+		sizes := [][4]float64{{257, 193, 320, 1}}
+		if g.operands != vulkan.NoRounding {
+			sizes = append(sizes, [4]float64{127, 129, 33, 1}, [4]float64{3, 5, 7, 1}, [4]float64{130, 70, 48, 0x1p-16})
 		}
+		for _, sz := range sizes {
+			m, n, k, scale := int(sz[0]), int(sz[1]), int(sz[2]), sz[3]
+			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				worst, err := gemmCheck(d, ks, rng, m, n, k, tr[0], tr[1], scale, g)
+				if err != nil {
+					err = fmt.Errorf("GEMM %s %d×%d×%d (A scaled by %g) transA=%v transB=%v: %w", g.name, m, n, k, scale, tr[0], tr[1], err)
+					if g.operands == vulkan.NoRounding {
+						return nil, err
+					}
+					fmt.Printf("  FAIL %v (left out of the timings)\n", err)
+					failed = append(failed, g.name)
+					continue runs
+				}
+				s := ""
+				if scale != 1 {
+					s = fmt.Sprintf(", A scaled by %g", scale)
+				}
+				fmt.Printf("  GEMM %-16s %d×%d×%d transA=%-5v transB=%-5v ok: worst error %.3f of the bound%s\n", g.name, m, n, k, tr[0], tr[1], worst, s)
+			}
+		}
+		passed = append(passed, g)
 	}
-	return roundCheck(d, ks, rng)
+	if err := roundCheck(d, ks, rng); err != nil {
+		return nil, err
+	}
+	if len(failed) > 0 {
+		fmt.Printf("  tensor-core GEMM checks FAILED: %s\n", strings.Join(failed, ", "))
+	}
+	return passed, nil
 }
 
-func gemmCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb, b16 bool, half vulkan.Half) (float64, error) {
+func gemmCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb bool, scale float64, g gemmRun) (float64, error) {
+	b16, half := g.b16, g.half
 	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	round := func(x float32) float32 { return x }
+	u := 0x1p-24
+	switch g.operands {
+	case vulkan.RoundFP16:
+		round, u = amp.FP16.Round, 0x1p-23
+	case vulkan.RoundBF16:
+		round, u = amp.BF16.Round, 0x1p-23
+	}
 	for _, xs := range [][]float32{a, b, c} {
 		for i := range xs {
 			xs[i] = float32(rng.NormFloat64())
+		}
+	}
+	for i := range a {
+		a[i] *= float32(scale)
+	}
+	for _, xs := range [][]float32{a, b} {
+		for i := range xs {
+			xs[i] = round(xs[i])
 		}
 	}
 	var bs buffers
@@ -252,7 +423,7 @@ func gemmCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand, m, n, k int
 	}
 	defer r.Close()
 	if err := ks.Gemm(r, vulkan.GemmArgs{M: m, N: n, K: k, TransA: ta, TransB: tb, Alpha: alpha, Beta: beta,
-		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: b16, BHalf: half}); err != nil {
+		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: b16, BHalf: half, Operands: g.operands}); err != nil {
 		return 0, err
 	}
 	if err := r.Submit(); err != nil {
@@ -262,8 +433,8 @@ func gemmCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand, m, n, k int
 	if err := C.ReadFloat32(0, got); err != nil {
 		return 0, err
 	}
-	nu := float64(k+2) * 0x1p-24
-	g := nu / (1 - nu)
+	nu := float64(k+2) * u
+	gk := nu / (1 - nu)
 	worst := 0.0
 	for i := range m {
 		for j := range n {
@@ -281,7 +452,7 @@ func gemmCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand, m, n, k int
 				sa += math.Abs(x)
 			}
 			want := alpha*s + beta*float64(c[i*n+j])
-			bound := g * (alpha*sa + math.Abs(beta*float64(c[i*n+j])))
+			bound := gk * (alpha*sa + math.Abs(beta*float64(c[i*n+j])))
 			e := math.Abs(float64(got[i*n+j]) - want)
 			if !(e <= bound) {
 				return 0, fmt.Errorf("C[%d,%d] = %g, want %g ± %.3g", i, j, got[i*n+j], want, bound)
@@ -347,27 +518,31 @@ func roundCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand) error {
 	return nil
 }
 
-// timeGemm is the best GFLOP/s of 3 batches of reps n³ GEMMs.
-func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, n, reps int, b16 bool, half vulkan.Half) (float64, error) {
+// timeGemm is the best TFLOP/s of 3 batches of reps GEMMs of shape sh.
+func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, reps int, run gemmRun) (float64, error) {
 	var bs buffers
 	defer bs.free()
-	x := make([]float32, n*n)
-	for i := range x {
-		x[i] = float32(i%7) - 3
+	m, n, k := sh.m, sh.n, sh.k
+	fill := func(size int) []float32 {
+		x := make([]float32, size)
+		for i := range x {
+			x[i] = float32(i%7) - 3 // exact in every format
+		}
+		return x
 	}
-	A, err := bs.f32(d, x)
+	A, err := bs.f32(d, fill(m*k))
 	if err != nil {
 		return 0, err
 	}
-	C, err := bs.f32(d, x)
+	C, err := bs.f32(d, make([]float32, m*n))
 	if err != nil {
 		return 0, err
 	}
 	var B *vulkan.Buffer
-	if b16 {
-		B, err = bs.u16(d, make([]uint16, n*n))
+	if run.b16 {
+		B, err = bs.u16(d, make([]uint16, k*n))
 	} else {
-		B, err = bs.f32(d, x)
+		B, err = bs.f32(d, fill(k*n))
 	}
 	if err != nil {
 		return 0, err
@@ -377,7 +552,15 @@ func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, n, reps int, b16 bool, half 
 		return 0, err
 	}
 	defer r.Close()
-	g := vulkan.GemmArgs{M: n, N: n, K: n, Alpha: 1, A: A, B: B, C: C, Lda: n, Ldb: n, Ldc: n, B16: b16, BHalf: half}
+	lda, ldb := k, n
+	if sh.transA {
+		lda = m
+	}
+	if sh.transB {
+		ldb = k
+	}
+	g := vulkan.GemmArgs{M: m, N: n, K: k, TransA: sh.transA, TransB: sh.transB, Alpha: 1, A: A, B: B, C: C,
+		Lda: lda, Ldb: ldb, Ldc: n, B16: run.b16, BHalf: run.half, Operands: run.operands}
 	if err := ks.Gemm(r, g); err != nil { // warm up: the driver compiles the pipeline
 		return 0, err
 	}
@@ -397,5 +580,5 @@ func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, n, reps int, b16 bool, half 
 		}
 		best = min(best, time.Since(t0))
 	}
-	return 2 * float64(n) * float64(n) * float64(n) * float64(reps) / best.Seconds() / 1e9, nil
+	return 2 * float64(m) * float64(n) * float64(k) * float64(reps) / best.Seconds() / 1e12, nil
 }
