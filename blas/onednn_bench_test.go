@@ -46,7 +46,9 @@ func bf16Rand(rng *rand.Rand, n int) ([]float32, []uint16) {
 }
 
 // BenchmarkGEMMTraining reports GFLOP/s for the products of a linear layer
-// at training shapes: native, OpenBLAS and oneDNN fp32, oneDNN bf16 alone,
+// at training shapes: native, OpenBLAS and oneDNN fp32, oneDNN and native
+// bf16 alone (native-bf16, and e2e-native-bf16-packedW as nn runs it:
+// float32 operands rounded as packed, a weight packed once),
 // and the two ways to multiply a bf16 weight end to end (native: widen W
 // to fp32, then Sgemm; oneDNN: truncate the fp32-held bf16 activations
 // to bits, then GemmBF16). "omp" runs oneDNN on its own OpenMP threads.
@@ -122,6 +124,16 @@ func BenchmarkGEMMTraining(b *testing.B) {
 					nbf, nerr := NewNativeBF16(cpufeat.Detect(), threads)
 					run("native-bf16", nerr, func() {
 						nbf.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, au, colsA, bu, colsB, 0, c, sh.n)
+					})
+					// as nn runs it: the float32-held operands rounded to
+					// bf16 as they are packed, a weight B packed once
+					var pb *PackedBF16
+					if nerr == nil && weightIsB {
+						pb = nbf.PackB(nil, sh.transB, sh.k, sh.n, BF16Matrix{Bits: bu, Ld: colsB})
+					}
+					run("e2e-native-bf16-packedW", nerr, func() {
+						bm := BF16Matrix{F32: bf, Ld: colsB}
+						nbf.Gemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, BF16Matrix{F32: af, Ld: colsA}, bm, pb, 0, c, sh.n, nil)
 					})
 					// End to end from what nn holds: a bf16 weight as bits,
 					// activations and gradients as fp32 holding bf16 values.
