@@ -35,32 +35,44 @@ func TestDecideBF16(t *testing.T) {
 	missing := func() (blas.BF16Choice, error) {
 		return blas.BF16Choice{}, blas.ErrNoBF16Gemm
 	}
+	// what MeasureBF16 answers: the bf16 GEMM faster than the emulation
+	// or not
+	faster := func(blas.BF16Gemmer) (blas.BF16Speed, []string) {
+		return blas.BF16Speed{Emulate: 100, Hardware: 180, Source: "measured"}, nil
+	}
+	slower := func(blas.BF16Gemmer) (blas.BF16Speed, []string) {
+		return blas.BF16Speed{Emulate: 100, Hardware: 60, Source: "measured"}, []string{"busy"}
+	}
 	for _, tc := range []struct {
 		name    string
 		mode    amp.BF16Matmul
 		low     amp.Format
 		f       cpufeat.Features
 		choose  func() (blas.BF16Choice, error)
+		measure func(blas.BF16Gemmer) (blas.BF16Speed, []string)
 		path    string
 		gemmer  bool
 		reason  string
 		warning string
 		err     bool
 	}{
-		{"fp32 run", amp.BF16Auto, amp.FP32, units, onUnits, "", false, "", "", false},
-		{"fp16 run, hardware asked", amp.BF16Hardware, amp.FP16, units, onUnits, "", false, "", "does nothing at precision fp16", false},
-		{"emulate on bf16 units", amp.BF16Emulate, amp.BF16, units, onUnits, bf16PathEmulate, false, "emulate", "", false},
-		{"auto on bf16 units", amp.BF16Auto, amp.BF16, units, onUnits, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
-		{"auto without bf16 units", amp.BF16Auto, amp.BF16, none, emulated, bf16PathEmulate, false, "no bf16 units", "", false},
-		{"auto, units but no bf16 GEMM", amp.BF16Auto, amp.BF16, units, missing, bf16PathEmulate, false, "no bf16 GEMM", "", false},
-		{"auto, only the native kernel", amp.BF16Auto, amp.BF16, units, native, bf16PathEmulate, false, "not yet faster", "", false},
-		{"hardware, the native kernel", amp.BF16Hardware, amp.BF16, units, native, bf16PathHardware, true, "native VDPBF16PS kernel", "", false},
-		{"hardware on bf16 units", amp.BF16Hardware, amp.BF16, units, onUnits, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
-		{"hardware, oneDNN emulating", amp.BF16Hardware, amp.BF16, none, emulated, bf16PathHardware, true, "emulated", "slower than emulate", false},
-		{"hardware without a bf16 GEMM", amp.BF16Hardware, amp.BF16, none, missing, "", false, "", "", true},
+		{"fp32 run", amp.BF16Auto, amp.FP32, units, onUnits, faster, "", false, "", "", false},
+		{"fp16 run, hardware asked", amp.BF16Hardware, amp.FP16, units, onUnits, faster, "", false, "", "does nothing at precision fp16", false},
+		{"emulate on bf16 units", amp.BF16Emulate, amp.BF16, units, onUnits, faster, bf16PathEmulate, false, "emulate", "", false},
+		{"auto on bf16 units", amp.BF16Auto, amp.BF16, units, onUnits, faster, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
+		{"auto without bf16 units", amp.BF16Auto, amp.BF16, none, emulated, faster, bf16PathEmulate, false, "no bf16 units", "", false},
+		{"auto, units but no bf16 GEMM", amp.BF16Auto, amp.BF16, units, missing, faster, bf16PathEmulate, false, "no bf16 GEMM", "", false},
+		{"auto, the native kernel, faster", amp.BF16Auto, amp.BF16, units, native, faster, bf16PathHardware, true, "native VDPBF16PS kernel: bf16 GEMM 180 GFLOP/s against 100 emulated", "", false},
+		{"auto, the native kernel, slower", amp.BF16Auto, amp.BF16, units, native, slower, bf16PathEmulate, false, "not faster than the emulation here: bf16 GEMM 60", "busy", false},
+		{"auto, oneDNN on bf16 units, slower", amp.BF16Auto, amp.BF16, units, onUnits, slower, bf16PathEmulate, false, "fake on VDPBF16PS is not faster", "busy", false},
+		{"hardware, the native kernel, slower", amp.BF16Hardware, amp.BF16, units, native, slower, bf16PathHardware, true, "native VDPBF16PS kernel", "", false},
+		{"hardware, the native kernel", amp.BF16Hardware, amp.BF16, units, native, faster, bf16PathHardware, true, "native VDPBF16PS kernel", "", false},
+		{"hardware on bf16 units", amp.BF16Hardware, amp.BF16, units, onUnits, faster, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
+		{"hardware, oneDNN emulating", amp.BF16Hardware, amp.BF16, none, emulated, faster, bf16PathHardware, true, "emulated", "slower than emulate", false},
+		{"hardware without a bf16 GEMM", amp.BF16Hardware, amp.BF16, none, missing, faster, "", false, "", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := decideBF16(tc.mode, tc.low, tc.f, tc.choose)
+			d, err := decideBF16(tc.mode, tc.low, tc.f, tc.choose, tc.measure)
 			if tc.err {
 				if err == nil || !errors.Is(err, blas.ErrNoBF16Gemm) || !strings.Contains(err.Error(), "amp.bf16_matmul") {
 					t.Fatalf("got %+v, %v; want an error naming amp.bf16_matmul", d, err)
