@@ -280,3 +280,52 @@ func TestLinearPackedWeightCache(t *testing.T) {
 		})
 	}
 }
+
+// TestLinearFrozenFP32WeightRoundsInPack: a frozen fp32 weight on a bf16
+// GEMM that packs float32 operands gets no bf16 copy in the graph, and
+// the layer computes the bits it computes on the same weight stored in
+// bf16 (both pack the same rounded values).
+func TestLinearFrozenFP32WeightRoundsInPack(t *testing.T) {
+	const n, in, out = 9, 40, 35
+	rng := rand.New(rand.NewPCG(11, 12))
+	xs, ws, wbits := linearInputs(rng, n, in, out)
+	run := func(sixteen bool) (y, dx []float32, casts int) {
+		b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: blas.NewNativeBF16Go(2), Workers: 2}, tensor.Float32)
+		p := amp.DefaultPolicy(amp.BF16)
+		b.Policy = &p
+		x := b.Param("x", []int{n, in}, append([]float32(nil), xs...), true)
+		var w *G.Node
+		if sixteen {
+			w = b.Param16("w", []int{out, in}, wbits, amp.BF16)
+		} else {
+			w = b.Param("w", []int{out, in}, append([]float32(nil), ws...), false)
+		}
+		yn := b.Linear(x, w)
+		grads, err := G.Grad(G.Must(G.Sum(G.Must(G.Square(yn)))), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runGraph(t, b)
+		for k := range b.casts {
+			if k.n == w {
+				casts++
+			}
+		}
+		return append([]float32(nil), f32(yn)...), append([]float32(nil), f32(grads[0])...), casts
+	}
+	y16, dx16, _ := run(true)
+	y32, dx32, casts := run(false)
+	if casts != 0 {
+		t.Fatalf("the frozen fp32 weight has %d bf16 copies in the graph, want none", casts)
+	}
+	for i := range y16 {
+		if math.Float32bits(y16[i]) != math.Float32bits(y32[i]) {
+			t.Fatalf("y[%d] = %v from the fp32 weight, %v from its bf16 bits", i, y32[i], y16[i])
+		}
+	}
+	for i := range dx16 {
+		if math.Float32bits(dx16[i]) != math.Float32bits(dx32[i]) {
+			t.Fatalf("dx[%d] = %v from the fp32 weight, %v from its bf16 bits", i, dx32[i], dx16[i])
+		}
+	}
+}

@@ -33,11 +33,19 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 		wfwd = &packedWeight{trainable: b.needsGrad[w]}
 		wdx = &packedWeight{trainable: b.needsGrad[w]}
 	}
-	if !b.is16[w] && !is4 { // a 16- or 4-bit weight is converted inside the op, block by block
+	// A frozen fp32 weight read by a bf16 GEMM that rounds its operands
+	// as it packs them needs no bf16 copy (4 bytes a parameter): the
+	// GEMM rounds it once, into the packings it keeps.
+	_, packs := b.Eng.BF16.(bf16Packer)
+	roundsInPack := packs && f == amp.BF16 && b.Dtype == tensor.Float32 && b.isParam[w] && !b.needsGrad[w] && !b.is16[w] && !is4 && b.format[w] == amp.FP32
+	if !b.is16[w] && !is4 && !roundsInPack { // a 16- or 4-bit weight is converted inside the op, block by block
 		w = b.lower(w, f)
 	}
 	base := b.newBase("linear", x, w)
 	base.out = out
+	if roundsInPack {
+		base.inFm[1] = amp.BF16 // the values the products read
+	}
 	if b.Dtype == tensor.Float64 {
 		check(!b.is16[w] && !is4, "linear: 16- and 4-bit weights need a float32 graph")
 		return b.apply(&linearOp[float64]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float64](xs[0], ws[0])}, x, w)
