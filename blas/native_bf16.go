@@ -56,12 +56,14 @@ const (
 
 // Blocking. A 14-row strip of packed op(A) over one slice (14·256 dwords,
 // 14 KiB) stays in L1 while the kernel walks the block's panels of op(B);
-// one slice of a block (256 pairs × 512 columns, 512 KiB) stays in L2.
+// one slice of a block (256 pairs × up to 1024 columns, 1 MiB) stays in
+// L2. Each block converts and packs the strips of op(A) again, so blocks
+// are as wide as L2 allows.
 const (
 	bf16MR  = 14
 	bf16NR  = 32
 	bf16KCP = 256
-	bf16NC  = 512
+	bf16NC  = 1024
 
 	// bf16ParallelWork is the smallest m·n·k per worker worth handing to
 	// another goroutine (nativeParallelWork's reasoning).
@@ -203,8 +205,11 @@ func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 		bufs = bf16Pool.Get().(*bf16Buffers)
 		defer bf16Pool.Put(bufs)
 	}
-	for jc := 0; jc < n; jc += bf16NC {
-		nc := min(bf16NC, n-jc)
+	// column blocks of nearly equal size, whole panels, at most bf16NC
+	nblk := (n + bf16NC - 1) / bf16NC
+	ncb := ((n+nblk-1)/nblk + bf16NR - 1) / bf16NR * bf16NR
+	for jc := 0; jc < n; jc += ncb {
+		nc := min(ncb, n-jc)
 		panels := (nc + bf16NR - 1) / bf16NR
 		var bp []uint32 // panel q of the block at bp[q·kp·32:]
 		if pb != nil {

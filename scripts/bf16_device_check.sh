@@ -23,8 +23,9 @@
 #   - mixtune bench on the bench and mid shapes at 2 threads: fp32, bf16
 #     emulate, bf16 hardware and bf16 auto (tokens/s, peak RSS, the path);
 #   - with DNNL_DIR set to a folder holding libdnnl.so.2 (and its
-#     libgomp.so.1, libOpenCL.so.1), the GEMMs and the benches again with
-#     LD_LIBRARY_PATH including it: oneDNN's fp32 and bf16 GEMMs.
+#     libgomp.so.1, libOpenCL.so.1), with LD_LIBRARY_PATH including it:
+#     oneDNN's tests, the GEMMs with oneDNN's fp32 and bf16 columns, and
+#     the benches on --blas onednn (bf16 hardware: oneDNN's bf16 GEMM).
 # Each part runs under its own time limit and says so when it is cut.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,14 +37,15 @@ shared=.devcarry/gpucheck
 # functions below run as bash -c FUNCTION [ARGS] (exported in run).
 source scripts/part.sh
 
-# tests: the bf16 tests of blas and nn, one line each.
-# (in blas/ and nn/: TestVDPBF16PSEncoding reads the .s file beside it)
+# tests [BLAS NN]: the tests of blas and nn whose names match (default:
+# every bf16 test), one line each; run in blas/ and nn/, as
+# TestVDPBF16PSEncoding reads the .s file beside it.
 tests() {
 	local abs
 	abs=$(cd "$dir" && pwd)
-	(cd blas && "$abs/bf16.test" -test.run 'BF16|VDPBF16' -test.v 2>&1) |
+	(cd blas && "$abs/bf16.test" -test.run "${1:-BF16|VDPBF16}" -test.v 2>&1) |
 		grep -E '^(--- |ok|PASS|FAIL|panic)|bound|CPU lacks|within|no bf16 GEMM|not installed|SIGILL|illegal' || true
-	(cd nn && "$abs/nn.test" -test.run 'LinearBF16Path|LinearOnBF16Units|LinearPackedWeightCache|RoundsInPack' -test.v 2>&1) |
+	(cd nn && "$abs/nn.test" -test.run "${2:-LinearBF16Path|LinearOnBF16Units|LinearPackedWeightCache|RoundsInPack}" -test.v 2>&1) |
 		grep -E '^(--- |ok|PASS|FAIL|panic)|within|no bf16 GEMM|SIGILL|illegal' || true
 }
 
@@ -67,10 +69,14 @@ gemms() {
 		}'
 }
 
-# benches BLAS: mixtune bench on the bench and mid shapes, 2 threads.
+# benches BLAS [SHAPE...]: mixtune bench on the shapes (default bench
+# and mid), 2 threads.
 benches() {
 	local blas=$1
-	for s in bench mid; do
+	shift
+	local shapes=("$@")
+	[ ${#shapes[@]} -eq 0 ] && shapes=(bench mid)
+	for s in "${shapes[@]}"; do
 		local shape=(--vocab 512 --dim 256 --layers 4 --heads 8 --ffn 688 --seq 128 --batch 8 --steps 5 --warmup 1)
 		[ "$s" = mid ] && shape=(--vocab 8192 --dim 512 --layers 8 --heads 8 --ffn 1376 --seq 256 --batch 4 --steps 3 --warmup 1)
 		for run in "fp32" "bf16 emulate" "bf16 hardware" "bf16 auto"; do
@@ -136,9 +142,9 @@ run)
 			export LD_LIBRARY_PATH=$DNNL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 			echo
 			echo "== with oneDNN from $DNNL_DIR"
-			part "bf16 tests with oneDNN" 45 bash -c tests
+			part "oneDNN's tests" 30 bash -c "tests 'OneDNN|ChooseBF16' LinearOnBF16Units"
 			part "GEMM GFLOP/s with oneDNN, 2 threads" 30 bash -c gemms
-			[ -n "$mt" ] && part "mixtune bench with oneDNN, 2 threads" 60 bash -c "benches onednn"
+			[ -n "$mt" ] && part "mixtune bench with oneDNN, 2 threads" 30 bash -c "benches onednn bench"
 		else
 			echo "DNNL_DIR=$DNNL_DIR holds no libdnnl.so.2"
 		fi
