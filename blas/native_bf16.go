@@ -368,7 +368,7 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 			off := (l0+l)*ld + 2*p0
 			if x.F32 != nil {
 				row := x.F32[off : off+2*pairs+btoi(odd)]
-				for p := 0; p < pairs; p++ {
+				for p := packRowPairsF32(dst[l:], width, row, pairs); p < pairs; p++ {
 					dst[p*width+l] = uint32(amp.BF16Bits(row[2*p])) | uint32(amp.BF16Bits(row[2*p+1]))<<16
 				}
 				if odd {
@@ -398,8 +398,8 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 				continue
 			}
 			oddRow := x.F32[e+ld+l0 : e+ld+l0+lines]
-			for l, v := range even {
-				out[l] = uint32(amp.BF16Bits(v)) | uint32(amp.BF16Bits(oddRow[l]))<<16
+			for l := interleaveF32(out, even, oddRow); l < lines; l++ {
+				out[l] = uint32(amp.BF16Bits(even[l])) | uint32(amp.BF16Bits(oddRow[l]))<<16
 			}
 			continue
 		}
