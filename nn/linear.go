@@ -26,12 +26,19 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	}
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
 	x = b.lower(x, f)
-	// a parameter (or a 16-bit base weight) is what a bf16 GEMM may keep
-	// packed from call to call, whatever copy of it the op reads
+	// A parameter (or a 16-bit base weight) is what a bf16 GEMM may keep
+	// packed from call to call, whatever copy of it the op reads: both
+	// packings (forward, dx) of a float32 one, whose bf16 copy they
+	// replace (below), the forward's only of a 16-bit one, which is held
+	// in bf16 already: packing its dx operand per call (pairs of its rows
+	// side by side) costs little beside the product, a second packing 2
+	// bytes a parameter.
 	var wfwd, wdx *packedWeight
 	if b.isParam[w] || b.is16[w] {
 		wfwd = &packedWeight{trainable: b.needsGrad[w]}
-		wdx = &packedWeight{trainable: b.needsGrad[w]}
+		if !b.is16[w] {
+			wdx = &packedWeight{trainable: b.needsGrad[w]}
+		}
 	}
 	// A frozen fp32 weight read by a bf16 GEMM that rounds its operands
 	// as it packs them needs no bf16 copy (4 bytes a parameter): the
