@@ -298,6 +298,7 @@ func TestLinearFrozenFP32WeightRoundsInPack(t *testing.T) {
 		b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: blas.NewNativeBF16Go(2), Workers: 2}, tensor.Float32)
 		p := amp.DefaultPolicy(amp.BF16)
 		b.Policy = &p
+		b.PackFrozenWeights = true
 		x := b.Param("x", []int{n, in}, append([]float32(nil), xs...), true)
 		var w *G.Node
 		if sixteen {

@@ -44,7 +44,7 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	// as it packs them needs no bf16 copy (4 bytes a parameter): the
 	// GEMM rounds it once, into the packings it keeps.
 	_, packs := b.Eng.BF16.(bf16Packer)
-	roundsInPack := packs && f == amp.BF16 && b.Dtype == tensor.Float32 && b.isParam[w] && !b.needsGrad[w] && !b.is16[w] && !is4 && b.format[w] == amp.FP32
+	roundsInPack := b.PackFrozenWeights && packs && f == amp.BF16 && b.Dtype == tensor.Float32 && b.isParam[w] && !b.needsGrad[w] && !b.is16[w] && !is4 && b.format[w] == amp.FP32
 	if !b.is16[w] && !is4 && !roundsInPack { // a 16- or 4-bit weight is converted inside the op, block by block
 		w = b.lower(w, f)
 	}
