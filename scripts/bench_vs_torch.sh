@@ -23,12 +23,14 @@
 # backend) onto older kernels than users get. The script prints the
 # OpenBLAS core each one used, and PyTorch's BLAS as torch.__config__
 # reports it. PYTHON names the Python whose PyTorch is the peer (default
-# /usr/bin/python3, Debian's).
+# /usr/bin/python3, Debian's); on a machine without Go, MIXTUNE names a
+# mixtune binary built elsewhere (default: go build into bin/) and PEER
+# the peer script (default ../shared/bench/torch_peer.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-5}
 rounds=${2:-2}
-peer=../shared/bench/torch_peer.py
+peer=${PEER:-../shared/bench/torch_peer.py}
 py=${PYTHON:-/usr/bin/python3}
 for v in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do
 	if [ -n "${!v:-}" ]; then
@@ -48,10 +50,11 @@ have_torch=false
 if [ -f "$peer" ] && $py -c 'import torch' 2>/dev/null; then
 	have_torch=true
 fi
-go build -o bin/mixtune ./cmd/mixtune
+mt=${MIXTUNE:-bin/mixtune}
+[ -n "${MIXTUNE:-}" ] || go build -o bin/mixtune ./cmd/mixtune
 backends=(native)
 for b in onednn openblas; do
-	if j=$(bin/mixtune bench --blas "$b" --steps 1 --warmup 0 --json 2>/dev/null | tail -1); then
+	if j=$("$mt" bench --blas "$b" --steps 1 --warmup 0 --json 2>/dev/null | tail -1); then
 		backends+=("$b")
 		echo "mixtune $b: $(echo "$j" | sed -n 's/.*"backend": *"\([^"]*\)".*/\1/p')" >&2
 	fi
@@ -87,7 +90,7 @@ for round in $(seq "$rounds"); do
 			for b in "${backends[@]}"; do
 				extra=()
 				[ "$mode" = bf16 ] && extra=(--precision bf16 --base-dtype bf16)
-				out=$(bin/mixtune bench ${shape[$s]} --ffn "${ffn[$s]}" ${seqbatch[$s]} --blas "$b" --steps "$steps" "${extra[@]}" --json 2>/dev/null | tail -1) || continue
+				out=$("$mt" bench ${shape[$s]} --ffn "${ffn[$s]}" ${seqbatch[$s]} --blas "$b" --steps "$steps" "${extra[@]}" --json 2>/dev/null | tail -1) || continue
 				echo "{\"shape\": \"$s\", \"mode\": \"$mode\", \"who\": \"mixtune $b\"} $out" >>"$results"
 			done
 			if $have_torch; then
