@@ -213,6 +213,10 @@ func (f Format) FromBits16(b uint16) float32 {
 	return bf16FromBits(b)
 }
 
+// BF16Bits is BF16.Bits16(x), small enough for the compiler to inline
+// into a loop that converts many values (a GEMM's packing).
+func BF16Bits(x float32) uint16 { return bf16Bits(x) }
+
 // bf16Bits rounds x to bfloat16 with round-to-nearest-even on the 16 dropped
 // bits. NaN is kept a NaN: rounding could otherwise carry a NaN payload into
 // the exponent and turn it into Inf.

@@ -153,6 +153,18 @@ type calShape struct {
 	m, n, k        int
 }
 
+// lds are the row strides of A and B stored densely.
+func (sh calShape) lds() (lda, ldb int) {
+	lda, ldb = sh.k, sh.n
+	if sh.transA {
+		lda = sh.m
+	}
+	if sh.transB {
+		ldb = sh.k
+	}
+	return lda, ldb
+}
+
 // timeShapes returns, per backend, Σ flops / Σ (best of repeats) seconds
 // over shapes, in GFLOP/s. The backends take turns, shape by shape and
 // repeat by repeat, so that a machine whose load changes while they are
@@ -166,13 +178,7 @@ func timeShapes(bes []Backend, shapes []calShape, repeats int) []float64 {
 		a := randFloat32s(rng, sh.m*sh.k)
 		b := randFloat32s(rng, sh.k*sh.n)
 		c := make([]float32, sh.m*sh.n)
-		lda, ldb := sh.k, sh.n
-		if sh.transA {
-			lda = sh.m
-		}
-		if sh.transB {
-			ldb = sh.k
-		}
+		lda, ldb := sh.lds()
 		best := make([]float64, len(bes))
 		for i := range best {
 			best[i] = math.Inf(1)

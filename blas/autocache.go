@@ -267,7 +267,7 @@ func readCalibration(path, key string, cs []candidate) (*calibration, error) {
 
 // writeCalibration writes c to path whole or not at all (atomicfile), so
 // that a reader never sees half a file.
-func writeCalibration(path string, c *calibration) error {
+func writeCalibration(path string, c any) error {
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err

@@ -2,27 +2,76 @@ package blas
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
 // NativeBF16 is mixtune's own bf16 GEMM: a VDPBF16PS micro-kernel in Go
-// assembly (AVX512_BF16), for machines without oneDNN. It packs op(A) in
-// blocks of 8 rows and op(B) in panels of 32 columns as pairs of bf16
-// values along k (a zero pads an odd k), and sums each element of C from
-// zero over the pairs in order, as the instruction does: odd element of a
-// pair first, each product added with one fp32 rounding (round to nearest
-// even), denormal inputs read as zero and denormal sums flushed to zero.
-// Every element is one such sum whatever the worker count, so results do
-// not depend on it. Then C = alpha·sum + beta·C in float32.
+// assembly (AVX512_BF16), for machines without oneDNN.
+//
+// It is blocked as the fp32 kernel is. op(B) is packed once per call (or
+// once for good: PackB) in panels of 32 columns, as pairs of bf16 values
+// along k (a zero pads an odd k); a block of up to bf16NC columns of it is
+// shared by the workers, each slice of bf16KCP pairs of that block staying
+// in L2. Each worker packs a strip of 14 rows of op(A) for one slice into
+// L1 and runs the 14×32 kernel across the block's panels, its 28 zmm
+// accumulators taking one VDPBF16PS per pair and 16 columns. Operands
+// given as float32 are rounded to bf16 (nearest even) as they are packed:
+// no converted copy is made.
+//
+// Each element of C is one sum from zero over the pairs in order, as the
+// instruction computes it: odd element of a pair first, each product
+// added with one fp32 rounding (round to nearest even), denormal inputs
+// read as zero and denormal sums flushed to zero. A sum that spans several
+// k slices is carried in fp32 from one to the next, so the slicing, the
+// blocking and the worker count never change a bit. Then C = alpha·sum +
+// beta·C in float32.
 type NativeBF16 struct {
 	workers int
-	// tile computes one 8×32 tile of sums (dpbf16Tile8x32); the tests
-	// put a Go model of it here to check the packing on any CPU.
-	tile func(kp int, a, b *uint32, c *float32)
+	// kern computes one 14×32 tile over one k slice (bf16KernelAsm); the
+	// tests put a Go model of it here to check the driver on any CPU.
+	kern bf16Kernel
+	name string
 }
+
+// bf16Kernel computes one bf16MR×bf16NR tile over kcp pairs, as
+// dpbf16K14x32 (native_bf16_amd64.s) says: the accumulators start from
+// zero or, with mode&bf16Load, from acc (bf16MR rows of bf16NR floats);
+// then the sums go back to acc or, with mode&bf16Final, C (row stride ldc)
+// = alpha·sum (+ beta·C with mode&bf16ReadC) as scaleBF16Sum rounds it.
+type bf16Kernel func(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta float32, mode int)
+
+// The kernel's modes.
+const (
+	bf16Load  = 1 // start from the sums in acc
+	bf16Final = 2 // write alpha·sum (+ beta·C) to C, not the sums to acc
+	bf16ReadC = 4 // with bf16Final: add beta·C
+)
+
+// Blocking. A 14-row strip of packed op(A) over one slice (14·256 dwords,
+// 14 KiB) stays in L1 while the kernel walks the block's panels of op(B);
+// one slice of a block (256 pairs × up to 1024 columns, 1 MiB) stays in
+// L2. Each block converts and packs the strips of op(A) again, so blocks
+// are as wide as L2 allows.
+const (
+	bf16MR  = 14
+	bf16NR  = 32
+	bf16KCP = 256
+	bf16NC  = 1024
+
+	// bf16ParallelWork is the smallest m·n·k per worker worth handing to
+	// another goroutine (nativeParallelWork's reasoning).
+	bf16ParallelWork = 1 << 23
+	// bf16UnitsPerWorker is how many pieces of C each worker gets on
+	// average, claimed as workers come free.
+	bf16UnitsPerWorker = 4
+)
 
 // errNoVDPBF16PS is NewNativeBF16's answer where the kernel cannot run.
 var errNoVDPBF16PS = errors.New("CPU lacks AVX512_BF16 (VDPBF16PS)")
@@ -40,93 +89,339 @@ func NewNativeBF16(f cpufeat.Features, workers int) (*NativeBF16, error) {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	return &NativeBF16{workers: workers, tile: dpbf16Tile8x32}, nil
+	return &NativeBF16{workers: workers, kern: bf16KernelAsm, name: "native (Go, AVX512_BF16 VDPBF16PS kernel)"}, nil
+}
+
+// bf16KernelAsm is bf16Kernel on dpbf16K14x32, bound-checking all the
+// assembly touches.
+func bf16KernelAsm(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta float32, mode int) {
+	_ = a[kcp*bf16MR-1]
+	_ = b[kcp*bf16NR-1]
+	_ = acc[bf16MR*bf16NR-1]
+	if mode&bf16Final != 0 {
+		_ = c[(bf16MR-1)*ldc+bf16NR-1]
+	}
+	dpbf16K14x32(kcp, &a[0], &b[0], &acc[0], &c[0], ldc, alpha, beta, mode)
 }
 
 // Name says which kernel runs.
-func (nb *NativeBF16) Name() string { return "native (Go, AVX512_BF16 VDPBF16PS kernel)" }
+func (nb *NativeBF16) Name() string { return nb.name }
 
-// Tile sizes of the micro-kernel: rows of A, columns of B.
-const bf16MR, bf16NR = 8, 32
+// BF16Matrix is an operand of a bf16 product: bf16 bit patterns, or
+// float32 values rounded to bf16 (nearest even, a NaN kept a NaN) as they
+// are packed, row-major with row stride Ld.
+type BF16Matrix struct {
+	Bits []uint16
+	F32  []float32
+	Ld   int
+}
+
+// len is how many elements the operand holds.
+func (x BF16Matrix) len() int {
+	if x.F32 != nil {
+		return len(x.F32)
+	}
+	return len(x.Bits)
+}
+
+// PackedBF16 is op(B) of a NativeBF16 product packed once, for a matrix
+// many products read unchanged (a frozen weight): k×n, in panels of 32
+// columns, panel q at data[q·kp·32:], pair p of its column j at p·32+j.
+// It is read-only once made, and about as large as op(B) in bf16.
+type PackedBF16 struct {
+	k, n, kp int
+	data     []uint32
+	buf      []uint32 // data's allocation, which data starts 64-byte aligned in
+}
+
+// Dims returns op(B)'s rows (k) and columns (n).
+func (p *PackedBF16) Dims() (k, n int) { return p.k, p.n }
+
+// Bytes is the memory it holds.
+func (p *PackedBF16) Bytes() int { return 4 * cap(p.buf) }
+
+// PackB packs op(B) (k×n; B is n×k when transB) for Gemm, into into's
+// memory where it is large enough (into may be nil).
+func (nb *NativeBF16) PackB(into *PackedBF16, transB bool, k, n int, b BF16Matrix) *PackedBF16 {
+	rows, cols := k, n
+	if transB {
+		rows, cols = n, k
+	}
+	if b.Ld < max(1, cols) || (rows > 0 && cols > 0 && b.len() < (rows-1)*b.Ld+cols) {
+		panic(fmt.Sprintf("blas: native PackB: %d×%d B with row stride %d in %d elements", rows, cols, b.Ld, b.len()))
+	}
+	kp := (k + 1) / 2
+	panels := (n + bf16NR - 1) / bf16NR
+	p := &PackedBF16{k: k, n: n, kp: kp}
+	var buf []uint32
+	if into != nil {
+		buf = into.buf
+	}
+	p.data = alignU32(&buf, panels*kp*bf16NR)
+	p.buf = buf
+	work := max(1, int(int64(kp)*int64(n)/(1<<16)))
+	parallelRange(min(nb.workers, panels, work), panels, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			packPanelB(p.data[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, b, k, n, q*bf16NR)
+		}
+	})
+	return p
+}
 
 // GemmBF16 computes C = alpha·op(A)·op(B) + beta·C with A and B bf16 bits
 // and C float32 (row-major); beta = 0 does not read C.
 func (nb *NativeBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	if trivialGemm("native GemmBF16", transA, transB, m, n, k, len(a), lda, len(b), ldb, beta, c, ldc) {
+	nb.Gemm(transA, transB, m, n, k, alpha, BF16Matrix{Bits: a, Ld: lda}, BF16Matrix{Bits: b, Ld: ldb}, nil, beta, c, ldc, nil)
+}
+
+// Gemm is GemmBF16 with operands given as bits or float32 (BF16Matrix),
+// op(B) packed in advance where pb is not nil (b and transB are then
+// ignored), and done, when not nil, called on each block of C once it is
+// final (see Finisher), from the worker that computed it.
+func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	lb, ldb := b.len(), b.Ld
+	if pb != nil {
+		if pb.k != k || pb.n != n {
+			panic(fmt.Sprintf("blas: native bf16 Gemm: op(B) packed as %d×%d, the product needs %d×%d", pb.k, pb.n, k, n))
+		}
+		transB, lb, ldb = false, k*n, max(1, n)
+	}
+	if trivialGemm("native bf16 Gemm", transA, transB, m, n, k, a.len(), a.Ld, lb, ldb, beta, c, ldc) {
+		if done != nil && m > 0 && n > 0 {
+			done(0, m, 0, n)
+		}
 		return
 	}
 	kp := (k + 1) / 2
-	panels := (n + bf16NR - 1) / bf16NR
-	bp := make([]uint32, panels*kp*bf16NR)
-	blocks := (m + bf16MR - 1) / bf16MR
-	workers := min(nb.workers, blocks, max(1, 2*m*n*k/(1<<21)))
-	parallelRange(min(workers, panels), panels, func(lo, hi int) {
-		for q := lo; q < hi; q++ {
-			packPairsB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, b, ldb, k, n, q*bf16NR)
+	ns := (kp + bf16KCP - 1) / bf16KCP
+	g := &bf16Gemm{kern: nb.kern, transA: transA, transB: transB, m: m, n: n, k: k, kp: kp, kcp: (kp + ns - 1) / ns,
+		alpha: alpha, beta: beta, a: a, b: b, c: c, ldc: ldc, done: done}
+	workers := nb.workers
+	if w := int64(m) * int64(n) * int64(k) / bf16ParallelWork; w < int64(workers) {
+		workers = int(max(1, w))
+	}
+	var bufs *bf16Buffers
+	if pb == nil {
+		bufs = bf16Pool.Get().(*bf16Buffers)
+		defer bf16Pool.Put(bufs)
+	}
+	// column blocks of nearly equal size, whole panels, at most bf16NC
+	nblk := (n + bf16NC - 1) / bf16NC
+	ncb := ((n+nblk-1)/nblk + bf16NR - 1) / bf16NR * bf16NR
+	for jc := 0; jc < n; jc += ncb {
+		nc := min(ncb, n-jc)
+		panels := (nc + bf16NR - 1) / bf16NR
+		var bp []uint32 // panel q of the block at bp[q·kp·32:]
+		if pb != nil {
+			bp = pb.data[jc/bf16NR*kp*bf16NR:]
+		} else {
+			bp = alignU32(&bufs.b, panels*kp*bf16NR)
+			parallelRange(min(workers, panels), panels, func(lo, hi int) {
+				for q := lo; q < hi; q++ {
+					packPanelB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, b, k, n, jc+q*bf16NR)
+				}
+			})
+		}
+		g.block(workers, bp, jc, panels)
+	}
+}
+
+// bf16Gemm is one product, shared read-only by its workers.
+type bf16Gemm struct {
+	kern           bf16Kernel
+	transA, transB bool
+	m, n, k        int
+	kp, kcp        int // pairs along k, and per slice
+	alpha, beta    float32
+	a, b           BF16Matrix
+	c              []float32
+	ldc            int
+	done           func(i0, i1, j0, j1 int)
+}
+
+// block computes columns [jc, jc+32·panels) of C from the packed panels
+// bp, split into strips of 14 rows (and, with few strips, groups of
+// panels) that workers claim as they come free.
+func (g *bf16Gemm) block(workers int, bp []uint32, jc, panels int) {
+	strips := (g.m + bf16MR - 1) / bf16MR
+	groups := 1
+	if want := bf16UnitsPerWorker * workers; workers > 1 && strips < want {
+		groups = min(panels, (want+strips-1)/strips)
+	}
+	units := strips * groups
+	var next atomic.Int64
+	nativeParallel(min(workers, units), func() {
+		bufs := bf16Pool.Get().(*bf16Buffers)
+		defer bf16Pool.Put(bufs)
+		ap := alignU32(&bufs.a, g.kcp*bf16MR)
+		acc := alignF32(&bufs.acc, (panels+groups-1)/groups*bf16MR*bf16NR)
+		for {
+			u := int(next.Add(1)) - 1
+			if u >= units {
+				return
+			}
+			s, grp := u/groups, u%groups
+			g.unit(ap, acc, bp, s*bf16MR, jc, panels*grp/groups, panels*(grp+1)/groups)
 		}
 	})
-	parallelRange(workers, blocks, func(lo, hi int) {
-		ap := make([]uint32, kp*bf16MR)
-		var tile [bf16MR * bf16NR]float32
-		for blk := lo; blk < hi; blk++ {
-			i0 := blk * bf16MR
-			packPairsA(ap, transA, a, lda, k, m, i0)
-			for q := 0; q < panels; q++ {
-				nb.tile(kp, &ap[0], &bp[q*kp*bf16NR], &tile[0])
-				finishTile(&tile, alpha, beta, c, ldc, i0, min(i0+bf16MR, m), q*bf16NR, min((q+1)*bf16NR, n))
+}
+
+// unit computes the strip of rows [i0, i0+14) of C by panels [q0, q1) of
+// the block at column jc: slice by slice, the strip of op(A) packed into
+// ap once per slice, each tile's sums carried in acc between slices.
+func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 int) {
+	i1 := min(i0+bf16MR, g.m)
+	for pc := 0; pc < g.kp; pc += g.kcp {
+		kc := min(g.kcp, g.kp-pc)
+		packStripA(ap[:kc*bf16MR], g.transA, g.a, g.k, g.m, i0, pc, kc)
+		last := pc+kc == g.kp
+		for q := q0; q < q1; q++ {
+			j0 := jc + q*bf16NR
+			j1 := min(j0+bf16NR, g.n)
+			tile := acc[(q-q0)*bf16MR*bf16NR : (q-q0+1)*bf16MR*bf16NR]
+			bpan := bp[q*g.kp*bf16NR+pc*bf16NR : q*g.kp*bf16NR+(pc+kc)*bf16NR]
+			mode := 0
+			if pc > 0 {
+				mode = bf16Load
+			}
+			if last && i1-i0 == bf16MR && j1-j0 == bf16NR {
+				mode |= bf16Final
+				if g.beta != 0 {
+					mode |= bf16ReadC
+				}
+				g.kern(kc, ap, bpan, tile, g.c[i0*g.ldc+j0:], g.ldc, g.alpha, g.beta, mode)
+				continue
+			}
+			g.kern(kc, ap, bpan, tile, tile, bf16NR, 1, 0, mode)
+			if last { // a partial tile: its corner of the sums into C
+				for i := i0; i < i1; i++ {
+					row := g.c[i*g.ldc+j0 : i*g.ldc+j1]
+					sums := tile[(i-i0)*bf16NR:]
+					for j := range row {
+						row[j] = scaleBF16Sum(g.alpha, g.beta, sums[j], row[j])
+					}
+				}
 			}
 		}
-	})
-}
-
-// packPairsA packs rows [i0, i0+8) of op(A) (m×k) as pairs along k:
-// ap[p*8+i] = op(A)[i0+i][2p] | op(A)[i0+i][2p+1]<<16, zero outside op(A).
-func packPairsA(ap []uint32, transA bool, a []uint16, lda, k, m, i0 int) {
-	packPairs(ap, bf16MR, a, lda, k, m, i0, !transA)
-}
-
-// packPairsB packs columns [j0, j0+32) of op(B) (k×n) as pairs along k:
-// bp[p*32+j] = op(B)[2p][j0+j] | op(B)[2p+1][j0+j]<<16, zero outside op(B).
-func packPairsB(bp []uint32, transB bool, b []uint16, ldb, k, n, j0 int) {
-	packPairs(bp, bf16NR, b, ldb, k, n, j0, transB)
-}
-
-// packPairs packs lines [l0, l0+width) of the lines×k operand x (row
-// stride ld) as pairs along k: dst[p*width+l] = x(l0+l, 2p) |
-// x(l0+l, 2p+1)<<16, zero past the lines and past k. x(l, kk) is
-// x[l*ld+kk] where each line is contiguous along k, else x[kk*ld+l].
-func packPairs(dst []uint32, width int, x []uint16, ld, k, lines, l0 int, kContiguous bool) {
-	kp := (k + 1) / 2
-	n := min(width, lines-l0)
-	if n < width { // a partial block: the lines past the operand stay zero
-		clear(dst[:kp*width])
 	}
+	if g.done != nil {
+		g.done(i0, i1, jc+q0*bf16NR, min(jc+q1*bf16NR, g.n))
+	}
+}
+
+// bf16Buffers are one worker's packing buffers, recycled through a pool:
+// a strip of op(A), the sums of its tiles, and a block of op(B).
+type bf16Buffers struct {
+	a, b []uint32
+	acc  []float32
+}
+
+var bf16Pool = sync.Pool{New: func() any { return new(bf16Buffers) }}
+
+// alignU32 returns n dwords of *p starting on a 64-byte boundary, growing
+// *p as needed.
+func alignU32(p *[]uint32, n int) []uint32 {
+	const pad = 16
+	if cap(*p) < n+pad {
+		*p = make([]uint32, n+pad)
+	}
+	buf := (*p)[:cap(*p)]
+	off := (pad - int(uintptr(unsafe.Pointer(&buf[0]))&63)/4) % pad
+	return buf[off : off+n]
+}
+
+// alignF32 is alignU32 for float32.
+func alignF32(p *[]float32, n int) []float32 { return nativeAlign(p, n) }
+
+// packStripA packs rows [i0, i0+14) of op(A) (m×k) over pairs [pc, pc+kc)
+// into ap: ap[p·14+r] = op(A)[i0+r][2(pc+p)] | op(A)[i0+r][2(pc+p)+1]<<16,
+// zero past m and past k.
+func packStripA(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int) {
+	packPairs(ap, bf16MR, a, !transA, k, i0, min(bf16MR, m-i0), pc, kc)
+}
+
+// packPanelB packs columns [j0, j0+32) of op(B) (k×n) over all pairs into
+// bp: bp[p·32+j] = op(B)[2p][j0+j] | op(B)[2p+1][j0+j]<<16, zero past n
+// and past k.
+func packPanelB(bp []uint32, transB bool, b BF16Matrix, k, n, j0 int) {
+	packPairs(bp, bf16NR, b, transB, k, j0, min(bf16NR, n-j0), 0, (k+1)/2)
+}
+
+// packPairs packs lines [l0, l0+lines) of the operand x, whose line l
+// holds x(l, kk) for kk < k (k its length), over pairs [p0, p0+np) into
+// dst[p·width+l] = x(l0+l, 2(p0+p)) | x(l0+l, 2(p0+p)+1)<<16, with zeros
+// past the lines (up to width) and past k. x(l, kk) is x[l·ld+kk] where
+// lines are contiguous along k, else x[kk·ld+l]. float32 values are
+// rounded to bf16 here.
+func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, lines, p0, np int) {
+	dst = dst[:np*width]
+	if lines < width {
+		for p := 0; p < np; p++ {
+			clear(dst[p*width+lines : (p+1)*width])
+		}
+	}
+	pairs := min(np, k/2-p0) // whole pairs; then maybe one with an odd k's last element
+	odd := k%2 == 1 && p0+np == (k+1)/2
+	ld := x.Ld
 	if kContiguous {
-		for l := 0; l < n; l++ {
-			row := x[(l0+l)*ld : (l0+l)*ld+k]
-			for p := 0; p < k/2; p++ {
+		for l := 0; l < lines; l++ {
+			off := (l0+l)*ld + 2*p0
+			if x.F32 != nil {
+				row := x.F32[off : off+2*pairs+btoi(odd)]
+				for p := packRowPairsF32(dst[l:], width, row, pairs); p < pairs; p++ {
+					dst[p*width+l] = uint32(amp.BF16Bits(row[2*p])) | uint32(amp.BF16Bits(row[2*p+1]))<<16
+				}
+				if odd {
+					dst[pairs*width+l] = uint32(amp.BF16Bits(row[2*pairs]))
+				}
+				continue
+			}
+			row := x.Bits[off : off+2*pairs+btoi(odd)]
+			for p := 0; p < pairs; p++ {
 				dst[p*width+l] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
 			}
-			if k%2 == 1 {
-				dst[(kp-1)*width+l] = uint32(row[k-1])
+			if odd {
+				dst[pairs*width+l] = uint32(row[2*pairs])
 			}
 		}
 		return
 	}
-	for p := 0; p < kp; p++ { // rows 2p and 2p+1 of x hold pair p of every line
-		even := x[2*p*ld+l0 : 2*p*ld+l0+n]
-		out := dst[p*width : p*width+n]
-		if 2*p+1 < k {
-			odd := x[(2*p+1)*ld+l0 : (2*p+1)*ld+l0+n]
-			for l := range out {
-				out[l] = uint32(even[l]) | uint32(odd[l])<<16
+	for p := 0; p < pairs+btoi(odd); p++ { // rows 2(p0+p) and 2(p0+p)+1 of x hold the pair of every line
+		out := dst[p*width : p*width+lines]
+		e := 2 * (p0 + p) * ld
+		if x.F32 != nil {
+			even := x.F32[e+l0 : e+l0+lines]
+			if p == pairs { // an odd k's last element
+				for l, v := range even {
+					out[l] = uint32(amp.BF16Bits(v))
+				}
+				continue
 			}
-		} else {
-			for l := range out {
-				out[l] = uint32(even[l])
+			oddRow := x.F32[e+ld+l0 : e+ld+l0+lines]
+			for l := interleaveF32(out, even, oddRow); l < lines; l++ {
+				out[l] = uint32(amp.BF16Bits(even[l])) | uint32(amp.BF16Bits(oddRow[l]))<<16
 			}
+			continue
+		}
+		even := x.Bits[e+l0 : e+l0+lines]
+		if p == pairs {
+			for l, v := range even {
+				out[l] = uint32(v)
+			}
+			continue
+		}
+		oddRow := x.Bits[e+ld+l0 : e+ld+l0+lines]
+		for l, v := range even {
+			out[l] = uint32(v) | uint32(oddRow[l])<<16
 		}
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // parallelRange runs fn over [0, items) in contiguous ranges on up to
@@ -146,18 +441,6 @@ func parallelRange(workers, items int, fn func(lo, hi int)) {
 		}()
 	}
 	wg.Wait()
-}
-
-// finishTile writes rows [i0, i1) × columns [j0, j1) of C from a tile of
-// sums (row stride 32): C = alpha·sum + beta·C.
-func finishTile(tile *[bf16MR * bf16NR]float32, alpha, beta float32, c []float32, ldc, i0, i1, j0, j1 int) {
-	for i := i0; i < i1; i++ {
-		row := c[i*ldc+j0 : i*ldc+j1]
-		sums := tile[(i-i0)*bf16NR:]
-		for j := range row {
-			row[j] = scaleBF16Sum(alpha, beta, sums[j], row[j])
-		}
-	}
 }
 
 // scaleBF16Sum is alpha·sum + beta·c in float32, each product rounded

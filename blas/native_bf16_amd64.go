@@ -5,10 +5,11 @@ package blas
 // haveBF16Kernel says the VDPBF16PS kernel is built in (amd64 assembly).
 const haveBF16Kernel = true
 
-// dpbf16Tile8x32 computes an 8×32 tile of bf16 products (native_bf16_amd64.s).
+// dpbf16K14x32 computes a 14×32 tile of bf16 products over one k slice
+// (native_bf16_amd64.s; see bf16Kernel for the arguments).
 //
 //go:noescape
-func dpbf16Tile8x32(kp int, a, b *uint32, c *float32)
+func dpbf16K14x32(kcp int, a, b *uint32, acc, c *float32, ldc int, alpha, beta float32, mode int)
 
 // dpbf16Once runs one VDPBF16PS on 16 lanes (native_bf16_amd64.s).
 //

@@ -6,7 +6,7 @@ package blas
 // refuses elsewhere, so the functions below never run.
 const haveBF16Kernel = false
 
-func dpbf16Tile8x32(kp int, a, b *uint32, c *float32) {
+func dpbf16K14x32(kcp int, a, b *uint32, acc, c *float32, ldc int, alpha, beta float32, mode int) {
 	panic("blas: the VDPBF16PS kernel is amd64 assembly")
 }
 

@@ -46,7 +46,9 @@ func bf16Rand(rng *rand.Rand, n int) ([]float32, []uint16) {
 }
 
 // BenchmarkGEMMTraining reports GFLOP/s for the products of a linear layer
-// at training shapes: native, OpenBLAS and oneDNN fp32, oneDNN bf16 alone,
+// at training shapes: native, OpenBLAS and oneDNN fp32, oneDNN and native
+// bf16 alone (native-bf16, and e2e-native-bf16-packedW as nn runs it:
+// float32 operands rounded as packed, a weight packed once),
 // and the two ways to multiply a bf16 weight end to end (native: widen W
 // to fp32, then Sgemm; oneDNN: truncate the fp32-held bf16 activations
 // to bits, then GemmBF16). "omp" runs oneDNN on its own OpenMP threads.
@@ -59,10 +61,11 @@ func BenchmarkGEMMTraining(b *testing.B) {
 		bf16err = fmt.Errorf("oneDNN's bf16 GEMM needs AVX-512 (%s)", dnn.Name())
 	}
 	ob, oerr := OpenOpenBLAS(1)
-	rng := rand.New(rand.NewPCG(1, 2))
+	seed := uint64(0)
 	for _, dims := range [][2]int{{576, 1536}, {1024, 3072}, {2048, 5632}} {
 		for _, t := range []int{512, 2048} {
 			for _, sh := range trainingShapes(t, dims[0], dims[1]) {
+				seed++
 				rowsA, colsA := sh.m, sh.k
 				if sh.transA {
 					rowsA, colsA = sh.k, sh.m
@@ -71,9 +74,20 @@ func BenchmarkGEMMTraining(b *testing.B) {
 				if sh.transB {
 					rowsB, colsB = sh.n, sh.k
 				}
-				af, au := bf16Rand(rng, rowsA*colsA)
-				bf, bu := bf16Rand(rng, rowsB*colsB)
-				c := make([]float32, sh.m*sh.n)
+				// the operands are drawn when a benchmark of the shape
+				// runs, not for those the -bench pattern leaves out
+				var af, bf, c, wide []float32
+				var au, bu, na, nb []uint16
+				operands := func() {
+					if af != nil {
+						return
+					}
+					rng := rand.New(rand.NewPCG(1, seed))
+					af, au = bf16Rand(rng, rowsA*colsA)
+					bf, bu = bf16Rand(rng, rowsB*colsB)
+					c = make([]float32, sh.m*sh.n)
+					wide, na, nb = make([]float32, len(bf)), make([]uint16, len(af)), make([]uint16, len(bf))
+				}
 				flops := 2 * float64(sh.m) * float64(sh.n) * float64(sh.k)
 				// The weight is A in dW (neither operand: both are
 				// activations), B otherwise.
@@ -84,6 +98,7 @@ func BenchmarkGEMMTraining(b *testing.B) {
 							if skip != nil {
 								b.Skip(skip)
 							}
+							operands()
 							f()
 							b.ResetTimer()
 							for b.Loop() {
@@ -123,9 +138,18 @@ func BenchmarkGEMMTraining(b *testing.B) {
 					run("native-bf16", nerr, func() {
 						nbf.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, au, colsA, bu, colsB, 0, c, sh.n)
 					})
+					// as nn runs it: the float32-held operands rounded to
+					// bf16 as they are packed, a weight B packed once
+					var pb *PackedBF16 // packed in the untimed first call
+					run("e2e-native-bf16-packedW", nerr, func() {
+						if pb == nil && weightIsB {
+							pb = nbf.PackB(nil, sh.transB, sh.k, sh.n, BF16Matrix{Bits: bu, Ld: colsB})
+						}
+						bm := BF16Matrix{F32: bf, Ld: colsB}
+						nbf.Gemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, BF16Matrix{F32: af, Ld: colsA}, bm, pb, 0, c, sh.n, nil)
+					})
 					// End to end from what nn holds: a bf16 weight as bits,
 					// activations and gradients as fp32 holding bf16 values.
-					wide := make([]float32, len(bf))
 					run("e2e-native-widenW", nil, func() {
 						bw := bf
 						if weightIsB {
@@ -134,8 +158,6 @@ func BenchmarkGEMMTraining(b *testing.B) {
 						}
 						nat.Sgemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, af, colsA, bw, colsB, 0, c, sh.n)
 					})
-					na := make([]uint16, len(af))
-					nb := make([]uint16, len(bf))
 					run("e2e-onednn-bf16-narrowX", bf16err, func() {
 						narrowBF16(na, af)
 						bw := bu

@@ -1,8 +1,50 @@
 package nn
 
 import (
+	"unsafe"
+
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 )
+
+// bf16Packer is a bf16 GEMM that reads float32 operands itself, rounding
+// them to bf16 as it packs them (no converted copy), takes op(B) packed
+// in advance, and hands each finished block of C to an epilogue while it
+// is in cache (blas.NativeBF16).
+type bf16Packer interface {
+	Gemm(transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, pb *blas.PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int))
+	PackB(into *blas.PackedBF16, transB bool, k, n int, b blas.BF16Matrix) *blas.PackedBF16
+}
+
+// packedWeight is a weight packed once for a bf16Packer, as one op reads
+// it (op(B) of its product), and what the packing was made from: it is
+// packed again when the weight's storage, the engine's bound weights
+// (a checkpointed layer's graph) or, for a trainable weight, the
+// engine's weights (Engine.WeightsChanged) change.
+type packedWeight struct {
+	trainable bool // follows Engine.WeightsChanged
+	packed    *blas.PackedBF16
+	data      unsafe.Pointer // the weight's first element
+	version   uint64
+	binds     uint64
+}
+
+// get returns the weight (b as float32, else bBits) packed as op(B) of a
+// k×n product, packing it where the cache does not hold it.
+func (w *packedWeight) get(e *Engine, p bf16Packer, transB bool, k, n int, b []float32, bBits []uint16, ldb int) *blas.PackedBF16 {
+	data := unsafe.Pointer(unsafe.SliceData(bBits))
+	if b != nil {
+		data = unsafe.Pointer(unsafe.SliceData(b))
+	}
+	if w.packed != nil && w.data == data && w.binds == e.binds && (!w.trainable || w.version == e.weights) {
+		if pk, pn := w.packed.Dims(); pk == k && pn == n {
+			return w.packed
+		}
+	}
+	w.packed = p.PackB(w.packed, transB, k, n, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb})
+	w.data, w.binds, w.version = data, e.binds, e.weights
+	return w.packed
+}
 
 // bf16Path says whether a product whose operands have formats fa and fb
 // runs on the engine's bf16 GEMM: both operands hold bf16 values and the
@@ -18,8 +60,27 @@ func (e *Engine) bf16Path(fa, fb amp.Format) bool {
 // in bf16, as its bits (bBits, used when b is nil). The float32 operands
 // are encoded as bf16 bits with round-to-nearest-even, exact for the bf16
 // values the policy put there.
-func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, bBits []uint16, ldb int, c []float32, ldc int) {
+//
+// Where the GEMM is a bf16Packer, the operands are rounded as it packs
+// them, C is rounded block by block as the GEMM finishes it, and w, when
+// not nil, keeps B (a weight) packed from call to call.
+func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, bBits []uint16, ldb int, c []float32, ldc int, w *packedWeight) {
 	if m == 0 || n == 0 {
+		return
+	}
+	if p, ok := e.BF16.(bf16Packer); ok {
+		var pb *blas.PackedBF16
+		if w != nil {
+			pb = w.get(e, p, transB, k, n, b, bBits, ldb)
+		}
+		var done func(i0, i1, j0, j1 int)
+		if f != amp.FP32 {
+			done = e.roundBlock(f, grad, c, ldc)
+		}
+		p.Gemm(transA, transB, m, n, k, 1, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb}, pb, 0, c, ldc, done)
+		if grad && f != amp.FP32 {
+			e.Grads.rounded.Add(int64(m) * int64(n))
+		}
 		return
 	}
 	ab, releaseA := e.bf16Bits(a[:extent(transA, m, k, lda)])

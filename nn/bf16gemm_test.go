@@ -34,6 +34,21 @@ func (g *widenGemmer) GemmBF16(transA, transB bool, m, n, k int, alpha float32, 
 	g.be.Sgemm(transA, transB, m, n, k, alpha, af, lda, bf, ldb, beta, c, ldc)
 }
 
+// linearInputs draws x [n, in] and W [out, in] in [-1, 1), and W's bits
+// rounded to bf16.
+func linearInputs(rng *rand.Rand, n, in, out int) (xs, ws []float32, wbits []uint16) {
+	xs, ws = make([]float32, n*in), make([]float32, out*in)
+	wbits = make([]uint16, out*in)
+	for i := range xs {
+		xs[i] = rng.Float32()*2 - 1
+	}
+	for i := range ws {
+		ws[i] = rng.Float32()*2 - 1
+		wbits[i] = amp.BF16.Bits16(ws[i])
+	}
+	return xs, ws, wbits
+}
+
 // TestLinearBF16Path runs a linear layer's forward, dx and dW with and
 // without a bf16 GEMM on the engine: where the policy puts both operands
 // in bf16 (f = BF16) every product goes to it, with the operands as bf16
@@ -42,15 +57,7 @@ func (g *widenGemmer) GemmBF16(transA, transB bool, m, n, k int, alpha float32, 
 func TestLinearBF16Path(t *testing.T) {
 	const n, in, out = 7, 37, 19
 	rng := rand.New(rand.NewPCG(5, 6))
-	xs, ws := make([]float32, n*in), make([]float32, out*in)
-	wbits := make([]uint16, out*in)
-	for i := range xs {
-		xs[i] = rng.Float32()*2 - 1
-	}
-	for i := range ws {
-		ws[i] = rng.Float32()*2 - 1
-		wbits[i] = amp.BF16.Bits16(ws[i])
-	}
+	xs, ws, wbits := linearInputs(rng, n, in, out)
 	for _, tc := range []struct {
 		name      string
 		f         amp.Format
@@ -127,9 +134,11 @@ func realBF16Gemmers(t *testing.T) []blas.BF16Gemmer {
 		gs = append(gs, nb)
 	}
 	if len(gs) == 0 {
-		t.Skipf("no bf16 GEMM runs here: %s", strings.Join(why, "; "))
+		t.Logf("no bf16 GEMM runs here (%s): the native driver is checked on its Go model of VDPBF16PS only", strings.Join(why, "; "))
 	}
-	return gs
+	// the native driver (packing float32 operands, a packed weight, the
+	// rounding epilogue) on the Go model of its kernel, on every CPU
+	return append(gs, blas.NewNativeBF16Go(2))
 }
 
 // TestLinearOnBF16Units runs a linear layer's forward and dx on each real
@@ -197,5 +206,132 @@ func TestLinearOnBF16Units(t *testing.T) {
 			}
 		}
 		t.Logf("%s: y and dx within 2γ_k·Σ|a||b| + 1 bf16 ulp of the emulation", g.Name())
+	}
+}
+
+// countingPacker is the native driver on its Go kernel, counting how
+// often a weight is packed.
+type countingPacker struct {
+	*blas.NativeBF16
+	packs atomic.Int64
+}
+
+func (c *countingPacker) PackB(into *blas.PackedBF16, transB bool, k, n int, b blas.BF16Matrix) *blas.PackedBF16 {
+	c.packs.Add(1)
+	return c.NativeBF16.PackB(into, transB, k, n, b)
+}
+
+// TestLinearPackedWeightCache: a weight is packed for the bf16 GEMM once
+// and kept (a float32 one for the forward product and dx, a bf16 one for
+// the forward): a frozen one for good, a trainable one until
+// Engine.WeightsChanged, after which the products read the new values
+// (negating W negates y exactly, a stale packing would not).
+func TestLinearPackedWeightCache(t *testing.T) {
+	const n, in, out = 9, 40, 35
+	rng := rand.New(rand.NewPCG(9, 10))
+	xs, ws, wbits := linearInputs(rng, n, in, out)
+	for _, tc := range []struct {
+		name      string
+		trainable bool
+	}{{"frozen bf16 weight", false}, {"trainable fp32 weight", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &countingPacker{NativeBF16: blas.NewNativeBF16Go(2)}
+			b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: g, Workers: 2}, tensor.Float32)
+			p := amp.DefaultPolicy(amp.BF16)
+			b.Policy = &p
+			x := b.Param("x", []int{n, in}, append([]float32(nil), xs...), true)
+			var w *G.Node
+			wdata := append([]float32(nil), ws...)
+			if tc.trainable {
+				w = b.Param("w", []int{out, in}, wdata, true)
+			} else {
+				w = b.Param16("w", []int{out, in}, wbits, amp.BF16)
+			}
+			y := b.Linear(x, w)
+			if _, err := G.Grad(G.Must(G.Sum(G.Must(G.Square(y)))), x); err != nil {
+				t.Fatal(err)
+			}
+			// a float32 weight keeps the forward's and dx's packings; a
+			// bf16 one the forward's, its dx packed per call
+			kept := int64(2)
+			if !tc.trainable {
+				kept = 1
+			}
+			runGraph(t, b)
+			if got := g.packs.Load(); got != kept {
+				t.Fatalf("first run packed the weight %d times, want %d", got, kept)
+			}
+			y1 := append([]float32(nil), f32(y)...)
+			runGraph(t, b)
+			if got := g.packs.Load(); got != kept {
+				t.Fatalf("second run packed again: %d packings, want %d", got, kept)
+			}
+			if !tc.trainable {
+				return
+			}
+			for i := range wdata { // an optimizer step
+				wdata[i] = -wdata[i]
+			}
+			b.Eng.WeightsChanged()
+			runGraph(t, b)
+			if got := g.packs.Load(); got != 4 {
+				t.Fatalf("after WeightsChanged: %d packings, want 4", got)
+			}
+			for i, v := range f32(y) { // y = x·Wᵀ: negating W negates y exactly
+				if v != -y1[i] {
+					t.Fatalf("y[%d] = %v after W = -W, want %v: a stale packing", i, v, -y1[i])
+				}
+			}
+		})
+	}
+}
+
+// TestLinearFrozenFP32WeightRoundsInPack: a frozen fp32 weight on a bf16
+// GEMM that packs float32 operands gets no bf16 copy in the graph, and
+// the layer computes the bits it computes on the same weight stored in
+// bf16 (both pack the same rounded values).
+func TestLinearFrozenFP32WeightRoundsInPack(t *testing.T) {
+	const n, in, out = 9, 40, 35
+	rng := rand.New(rand.NewPCG(11, 12))
+	xs, ws, wbits := linearInputs(rng, n, in, out)
+	run := func(sixteen bool) (y, dx []float32, casts int) {
+		b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: blas.NewNativeBF16Go(2), Workers: 2}, tensor.Float32)
+		p := amp.DefaultPolicy(amp.BF16)
+		b.Policy = &p
+		b.PackFrozenWeights = true
+		x := b.Param("x", []int{n, in}, append([]float32(nil), xs...), true)
+		var w *G.Node
+		if sixteen {
+			w = b.Param16("w", []int{out, in}, wbits, amp.BF16)
+		} else {
+			w = b.Param("w", []int{out, in}, append([]float32(nil), ws...), false)
+		}
+		yn := b.Linear(x, w)
+		grads, err := G.Grad(G.Must(G.Sum(G.Must(G.Square(yn)))), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runGraph(t, b)
+		for k := range b.casts {
+			if k.n == w {
+				casts++
+			}
+		}
+		return append([]float32(nil), f32(yn)...), append([]float32(nil), f32(grads[0])...), casts
+	}
+	y16, dx16, _ := run(true)
+	y32, dx32, casts := run(false)
+	if casts != 0 {
+		t.Fatalf("the frozen fp32 weight has %d bf16 copies in the graph, want none", casts)
+	}
+	for i := range y16 {
+		if math.Float32bits(y16[i]) != math.Float32bits(y32[i]) {
+			t.Fatalf("y[%d] = %v from the fp32 weight, %v from its bf16 bits", i, y32[i], y16[i])
+		}
+	}
+	for i := range dx16 {
+		if math.Float32bits(dx16[i]) != math.Float32bits(dx32[i]) {
+			t.Fatalf("dx[%d] = %v from the fp32 weight, %v from its bf16 bits", i, dx32[i], dx16[i])
+		}
 	}
 }

@@ -149,6 +149,12 @@ type Builder struct {
 	Eng    *Engine
 	Dtype  tensor.Dtype // tensor.Float32, or tensor.Float64 for gradient checks
 	Policy *amp.Policy  // per-op compute formats; nil computes everything in fp32
+	// PackFrozenWeights lets a linear layer on a bf16 GEMM that packs
+	// float32 operands itself read a frozen fp32 weight with no bf16 copy:
+	// the GEMM rounds it into the packings it keeps. Only for graphs the
+	// CPU engine runs: an engine that compiles the graph (gpu/vkengine)
+	// reads the weight as the graph holds it.
+	PackFrozenWeights bool
 
 	needsGrad map[*G.Node]bool
 	isParam   map[*G.Node]bool

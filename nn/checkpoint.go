@@ -57,6 +57,7 @@ func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build f
 	check(b.Dtype == tensor.Float32 || b.Dtype == tensor.Float64, "checkpoint: dtype %v", b.Dtype)
 	lb := NewBuilder(&Engine{BLAS: b.Eng.BLAS, BF16: b.Eng.BF16, Workers: b.Eng.Workers}, b.Dtype)
 	lb.Policy = b.Policy
+	lb.PackFrozenWeights = b.PackFrozenWeights
 	lb.recording = true
 	lb.nextID = b.nextID
 	idStart := b.nextID

@@ -26,18 +26,40 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	}
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
 	x = b.lower(x, f)
-	if !b.is16[w] && !is4 { // a 16- or 4-bit weight is converted inside the op, block by block
+	// A parameter (or a 16-bit base weight) is what a bf16 GEMM may keep
+	// packed from call to call, whatever copy of it the op reads: both
+	// packings (forward, dx) of a float32 one, whose bf16 copy they
+	// replace (below), the forward's only of a 16-bit one, which is held
+	// in bf16 already: packing its dx operand per call (pairs of its rows
+	// side by side) costs little beside the product, a second packing 2
+	// bytes a parameter.
+	var wfwd, wdx *packedWeight
+	if b.isParam[w] || b.is16[w] {
+		wfwd = &packedWeight{trainable: b.needsGrad[w]}
+		if !b.is16[w] {
+			wdx = &packedWeight{trainable: b.needsGrad[w]}
+		}
+	}
+	// A frozen fp32 weight read by a bf16 GEMM that rounds its operands
+	// as it packs them needs no bf16 copy (4 bytes a parameter): the
+	// GEMM rounds it once, into the packings it keeps.
+	_, packs := b.Eng.BF16.(bf16Packer)
+	roundsInPack := b.PackFrozenWeights && packs && f == amp.BF16 && b.Dtype == tensor.Float32 && b.isParam[w] && !b.needsGrad[w] && !b.is16[w] && !is4 && b.format[w] == amp.FP32
+	if !b.is16[w] && !is4 && !roundsInPack { // a 16- or 4-bit weight is converted inside the op, block by block
 		w = b.lower(w, f)
 	}
 	base := b.newBase("linear", x, w)
 	base.out = out
+	if roundsInPack {
+		base.inFm[1] = amp.BF16 // the values the products read
+	}
 	if b.Dtype == tensor.Float64 {
 		check(!b.is16[w] && !is4, "linear: 16- and 4-bit weights need a float32 graph")
 		return b.apply(&linearOp[float64]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float64](xs[0], ws[0])}, x, w)
 	}
 	w16 := weights16{on: b.is16[w], stored: b.format[w], compute: f}
 	w4 := weights4{on: is4, compute: f}
-	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16, w4: w4}, x, w)
+	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16, w4: w4, packed: wfwd, packedDx: wdx}, x, w)
 }
 
 // sgemmRound computes C = op(A)·op(B) and rounds it to f, each block of C
@@ -86,6 +108,9 @@ type linearOp[T Float] struct {
 	buf         buffer[T]
 	w16         weights16 // how a 16-bit weight converts, when W is one
 	w4          weights4  // how a 4-bit weight dequantizes, when W is one
+	// packed and packedDx keep W packed for a bf16 GEMM as op(B) of the
+	// forward product and of dx; nil where W is not a parameter
+	packed, packedDx *packedWeight
 }
 
 func (o *linearOp[T]) Arity() int    { return 2 }
@@ -118,7 +143,7 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	switch w := vs[1].Data().(type) {
 	case []T:
 		if isF32[T]() && o.eng.bf16Path(o.inFm[0], o.inFm[1]) {
-			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, any(x).([]float32), o.in, any(w).([]float32), nil, o.in, any(y).([]float32), o.outF)
+			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, any(x).([]float32), o.in, any(w).([]float32), nil, o.in, any(y).([]float32), o.outF, o.packed)
 			break
 		}
 		if o.out == amp.FP32 || !isF32[T]() {
@@ -130,7 +155,7 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		// y[:, r0:r1] = x · W[r0:r1]ᵀ, one block of weight rows at a time
 		yf, xf := any(y).([]float32), any(x).([]float32)
 		if o.eng.bf16Path(o.inFm[0], o.w16.bitsFormat()) { // W's bits are the bf16 operand
-			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, nil, w, o.in, yf, o.outF)
+			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, nil, w, o.in, yf, o.outF, o.packed)
 			break
 		}
 		if o.w16.sgemm(o.eng, o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, w, o.in, yf, o.outF) {
@@ -158,7 +183,7 @@ func (o *linearOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) 
 			fw = o.w16.bitsFormat()
 		}
 		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dx", 0, 2), m: o.n, n: o.in, k: o.outF, buf: newBuffer[T](o.n, o.in), w16: o.w16, w4: o.w4,
-			fa: o.out, fb: fw}
+			fa: o.out, fb: fw, packed: o.packedDx}
 		grads[0] = applyOp(op, grad, w)
 	}
 	if o.wrt[1] { // dW = gᵀ·x  [out, in]
@@ -181,6 +206,8 @@ type linearGradOp[T Float] struct {
 	// which gradIn rounds it) and of B (W or x): both bf16 puts the
 	// product on the engine's bf16 GEMM where it has one.
 	fa, fb amp.Format
+	// packed keeps W packed for a bf16 GEMM (dx only; nil otherwise)
+	packed *packedWeight
 }
 
 func (o *linearGradOp[T]) Arity() int    { return 2 }
@@ -209,7 +236,7 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		t, c := o.buf.get()
 		dx := any(c).([]float32)
 		if o.eng.bf16Path(o.fa, o.fb) {
-			o.eng.gemmBF16(o.out, true, false, false, o.m, o.n, o.k, g, o.k, nil, w, o.n, dx, o.n)
+			o.eng.gemmBF16(o.out, true, false, false, o.m, o.n, o.k, g, o.k, nil, w, o.n, dx, o.n, o.packed)
 			return t, nil
 		}
 		if o.w16.sgemm(o.eng, o.out, true, false, false, o.m, o.n, o.k, g, o.k, w, o.n, dx, o.n) {
@@ -227,7 +254,7 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		lda = o.m
 	}
 	if isF32[T]() && o.eng.bf16Path(o.fa, o.fb) {
-		o.eng.gemmBF16(o.out, true, o.transA, false, o.m, o.n, o.k, any(in[0]).([]float32), lda, any(in[1]).([]float32), nil, o.n, any(c).([]float32), o.n)
+		o.eng.gemmBF16(o.out, true, o.transA, false, o.m, o.n, o.k, any(in[0]).([]float32), lda, any(in[1]).([]float32), nil, o.n, any(c).([]float32), o.n, o.packed)
 		return t, nil
 	}
 	if o.out == amp.FP32 || !isF32[T]() {

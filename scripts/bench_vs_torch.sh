@@ -17,12 +17,27 @@
 # the table shows each one's best tokens/s and its peak RSS. PyTorch and
 # OpenBLAS are installed with apt-get when absent (the script says so);
 # without PyTorch the table has mixtune's columns only.
+#
+# OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for every run: some
+# machines set them, forcing OpenBLAS (PyTorch's, and mixtune's openblas
+# backend) onto older kernels than users get. The script prints the
+# OpenBLAS core each one used, and PyTorch's BLAS as torch.__config__
+# reports it. PYTHON names the Python whose PyTorch is the peer (default
+# /usr/bin/python3, Debian's); on a machine without Go, MIXTUNE names a
+# mixtune binary built elsewhere (default: go build into bin/) and PEER
+# the peer script (default ../shared/bench/torch_peer.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-5}
 rounds=${2:-2}
-peer=../shared/bench/torch_peer.py
-py=/usr/bin/python3
+peer=${PEER:-../shared/bench/torch_peer.py}
+py=${PYTHON:-/usr/bin/python3}
+for v in OPENBLAS_CORETYPE OPENBLAS_L2_SIZE; do
+	if [ -n "${!v:-}" ]; then
+		echo "unset $v (was ${!v}) for the PyTorch and OpenBLAS runs" >&2
+	fi
+	unset "$v"
+done
 if ! $py -c 'import torch' 2>/dev/null; then
 	echo "PyTorch is not installed: apt-get install python3-torch libopenblas0-pthread" >&2
 	if command -v apt-get >/dev/null && apt-get install -y -qq python3-torch libopenblas0-pthread >/dev/null 2>&1; then
@@ -35,13 +50,30 @@ have_torch=false
 if [ -f "$peer" ] && $py -c 'import torch' 2>/dev/null; then
 	have_torch=true
 fi
-go build -o bin/mixtune ./cmd/mixtune
+mt=${MIXTUNE:-bin/mixtune}
+[ -n "${MIXTUNE:-}" ] || go build -o bin/mixtune ./cmd/mixtune
 backends=(native)
 for b in onednn openblas; do
-	if bin/mixtune bench --blas "$b" --steps 1 --json >/dev/null 2>&1; then
+	if j=$("$mt" bench --blas "$b" --steps 1 --warmup 0 --json 2>/dev/null | tail -1); then
 		backends+=("$b")
+		echo "mixtune $b: $(echo "$j" | sed -n 's/.*"backend": *"\([^"]*\)".*/\1/p')" >&2
 	fi
 done
+if $have_torch; then
+	$py - <<'PY' >&2 || true
+import ctypes, re, torch
+cfg = torch.__config__.show()
+said = [l.strip(" -") for l in cfg.splitlines() if len(l) < 200 and re.search("BLAS|LAPACK|oneDNN|MKL", l)]
+said += re.findall(r"(?:BLAS_INFO|LAPACK_INFO)=[^,\s]+", cfg)
+print("PyTorch %s: %s" % (torch.__version__, "; ".join(said) or "no BLAS line in torch.__config__.show()"))
+try:
+    lib = ctypes.CDLL("libopenblas.so.0")
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    print("PyTorch's OpenBLAS (libopenblas.so.0), if it links it: core %s" % lib.openblas_get_corename().decode())
+except (OSError, AttributeError) as e:
+    print("no libopenblas.so.0 beside PyTorch (%s)" % e)
+PY
+fi
 declare -A shape=(
 	[bench]="--vocab 512 --dim 256 --layers 4 --heads 8"
 	[mid]="--vocab 8192 --dim 512 --layers 8 --heads 8"
@@ -58,7 +90,7 @@ for round in $(seq "$rounds"); do
 			for b in "${backends[@]}"; do
 				extra=()
 				[ "$mode" = bf16 ] && extra=(--precision bf16 --base-dtype bf16)
-				out=$(bin/mixtune bench ${shape[$s]} --ffn "${ffn[$s]}" ${seqbatch[$s]} --blas "$b" --steps "$steps" "${extra[@]}" --json 2>/dev/null | tail -1) || continue
+				out=$("$mt" bench ${shape[$s]} --ffn "${ffn[$s]}" ${seqbatch[$s]} --blas "$b" --steps "$steps" "${extra[@]}" --json 2>/dev/null | tail -1) || continue
 				echo "{\"shape\": \"$s\", \"mode\": \"$mode\", \"who\": \"mixtune $b\"} $out" >>"$results"
 			done
 			if $have_torch; then

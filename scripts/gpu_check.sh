@@ -65,20 +65,7 @@ build() {
 }
 
 # part NAME SECONDS COMMAND...: runs a part under its time limit.
-part() {
-	local name=$1 secs=$2
-	shift 2
-	echo
-	echo "== $name (limit ${secs}s)"
-	local t0=$SECONDS
-	timeout "$secs" "$@"
-	local rc=$?
-	if [[ $rc == 124 ]]; then
-		echo "-- $name: cut at ${secs}s"
-	else
-		echo "-- $name: exit $rc in $((SECONDS - t0))s"
-	fi
-}
+source scripts/part.sh
 
 # interop: transformers and PEFT against mixtune, into interop.tgz.
 interop() {

@@ -163,7 +163,7 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 		return nil, err
 	}
 	f := cpufeat.Detect()
-	d, err := decideBF16(c.BF16Matmul, c.Precision, f, func() (blas.BF16Choice, error) { return blas.ChooseBF16(eng.BLAS, f, eng.Workers) })
+	d, err := decideBF16(c.BF16Matmul, c.Precision, f, func() (blas.BF16Choice, error) { return blas.ChooseBF16(eng.BLAS, f, eng.Workers) }, measureBF16(eng))
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/internal/cpufeat"
+	"github.com/mixtune/mixtune/nn"
 )
 
 // bf16Paths name where a run's bf16 products ran, in run.json's
@@ -27,11 +28,12 @@ type bf16Decision struct {
 }
 
 // decideBF16 applies amp.bf16_matmul (mode) to a run at precision low on
-// a CPU with features f; choose opens the bf16 GEMM (blas.ChooseBF16).
-// auto takes oneDNN's bf16 GEMM where the CPU has bf16 units and it runs
-// (the native VDPBF16PS kernel only with hardware, until it is faster
-// than the emulation); hardware is an error where no bf16 GEMM runs.
-func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, choose func() (blas.BF16Choice, error)) (bf16Decision, error) {
+// a CPU with features f; choose opens the bf16 GEMM (blas.ChooseBF16) and
+// measure compares it with the emulation (blas.MeasureBF16, cached per
+// machine). auto takes the bf16 GEMM where the CPU has bf16 units and it
+// measured faster than the emulation; hardware takes it wherever it runs
+// and is an error where none does; emulate never does.
+func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, choose func() (blas.BF16Choice, error), measure func(blas.BF16Gemmer) (blas.BF16Speed, []string)) (bf16Decision, error) {
 	if low != amp.BF16 {
 		var d bf16Decision
 		if mode == amp.BF16Hardware {
@@ -53,13 +55,13 @@ func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, choose 
 		if err != nil {
 			return emulate(fmt.Sprintf("auto → emulate: the CPU has %s but %v", f, err))
 		}
-		if _, native := c.Gemmer.(*blas.NativeBF16); native {
-			// measured slower than the emulation (bench, bf16, 2 threads,
-			// an Intel Xeon with avx512_bf16 and AMX: 2,081 tokens/s
-			// against 4,167): hardware runs it, auto not yet
-			return emulate("auto → emulate: the native VDPBF16PS kernel is not yet faster than the emulation (amp.bf16_matmul: hardware runs it); oneDNN's bf16 GEMM would be taken where libdnnl loads")
+		speed, warnings := measure(c.Gemmer)
+		if !speed.Faster() {
+			d, _ := emulate(fmt.Sprintf("auto → emulate: %s is not faster than the emulation here: %v (amp.bf16_matmul: hardware runs it)", c.Reason, speed))
+			d.warnings = warnings
+			return d, nil
 		}
-		return bf16Decision{gemmer: c.Gemmer, path: bf16PathHardware, reason: "auto → hardware: " + c.Reason}, nil
+		return bf16Decision{gemmer: c.Gemmer, path: bf16PathHardware, reason: fmt.Sprintf("auto → hardware: %s: %v", c.Reason, speed), warnings: warnings}, nil
 	}
 	c, err := choose()
 	if err != nil {
@@ -95,4 +97,19 @@ func resumeBF16Warning(started, now string) string {
 		return ""
 	}
 	return fmt.Sprintf("this run's bf16 products ran as %s (run.json) and now run as %s: they sum in another order, and its numbers will differ from an uninterrupted run's", started, now)
+}
+
+// measureBF16 is decideBF16's measure for a run on engine eng: its backend
+// against the bf16 GEMM at its thread count, cached as the backend
+// calibration is (MIXTUNE_BLAS_CALIBRATE).
+func measureBF16(eng *nn.Engine) func(blas.BF16Gemmer) (blas.BF16Speed, []string) {
+	return func(g blas.BF16Gemmer) (blas.BF16Speed, []string) {
+		var warnings []string
+		opt, err := blas.AutoOptionsFromEnv(os.Getenv)
+		if err != nil {
+			opt, warnings = blas.AutoOptions{Cache: blas.CacheOff}, []string{err.Error()}
+		}
+		s, w := blas.MeasureBF16(eng.BLAS, g, eng.Workers, opt)
+		return s, append(warnings, w...)
+	}
 }

@@ -355,7 +355,7 @@ func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.E
 func (c *components) openBF16(mode amp.BF16Matmul, resumeDir string) error {
 	d, err := decideBF16(mode, c.policy.Low, c.cpu, func() (blas.BF16Choice, error) {
 		return blas.ChooseBF16(c.eng.BLAS, c.cpu, c.eng.Workers)
-	})
+	}, measureBF16(c.eng))
 	if err != nil {
 		return err
 	}
@@ -660,6 +660,7 @@ func trainGraph(tap nn.GradTap, world int, checkpoint bool) graphOptions {
 
 func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen int, params []*optim.Param, policy *amp.Policy, o graphOptions) (*runner, error) {
 	b := nn.NewBuilder(eng, tensor.Float32)
+	b.PackFrozenWeights = o.gpu == nil // the Vulkan engine reads weights as the graph holds them
 	if params != nil {
 		b.GradTap = o.tap
 	}

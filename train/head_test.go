@@ -19,12 +19,17 @@ import (
 // losses and the final weights.
 func fullFineTune(t *testing.T, tied bool, f amp.Format, o graphOptions, steps int) ([]float64, map[string][]float32, *runner) {
 	t.Helper()
+	return fullFineTuneOn(t, &nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tied, f, o, steps)
+}
+
+// fullFineTuneOn is fullFineTune on engine eng.
+func fullFineTuneOn(t *testing.T, eng *nn.Engine, tied bool, f amp.Format, o graphOptions, steps int) ([]float64, map[string][]float32, *runner) {
+	t.Helper()
 	m, err := model.New(headTestConfig(tied), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const batch, seqLen = 2, 12
-	eng := &nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}
 	params := trainables(m, nil)
 	policy := amp.DefaultPolicy(f)
 	ru, err := buildRunner(eng, m, nil, batch, seqLen, params, &policy, o)

@@ -1,0 +1,190 @@
+package blas
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/mixtune/mixtune/amp"
+)
+
+// BF16Speed is what auto compares to decide where bf16 products run: the
+// calibration's products (calibrationShapes) on bf16 values held as
+// float32, as nn holds them, in the emulation (backend's Sgemm) and on
+// the bf16 GEMM (operands rounded to bf16 as it reads them: for a GEMM
+// that cannot, converted first, as nn converts them), in GFLOP/s.
+type BF16Speed struct {
+	Emulate, Hardware float64
+	// Source says where the figures come from: measured (how long it
+	// took, and whether it was cached) or a cache file.
+	Source string
+}
+
+// Faster says whether the bf16 GEMM beat the emulation.
+func (s BF16Speed) Faster() bool { return s.Hardware > s.Emulate }
+
+// String is the comparison in words, for the run's reason.
+func (s BF16Speed) String() string {
+	return fmt.Sprintf("bf16 GEMM %.0f GFLOP/s against %.0f emulated (%s)", s.Hardware, s.Emulate, s.Source)
+}
+
+// bf16CalibrationVersion changes whenever the bf16 comparison's shapes
+// or measure change, so that older cached results are measured again.
+const bf16CalibrationVersion = 1
+
+// bf16Repeats is how often each shape is timed after a warm-up call;
+// the best time counts (about 0.1 s per GEMM at 100 GFLOP/s).
+const bf16Repeats = 3
+
+// MeasureBF16 times the emulation on backend be against the bf16 GEMM g
+// (threads as the run uses them), alternating them shape by shape as the
+// backend calibration does, and caches the result per machine, library
+// and thread count as opt says (the backend calibration's cache and its
+// MIXTUNE_BLAS_CALIBRATE modes). Warnings are cache problems and a busy
+// machine, whose figures are not cached.
+func MeasureBF16(be Backend, g BF16Gemmer, threads int, opt AutoOptions) (BF16Speed, []string) {
+	return measureBF16(be, g, threads, opt, processCPUSeconds)
+}
+
+// measureBF16 is MeasureBF16 with the process's CPU time (< 0: unknown,
+// the machine counts as quiet) passed in, for tests.
+func measureBF16(be Backend, g BF16Gemmer, threads int, opt AutoOptions, cpuSeconds func() float64) (BF16Speed, []string) {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	getenv := opt.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	fields := []string{
+		"bf16 calibration " + strconv.Itoa(bf16CalibrationVersion),
+		"cpu " + cpuModel(),
+		"arch " + runtime.GOOS + "/" + runtime.GOARCH,
+		"features " + kernelFeatures(),
+		"threads " + strconv.Itoa(threads),
+		"emulate " + be.Name(),
+		"hardware " + g.Name(),
+	}
+	for _, env := range []string{"MIXTUNE_ONEDNN", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} {
+		fields = append(fields, env+"="+getenv(env))
+	}
+	key := hashKey(fields)
+	var warnings []string
+	path := ""
+	if opt.Cache != CacheOff {
+		if dir, err := cacheDir(opt.Dir); err != nil {
+			warnings = append(warnings, fmt.Sprintf("no cache for the bf16 calibration (%v): measuring each run", err))
+		} else {
+			path = filepath.Join(dir, "bf16-"+key+".json")
+		}
+	}
+	if path != "" && opt.Cache == CacheUse {
+		c, err := readBF16Calibration(path, key)
+		if err == nil {
+			return BF16Speed{Emulate: c.Emulate, Hardware: c.Hardware, Source: "cached " + path}, warnings
+		}
+		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			warnings = append(warnings, fmt.Sprintf("bf16 calibration cache %s: %v: measuring again", path, err))
+		}
+	}
+	t0, cpu0 := time.Now(), cpuSeconds()
+	s := timeBF16(be, g)
+	wall, cpu := time.Since(t0).Seconds(), cpuSeconds()-cpu0
+	s.Source = fmt.Sprintf("measured in %.1f s", wall)
+	share := cpu / (wall * float64(threads))
+	switch {
+	case cpu0 >= 0 && wall > 0 && share < busyShare:
+		warnings = append(warnings, fmt.Sprintf("the machine was busy while auto compared the bf16 GEMM with the emulation (%.0f%% of %d CPUs): measured again next run", 100*share, threads))
+		s.Source += " on a busy machine, not cached"
+	case path == "":
+		s.Source += ", not cached"
+	default:
+		c := &bf16Calibration{Key: key, KeyText: fields, Measured: t0, Emulate: s.Emulate, Hardware: s.Hardware}
+		if err := writeCalibration(path, c); err != nil {
+			warnings = append(warnings, fmt.Sprintf("could not cache the bf16 calibration: %v", err))
+			s.Source += ", not cached"
+		} else {
+			s.Source += ", cached " + path
+		}
+	}
+	return s, warnings
+}
+
+// bf16Calibration is one cached comparison: the key it was measured
+// under, in words and hashed, and the GFLOP/s of each path.
+type bf16Calibration struct {
+	Key      string    `json:"key"`
+	KeyText  []string  `json:"key_fields"`
+	Measured time.Time `json:"measured"`
+	Emulate  float64   `json:"emulate_gflops"`
+	Hardware float64   `json:"hardware_gflops"`
+}
+
+// readBF16Calibration reads a cached comparison and checks that it is
+// the one for key.
+func readBF16Calibration(path, key string) (*bf16Calibration, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c bf16Calibration
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("unreadable (%v)", err)
+	}
+	if c.Key != key || c.Emulate <= 0 || c.Hardware <= 0 {
+		return nil, fmt.Errorf("holds key %q with %v and %v GFLOP/s, not a result for %q", c.Key, c.Emulate, c.Hardware, key)
+	}
+	return &c, nil
+}
+
+// timeBF16 times calibrationShapes on bf16 values held as float32: be's
+// Sgemm (the emulation) and g, taking turns, best of bf16Repeats each.
+func timeBF16(be Backend, g BF16Gemmer) BF16Speed {
+	rng := rand.New(rand.NewPCG(3, 4))
+	bf16Values := func(n int) []float32 {
+		x := randFloat32s(rng, n)
+		for i, v := range x {
+			x[i] = math.Float32frombits(uint32(amp.BF16Bits(v)) << 16)
+		}
+		return x
+	}
+	var flops, emu, hw float64
+	for _, sh := range calibrationShapes {
+		a, b := bf16Values(sh.m*sh.k), bf16Values(sh.k*sh.n)
+		c := make([]float32, sh.m*sh.n)
+		lda, ldb := sh.lds()
+		ab, bb := make([]uint16, len(a)), make([]uint16, len(b))
+		bestE, bestH := math.Inf(1), math.Inf(1)
+		for r := 0; r <= bf16Repeats; r++ { // the first call warms caches and packs
+			t0 := time.Now()
+			be.Sgemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, a, lda, b, ldb, 0, c, sh.n)
+			t1 := time.Now()
+			if nb, ok := g.(*NativeBF16); ok {
+				nb.Gemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, BF16Matrix{F32: a, Ld: lda}, BF16Matrix{F32: b, Ld: ldb}, nil, 0, c, sh.n, nil)
+			} else {
+				for i, v := range a {
+					ab[i] = amp.BF16Bits(v)
+				}
+				for i, v := range b {
+					bb[i] = amp.BF16Bits(v)
+				}
+				g.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, ab, lda, bb, ldb, 0, c, sh.n)
+			}
+			if r > 0 {
+				bestE, bestH = min(bestE, t1.Sub(t0).Seconds()), min(bestH, time.Since(t1).Seconds())
+			}
+		}
+		flops += 2 * float64(sh.m) * float64(sh.n) * float64(sh.k)
+		emu += bestE
+		hw += bestH
+	}
+	return BF16Speed{Emulate: flops / emu / 1e9, Hardware: flops / hw / 1e9}
+}
