@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -112,6 +113,51 @@ func TestBadPairsFailBeforeTheRunDirectory(t *testing.T) {
 	}
 	_, err = Run(context.Background(), r, Options{Out: io.Discard})
 	if !IsInputError(err) || !strings.Contains(err.Error(), "bad_pairs.jsonl:2") || !strings.Contains(err.Error(), "the same") {
+		t.Fatalf("error %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run directory was made: %v", err)
+	}
+}
+
+// Preference pairs read from Parquet (written by DuckDB) train as their
+// JSONL does, bit for bit; a Parquet file without a column the pairs need
+// is an input error naming the file and column, before the run directory.
+func TestPreferencePairsFromParquet(t *testing.T) {
+	dir := prefFixture(t)
+	pq := func(name string) string {
+		p, err := filepath.Abs(filepath.Join("..", "data", "testdata", "parquet", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var losses [2][]float64
+	for i, file := range []string{"pairs.jsonl", "pairs.parquet"} {
+		r, err := Load(writeConfig(t, dir, prefConfig), []string{"data.train=" + pq(file), "train.batch_size=3", "data.seq_len=40", "compute.blas=gonum", "name=" + file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range readMetrics(t, sum.RunDir) {
+			if l, ok := m["loss"]; ok {
+				losses[i] = append(losses[i], l)
+			}
+		}
+	}
+	if len(losses[0]) == 0 || !slices.Equal(losses[0], losses[1]) {
+		t.Errorf("losses from JSONL %v, from Parquet %v", losses[0], losses[1])
+	}
+	os.RemoveAll(filepath.Join(dir, "runs"))
+	r, err := Load(writeConfig(t, dir, prefConfig), []string{"data.train=" + pq("bad_pairs_missing_rejected.parquet")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), r, Options{Out: io.Discard})
+	if !IsInputError(err) || !strings.Contains(err.Error(), `bad_pairs_missing_rejected.parquet: no column "rejected"`) {
 		t.Fatalf("error %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "runs")); !errors.Is(err, os.ErrNotExist) {
