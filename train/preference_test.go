@@ -165,6 +165,51 @@ func TestPreferencePairsFromParquet(t *testing.T) {
 	}
 }
 
+// With train.eval_every, a preference run evaluates its validation pairs
+// every eval_every steps too, under TRL's eval_ names, without changing
+// the training steps.
+func TestPreferencePairsAtEvalEvery(t *testing.T) {
+	dir := prefFixture(t)
+	var logs [2][]map[string]float64
+	for i, every := range []string{"0", "2"} {
+		r, err := Load(writeConfig(t, dir, prefConfig), []string{"compute.blas=gonum", "train.steps=5", "train.batch_size=4", "name=every" + every,
+			"train.eval_every=" + every, "data.validation=" + filepath.Join(dir, "pairs.jsonl")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[i] = readMetrics(t, sum.RunDir)
+	}
+	evals := func(ms []map[string]float64) (steps []int) {
+		for _, m := range ms {
+			if _, ok := m["eval_rewards/accuracies"]; ok {
+				steps = append(steps, int(m["step"]))
+			}
+		}
+		return steps
+	}
+	if got := evals(logs[0]); !slices.Equal(got, []int{0, 5}) {
+		t.Errorf("eval_every 0: validation pairs at steps %v, want before and after", got)
+	}
+	if got := evals(logs[1]); !slices.Equal(got, []int{0, 2, 4, 5}) {
+		t.Errorf("eval_every 2: validation pairs at steps %v, want 0, 2, 4 and 5", got)
+	}
+	var losses [2][]float64
+	for i, ms := range logs {
+		for _, m := range ms {
+			if l, ok := m["loss"]; ok {
+				losses[i] = append(losses[i], l)
+			}
+		}
+	}
+	if len(losses[0]) != 5 || !slices.Equal(losses[0], losses[1]) {
+		t.Errorf("training losses %v without evaluations, %v with", losses[0], losses[1])
+	}
+}
+
 // Every objective trains end to end and logs TRL's metrics; the first
 // step's policy is the reference (LoRA's B starts at 0), so DPO's loss
 // there is log 2 and its rewards 0. Two micro-batches of 4 pairs take the
