@@ -61,6 +61,7 @@ type Curve struct {
 	// of validation pairs, as AddVal draws val_loss.
 	AddEvalPairs bool
 	MaxY         float64 // when not 0, the y axis ends there (1 for a share)
+	LegendLow    bool    // the legend at the bottom, below curves that rise to the top
 }
 
 // Plot draws the curve of every run into one PNG (or SVG, by extension).
@@ -88,7 +89,7 @@ func newPlot(c Curve, runs []*Run) (*plot.Plot, error) {
 	if c.LogY {
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, pow2Ticks{}
 	}
-	p.Legend.Top = true
+	p.Legend.Top = !c.LegendLow
 	p.Legend.ThumbnailWidth = vg.Points(36)
 	drawn := 0
 	for i, r := range runs {
@@ -182,7 +183,7 @@ var StandardCurves = []struct {
 	{"lr.png", Curve{Field: "lr", Title: "learning rate", Label: "learning rate", ZeroY: true}},
 	{"loss_scale.png", Curve{Field: "loss_scale", Title: "loss scale (runs that scale the loss: fp16, or amp.loss_scaling: on)", Label: "loss scale (log scale)", LogY: true, Stairs: true}},
 	// preference runs: TRL's metrics
-	{"reward_accuracy.png", Curve{Field: "rewards/accuracies", Title: "reward accuracy: pairs whose chosen reward beats the rejected (lines: each step's; markers: validation pairs)", Label: "rewards/accuracies (axis from 0 to 1)", ZeroY: true, MaxY: 1, AddEvalPairs: true}},
+	{"reward_accuracy.png", Curve{Field: "rewards/accuracies", Title: "reward accuracy: pairs whose chosen reward beats the rejected (lines: each step's; markers: validation pairs)", Label: "rewards/accuracies (axis from 0 to 1)", ZeroY: true, MaxY: 1, AddEvalPairs: true, LegendLow: true}},
 	{"reward_margin.png", Curve{Field: "rewards/margins", Title: "reward margin, chosen minus rejected (lines: each step's; markers: validation pairs)", Label: "rewards/margins", AddEvalPairs: true}},
 	{"rewards.png", Curve{Field: "rewards/chosen", Also: []string{"rewards/rejected"}, Title: "rewards of the chosen and the rejected completions (each step's)", Label: "reward"}},
 	{"logps.png", Curve{Field: "logps/chosen", Also: []string{"logps/rejected"}, Title: "summed log-probabilities of the chosen and the rejected completions (each step's)", Label: "log-probability"}},
