@@ -2,6 +2,7 @@ package data
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -277,5 +278,68 @@ func TestParquetDamagedBytes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Lists as parquet-go writes a Go slice (a bare repeated field, no LIST
+// group), rather than DuckDB's and Arrow's three levels, read the same.
+func TestParquetBareRepeatedLists(t *testing.T) {
+	type msg struct {
+		Role    string `parquet:"role"`
+		Content string `parquet:"content"`
+	}
+	type conv struct {
+		Messages []msg `parquet:"messages"`
+	}
+	type ids struct {
+		InputIDs []int64 `parquet:"input_ids"`
+	}
+	f := parquetFormat()
+	want, err := LoadJSONL(filepath.Join(parquetDir, "messages.jsonl"), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []conv
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(parquetDir, "messages.jsonl"))), "\n") {
+		var r struct{ Messages []msg }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, conv{r.Messages})
+	}
+	got, err := LoadJSONL(writeParquet(t, "m.parquet", rows, 2), f)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("messages: %v\n%v\nwant\n%v", err, got, want)
+	}
+	want, err = LoadJSONL(filepath.Join(parquetDir, "input_ids.jsonl"), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = LoadJSONL(writeParquet(t, "ids.parquet", []ids{{[]int64{256, 72, 105, 257}}, {[]int64{1, 2}}, {[]int64{0, 255, 100, 258, 3}}}, 2), f)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("input_ids: %v\n%v\nwant\n%v", err, got, want)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The data memory estimate counts a Parquet file's data uncompressed.
+func TestParquetDataBytes(t *testing.T) {
+	path := filepath.Join(parquetDir, "dates_train.parquet")
+	st, _ := os.Stat(path)
+	jsonl, _ := os.Stat("../tasks/dates/train.jsonl")
+	n, ok := ParquetDataBytes(path)
+	if !ok || n <= st.Size() || n > 2*jsonl.Size() {
+		t.Errorf("%d bytes uncompressed (ok %v); the file has %d, its JSONL %d", n, ok, st.Size(), jsonl.Size())
+	}
+	if _, ok := ParquetDataBytes(filepath.Join(parquetDir, "text.jsonl")); ok {
+		t.Error("a JSONL file read as Parquet")
 	}
 }
