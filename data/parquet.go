@@ -601,7 +601,8 @@ func (c *parquetColumn) appendJSON(obj *bytes.Buffer, vals [][]cell) (skip bool,
 	// a null list (some node above the repeated one undefined), an empty
 	// one, or elements
 	if d := first[0].def; d < c.rep.MaxDefinitionLevel() {
-		if d < c.top.MaxDefinitionLevel() {
+		// a bare repeated field (top is rep) has no null, only empty
+		if c.top != c.rep && d < c.top.MaxDefinitionLevel() {
 			return false, errors.New("is null; the row needs a list")
 		}
 		obj.WriteString("[]")

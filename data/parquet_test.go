@@ -209,6 +209,8 @@ func TestParquetErrors(t *testing.T) {
 		{p("bad_pairs_missing_rejected"), true, `bad_pairs_missing_rejected.parquet: no column "rejected": a preference file has columns "prompt", "chosen" and "rejected" (this one has "prompt", "chosen")`},
 		{p("bad_null_content"), false, `bad_null_content.parquet: row group 0, row 0 (row 0 of the file, counting from 0): messages[1]: "content" must be a string`},
 		{p("bad_messages_strings"), false, `bad_messages_strings.parquet: column "messages": is a list of byte_array (STRING); it must be a list of {role, content} structs`},
+		{p("bad_empty_messages"), false, `bad_empty_messages.parquet: row group 0, row 0 (row 0 of the file, counting from 0): "messages" is empty: the conversation has no turns`},
+		{p("bad_null_messages"), false, `bad_null_messages.parquet: row group 0, row 1 (row 1 of the file, counting from 0), column "messages": is null; the row needs a list`},
 		{p("bad_two_kinds"), false, `bad_two_kinds.parquet: columns of two kinds of row, "text" and "messages"`},
 		{p("pairs"), false, `pairs.parquet: column "prompt" without "completion"`},
 		{p("text"), true, `text.parquet: no column "prompt"`},
@@ -318,6 +320,11 @@ func TestParquetBareRepeatedLists(t *testing.T) {
 	got, err = LoadJSONL(writeParquet(t, "ids.parquet", []ids{{[]int64{256, 72, 105, 257}}, {[]int64{1, 2}}, {[]int64{0, 255, 100, 258, 3}}}, 2), f)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("input_ids: %v\n%v\nwant\n%v", err, got, want)
+	}
+	// an empty list is empty, not null, as its JSONL row would be
+	_, err = LoadJSONL(writeParquet(t, "empty.parquet", []ids{{[]int64{1, 2}}, {nil}}, 2), f)
+	if err == nil || !strings.Contains(err.Error(), `row group 0, row 1 (row 1 of the file, counting from 0): "input_ids" has 0 tokens; it needs at least 2`) {
+		t.Fatalf("an empty list: %v", err)
 	}
 }
 

@@ -117,6 +117,8 @@ const bad = {
   bad_null_content: `SELECT [{'content': 'Hi', 'role': 'user'}, {'content': NULL, 'role': 'assistant'}] AS messages`,
   bad_messages_strings: `SELECT ['Hi', 'Hello'] AS messages`,
   bad_two_kinds: `SELECT 'a' AS text, [{'content': 'Hi', 'role': 'user'}] AS messages`,
+  bad_empty_messages: `SELECT []::STRUCT(content VARCHAR, role VARCHAR)[] AS messages`,
+  bad_null_messages: `SELECT * FROM (VALUES ([{'content': 'Hi', 'role': 'user'}, {'content': 'Hello', 'role': 'assistant'}]), (NULL)) t(messages)`,
 };
 for (const [name, sql] of Object.entries(bad)) {
   await c.run(`COPY (${sql}) TO ${q(path.join(dir, `${name}.parquet`))} (FORMAT parquet)`);
