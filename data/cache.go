@@ -52,7 +52,7 @@ type Lookup struct {
 	Rejected error
 }
 
-// Load returns the examples of the JSONL file at path as LoadJSONL would,
+// Load returns the examples of the data file at path as Load would,
 // from the cache when it holds them, and stores them otherwise. Failing
 // to write the cache is not an error: the examples are returned.
 // Cancelling ctx stops tokenizing (see Load); nothing is cached then.
@@ -101,7 +101,7 @@ func (f Format) CheckIDs(name string, ex []Example) error {
 	for _, e := range ex {
 		for i, id := range e.IDs {
 			if id < 0 || id >= vocab {
-				return &LineError{name, e.Line, fmt.Errorf("token %d of the row is id %d, outside the model's vocabulary (size %d)", i, id, vocab)}
+				return rowError(name, e.Line, fmt.Errorf("token %d of the row is id %d, outside the model's vocabulary (size %d)", i, id, vocab))
 			}
 		}
 	}

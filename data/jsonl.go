@@ -46,7 +46,13 @@ func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.L
 func (e *LineError) Unwrap() error { return e.Err }
 
 // LoadJSONL reads the JSONL file at path; see ParseJSONL. Errors name path.
+//
+// A .parquet file is read as Parquet (see IsParquet), its errors placed
+// by row group and row.
 func LoadJSONL(path string, f Format) ([]Example, error) {
+	if IsParquet(path) {
+		return loadParquet(context.Background(), path, f, LoadOptions{})
+	}
 	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, err // *fs.PathError already names the path and the operation
@@ -105,6 +111,9 @@ type LoadOptions struct {
 // Load is LoadJSONL with options. Cancelling ctx makes it return
 // ctx.Err() at once (see parseLines).
 func Load(ctx context.Context, path string, f Format, opt LoadOptions) ([]Example, error) {
+	if IsParquet(path) {
+		return loadParquet(ctx, path, f, opt)
+	}
 	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, err
@@ -119,11 +128,23 @@ func Load(ctx context.Context, path string, f Format, opt LoadOptions) ([]Exampl
 
 // block is a run of lines parsed by one worker, and what came of them.
 type block struct {
-	first int      // the 1-based number of lines[0]
+	first int      // the 1-based number of lines[0] (for Parquet, its row in the file)
 	lines [][]byte // nil for a blank line
 	size  int64
 	ex    []Example
 	err   error
+	// at places an error at line n; nil for a LineError (Parquet's rows
+	// are placed by row group, group the block's)
+	at    func(n int, err error) error
+	group int
+}
+
+// errAt places err at the block's line n in the file name.
+func (b *block) errAt(name string, n int, err error) error {
+	if b.at != nil {
+		return b.at(n, err)
+	}
+	return &LineError{name, n, err}
 }
 
 // parseLines reads r's lines and parses them in blocks, on several
@@ -137,6 +158,13 @@ type block struct {
 // the background, its result dropped. Parsing writes nothing, so nothing
 // is left half done.
 func parseLines(ctx context.Context, name string, r io.Reader, f Format, maxLine int, opt LoadOptions) ([]Example, error) {
+	return parseBlocks(ctx, name, f, opt, func(emit func(*block)) error {
+		return scanBlocks(ctx, name, r, maxLine, emit)
+	})
+}
+
+// parseBlocks parses the blocks scan hands out, as parseLines says.
+func parseBlocks(ctx context.Context, name string, f Format, opt LoadOptions, scan func(emit func(*block)) error) ([]Example, error) {
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -167,7 +195,7 @@ func parseLines(ctx context.Context, name string, r io.Reader, f Format, maxLine
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		readErr = scanBlocks(ctx, name, r, maxLine, func(b *block) {
+		readErr = scan(func(b *block) {
 			blocks = append(blocks, b)
 			jobs <- b
 		})
@@ -282,7 +310,7 @@ func (b *block) parse(ctx context.Context, name string, f Format, big chan struc
 		}
 		n := b.first + i
 		if err := checkText(l); err != nil {
-			b.err = &LineError{name, n, err}
+			b.err = b.errAt(name, n, err)
 			return
 		}
 		if len(l) > BigRowBytes {
@@ -293,7 +321,7 @@ func (b *block) parse(ctx context.Context, name string, f Format, big chan struc
 			<-big
 		}
 		if err != nil {
-			b.err = &LineError{name, n, err}
+			b.err = b.errAt(name, n, err)
 			return
 		}
 		ex.Line = n

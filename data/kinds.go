@@ -12,7 +12,12 @@ import (
 // lines that name one of those keys are decoded, so a file of other rows
 // costs one read. Unreadable files and rows count as none: loading them
 // reports what is wrong.
+//
+// For a Parquet file, its columns tell.
 func Conversational(path string, alpaca bool) bool {
+	if IsParquet(path) {
+		return parquetConversational(path, alpaca)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return false

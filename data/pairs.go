@@ -26,8 +26,13 @@ type Pair struct {
 	Reference []float64
 }
 
-// LoadPairs reads the preference JSONL file at path; see ParsePairs.
+// LoadPairs reads the preference JSONL file at path; see ParsePairs. A
+// .parquet file is read as Parquet (see IsParquet): columns "prompt",
+// "chosen" and "rejected", strings or lists of messages.
 func LoadPairs(path string, f Format, seqLen int) ([]Pair, error) {
+	if IsParquet(path) {
+		return loadParquetPairs(path, f, seqLen)
+	}
 	file, err := readlimit.Open(path, readlimit.Data)
 	if err != nil {
 		return nil, err
@@ -79,6 +84,27 @@ func ParsePairs(name string, r io.Reader, f Format, seqLen int) ([]Pair, error) 
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no preference rows", name)
+	}
+	return out, nil
+}
+
+// loadParquetPairs is LoadPairs for a Parquet file.
+func loadParquetPairs(path string, f Format, seqLen int) ([]Pair, error) {
+	var out []Pair
+	err := parquetObjects(path, usePairs, func(fileRow int64, obj []byte, place func(error) error) error {
+		p, err := parsePair(obj, f, seqLen)
+		if err != nil {
+			return place(err)
+		}
+		p.Line = int(fileRow) + 1
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no preference rows", path)
 	}
 	return out, nil
 }

@@ -21,7 +21,12 @@ type Task struct {
 // conversation (messages, ShareGPT or Alpaca) ending with an assistant turn
 // asks the conversation before that turn, rendered with the generation
 // prompt, and wants the turn's content, as a chat model is used.
+//
+// A .parquet file is read as Parquet (see IsParquet), up to the limit.
 func LoadTasks(path string, f Format, limit int) ([]Task, error) {
+	if IsParquet(path) {
+		return loadParquetTasks(path, f, limit)
+	}
 	blocks, err := readLines(path)
 	if err != nil {
 		return nil, err
@@ -46,6 +51,32 @@ func LoadTasks(path string, f Format, limit int) ([]Task, error) {
 				return tasks, nil
 			}
 		}
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("%s: no examples", path)
+	}
+	return tasks, nil
+}
+
+// errEnough stops reading a Parquet file once the tasks asked for are in.
+var errEnough = errors.New("enough tasks")
+
+// loadParquetTasks is LoadTasks for a Parquet file.
+func loadParquetTasks(path string, f Format, limit int) ([]Task, error) {
+	var tasks []Task
+	err := parquetObjects(path, useRows, func(fileRow int64, obj []byte, place func(error) error) error {
+		t, err := f.task(obj)
+		if err != nil {
+			return place(err)
+		}
+		t.Line = int(fileRow) + 1
+		if tasks = append(tasks, t); limit > 0 && len(tasks) == limit {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && err != errEnough {
+		return nil, err
 	}
 	if len(tasks) == 0 {
 		return nil, fmt.Errorf("%s: no examples", path)

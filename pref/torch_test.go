@@ -1,6 +1,7 @@
 package pref_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"path/filepath"
@@ -127,6 +128,9 @@ type precision struct {
 	dtype tensor.Dtype
 	low   amp.Format
 	tol   float64 // relative error bound, loss and gradients
+	// whole bounds the relative error of the 12 gradients together, one
+	// vector; 0: tol
+	whole float64
 }
 
 // Every objective's loss and its gradients with respect to each LoRA A
@@ -135,8 +139,16 @@ type precision struct {
 //
 //   - float64, 1e-12: the graph and PyTorch differ in summation order
 //     only, ~1e-16 per operation over a few hundred on a path.
-//   - float32, 2e-5: a few hundred fp32 operations of relative error
-//     6e-8 on a path (measured: 1.4e-6 worst, gradients).
+//   - float32: the 1e-6 for the loss and for the gradient, all 12
+//     tensors as one vector (measured: losses 5.8e-7, gradients 8.2e-7
+//     worst, sigmoid DPO's). Each tensor alone, 4e-6 (64 units of fp32
+//     rounding, 2⁻²⁴ each), measured 1.38e-6: the worst is always layer
+//     1's q_proj B, the smallest gradient (a norm 10 to 25 times below
+//     the largest tensor's), whose path runs through attention's softmax
+//     backward, where dS = P⊙(dP − Σ P⊙dP) subtracts nearly equal terms.
+//     It is fp32 rounding alone: the float32 graph is as far from the
+//     float64 graph (which matches PyTorch to 3e-15) as from PyTorch, to
+//     the digits printed.
 //   - bf16 matmuls (autocast's lists; softmax, norms and the loss in
 //     fp32), 0.1: each matmul input rounded to 8 bits (relative 2⁻⁹ ≈
 //     2e-3), through 2 layers and their backward pass, about 10 roundings
@@ -156,11 +168,11 @@ func TestObjectivesMatchPyTorch(t *testing.T) {
 	}
 	wantRef := fx.f64(t, "reference_logps")
 	for _, pc := range []precision{
-		{"float64", tensor.Float64, amp.FP32, 1e-12},
-		{"float32", tensor.Float32, amp.FP32, 2e-5},
-		{"bf16", tensor.Float32, amp.BF16, 0.1},
+		{"float64", tensor.Float64, amp.FP32, 1e-12, 0},
+		{"float32", tensor.Float32, amp.FP32, 4e-6, 1e-6},
+		{"bf16", tensor.Float32, amp.BF16, 0.1, 0},
 	} {
-		tol := pc.tol
+		tol, whole := pc.tol, cmp.Or(pc.whole, pc.tol)
 		// the reference: the base model, no adapter
 		rb, rg := sequenceLogProbs(t, m, pc, fx, nil, nil)
 		rvm := G.NewTapeMachine(rb.G)
@@ -207,18 +219,25 @@ func TestObjectivesMatchPyTorch(t *testing.T) {
 				}
 				got, want := toF64(loss.Value())[0], fx.f64(t, o.Name+".loss")[0]
 				el := math.Abs(got-want) / math.Abs(want)
-				if el > tol {
+				if el > whole {
 					t.Errorf("loss %.15g, PyTorch %.15g (relative %.3g)", got, want, el)
 				}
 				var worst float64
+				var all, allWant []float64
 				for i, name := range names {
-					e := fixture.RelErr(toF64(grads[i].Value()), fx.f64(t, o.Name+".grad."+name))
+					g, w := toF64(grads[i].Value()), fx.f64(t, o.Name+".grad."+name)
+					e := fixture.RelErr(g, w)
 					worst = max(worst, e)
 					if e > tol {
 						t.Errorf("gradient of %s: relative error %.3g", name, e)
 					}
+					all, allWant = append(all, g...), append(allWant, w...)
 				}
-				t.Logf("loss %.10f (PyTorch %.10f, relative %.3g); %d adapter gradients, worst relative error %.3g (bound %g)", got, want, el, len(names), worst, tol)
+				ew := fixture.RelErr(all, allWant)
+				if ew > whole {
+					t.Errorf("the gradient, all %d tensors: relative error %.3g", len(names), ew)
+				}
+				t.Logf("loss %.10f (PyTorch %.10f, relative %.3g); %d adapter gradients: together relative error %.3g (bound %g), worst tensor %.3g (bound %g)", got, want, el, len(names), ew, whole, worst, tol)
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -17,7 +18,7 @@ var csvFirst = []string{"step", "loss", "val_loss", "val_ppl", "lr", "grad_norm"
 // WriteCSV writes the run's metrics.jsonl as metrics.csv beside it: one
 // row per line, a column per field, empty where a line lacks the field.
 func WriteCSV(r *Run) error {
-	lines := append(append([]Point(nil), r.Steps...), r.Val...)
+	lines := slices.Concat(r.Steps, r.Val, r.EvalPairs)
 	sort.SliceStable(lines, func(i, j int) bool { return lines[i].Step < lines[j].Step })
 	seen := map[string]bool{}
 	for _, p := range lines {

@@ -54,6 +54,14 @@ type Curve struct {
 	ZeroY  bool   // the y axis starts at 0 (the field is never negative)
 	Stairs bool   // a value holds until the next (a loss scale), drawn as steps
 	AddVal bool   // also draw each run's val_loss: markers joined by a thin dotted line
+	// Also are more fields drawn for each run in its color, thinner, each
+	// named in the legend (rewards/rejected beside rewards/chosen).
+	Also []string
+	// AddEvalPairs draws each run's "eval_"+Field, from its evaluations
+	// of validation pairs, as AddVal draws val_loss.
+	AddEvalPairs bool
+	MaxY         float64 // when not 0, the y axis ends there (1 for a share)
+	LegendLow    bool    // the legend at the bottom, below curves that rise to the top
 }
 
 // Plot draws the curve of every run into one PNG (or SVG, by extension).
@@ -81,7 +89,7 @@ func newPlot(c Curve, runs []*Run) (*plot.Plot, error) {
 	if c.LogY {
 		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, pow2Ticks{}
 	}
-	p.Legend.Top = true
+	p.Legend.Top = !c.LegendLow
 	p.Legend.ThumbnailWidth = vg.Points(36)
 	drawn := 0
 	for i, r := range runs {
@@ -96,11 +104,29 @@ func newPlot(c Curve, runs []*Run) (*plot.Plot, error) {
 				l.StepStyle = plotter.PostStep
 			}
 			p.Add(l)
-			p.Legend.Add(r.Name, l)
+			p.Legend.Add(legendName(r.Name, c.Field, c.Also), l)
 			drawn++
 		}
-		if c.AddVal {
-			if vxy := points(r.Val, "val_loss", c.LogY); len(vxy) > 0 {
+		for j, f := range c.Also {
+			if xy := points(r.Steps, f, c.LogY); len(xy) > 0 {
+				l, err := plotter.NewLine(xy)
+				if err != nil {
+					return nil, err
+				}
+				l.LineStyle = lineStyle(i)
+				l.Width = vg.Points(0.9)
+				l.Dashes = dashes[(i+1+j)%len(dashes)]
+				p.Add(l)
+				p.Legend.Add(r.Name+" "+f, l)
+				drawn++
+			}
+		}
+		val, field := r.Val, "val_loss"
+		if c.AddEvalPairs {
+			val, field = r.EvalPairs, "eval_"+c.Field
+		}
+		if c.AddVal || c.AddEvalPairs {
+			if vxy := points(val, field, c.LogY); len(vxy) > 0 {
 				l, s, err := plotter.NewLinePoints(vxy)
 				if err != nil {
 					return nil, err
@@ -120,7 +146,19 @@ func newPlot(c Curve, runs []*Run) (*plot.Plot, error) {
 	if c.ZeroY {
 		p.Y.Min = min(p.Y.Min, 0)
 	}
+	if c.MaxY != 0 {
+		p.Y.Max = max(p.Y.Max, c.MaxY)
+	}
 	return p, nil
+}
+
+// legendName names a run's line in the legend: with more fields drawn
+// beside it, the field too.
+func legendName(run, field string, also []string) string {
+	if len(also) > 0 {
+		return run + " " + field
+	}
+	return run
 }
 
 func points(ps []Point, field string, logY bool) plotter.XYs {
@@ -144,11 +182,17 @@ var StandardCurves = []struct {
 	{"loss.png", Curve{Field: "loss", Title: "training loss (lines) and validation loss (markers)", Label: "loss (axis from 0)", ZeroY: true, AddVal: true}},
 	{"lr.png", Curve{Field: "lr", Title: "learning rate", Label: "learning rate", ZeroY: true}},
 	{"loss_scale.png", Curve{Field: "loss_scale", Title: "loss scale (runs that scale the loss: fp16, or amp.loss_scaling: on)", Label: "loss scale (log scale)", LogY: true, Stairs: true}},
+	// preference runs: TRL's metrics
+	{"reward_accuracy.png", Curve{Field: "rewards/accuracies", Title: "reward accuracy: pairs whose chosen reward beats the rejected (lines: each step's; markers: validation pairs)", Label: "rewards/accuracies (axis from 0 to 1)", ZeroY: true, MaxY: 1, AddEvalPairs: true, LegendLow: true}},
+	{"reward_margin.png", Curve{Field: "rewards/margins", Title: "reward margin, chosen minus rejected (lines: each step's; markers: validation pairs)", Label: "rewards/margins", AddEvalPairs: true}},
+	{"rewards.png", Curve{Field: "rewards/chosen", Also: []string{"rewards/rejected"}, Title: "rewards of the chosen and the rejected completions (each step's)", Label: "reward"}},
+	{"logps.png", Curve{Field: "logps/chosen", Also: []string{"logps/rejected"}, Title: "summed log-probabilities of the chosen and the rejected completions (each step's)", Label: "log-probability"}},
 }
 
 // PlotAll draws the standard curves of runs into dir and returns the files
 // written. A curve no run has is left out: loss_scale.png needs a run that
-// scaled its loss (fp16 by default; amp.loss_scaling: on for bf16 or fp32).
+// scaled its loss (fp16 by default; amp.loss_scaling: on for bf16 or fp32),
+// the reward and log-probability plots a preference run.
 func PlotAll(dir string, runs []*Run) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mixtune/mixtune/internal/flock"
@@ -22,12 +23,15 @@ import (
 
 // Run is one run directory's record.
 type Run struct {
-	Name    string
-	Dir     string
-	Status  Status
-	Steps   []Point        // one per metrics line with a training loss
-	Val     []Point        // one per validation
-	Summary map[string]any // summary.json; nil while the run trains (a resumed leg's old one is ignored)
+	Name   string
+	Dir    string
+	Status Status
+	Steps  []Point // one per metrics line with a training loss
+	Val    []Point // one per validation
+	// EvalPairs has a point per evaluation of a preference run's
+	// validation pairs (TRL's eval_rewards/accuracies, eval_loss, ...).
+	EvalPairs []Point
+	Summary   map[string]any // summary.json; nil while the run trains (a resumed leg's old one is ignored)
 	// Manifest is run.json (what ran, where), nil when the directory has
 	// none.
 	Manifest map[string]any
@@ -117,6 +121,9 @@ func read(dir string, damage func(error) error) (*Run, error) {
 		}
 		if _, ok := p.Fields["val_loss"]; ok {
 			r.Val = append(r.Val, p)
+		}
+		if _, ok := p.Fields["eval_"+RewardAccuracies]; ok {
+			r.EvalPairs = append(r.EvalPairs, p)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -233,20 +240,51 @@ func (r *Run) skipped() float64 {
 	return n
 }
 
+// The metrics of a preference run, as TRL names them: each step's, and
+// with an "eval_" prefix the validation pairs'.
+const (
+	RewardChosen     = "rewards/chosen"
+	RewardRejected   = "rewards/rejected"
+	RewardAccuracies = "rewards/accuracies"
+	RewardMargins    = "rewards/margins"
+	LogpsChosen      = "logps/chosen"
+	LogpsRejected    = "logps/rejected"
+)
+
+// PreferenceMetrics are TRL's names, in the order compare shows them.
+var PreferenceMetrics = []string{RewardAccuracies, RewardMargins, RewardChosen, RewardRejected, LogpsChosen, LogpsRejected}
+
+// preference reports whether the run tunes on preference pairs.
+func (r *Run) preference() bool {
+	return r.summary("preference_after") != nil || len(r.EvalPairs) > 0 || latest(r.Steps, RewardAccuracies) != nil
+}
+
+// pairMetric is a preference metric after training: the validation
+// pairs' (summary.json's preference_after, else the latest evaluation),
+// or without validation pairs the last logged step's.
+func (r *Run) pairMetric(name string) any {
+	return or(r.summary("preference_after.eval_"+name), latest(r.EvalPairs, "eval_"+name), latest(r.Steps, name))
+}
+
 // Compare writes a markdown table with a row per run. A run without a
 // summary (running, or failed) shows the latest values of metrics.jsonl;
-// its backend and precision come from run.json.
+// its backend and precision come from run.json. When a run tunes on
+// preference pairs, TRL's rewards/ and logps/ columns follow (see
+// pairMetric); the validation loss of such a run is its pairs' loss.
 func Compare(w io.Writer, runs []*Run) error {
-	cols := []struct {
+	type column struct {
 		head string
 		cell func(r *Run) string
-	}{
+	}
+	cols := []column{
 		{"run", func(r *Run) string { return r.Name }},
 		{"status", func(r *Run) string { return string(r.Status) }},
 		{"step", func(r *Run) string { return num(or(r.summary("steps"), latest(r.Steps, "step")), "%.0f") }},
 		{"backend", func(r *Run) string { return str(or(r.summary("backend"), r.Manifest["blas"])) }},
 		{"precision", func(r *Run) string { return str(or(r.summary("precision"), r.Manifest["precision"])) }},
-		{"val loss", func(r *Run) string { return num(or(r.summary("val_after.loss"), latest(r.Val, "val_loss")), "%.4f") }},
+		{"val loss", func(r *Run) string {
+			return num(or(r.summary("val_after.loss"), latest(r.Val, "val_loss"), r.summary("preference_after.eval_loss"), latest(r.EvalPairs, "eval_loss")), "%.4f")
+		}},
 		{"task accuracy", func(r *Run) string { return pct(r.summary("task_after.accuracy")) }},
 		{"skipped steps", func(r *Run) string { return num(or(r.summary("skipped_steps"), r.skipped()), "%.0f") }},
 		{"zero weight grads (mean)", func(r *Run) string {
@@ -265,6 +303,21 @@ func Compare(w io.Writer, runs []*Run) error {
 			f, ok := r.summary("peak_rss_bytes").(float64)
 			return cond(ok, fmt.Sprintf("%.0f MiB", f/(1<<20)))
 		}},
+	}
+	if slices.ContainsFunc(runs, (*Run).preference) {
+		for _, name := range PreferenceMetrics {
+			format := "%.4f"
+			if name == RewardAccuracies {
+				format = "%.1f%%"
+			}
+			cols = append(cols, column{name, func(r *Run) string {
+				v, ok := r.pairMetric(name).(float64)
+				if ok && name == RewardAccuracies {
+					v *= 100
+				}
+				return cond(ok && r.preference(), fmt.Sprintf(format, v))
+			}})
+		}
 	}
 	var head, rule []string
 	for _, c := range cols {

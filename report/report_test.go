@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
 
 	"github.com/mixtune/mixtune/internal/flock"
 )
@@ -91,6 +94,83 @@ func TestPlotAll(t *testing.T) {
 	}
 }
 
+// A DPO run's metrics.jsonl: its validation pairs before and after
+// training, and two logged steps.
+const metricsDPO = `{"eval_logps/chosen":-25.2,"eval_logps/rejected":-25.9,"eval_loss":0.6931471805599453,"eval_rewards/accuracies":0,"eval_rewards/chosen":0,"eval_rewards/margins":0,"eval_rewards/rejected":0,"step":0}
+{"elapsed_s":5,"grad_norm":0.25,"logps/chosen":-26.5,"logps/rejected":-27.75,"loss":0.65,"lr":0.0018,"rewards/accuracies":0.75,"rewards/chosen":-0.125,"rewards/margins":0.125,"rewards/rejected":-0.25,"skipped":false,"step":10,"tokens_per_s":734}
+{"elapsed_s":9,"grad_norm":0.5,"logps/chosen":-30,"logps/rejected":-35,"loss":0.5,"lr":0.001,"rewards/accuracies":0.875,"rewards/chosen":-0.5,"rewards/margins":0.5,"rewards/rejected":-1,"skipped":false,"step":20,"tokens_per_s":750}
+{"eval_logps/chosen":-39,"eval_logps/rejected":-42.5,"eval_loss":0.625,"eval_rewards/accuracies":0.905,"eval_rewards/chosen":-1.375,"eval_rewards/margins":0.25,"eval_rewards/rejected":-1.625,"step":20}
+`
+
+// compare shows a preference run's metrics under TRL's names: the
+// validation pairs' after training (summary.json's, else the latest
+// evaluation's), or, without validation pairs, the last step's; its val
+// loss is the pairs' loss. A supervised run beside it shows "-" there, and
+// a table of supervised runs alone has no such columns. plot draws reward
+// accuracy and margin (steps as lines, validation pairs as markers), the
+// rewards and the log-probabilities.
+func TestPreferenceRunsInCompareAndPlot(t *testing.T) {
+	const summary = `{"steps":20,"precision":"fp32","tokens_per_s":740,"preference_after":{"eval_loss":0.625,"eval_rewards/accuracies":0.905,"eval_rewards/margins":0.25,"eval_rewards/chosen":-1.375,"eval_rewards/rejected":-1.625,"eval_logps/chosen":-39,"eval_logps/rejected":-42.5}}`
+	done, err := Read(writeRun(t, "dpo", metricsDPO, summary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done.EvalPairs) != 2 || len(done.Steps) != 2 || len(done.Val) != 0 {
+		t.Fatalf("read %d evaluations of pairs, %d steps, %d validations", len(done.EvalPairs), len(done.Steps), len(done.Val))
+	}
+	// running: no summary, the latest evaluation; no validation pairs: the last step
+	running, _ := Read(writeRun(t, "running", metricsDPO, ""))
+	var steps []string
+	for _, l := range strings.Split(metricsDPO, "\n") {
+		if strings.Contains(l, `"loss":`) && !strings.Contains(l, "eval_") {
+			steps = append(steps, l)
+		}
+	}
+	noVal, _ := Read(writeRun(t, "noval", strings.Join(steps, "\n")+"\n", ""))
+	sft, _ := Read(writeRun(t, "sft", metricsA, ""))
+	var buf bytes.Buffer
+	if err := Compare(&buf, []*Run{done, running, noVal, sft}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	wantHead := " | rewards/accuracies | rewards/margins | rewards/chosen | rewards/rejected | logps/chosen | logps/rejected |"
+	want := []string{
+		"| dpo | finished | 20 | - | fp32 | 0.6250 | - | 0 | - | - | - | 740 | - | 90.5% | 0.2500 | -1.3750 | -1.6250 | -39.0000 | -42.5000 |",
+		"| running | failed | 20 | - | - | 0.6250 | - | 0 | - | - | - | 750 | - | 90.5% | 0.2500 | -1.3750 | -1.6250 | -39.0000 | -42.5000 |",
+		"| noval | failed | 20 | - | - | - | - | 0 | - | - | - | 750 | - | 87.5% | 0.5000 | -0.5000 | -1.0000 | -30.0000 | -35.0000 |",
+		"| sft | failed | 2 | - | - | 1.9000 | - | 1 | 37.50% | 25.00% | 32768 | 110 | - | - | - | - | - | - | - |",
+	}
+	if len(lines) != 6 || !strings.HasSuffix(lines[0], wantHead) || !slices.Equal(lines[2:], want) {
+		t.Fatalf("compare:\n%s\nwant the header to end\n%s\nand rows\n%s", buf.String(), wantHead, strings.Join(want, "\n"))
+	}
+	buf.Reset()
+	Compare(&buf, []*Run{sft})
+	if strings.Contains(buf.String(), "rewards/") {
+		t.Errorf("a table of supervised runs has preference columns:\n%s", buf.String())
+	}
+	files, err := PlotAll(t.TempDir(), []*Run{done, noVal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+	}
+	if wantFiles := []string{"loss.png", "lr.png", "reward_accuracy.png", "reward_margin.png", "rewards.png", "logps.png"}; !slices.Equal(names, wantFiles) {
+		t.Fatalf("plots %v, want %v", names, wantFiles)
+	}
+	acc := StandardCurves[3].Curve
+	p, err := newPlot(acc, []*Run{done})
+	if err != nil || p.Y.Min != 0 || p.Y.Max < 1 {
+		t.Fatalf("reward accuracy axis %v to %v (%v)", p.Y.Min, p.Y.Max, err)
+	}
+	if got := len(evalPoints(done, acc)); got != 2 {
+		t.Errorf("%d validation points", got)
+	}
+}
+
+func evalPoints(r *Run, c Curve) plotter.XYs { return points(r.EvalPairs, "eval_"+c.Field, false) }
+
 func TestReadReportsTornLine(t *testing.T) {
 	dir := writeRun(t, "torn", metricsA+`{"step":3,"lo`, "")
 	if _, err := Read(dir); err == nil || !strings.Contains(err.Error(), "metrics.jsonl:5:") {
@@ -165,15 +245,21 @@ func TestCompareStatusAndBackend(t *testing.T) {
 // started wherever the data did.)
 func TestPlotLayout(t *testing.T) {
 	a, _ := Read(writeRun(t, "a", metricsA, ""))
+	d, _ := Read(writeRun(t, "dpo", metricsDPO, ""))
 	for _, sc := range StandardCurves {
-		p, err := newPlot(sc.Curve, []*Run{a})
+		run := a
+		if !anyHas([]*Run{a}, sc.Curve.Field) {
+			run = d
+		}
+		p, err := newPlot(sc.Curve, []*Run{run})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.X.Min != 0 {
 			t.Errorf("%s: step axis from %g", sc.File, p.X.Min)
 		}
-		if sc.Curve.ZeroY != (p.Y.Min == 0) {
+		// (the margins of a DPO run start at 0 where policy = reference)
+		if sc.Curve.ZeroY != (p.Y.Min == 0) && run == a || sc.Curve.ZeroY && p.Y.Min != 0 {
 			t.Errorf("%s: y axis from %g", sc.File, p.Y.Min)
 		}
 	}

@@ -34,11 +34,18 @@ func dataMemory(fileBytes int64, maxRow, workers int) (held, tokenizing uint64) 
 }
 
 // dataFileBytes is the size of the training and validation files (a file
-// that cannot be read counts 0: reading it reports the error).
+// that cannot be read counts 0: reading it reports the error); a Parquet
+// file counts its data uncompressed, the text its rows hold.
 func (r *Recipe) dataFileBytes() int64 {
 	var n int64
 	for _, p := range []string{r.Data.Train, r.Data.Validation} {
 		if p == "" {
+			continue
+		}
+		if data.IsParquet(p) {
+			if size, ok := data.ParquetDataBytes(p); ok {
+				n += size
+			}
 			continue
 		}
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
@@ -57,7 +64,7 @@ func checkDataMemory(r *Recipe, have uint64) error {
 	if need <= have {
 		return nil
 	}
-	return inputError(fmt.Errorf("reading and tokenizing the data (%s of JSONL) needs an estimated %s of memory (%s for the tokens kept, %s while the largest rows are tokenized), more than this machine's %s; "+
+	return inputError(fmt.Errorf("reading and tokenizing the data (%s of text) needs an estimated %s of memory (%s for the tokens kept, %s while the largest rows are tokenized), more than this machine's %s; "+
 		"use less data, or lower data.max_row_bytes (%s) so that long rows are refused",
 		readlimit.Bytes(size), gib(need), gib(held), gib(tokenizing), gib(have), readlimit.Bytes(int64(r.text.Format.MaxRow()))))
 }

@@ -42,7 +42,7 @@ func TestCheckDataMemoryRefusesBeforeTokenizing(t *testing.T) {
 	}
 	r := &Recipe{Config: Config{Data: DataConfig{Train: path}}, text: &Text{Format: data.Format{MaxRowBytes: 64 << 20}}}
 	err := checkDataMemory(r, 2<<30)
-	if err == nil || !strings.Contains(err.Error(), "reading and tokenizing the data (50 MiB of JSONL) needs an estimated") ||
+	if err == nil || !strings.Contains(err.Error(), "reading and tokenizing the data (50 MiB of text) needs an estimated") ||
 		!strings.Contains(err.Error(), "lower data.max_row_bytes") {
 		t.Fatalf("checkDataMemory on 2 GiB: %v", err)
 	}

@@ -25,9 +25,11 @@ func inputError(err error) error {
 }
 
 // IsInputError reports whether err is about the user's input: a recipe
-// (file, line, field), a dataset row (file:line), or an InputError.
+// (file, line, field), a dataset row (file:line, or a Parquet file's
+// column, row group or row), or an InputError.
 func IsInputError(err error) bool {
 	var ie *InputError
 	var le *data.LineError
-	return yamlconf.IsConfigError(err) || errors.As(err, &ie) || errors.As(err, &le)
+	var pe *data.ParquetError
+	return yamlconf.IsConfigError(err) || errors.As(err, &ie) || errors.As(err, &le) || errors.As(err, &pe)
 }

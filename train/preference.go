@@ -315,8 +315,9 @@ func (pr *preferenceRun) evaluate(o pref.Objective) (map[string]float64, error) 
 }
 
 // measurePreference evaluates the validation pairs, if any, at a step:
-// a metrics.jsonl line and the line the console shows.
-func (s *session) measurePreference() (map[string]float64, error) {
+// a metrics.jsonl line, and a line for the console given to say (the
+// progress bar's, during the loop).
+func (s *session) measurePreference(say func(string)) (map[string]float64, error) {
 	pr := s.parts.pref
 	if pr == nil || pr.policy == nil {
 		return nil, nil
@@ -331,10 +332,13 @@ func (s *session) measurePreference() (map[string]float64, error) {
 		rec[k] = v
 	}
 	s.logger.write(rec)
-	fmt.Fprintf(s.out, "step %d validation pairs: loss %.4f, reward accuracy %.1f%%, margin %.4f, logps chosen %.2f rejected %.2f\n",
-		s.step, m["eval_loss"], 100*m["eval_rewards/accuracies"], m["eval_rewards/margins"], m["eval_logps/chosen"], m["eval_logps/rejected"])
+	say(fmt.Sprintf("step %d validation pairs: loss %.4f, reward accuracy %.1f%%, margin %.4f, logps chosen %.2f rejected %.2f",
+		s.step, m["eval_loss"], 100*m["eval_rewards/accuracies"], m["eval_rewards/margins"], m["eval_logps/chosen"], m["eval_logps/rejected"]))
 	return m, nil
 }
+
+// say prints a line on the console.
+func (s *session) say(line string) { fmt.Fprintln(s.out, line) }
 
 // dataState is the training data's position: the pairs' for a preference
 // run, else the rows'.

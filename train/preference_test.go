@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -116,6 +117,96 @@ func TestBadPairsFailBeforeTheRunDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "runs")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the run directory was made: %v", err)
+	}
+}
+
+// Preference pairs read from Parquet (written by DuckDB) train as their
+// JSONL does, bit for bit; a Parquet file without a column the pairs need
+// is an input error naming the file and column, before the run directory.
+func TestPreferencePairsFromParquet(t *testing.T) {
+	dir := prefFixture(t)
+	pq := func(name string) string {
+		p, err := filepath.Abs(filepath.Join("..", "data", "testdata", "parquet", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var losses [2][]float64
+	for i, file := range []string{"pairs.jsonl", "pairs.parquet"} {
+		r, err := Load(writeConfig(t, dir, prefConfig), []string{"data.train=" + pq(file), "train.batch_size=3", "data.seq_len=40", "compute.blas=gonum", "name=" + file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range readMetrics(t, sum.RunDir) {
+			if l, ok := m["loss"]; ok {
+				losses[i] = append(losses[i], l)
+			}
+		}
+	}
+	if len(losses[0]) == 0 || !slices.Equal(losses[0], losses[1]) {
+		t.Errorf("losses from JSONL %v, from Parquet %v", losses[0], losses[1])
+	}
+	os.RemoveAll(filepath.Join(dir, "runs"))
+	r, err := Load(writeConfig(t, dir, prefConfig), []string{"data.train=" + pq("bad_pairs_missing_rejected.parquet")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), r, Options{Out: io.Discard})
+	if !IsInputError(err) || !strings.Contains(err.Error(), `bad_pairs_missing_rejected.parquet: no column "rejected"`) {
+		t.Fatalf("error %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run directory was made: %v", err)
+	}
+}
+
+// With train.eval_every, a preference run evaluates its validation pairs
+// every eval_every steps too, under TRL's eval_ names, without changing
+// the training steps.
+func TestPreferencePairsAtEvalEvery(t *testing.T) {
+	dir := prefFixture(t)
+	var logs [2][]map[string]float64
+	for i, every := range []string{"0", "2"} {
+		r, err := Load(writeConfig(t, dir, prefConfig), []string{"compute.blas=gonum", "train.steps=5", "train.batch_size=4", "name=every" + every,
+			"train.eval_every=" + every, "data.validation=" + filepath.Join(dir, "pairs.jsonl")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := Run(context.Background(), r, Options{Out: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[i] = readMetrics(t, sum.RunDir)
+	}
+	evals := func(ms []map[string]float64) (steps []int) {
+		for _, m := range ms {
+			if _, ok := m["eval_rewards/accuracies"]; ok {
+				steps = append(steps, int(m["step"]))
+			}
+		}
+		return steps
+	}
+	if got := evals(logs[0]); !slices.Equal(got, []int{0, 5}) {
+		t.Errorf("eval_every 0: validation pairs at steps %v, want before and after", got)
+	}
+	if got := evals(logs[1]); !slices.Equal(got, []int{0, 2, 4, 5}) {
+		t.Errorf("eval_every 2: validation pairs at steps %v, want 0, 2, 4 and 5", got)
+	}
+	var losses [2][]float64
+	for i, ms := range logs {
+		for _, m := range ms {
+			if l, ok := m["loss"]; ok {
+				losses[i] = append(losses[i], l)
+			}
+		}
+	}
+	if len(losses[0]) != 5 || !slices.Equal(losses[0], losses[1]) {
+		t.Errorf("training losses %v without evaluations, %v with", losses[0], losses[1])
 	}
 }
 

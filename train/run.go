@@ -449,7 +449,7 @@ func (s *session) measureBefore(ctx context.Context) error {
 		s.logger.event(taskEvent(0, rep, time.Now()))
 	}
 	var err error
-	if s.sum.PreferenceBefore, err = s.measurePreference(); err != nil {
+	if s.sum.PreferenceBefore, err = s.measurePreference(s.say); err != nil {
 		return err
 	}
 	if p.evaluator != nil {
@@ -510,6 +510,12 @@ func (s *session) loop(ctx context.Context, afterStep func(int)) error {
 			}
 			s.logger.write(map[string]any{"step": s.step, "val_loss": rep.Loss, "val_ppl": rep.Perplexity})
 			bar.line(fmt.Sprintf("step %d: val_loss %.4f (perplexity %.3f)", s.step, rep.Loss, rep.Perplexity))
+		}
+		if p.pref != nil && r.Train.EvalEvery > 0 && s.step%r.Train.EvalEvery == 0 && s.step < r.Train.Steps {
+			if _, err := s.measurePreference(bar.line); err != nil {
+				bar.finish()
+				return err
+			}
 		}
 		if r.Train.CheckpointEvery > 0 && s.step%r.Train.CheckpointEvery == 0 && s.step < r.Train.Steps {
 			if err := s.checkpoint(); err != nil {
@@ -813,7 +819,7 @@ func (s *session) measureAfter(ctx context.Context) error {
 		s.logger.event(taskEvent(s.step, rep, time.Now()))
 	}
 	var err error
-	sum.PreferenceAfter, err = s.measurePreference()
+	sum.PreferenceAfter, err = s.measurePreference(s.say)
 	return err
 }
 

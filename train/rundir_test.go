@@ -363,6 +363,16 @@ func TestDataProblemsFoundBeforeTheRunDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "badtask.jsonl"), []byte("{\"prompt\": \"a\", \"completion\": \"b\"}\n{\"prompt\": \n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "badtask.parquet"), []byte("{\"prompt\": \"a\", \"completion\": \"b\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pq := func(name string) string {
+		p, err := filepath.Abs(filepath.Join("..", "data", "testdata", "parquet", name+".parquet"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	long := strings.Repeat("p", 40)
 	if err := os.WriteFile(filepath.Join(dir, "longprompts.jsonl"), []byte(`{"prompt": "`+long+`", "completion": "x"}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -375,6 +385,9 @@ func TestDataProblemsFoundBeforeTheRunDirectory(t *testing.T) {
 		{"seq_len leaves no target", []string{"data.seq_len=3"}, "no training example has a target token within data.seq_len 3"},
 		{"task file with bad JSON", []string{"task.eval_file=" + filepath.Join(dir, "badtask.jsonl")}, "badtask.jsonl:2: invalid JSON"},
 		{"every completion truncated", []string{"data.train=" + filepath.Join(dir, "longprompts.jsonl")}, "no training example has a target token within data.seq_len 16"},
+		{"Parquet training file with a null", []string{"data.train=" + pq("bad_null_completion")}, `bad_null_completion.parquet: row group 0, row 1 (row 1 of the file, counting from 0), column "completion": is null`},
+		{"Parquet validation file of another type", []string{"data.validation=" + pq("bad_int_text")}, `bad_int_text.parquet: column "text": is int32`},
+		{"Parquet task file that is not Parquet", []string{"task.eval_file=" + filepath.Join(dir, "badtask.parquet")}, `badtask.parquet: not a Parquet file`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Load(writeConfig(t, dir, goodConfig), append(tc.sets, "compute.blas=gonum"))

@@ -20,7 +20,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	var c train.EvalConfig
 	fs.StringVar(&c.Model, "model", "", "base model directory (HF layout)")
 	fs.StringVar(&c.Adapter, "adapter", "", "PEFT LoRA adapter directory (optional)")
-	fs.StringVar(&c.Data, "data", "", "JSONL file: text, prompt/completion or input_ids rows")
+	fs.StringVar(&c.Data, "data", "", "JSONL or Parquet file: text, prompt/completion or input_ids rows")
 	fs.IntVar(&c.SeqLen, "seq-len", 128, "sequence length (use the recipe's data.seq_len to match its validation)")
 	fs.IntVar(&c.BatchSize, "batch-size", 8, "rows per batch (the recipe's train.batch_size)")
 	fs.TextVar(&c.Mode, "mode", data.Pad, "pad (one row per example) or pack (the recipe's data.mode)")

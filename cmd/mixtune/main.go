@@ -50,7 +50,7 @@ type app struct {
 func (a app) commands() []command {
 	return []command{
 		{"train", "fine-tune a model from a YAML recipe", a.cmdTrain},
-		{"eval", "mean loss per token and perplexity of a model on a JSONL file", cmdEval},
+		{"eval", "mean loss per token and perplexity of a model on a JSONL or Parquet file", cmdEval},
 		{"generate", "continue a prompt with a model (and adapter)", cmdGenerate},
 		{"tokenize", "show how a model's tokenizer (and chat template) turns text into token ids, or decode ids", cmdTokenize},
 		{"bench", "measure training throughput on the fixed benchmark model", cmdBench},

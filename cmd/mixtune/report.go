@@ -35,8 +35,12 @@ const plotHelp = `
 Writes loss.png (training loss as lines, validation loss as markers; the
 loss axis starts at 0) and lr.png for every run, and loss_scale.png only
 when a run scaled its loss: fp16 runs (amp.loss_scaling auto or on), or
-bf16 and fp32 runs with amp.loss_scaling: on. Overlaid runs differ in
-color, dash pattern and marker.
+bf16 and fp32 runs with amp.loss_scaling: on. Preference runs (dpo, orpo,
+simpo) add TRL's metrics: reward_accuracy.png and reward_margin.png
+(rewards/accuracies and rewards/margins of each logged step as lines, of
+the validation pairs as markers), rewards.png (rewards/chosen and
+rewards/rejected) and logps.png (logps/chosen and logps/rejected).
+Overlaid runs differ in color, dash pattern and marker.
 
 One run's plots go to RUN_DIR/plots (where training writes them too);
 plots of several runs overlaid need --out.
@@ -73,7 +77,11 @@ the run directory), finished, interrupted (train --resume continues it) or
 failed (it ended on an error, a crash or a kill, without summary.json).
 backend is the matmul backend and kernel the run computed with. A run
 without a summary shows the latest values in its metrics.jsonl: its last
-step, validation loss, loss scale and tokens/s.
+step, validation loss, loss scale and tokens/s. When a run tunes on
+preference pairs, TRL's rewards/accuracies, rewards/margins,
+rewards/chosen, rewards/rejected, logps/chosen and logps/rejected follow:
+the validation pairs' after training (data.validation), else the last
+logged step's; its val loss is the validation pairs' loss.
 `
 
 func cmdCompare(args []string, stdout, stderr io.Writer) error {

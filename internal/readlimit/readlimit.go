@@ -37,7 +37,7 @@ const (
 	Weights                     // a safetensors file read whole (adapter, trainable weights, optimizer state)
 	Model                       // a model file read in parts (safetensors shards, GGUF): a regular file, no size limit
 	TokenCache                  // an entry of the token cache
-	Data                        // a JSONL data file, streamed line by line (the line limit is the data package's)
+	Data                        // a JSONL data file, streamed line by line (the line limit is the data package's), or a Parquet file read a page at a time
 	Text                        // a text file to tokenize (`mixtune tokenize --file`)
 )
 
