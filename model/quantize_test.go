@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"math"
+	"slices"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -12,6 +13,7 @@ import (
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/quant"
+	"github.com/mixtune/mixtune/safetensors"
 )
 
 func TestQuantizable(t *testing.T) {
@@ -94,4 +96,54 @@ func TestLoadQuantized(t *testing.T) {
 		t.Errorf("4-bit loss equals the unquantized loss %v: nothing was quantized", full)
 	}
 	t.Logf("loss: fp32 %.6f, nf4 %.6f; weights %d bytes against %d", full, got, m.WeightBytes(), deq.WeightBytes())
+}
+
+// SaveBnB4 writes a bitsandbytes 4-bit model in the layout it was read
+// from: the bitsandbytes-layout fixture (written by
+// scripts/gen_bnb4_fixture.py, independently of this code) loaded and
+// saved again gives its tensors back byte for byte (codes, absmax codes,
+// nested absmax, both maps, the quant state's JSON), with dtypes and
+// shapes, and a quantization_config that reads back as the fixture's.
+func TestSaveBnB4ReproducesFixture(t *testing.T) {
+	const fixture = "testdata/bnb4"
+	m, err := Load(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := m.SaveBnB4(dir, amp.BF16, 0); err != nil {
+		t.Fatal(err)
+	}
+	want, err := safetensors.OpenCheckpoint(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Names(), want.Names()) {
+		t.Fatalf("tensors %v, the fixture's %v", got.Names(), want.Names())
+	}
+	for _, name := range want.Names() {
+		wb, wi, err := want.Raw(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb, gi, err := got.Raw(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wi.Dtype != gi.Dtype || !slices.Equal(wi.Shape, gi.Shape) || !bytes.Equal(wb, gb) {
+			t.Errorf("%s: %s %v (%d bytes), the fixture's %s %v (%d bytes)%s", name, gi.Dtype, gi.Shape, len(gb), wi.Dtype, wi.Shape, len(wb),
+				map[bool]string{true: ": other bytes", false: ""}[wi.Dtype == gi.Dtype && slices.Equal(wi.Shape, gi.Shape)])
+		}
+	}
+	c, err := ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.BnB4 != *m.Config.BnB4 {
+		t.Errorf("quantization_config reads back as %+v, the fixture's %+v", *c.BnB4, *m.Config.BnB4)
+	}
 }
