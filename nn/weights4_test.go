@@ -14,94 +14,6 @@ import (
 	"github.com/mixtune/mixtune/quant"
 )
 
-// A linear layer on a 4-bit weight computes y = x·Wᵀ and dx = g·W with W
-// dequantized block by block inside the op; both match a float64 product
-// of the dequantized weight within fp32 summation-order error: for a dot
-// product of k exact fp32 terms, |fl(s) - s| ≤ γ_k Σ|xᵢwᵢ|, γ_k = ku/(1-ku),
-// u = 2⁻²⁴, whatever order the GEMM sums in.
-func TestLinear4BitMatchesDequantizedReference(t *testing.T) {
-	// 300×1024: two row blocks of W in the forward, two column slabs (873
-	// and 151 wide, not multiples of the 64-value quantization block) in dx
-	const n, in, out, next = 4, 1024, 300, 3
-	for _, typ := range []quant.Type{quant.NF4, quant.FP4} {
-		rng := rand.New(rand.NewPCG(11, uint64(typ)))
-		wv := make([]float32, out*in)
-		for i := range wv {
-			wv[i] = float32(rng.NormFloat64() * 0.02)
-		}
-		q, err := quant.Quantize(typ, wv, []int{out, in}, quant.Options{Double: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wd := q.Dequantize()
-		b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 2}, tensor.Float32)
-		x := randParam(b, rng, "x", 1, n, in)
-		vData := make([]float32, next*out)
-		for i := range vData {
-			vData[i] = rng.Float32()*2 - 1
-		}
-		y := b.Linear(x, b.Param4("w", q.Encode()))
-		z := b.Linear(y, b.Param("v", []int{next, out}, vData, false))
-		g, err := G.Grad(G.Must(G.Sum(z)), x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vm := G.NewTapeMachine(b.G)
-		if err := runVM(vm); err != nil {
-			t.Fatal(err)
-		}
-		vm.Close()
-		const u = 0x1p-24
-		gamma := func(k int) float64 { return float64(k) * u / (1 - float64(k)*u) }
-		xs := x.Value().Data().([]float32)
-		ys := f32(y)
-		var worstY float64
-		for i := 0; i < n; i++ {
-			for r := 0; r < out; r++ {
-				var s, abs float64
-				for c := 0; c < in; c++ {
-					p := float64(xs[i*in+c]) * float64(wd[r*in+c])
-					s, abs = s+p, abs+math.Abs(p)
-				}
-				d := math.Abs(float64(ys[i*out+r]) - s)
-				if bound := gamma(in)*abs + u*math.Abs(s); d > bound {
-					t.Fatalf("%v y[%d,%d] = %v, reference %v: error %.3g over bound %.3g", typ, i, r, ys[i*out+r], s, d, bound)
-				}
-				worstY = max(worstY, d/(gamma(in)*abs))
-			}
-		}
-		// g = ∂Σz/∂y has g[i,r] = Σⱼ v[j,r] for every row i, summed in fp32
-		// over next = 3 terms; the reference takes those fp32 values as given
-		gr := make([]float64, out)
-		for r := range gr {
-			var s float32
-			for j := 0; j < next; j++ {
-				s += vData[j*out+r]
-			}
-			gr[r] = float64(s)
-		}
-		dx := f32(g[0])
-		var worstDx float64
-		for i := 0; i < n; i++ {
-			for c := 0; c < in; c++ {
-				var s, abs float64
-				for r := 0; r < out; r++ {
-					p := gr[r] * float64(wd[r*in+c])
-					s, abs = s+p, abs+math.Abs(p)
-				}
-				// the sum over next terms may be ordered otherwise: γ_next on g
-				bound := (gamma(out)+gamma(next)*(1+gamma(out)))*absG(vData, next, out, wd, in, c) + u*math.Abs(s)
-				d := math.Abs(float64(dx[i*in+c]) - s)
-				if d > bound {
-					t.Fatalf("%v dx[%d,%d] = %v, reference %v: error %.3g over bound %.3g", typ, i, c, dx[i*in+c], s, d, bound)
-				}
-				worstDx = max(worstDx, d/bound)
-			}
-		}
-		t.Logf("%v: y error at most %.3f of γ_k Σ|xw|; dx error at most %.3f of its bound", typ, worstY, worstDx)
-	}
-}
-
 // absG is Σ_r Σ_j |v[j,r]|·|w[r,c]|, the magnitude sum dx[·,c]'s bound scales.
 func absG(v []float32, next, out int, w []float32, in, c int) float64 {
 	var s float64
@@ -178,12 +90,10 @@ func refDequantize4(q *quant.Tensor) []float32 {
 // and two column slabs (dx).
 func TestLinear4BitPackedPath(t *testing.T) {
 	const n, in, out, next = 37, 1000, 300, 5
-	const u = 0x1p-24
 	var _ blas.Loader = blas.Native{} // the packed path
 	if _, ok := any(loaderHidden{}).(blas.Loader); ok {
 		t.Fatal("loaderHidden is a Loader: the row-block path is not tested")
 	}
-	gamma := func(k int) float64 { return float64(k) * u / (1 - float64(k)*u) }
 	for _, typ := range []quant.Type{quant.NF4, quant.FP4} {
 		for _, double := range []bool{true, false} {
 			rng := rand.New(rand.NewPCG(21, uint64(typ)))
@@ -259,49 +169,77 @@ func TestLinear4BitPackedPath(t *testing.T) {
 				if f != amp.FP32 {
 					continue
 				}
-				var worstY float64
-				for i := 0; i < n; i++ {
-					for r := 0; r < out; r++ {
-						var s, abs float64
-						for c := 0; c < in; c++ {
-							p := float64(xs[i*in+c]) * float64(wd[r*in+c])
-							s, abs = s+p, abs+math.Abs(p)
-						}
-						d := math.Abs(float64(yP[i*out+r]) - s)
-						if bound := gamma(in)*abs + u*math.Abs(s); d > bound {
-							t.Fatalf("%s: y[%d,%d] = %v, reference %v: error %.3g over bound %.3g", name, i, r, yP[i*out+r], s, d, bound)
-						}
-						worstY = max(worstY, d/(gamma(in)*abs))
-					}
+				backends := map[string]blas.Backend{"native": blas.Native{Workers: 3}, "gonum": blas.Gonum{}}
+				if o, err := blas.OpenOpenBLAS(2); err == nil {
+					backends["openblas"] = o
+				} else {
+					t.Logf("OpenBLAS not tested: %v", err)
 				}
-				// g[i,r] = Σⱼ v[j,r], the same fp32 sum for every row i; the
-				// reference takes those sums as given and adds γ_next for
-				// their order
-				gr := make([]float64, out)
-				for r := range gr {
-					var s float32
-					for j := 0; j < next; j++ {
-						s += vs[j*out+r]
-					}
-					gr[r] = float64(s)
+				if d, err := blas.OpenOneDNN(2); err == nil {
+					backends["onednn"] = d
+				} else {
+					t.Logf("oneDNN not tested: %v", err)
 				}
-				var worstDx float64
-				for i := 0; i < n; i++ {
-					for c := 0; c < in; c++ {
-						var s float64
-						for r := 0; r < out; r++ {
-							s += gr[r] * float64(wd[r*in+c])
-						}
-						bound := (gamma(out)+gamma(next)*(1+gamma(out)))*absG(vs, next, out, wd, in, c) + u*math.Abs(s)
-						d := math.Abs(float64(dxP[i*in+c]) - s)
-						if d > bound {
-							t.Fatalf("%s: dx[%d,%d] = %v, reference %v: error %.3g over bound %.3g", name, i, c, dxP[i*in+c], s, d, bound)
-						}
-						worstDx = max(worstDx, d/bound)
+				for bname, be := range backends {
+					y, dx := yP, dxP
+					if bname != "native" {
+						y, dx = run(be, true)
 					}
+					worstY, worstDx := checkLinearRef(t, name+" "+bname, xs, wd, vs, y, dx, n, in, out, next)
+					t.Logf("%s %s: y error at most %.4f of γ_k Σ|xw|, dx error at most %.4f of its bound", name, bname, worstY, worstDx)
 				}
-				t.Logf("%s: y error at most %.4f of γ_k Σ|xw|, dx error at most %.4f of its bound", name, worstY, worstDx)
 			}
 		}
 	}
+}
+
+// checkLinearRef checks y = x·Wᵀ and dx = g·W (g = ∂Σ(y·vᵀ)/∂y) of a
+// linear layer against float64 products of x [n, in], the dequantized W
+// [out, in] wd and v [next, out]: within γ_k·Σ|a||b| + u|s| of each value,
+// the reference taking g's fp32 sums over next terms as given (γ_next for
+// their order). It returns the worst errors relative to the bounds.
+func checkLinearRef(t *testing.T, name string, xs, wd, vs, yP, dxP []float32, n, in, out, next int) (worstY, worstDx float64) {
+	t.Helper()
+	const u = 0x1p-24
+	gamma := func(k int) float64 { return float64(k) * u / (1 - float64(k)*u) }
+	for i := 0; i < n; i++ {
+		for r := 0; r < out; r++ {
+			var s, abs float64
+			for c := 0; c < in; c++ {
+				p := float64(xs[i*in+c]) * float64(wd[r*in+c])
+				s, abs = s+p, abs+math.Abs(p)
+			}
+			d := math.Abs(float64(yP[i*out+r]) - s)
+			if bound := gamma(in)*abs + u*math.Abs(s); d > bound {
+				t.Fatalf("%s: y[%d,%d] = %v, reference %v: error %.3g over bound %.3g", name, i, r, yP[i*out+r], s, d, bound)
+			}
+			worstY = max(worstY, d/(gamma(in)*abs))
+		}
+	}
+	// g[i,r] = Σⱼ v[j,r], the same fp32 sum for every row i; the
+	// reference takes those sums as given and adds γ_next for
+	// their order
+	gr := make([]float64, out)
+	for r := range gr {
+		var s float32
+		for j := 0; j < next; j++ {
+			s += vs[j*out+r]
+		}
+		gr[r] = float64(s)
+	}
+	for i := 0; i < n; i++ {
+		for c := 0; c < in; c++ {
+			var s float64
+			for r := 0; r < out; r++ {
+				s += gr[r] * float64(wd[r*in+c])
+			}
+			bound := (gamma(out)+gamma(next)*(1+gamma(out)))*absG(vs, next, out, wd, in, c) + u*math.Abs(s)
+			d := math.Abs(float64(dxP[i*in+c]) - s)
+			if d > bound {
+				t.Fatalf("%s: dx[%d,%d] = %v, reference %v: error %.3g over bound %.3g", name, i, c, dxP[i*in+c], s, d, bound)
+			}
+			worstDx = max(worstDx, d/bound)
+		}
+	}
+	return worstY, worstDx
 }
