@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
@@ -12,7 +13,8 @@ import (
 
 // BenchmarkLinear4Bit times the products of a linear layer on a 2048×2048
 // NF4 weight (double quantization), y = x·Wᵀ ("fwd") and dx = g·W ("dx"),
-// for N = 2048 and 64 rows of x, on the native backend with 2 workers:
+// for N = 2048 and 64 rows of x, on the native backend with GOMAXPROCS
+// workers (-cpu sets it):
 //
 //   - packed: W dequantized as the GEMM packs its panels (blas.Loader);
 //   - rowblock: W dequantized a block of rows (fwd) or columns (dx) at a
@@ -48,7 +50,8 @@ func BenchmarkLinear4Bit(b *testing.B) {
 			g[i] = rng.Float32()*2 - 1
 		}
 		y, dx := make([]float32, n*out), make([]float32, n*in)
-		e := &Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}
+		workers := runtime.GOMAXPROCS(0)
+		e := &Engine{BLAS: blas.Native{Workers: workers}, Workers: workers}
 		w4 := weights4{on: true, compute: amp.FP32}
 		w16 := weights16{on: true, stored: amp.BF16, compute: amp.FP32}
 		paths := []struct {
