@@ -84,6 +84,21 @@ type Widener interface {
 	SgemmWiden(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int))
 }
 
+// Loader is a Finisher that reads op(B) through a function instead of a
+// float32 slice: load(dst, off) writes the stored elements [off,
+// off+len(dst)) of B (row-major, row stride ldb, lenB elements in all) to
+// dst as float32, and is only asked for runs inside one stored row. The
+// GEMM calls it for one panel of op(B) at a time, just before packing the
+// panel, into a scratch of a few panel strips: a weight stored in another
+// form (4-bit blocks, say) feeds the fp32 kernel with no float32 copy of
+// it and no product split into blocks of it. The result is the bits of
+// SgemmFinish on B loaded whole. load may run on several goroutines at
+// once.
+type Loader interface {
+	Finisher
+	SgemmLoad(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, load func(dst []float32, off int), lenB, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int))
+}
+
 // checkGemm reports GEMM arguments that would read or write past a slice
 // (la, lb and lc are the lengths of a, b and c): programmer errors, which
 // the native and OpenBLAS backends turn into panics as gonum does, and

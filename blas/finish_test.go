@@ -130,3 +130,66 @@ func (d *doneBlocks) check(t *testing.T, what string) {
 		}
 	}
 }
+
+// SgemmLoad reads B only through load, in runs inside one stored row of
+// B, and gives the bits of SgemmFinish on B loaded whole, with done
+// covering C once: both layouts of B, padded rows, products split by rows
+// (the shared panel loaded by several workers, past nativeNC and in
+// several k spans) and by columns, strips cut short at the edge of op(B).
+func TestNativeSgemmLoad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for kname, impl := range nativeImpls(t) {
+		for _, s := range []struct {
+			tA, tB  bool
+			m, n, k int
+			pad     int
+			workers int
+		}{
+			{false, true, 301, 203, 700, 0, 1},
+			{false, true, 301, 203, 700, 3, 3},
+			{false, false, 250, 1030, 300, 0, 2}, // by rows, past NC
+			{false, false, 250, 1030, 300, 7, 4},
+			{true, false, 12, 1100, 600, 5, 2}, // by columns
+			{false, true, 150, 1030, 1030, 0, 2},
+			{false, false, 150, 300, 1030, 2, 3}, // op(B) shared in several k spans
+			{false, false, 7, 5, 33, 1, 1},
+			{false, true, 5, 7, 0, 0, 1}, // k = 0
+		} {
+			tc := newNativeCase(rng, s.tA, s.tB, s.m, s.n, s.k, s.pad, 1, 0)
+			// B as load reads it: each stored value v as v/8 rounded to a
+			// multiple of 2^-12, so that a load that ignored the function
+			// (reading tc.b) would differ
+			loaded := make([]float32, len(tc.b))
+			for i, v := range tc.b {
+				loaded[i] = float32(math.Round(float64(v)/8*4096) / 4096)
+			}
+			ref := append([]float32(nil), tc.c...)
+			nativeSgemmFinish(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, loaded, tc.ldb, tc.beta, ref, tc.ldc, func(int, int, int, int) {})
+			var bad sync.Once
+			var badRun string
+			load := func(dst []float32, off int) {
+				if off < 0 || off+len(dst) > len(tc.b) || (len(dst) > 0 && off/tc.ldb != (off+len(dst)-1)/tc.ldb) {
+					bad.Do(func() { badRun = fmt.Sprintf("[%d, %d)", off, off+len(dst)) })
+					return
+				}
+				for i := range dst {
+					dst[i] = float32(math.Round(float64(tc.b[off+i])/8*4096) / 4096)
+				}
+			}
+			got := append([]float32(nil), tc.c...)
+			blocks := newDoneBlocks(s.m, s.n)
+			nativeSgemmLoad(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, load, len(tc.b), tc.ldb, tc.beta, got, tc.ldc, blocks.done)
+			if badRun != "" {
+				t.Fatalf("%s %v: load asked for %s, not a run inside one row of B", kname, tc, badRun)
+			}
+			blocks.check(t, fmt.Sprintf("%s %v", kname, tc))
+			for i := range s.m {
+				for j := range s.n {
+					if g, w := math.Float32bits(got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
+						t.Fatalf("%s %v: C[%d][%d] = %v, SgemmFinish on the loaded B gave %v", kname, tc, i, j, got[i*tc.ldc+j], ref[i*tc.ldc+j])
+					}
+				}
+			}
+		}
+	}
+}

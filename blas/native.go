@@ -138,7 +138,7 @@ func nativeSgemmFinish(impl *nativeImpl, split nativeSplit, transA, transB bool,
 }
 
 // SgemmWiden is SgemmFinish with op(B) given as 16-bit values (see Widener):
-// each k slice × column block of B is widened into a worker's scratch just
+// each strip of a k slice of B is widened into a worker's scratch just
 // before it is packed, so the product is the bits of SgemmFinish on the
 // widened B, without a float32 copy of B or a call per block of it.
 func (be Native) SgemmWiden(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
@@ -148,8 +148,26 @@ func (be Native) SgemmWiden(transA, transB bool, m, n, k int, alpha float32, a [
 // nativeSgemmWiden is Native.SgemmWiden with the implementation and the
 // splitting policy as parameters (see nativeSgemm).
 func nativeSgemmWiden(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) (used int) {
-	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, b16: b, widen: widen, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
-	return g.compute("native SgemmWiden", split, m, n, len(b))
+	load := func(dst []float32, off int) { widen(dst, b[off:off+len(dst)]) }
+	return nativeSgemmLoad(impl, split, transA, transB, m, n, k, alpha, a, lda, load, len(b), ldb, beta, c, ldc, done)
+}
+
+// SgemmLoad is SgemmFinish with op(B) read through load (see Loader): each
+// strip of a k slice of B (nativeNR columns of op(B) when transB, else
+// nativeLoadStrip) is loaded into a worker's scratch of at most
+// nativeKC·nativeLoadStrip floats just before it is packed. When the
+// product is split by rows, the workers load and pack the shared panel of
+// op(B) together. The product is the bits of SgemmFinish on B loaded
+// whole: the packed panels are the same values.
+func (be Native) SgemmLoad(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, load func(dst []float32, off int), lenB, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	nativeSgemmLoad(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, load, lenB, ldb, beta, c, ldc, done)
+}
+
+// nativeSgemmLoad is Native.SgemmLoad with the implementation and the
+// splitting policy as parameters (see nativeSgemm).
+func nativeSgemmLoad(impl *nativeImpl, split nativeSplit, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, load func(dst []float32, off int), lenB, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) (used int) {
+	g := &nativeGemm{nativeImpl: impl, transA: transA, transB: transB, k: k, alpha: alpha, a: a, lda: lda, load: load, ldb: ldb, beta: beta, c: c, ldc: ldc, done: done}
+	return g.compute("native SgemmLoad", split, m, n, lenB)
 }
 
 // compute checks the arguments (lenB is the length of B, whichever slice
@@ -233,8 +251,12 @@ func (g *nativeGemm) parallelRows(workers, m, n, mt int) {
 		for p0 := 0; p0 < g.k; p0 += kspan {
 			p1 := min(g.k, p0+kspan)
 			// k slice pc is packed at bp[(pc-p0)·ncMax:].
-			for pc := p0; pc < p1; pc += g.kc {
-				g.packB(bufs, bp[(pc-p0)*ncMax:], pc, min(g.kc, g.k-pc), jc, nc)
+			if g.load != nil {
+				g.packLoadedShared(workers, bp, ncMax, p0, p1, jc, nc)
+			} else {
+				for pc := p0; pc < p1; pc += g.kc {
+					g.packB(bufs, bp[(pc-p0)*ncMax:], pc, min(g.kc, g.k-pc), jc, nc)
+				}
 			}
 			var next atomic.Int64
 			nativeParallel(workers, func() {
@@ -303,14 +325,18 @@ type nativeGemm struct {
 	a, b, c        []float32
 	lda, ldb, ldc  int
 	done           func(i0, i1, j0, j1 int) // nil, or called on each final block
-	// b16, when not nil, is B as 16-bit values, which widen converts to
-	// float32 (b is then nil).
-	b16   []uint16
-	widen func(dst []float32, src []uint16)
+	// load, when not nil, reads B (b is then nil): see Loader.
+	load func(dst []float32, off int)
 }
 
+// nativeLoadStrip is how many columns of op(B) a loaded B (Loader) is read
+// and packed in at a time when B is not transposed: each load is a run of
+// that many elements of one row. Transposed, a strip is one micro-panel
+// (nativeNR columns of op(B), each a run of kc elements of a row of B).
+const nativeLoadStrip = 8 * nativeNR
+
 // nativeBuffers are one worker's packing buffers, recycled through a pool:
-// w holds a block of a 16-bit B widened for packing.
+// w holds a strip of a loaded B (Loader) before it is packed.
 type nativeBuffers struct {
 	a, b, w []float32
 }
@@ -448,25 +474,75 @@ func (g *nativeGemm) packA(ap []float32, ic, mc, pc, kc int) {
 
 // packB packs k-rows [pc, pc+kc) × columns [jc, jc+nc) of op(B) into
 // micro-panels of nativeNR columns: bp[(jr/NR)·NR·kc + p·NR + j] =
-// op(B)[pc+p][jc+jr+j], columns past nc zero-filled. A 16-bit B is first
-// widened, that block of it only, into bufs.w.
+// op(B)[pc+p][jc+jr+j], columns past nc zero-filled. A loaded B is read
+// strip by strip (packStrip).
 func (g *nativeGemm) packB(bufs *nativeBuffers, bp []float32, pc, kc, jc, nc int) {
-	if g.b16 == nil {
+	if g.load == nil {
 		g.packBFrom(bp, g.b, g.ldb, pc, kc, jc, nc)
 		return
 	}
-	w := nativeAlign(&bufs.w, kc*nc)
-	if g.transB { // op(B)[p][j] = b[j·ldb+p]: nc rows of kc
-		for j := range nc {
-			g.widen(w[j*kc:(j+1)*kc], g.b16[(jc+j)*g.ldb+pc:][:kc])
+	strip := g.strip()
+	for j0 := 0; j0 < nc; j0 += strip {
+		g.packStrip(bufs, bp[j0*kc:], pc, kc, jc+j0, min(strip, nc-j0))
+	}
+}
+
+// strip is how many columns of op(B) packStrip takes at a time: a
+// multiple of nativeNR, so that strips start on micro-panels.
+func (g *nativeGemm) strip() int {
+	if g.transB {
+		return nativeNR
+	}
+	return nativeLoadStrip
+}
+
+// packStrip loads k-rows [pc, pc+kc) × columns [j, j+w) of op(B), w at
+// most strip(), into bufs.w and packs them at bp as packB does.
+func (g *nativeGemm) packStrip(bufs *nativeBuffers, bp []float32, pc, kc, j, w int) {
+	s := nativeAlign(&bufs.w, kc*w)
+	if g.transB { // op(B)[p][j] = b[j·ldb+p]: w rows of kc
+		for jj := range w {
+			g.load(s[jj*kc:(jj+1)*kc], (j+jj)*g.ldb+pc)
 		}
-		g.packBFrom(bp, w, kc, 0, kc, 0, nc)
+		g.packBFrom(bp, s, kc, 0, kc, 0, w)
 		return
 	}
-	for p := range kc { // op(B)[p][j] = b[p·ldb+j]: kc rows of nc
-		g.widen(w[p*nc:(p+1)*nc], g.b16[(pc+p)*g.ldb+jc:][:nc])
+	for p := range kc { // op(B)[p][j] = b[p·ldb+j]: kc rows of w
+		g.load(s[p*w:(p+1)*w], (pc+p)*g.ldb+j)
 	}
-	g.packBFrom(bp, w, nc, 0, kc, 0, nc)
+	g.packBFrom(bp, s, w, 0, kc, 0, w)
+}
+
+// packLoadedShared packs the k slices [p0, p1) × columns [jc, jc+nc) of a
+// loaded op(B) into bp as parallelRows lays them out (k slice pc at
+// bp[(pc-p0)·ncMax:]), the strips dealt out to workers goroutines: loading
+// (dequantizing, widening) costs more than copying, and done by the
+// caller alone it would leave the other workers idle.
+func (g *nativeGemm) packLoadedShared(workers int, bp []float32, ncMax, p0, p1, jc, nc int) {
+	strip := g.strip()
+	perSlice := (nc + strip - 1) / strip
+	slices := (p1 - p0 + g.kc - 1) / g.kc
+	units := slices * perSlice
+	var next atomic.Int64
+	nativeParallel(min(workers, units), func() {
+		var bufs *nativeBuffers
+		for {
+			u := int(next.Add(1)) - 1
+			if u >= units {
+				break
+			}
+			if bufs == nil {
+				bufs = nativePool.Get().(*nativeBuffers)
+			}
+			pc := p0 + u/perSlice*g.kc
+			kc := min(g.kc, g.k-pc)
+			j0 := u % perSlice * strip
+			g.packStrip(bufs, bp[(pc-p0)*ncMax+j0*kc:], pc, kc, jc+j0, min(strip, nc-j0))
+		}
+		if bufs != nil {
+			nativePool.Put(bufs)
+		}
+	})
 }
 
 // packBFrom is packB from the float32 matrix b with leading dimension ldb.

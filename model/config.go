@@ -600,6 +600,13 @@ func firstID(field string, raw json.RawMessage) (int, error) {
 // stale one would name the old dtype. A random initialization's is a
 // Llama config with both.
 func WriteConfig(dir string, c Config, torchDtype string) error {
+	return writeConfig(dir, c, torchDtype, nil)
+}
+
+// writeConfig is WriteConfig with quantization_config set to quant (a
+// 4-bit model in bitsandbytes' layout: Model.SaveBnB4), or removed when
+// quant is nil.
+func writeConfig(dir string, c Config, torchDtype string, quant json.RawMessage) error {
 	var b []byte
 	var err error
 	if len(c.Raw) > 0 {
@@ -610,8 +617,12 @@ func WriteConfig(dir string, c Config, torchDtype string) error {
 		dt, _ := json.Marshal(torchDtype)
 		m["torch_dtype"] = dt
 		// the weights written are plain floats, whatever the source's
-		// quantization (a bitsandbytes checkpoint merged or saved)
+		// quantization (a bitsandbytes checkpoint merged or saved), unless
+		// quant describes them
 		delete(m, "quantization_config")
+		if quant != nil {
+			m["quantization_config"] = quant
+		}
 		if _, ok := m["dtype"]; ok {
 			m["dtype"] = dt
 		}
@@ -627,7 +638,8 @@ func WriteConfig(dir string, c Config, torchDtype string) error {
 			RopeScaling   any      `json:"rope_scaling"`
 			Dtype         string   `json:"dtype"`
 			Config
-		}{[]string{architectureOf(Llama)}, Llama, "silu", false, false, nil, torchDtype, c}
+			Quantization json.RawMessage `json:"quantization_config,omitempty"`
+		}{[]string{architectureOf(Llama)}, Llama, "silu", false, false, nil, torchDtype, c, quant}
 		if c.HeadDim == 0 {
 			out.Config.HeadDim = c.HeadDimension()
 		}

@@ -44,12 +44,11 @@ func (t *Tensor) store(name string, base amp.Format, q Quantization) error {
 }
 
 func (t *Tensor) quantize(name string, q Quantization) error {
-	vals := t.Float32()
-	qt, err := quant.Quantize(q.Type, vals, t.Shape, quant.Options{Double: q.Double})
+	blob, err := quant.QuantizeBlob(q.Type, t.Float32(), t.Shape, quant.Options{Double: q.Double})
 	if err != nil {
 		return fmt.Errorf("quantize %s: %w", name, err)
 	}
-	t.Data, t.Bits, t.Q4 = nil, nil, qt.Encode()
+	t.Data, t.Bits, t.Q4 = nil, nil, blob
 	return nil
 }
 

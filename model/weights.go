@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 
@@ -148,8 +149,12 @@ func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
 }
 
 // NewQuantized is NewAs with the decoder projections kept 4-bit as q says,
-// each quantized as soon as it is made (the peak is the quantized model
-// plus one fp32 tensor).
+// each quantized as soon as it is drawn. No fp32 copy of a weight kept in
+// fewer bits is made: a 16-bit one is drawn straight into its bits (the
+// same values as drawing it in fp32 and compacting it), a 4-bit one into
+// one fp32 scratch that every such weight reuses and quantized from there
+// in place (quant.QuantizeBlob); so the peak is the model as kept plus one
+// projection in fp32, and nearly nothing is left for the collector.
 func NewQuantized(c Config, seed uint64, base amp.Format, q Quantization) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -159,11 +164,15 @@ func NewQuantized(c Config, seed uint64, base amp.Format, q Quantization) (*Mode
 		std = 0.02
 	}
 	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
+	var scratch []float32 // the values of a weight being quantized
 	for _, s := range Specs(c) {
-		t := &Tensor{Shape: s.Shape, Data: make([]float32, numel(s.Shape))}
+		n := numel(s.Shape)
+		t := &Tensor{Shape: s.Shape}
 		switch {
 		case strings.HasSuffix(s.Name, ".bias"): // zero, as nn.Linear's after HF's _init_weights
+			t.Data = make([]float32, n)
 		case strings.HasSuffix(s.Name, "norm.weight"):
+			t.Data = make([]float32, n)
 			for i := range t.Data {
 				t.Data[i] = 1
 			}
@@ -171,12 +180,31 @@ func NewQuantized(c Config, seed uint64, base amp.Format, q Quantization) (*Mode
 			h := fnv.New64a()
 			h.Write([]byte(s.Name))
 			rng := rand.New(rand.NewPCG(seed, h.Sum64()))
-			for i := range t.Data {
-				t.Data[i] = float32(rng.NormFloat64() * std)
+			switch {
+			case q.Type != 0 && Quantizable(s.Name):
+				if cap(scratch) < n {
+					scratch = make([]float32, n)
+				}
+				vals := scratch[:n]
+				for i := range vals {
+					vals[i] = float32(rng.NormFloat64() * std)
+				}
+				blob, err := quant.QuantizeBlob(q.Type, vals, s.Shape, quant.Options{Double: q.Double})
+				if err != nil {
+					return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
+				}
+				t.Q4 = blob
+			case base != amp.FP32 && len(s.Shape) == 2: // what compact keeps of the fp32 draw
+				t.Bits, t.Format = make([]uint16, n), base
+				for i := range t.Bits {
+					t.Bits[i] = base.Bits16(float32(rng.NormFloat64() * std))
+				}
+			default:
+				t.Data = make([]float32, n)
+				for i := range t.Data {
+					t.Data[i] = float32(rng.NormFloat64() * std)
+				}
 			}
-		}
-		if err := t.store(s.Name, base, q); err != nil {
-			return nil, err
 		}
 		m.Weights[s.Name] = t
 	}
@@ -371,6 +399,15 @@ func LoadQuantized(dir string, base amp.Format, q Quantization) (*Model, error) 
 		}
 		m.Weights[s.Name] = t
 		m.Stored[s.Name] = info.Dtype
+		if t.Data == nil && 4*len(data) >= 64<<20 {
+			// A weight kept in 16 or 4 bits leaves its file bytes and its
+			// fp32 values behind, several times what it keeps. Collected
+			// now, they are at most one tensor's worth; left to the
+			// collector's pace (GOGC=100), such garbage could reach the
+			// size of the whole model loaded so far, doubling the peak.
+			data = nil
+			runtime.GC()
+		}
 	}
 	return m, nil
 }

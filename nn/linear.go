@@ -164,9 +164,13 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		o.w16.rowBlocks(o.eng, w, o.outF, o.in, func(r0, r1 int, wb []float32) {
 			o.eng.sgemmRound(o.out, false, false, true, o.n, r1-r0, o.in, xf, o.in, wb, o.in, yf[r0:], o.outF)
 		})
-	case []uint8: // a 4-bit weight, dequantized a block of rows at a time
+	case []uint8: // a 4-bit weight, dequantized as the GEMM packs it, or a block of rows at a time
 		yf, xf := any(y).([]float32), any(x).([]float32)
-		o.w4.rowBlocks(o.eng, o.w4.decode(vs[1]), o.outF, o.in, func(r0, r1 int, wb []float32) {
+		q := o.w4.decode(vs[1])
+		if o.w4.sgemm(o.eng, o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, q, o.in, yf, o.outF) {
+			break
+		}
+		o.w4.rowBlocks(o.eng, q, o.outF, o.in, func(r0, r1 int, wb []float32) {
 			o.eng.sgemmRound(o.out, false, false, true, o.n, r1-r0, o.in, xf, o.in, wb, o.in, yf[r0:], o.outF)
 		})
 	}
@@ -220,11 +224,15 @@ func (o *linearGradOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 }
 
 func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
-	if o.w4.on { // dx = g·W, one dequantized slab of W's columns at a time
+	if o.w4.on { // dx = g·W, dequantized as the GEMM packs it, or one slab of W's columns at a time
 		g := vs[0].Data().([]float32)
 		t, c := o.buf.get()
 		dx := any(c).([]float32)
-		o.w4.colBlocks(o.eng, o.w4.decode(vs[1]), o.k, o.n, func(c0, c1 int, wb []float32) {
+		q := o.w4.decode(vs[1])
+		if o.w4.sgemm(o.eng, o.out, true, false, false, o.m, o.n, o.k, g, o.k, q, o.n, dx, o.n) {
+			return t, nil
+		}
+		o.w4.colBlocks(o.eng, q, o.k, o.n, func(c0, c1 int, wb []float32) {
 			o.eng.sgemmRound(o.out, true, false, false, o.m, c1-c0, o.k, g, o.k, wb, c1-c0, dx[c0:], o.n)
 		})
 		return t, nil

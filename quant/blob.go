@@ -22,12 +22,38 @@ var blobMagic = [4]byte{'M', 'Q', '4', 1}
 
 // Encode returns q as a blob.
 func (q *Tensor) Encode() []byte {
+	out := q.encodeHeader(q.blobSize())
+	if q.Nested {
+		out = appendFloats(out, q.NestedAbsmax...)
+		out = append(out, q.AbsmaxCodes...)
+	} else {
+		out = appendFloats(out, q.Absmax...)
+	}
+	return append(out, q.Packed...)
+}
+
+// blobSize is the length of q's blob.
+func (q *Tensor) blobSize() int {
+	nb := q.Blocks()
+	n := 24 + 4*len(q.Shape) + 4 + 4*16 + (q.Numel()+1)/2
+	if q.Nested {
+		return n + 4*256 + 4*((nb+q.NestedBlock-1)/q.NestedBlock) + nb
+	}
+	return n + 4*nb
+}
+
+// offsetAt is where a blob of q's rank holds the offset.
+func (q *Tensor) offsetAt() int { return 24 + 4*len(q.Shape) }
+
+// encodeHeader returns the blob's parts up to its scales (the header, the
+// dims, the offset, the code and the nested code), with capacity size.
+func (q *Tensor) encodeHeader(size int) []byte {
 	le := binary.LittleEndian
 	nested := uint32(0)
 	if q.Nested {
 		nested = 1
 	}
-	out := make([]byte, 0, 64+4*len(q.Shape)+q.Bytes()+4*256)
+	out := make([]byte, 0, size)
 	out = append(out, blobMagic[:]...)
 	for _, v := range []uint32{uint32(q.Type), nested, uint32(q.BlockSize), uint32(q.NestedBlock), uint32(len(q.Shape))} {
 		out = le.AppendUint32(out, v)
@@ -35,21 +61,19 @@ func (q *Tensor) Encode() []byte {
 	for _, d := range q.Shape {
 		out = le.AppendUint32(out, uint32(d))
 	}
-	f32 := func(vs ...float32) {
-		for _, v := range vs {
-			out = le.AppendUint32(out, math.Float32bits(v))
-		}
-	}
-	f32(q.Offset)
-	f32(q.Code[:]...)
+	out = appendFloats(out, q.Offset)
+	out = appendFloats(out, q.Code[:]...)
 	if q.Nested {
-		f32(q.NestedCode[:]...)
-		f32(q.NestedAbsmax...)
-		out = append(out, q.AbsmaxCodes...)
-	} else {
-		f32(q.Absmax...)
+		out = appendFloats(out, q.NestedCode[:]...)
 	}
-	return append(out, q.Packed...)
+	return out
+}
+
+func appendFloats(out []byte, vs ...float32) []byte {
+	for _, v := range vs {
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+	}
+	return out
 }
 
 var errBlob = errors.New("quant: not a 4-bit weight blob")
@@ -129,4 +153,36 @@ func Decode(blob []byte) (*Tensor, error) {
 		return nil, fmt.Errorf("%w: %d bytes past the end", errBlob, len(blob)-off)
 	}
 	return q, q.Check()
+}
+
+// BlobLayout says where a blob's parts lie, as byte offsets from its
+// start: what a kernel reading the blob in place (a Vulkan shader) needs.
+// The float parts are 4-byte aligned. A part the blob lacks is -1.
+type BlobLayout struct {
+	Code         int // the 16 float32 code values
+	Absmax       int // a float32 absmax per block (not double quantized)
+	NestedCode   int // the 256 float32 values of the nested code (double quantized)
+	NestedAbsmax int // a float32 per nested block (double quantized)
+	AbsmaxCodes  int // a byte per block: its absmax's nested code (double quantized)
+	Packed       int // the packed 4-bit codes, two to a byte
+}
+
+// Layout decodes blob and says where its parts lie.
+func Layout(blob []byte) (*Tensor, BlobLayout, error) {
+	q, err := Decode(blob)
+	if err != nil {
+		return nil, BlobLayout{}, err
+	}
+	l := BlobLayout{Absmax: -1, NestedCode: -1, NestedAbsmax: -1, AbsmaxCodes: -1}
+	l.Code = 24 + 4*len(q.Shape) + 4 // the header, the dims, the offset
+	if q.Nested {
+		l.NestedCode = l.Code + 4*16
+		l.NestedAbsmax = l.NestedCode + 4*256
+		l.AbsmaxCodes = l.NestedAbsmax + 4*len(q.NestedAbsmax)
+		l.Packed = l.AbsmaxCodes + len(q.AbsmaxCodes)
+	} else {
+		l.Absmax = l.Code + 4*16
+		l.Packed = l.Absmax + 4*len(q.Absmax)
+	}
+	return q, l, nil
 }

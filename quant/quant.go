@@ -142,8 +142,23 @@ func (t Type) quantize4(x float32) byte {
 		}
 		return c + sign
 	}
-	// the number of thresholds x exceeds is its code (the table ascends)
-	return byte(sort.Search(len(nf4Pivots), func(i int) bool { return !(x > nf4Pivots[i]) }))
+	// the number of thresholds x exceeds is its code (the table ascends),
+	// found in four steps of a binary search (NaN exceeds none)
+	p := &nf4Pivots
+	c := 0
+	if x > p[7] {
+		c = 8
+	}
+	if x > p[c+3] {
+		c += 4
+	}
+	if x > p[c+1] {
+		c += 2
+	}
+	if x > p[c] {
+		c++
+	}
+	return byte(c)
 }
 
 // DynamicMap returns bitsandbytes' create_dynamic_map(signed=True,

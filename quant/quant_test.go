@@ -1,6 +1,8 @@
 package quant
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -418,6 +420,120 @@ func TestBlobRoundTrip(t *testing.T) {
 		}
 		if _, err := Decode(append(blob[:len(blob):len(blob)], 0)); err == nil {
 			t.Error("a blob with a byte past its end decoded")
+		}
+	}
+}
+
+// Layout's offsets find each part of a blob where Encode put it.
+func TestBlobLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	vals := normalData(r, 5*300, 0.5)
+	for _, double := range []bool{false, true} {
+		q, err := Quantize(NF4, vals, []int{5, 300}, Options{Double: double})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := q.Encode()
+		_, l, err := Layout(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := func(off, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(blob[off+4*i:])) }
+		for i, v := range q.Code {
+			if f(l.Code, i) != v {
+				t.Fatalf("double=%v: code[%d] at the layout's offset is %v, want %v", double, i, f(l.Code, i), v)
+			}
+		}
+		if double {
+			for i, v := range q.NestedCode {
+				if f(l.NestedCode, i) != v {
+					t.Fatalf("nested code[%d]: %v, want %v", i, f(l.NestedCode, i), v)
+				}
+			}
+			for i, v := range q.NestedAbsmax {
+				if f(l.NestedAbsmax, i) != v {
+					t.Fatalf("nested absmax[%d]: %v, want %v", i, f(l.NestedAbsmax, i), v)
+				}
+			}
+			if !bytes.Equal(blob[l.AbsmaxCodes:l.AbsmaxCodes+len(q.AbsmaxCodes)], q.AbsmaxCodes) || l.Absmax != -1 {
+				t.Fatalf("absmax codes not at %d (absmax at %d)", l.AbsmaxCodes, l.Absmax)
+			}
+		} else {
+			for i, v := range q.Absmax {
+				if f(l.Absmax, i) != v {
+					t.Fatalf("absmax[%d]: %v, want %v", i, f(l.Absmax, i), v)
+				}
+			}
+			if l.NestedCode != -1 || l.NestedAbsmax != -1 || l.AbsmaxCodes != -1 {
+				t.Fatalf("nested parts in a plain blob: %+v", l)
+			}
+		}
+		if !bytes.Equal(blob[l.Packed:], q.Packed) || l.Code%4 != 0 {
+			t.Fatalf("double=%v: packed codes not at %d, or code at %d unaligned", double, l.Packed, l.Code)
+		}
+	}
+}
+
+// QuantizeBlob writes, in place, the blob Quantize's tensor encodes to,
+// byte for byte: both types, with and without double quantization, block
+// sizes of 32, 64 and 128, odd lengths, more than one nested block, and a
+// block of zeros; a non-finite value is refused.
+func TestQuantizeBlob(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, shape := range [][]int{{7, 143}, {300, 257}, {1}, {64}} {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		vals := normalData(r, n, 0.1)
+		if n > 128 {
+			clear(vals[64:128])
+		}
+		for _, typ := range []Type{NF4, FP4} {
+			for _, o := range []Options{{}, {Double: true}, {BlockSize: 32, Double: true}, {BlockSize: 128}} {
+				q, err := Quantize(typ, vals, shape, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := QuantizeBlob(typ, vals, shape, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := q.Encode(); !bytes.Equal(got, want) {
+					t.Fatalf("%v %v %+v: QuantizeBlob differs from Quantize's Encode (%d and %d bytes)", typ, shape, o, len(got), len(want))
+				}
+			}
+		}
+	}
+	if _, err := QuantizeBlob(NF4, []float32{1, float32(math.Inf(1))}, []int{2}, Options{Double: true}); !errors.Is(err, ErrNonFinite) {
+		t.Errorf("Inf: %v", err)
+	}
+}
+
+// NF4's code is the number of thresholds x exceeds: on each threshold and
+// its neighbouring floats, at ±0, ±1, past them, NaN (no threshold) and a
+// million random values.
+func TestNF4CodeCountsThresholds(t *testing.T) {
+	count := func(x float32) byte {
+		var c byte
+		for _, p := range nf4Pivots {
+			if x > p {
+				c++
+			}
+		}
+		return c
+	}
+	xs := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 1.5, -1.5, float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	for _, p := range nf4Pivots {
+		xs = append(xs, p, math.Nextafter32(p, 2), math.Nextafter32(p, -2))
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	for range 1_000_000 {
+		xs = append(xs, float32(r.Float64()*2.2-1.1))
+	}
+	for _, x := range xs {
+		if got, want := NF4.quantize4(x), count(x); got != want {
+			t.Fatalf("NF4 code of %v: %d, want %d (thresholds exceeded)", x, got, want)
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package quant
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // DefaultBlockSize is bitsandbytes' default 4-bit block: 64 values share
@@ -120,6 +122,75 @@ type Options struct {
 // values minus their mean (Offset) are quantized to DynamicMap in blocks
 // of NestedBlockSize, each block scaled by its own absmax.
 func Quantize(t Type, vals []float32, shape []int, o Options) (*Tensor, error) {
+	q, err := newTensor(t, vals, shape, o)
+	if err != nil {
+		return nil, err
+	}
+	q.Packed = make([]byte, (len(vals)+1)/2)
+	absmax := make([]float32, q.Blocks())
+	if err := q.quantize(vals, absmax); err != nil {
+		return nil, err
+	}
+	if !q.Nested {
+		q.Absmax = absmax
+		return q, nil
+	}
+	q.AbsmaxCodes = make([]byte, len(absmax))
+	q.NestedAbsmax = make([]float32, (len(absmax)+q.NestedBlock-1)/q.NestedBlock)
+	q.doubleQuantize(absmax)
+	return q, nil
+}
+
+// QuantizeBlob is Encode of Quantize's tensor, with the codes and scales
+// written into the blob in place: the only allocation the size of the
+// tensor is the blob itself (and, with double quantization, a float32 per
+// block), so quantizing a model tensor by tensor leaves nearly no garbage
+// behind. The blob is byte for byte Quantize's Encode.
+func QuantizeBlob(t Type, vals []float32, shape []int, o Options) ([]byte, error) {
+	q, err := newTensor(t, vals, shape, o)
+	if err != nil {
+		return nil, err
+	}
+	// the blob with its parts zero, read back for views of them
+	blob := q.encodeHeader(q.blobSize())
+	blob = blob[:cap(blob)]
+	v, err := Decode(blob)
+	if err != nil {
+		return nil, fmt.Errorf("quant: the blob of a new tensor: %w", err)
+	}
+	if !aliases(blob, v.Absmax) || !aliases(blob, v.NestedAbsmax) { // not little-endian, or unaligned
+		q, err := Quantize(t, vals, shape, o)
+		if err != nil {
+			return nil, err
+		}
+		return q.Encode(), nil
+	}
+	absmax := v.Absmax
+	if v.Nested {
+		absmax = make([]float32, v.Blocks())
+	}
+	if err := v.quantize(vals, absmax); err != nil {
+		return nil, err
+	}
+	if v.Nested {
+		v.doubleQuantize(absmax)
+		binary.LittleEndian.PutUint32(blob[v.offsetAt():], math.Float32bits(v.Offset))
+	}
+	return blob, nil
+}
+
+// aliases reports whether fs (empty, or a view Decode made) lies in blob.
+func aliases(blob []byte, fs []float32) bool {
+	if len(fs) == 0 {
+		return true
+	}
+	p, lo := uintptr(unsafe.Pointer(&fs[0])), uintptr(unsafe.Pointer(&blob[0]))
+	return p >= lo && p < lo+uintptr(len(blob))
+}
+
+// newTensor is a tensor's description (type, shape, block sizes and codes)
+// before its values are quantized, after checking the arguments.
+func newTensor(t Type, vals []float32, shape []int, o Options) (*Tensor, error) {
 	bs := o.BlockSize
 	if bs == 0 {
 		bs = DefaultBlockSize
@@ -134,14 +205,22 @@ func Quantize(t Type, vals []float32, shape []int, o Options) (*Tensor, error) {
 	if t != NF4 && t != FP4 {
 		return nil, fmt.Errorf("quant: unknown 4-bit type %v", t)
 	}
-	q.Packed = make([]byte, (len(vals)+1)/2)
-	absmax := make([]float32, q.Blocks())
+	if o.Double {
+		q.Nested, q.NestedBlock, q.NestedCode = true, NestedBlockSize, DynamicMap()
+	}
+	return q, nil
+}
+
+// quantize writes the codes of vals into q.Packed (zero on entry) and
+// each block's absmax into absmax.
+func (q *Tensor) quantize(vals, absmax []float32) error {
+	bs, t := q.BlockSize, q.Type
 	for b := range absmax {
 		lo, hi := b*bs, min((b+1)*bs, len(vals))
 		var m float32
 		for i, v := range vals[lo:hi] {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("%w at element %d", ErrNonFinite, lo+i)
+				return fmt.Errorf("%w at element %d", ErrNonFinite, lo+i)
 			}
 			m = max(m, float32(math.Abs(float64(v))))
 		}
@@ -154,29 +233,23 @@ func Quantize(t Type, vals []float32, shape []int, o Options) (*Tensor, error) {
 			q.setNibble(i, c)
 		}
 	}
-	if !o.Double {
-		q.Absmax = absmax
-		return q, nil
-	}
-	q.doubleQuantize(absmax)
-	return q, nil
+	return nil
 }
 
 // doubleQuantize stores absmax as bitsandbytes' compress_statistics does:
 // the mean (float32, summed in float64) subtracted, then blockwise 8-bit
 // quantization, each value scaled by its nested block's absmax and snapped
-// to the nearest DynamicMap entry (ties to the lower entry).
+// to the nearest NestedCode entry (ties to the lower entry), into
+// q.AbsmaxCodes and q.NestedAbsmax (allocated by the caller).
 func (q *Tensor) doubleQuantize(absmax []float32) {
 	var sum float64
 	for _, v := range absmax {
 		sum += float64(v)
 	}
-	q.Nested, q.NestedBlock, q.NestedCode = true, NestedBlockSize, DynamicMap()
 	q.Offset = float32(sum / float64(len(absmax)))
-	q.AbsmaxCodes = make([]byte, len(absmax))
-	q.NestedAbsmax = make([]float32, (len(absmax)+NestedBlockSize-1)/NestedBlockSize)
+	nbs := q.NestedBlock
 	for nb := range q.NestedAbsmax {
-		lo, hi := nb*NestedBlockSize, min((nb+1)*NestedBlockSize, len(absmax))
+		lo, hi := nb*nbs, min((nb+1)*nbs, len(absmax))
 		var m float32
 		for _, v := range absmax[lo:hi] {
 			m = max(m, float32(math.Abs(float64(v-q.Offset))))

@@ -16,12 +16,15 @@ import (
 	"github.com/mixtune/mixtune/amp"
 )
 
-// Tensor is a float32 tensor to write, stored on disk in Dtype.
+// Tensor is a float32 tensor to write, stored on disk in Dtype, or a byte
+// tensor (U8 set, Data nil), stored as it is with dtype U8: a 4-bit
+// weight's packed codes and quant state in bitsandbytes' layout.
 type Tensor struct {
 	Name  string
 	Shape []int
 	Data  []float32 // C order; len must be the product of Shape
 	Dtype amp.Format
+	U8    []byte // when not nil: the tensor's bytes, one per element (Data and Dtype unused)
 }
 
 // dtypeName is how the file spells a storage format.
@@ -38,7 +41,21 @@ func dtypeName(f amp.Format) (string, bool) {
 }
 
 // nbytes is the stored size of a validated tensor.
-func (t *Tensor) nbytes() int64 { return int64(len(t.Data)) * int64(t.Dtype.Bytes()) }
+func (t *Tensor) nbytes() int64 {
+	if t.U8 != nil {
+		return int64(len(t.U8))
+	}
+	return int64(len(t.Data)) * int64(t.Dtype.Bytes())
+}
+
+// dtype is how the file spells a validated tensor's dtype.
+func (t *Tensor) dtype() string {
+	if t.U8 != nil {
+		return "U8"
+	}
+	dt, _ := dtypeName(t.Dtype)
+	return dt
+}
 
 // WriteFile writes tensors to path as one safetensors file, with metadata
 // {"format": "pt"} (which transformers expects) plus the caller's metadata,
@@ -71,7 +88,10 @@ func validate(tensors []Tensor, metadata map[string]string) error {
 			return fmt.Errorf("tensor %q given twice", t.Name)
 		}
 		seen[t.Name] = true
-		if _, ok := dtypeName(t.Dtype); !ok {
+		if t.U8 != nil && t.Data != nil {
+			return fmt.Errorf("tensor %q: both float and byte data", t.Name)
+		}
+		if _, ok := dtypeName(t.Dtype); !ok && t.U8 == nil {
 			return fmt.Errorf("tensor %q: cannot store %v", t.Name, t.Dtype)
 		}
 		n := int64(1)
@@ -84,7 +104,10 @@ func validate(tensors []Tensor, metadata map[string]string) error {
 			}
 			n *= int64(d)
 		}
-		if n != int64(len(t.Data)) {
+		if t.U8 != nil && n != int64(len(t.U8)) {
+			return fmt.Errorf("tensor %q: shape %s needs %d bytes, U8 has %d", t.Name, fmtInts(t.Shape), n, len(t.U8))
+		}
+		if t.U8 == nil && n != int64(len(t.Data)) {
 			return fmt.Errorf("tensor %q: shape %s needs %d values, Data has %d", t.Name, fmtInts(t.Shape), n, len(t.Data))
 		}
 	}
@@ -123,6 +146,15 @@ func encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		return err
 	}
 	for _, t := range order {
+		if t.U8 != nil {
+			if err := flush(); err != nil {
+				return err
+			}
+			if _, err := w.Write(t.U8); err != nil {
+				return err
+			}
+			continue
+		}
 		for _, x := range t.Data {
 			if t.Dtype == amp.FP32 {
 				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
@@ -161,7 +193,7 @@ func encodeHeader(order []*Tensor, metadata map[string]string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		dt, _ := dtypeName(t.Dtype)
+		dt := t.dtype()
 		h = append(h, ',')
 		h = append(h, name...)
 		h = append(h, `:{"dtype":"`+dt+`","shape":`+fmtInts(t.Shape)+`,"data_offsets":[`...)

@@ -328,3 +328,44 @@ func assertUnchanged(t *testing.T, path string, want []byte) {
 		t.Errorf("%s now holds %q (%v), want it unchanged: %q", path, got, err, want)
 	}
 }
+
+// A byte tensor (U8) is stored as its bytes with dtype U8, between float
+// tensors of any alignment, and reads back as written; a byte tensor
+// whose length does not match its shape, or one with float data too, is
+// refused.
+func TestWriteU8(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "u8.safetensors")
+	codes := []byte{0x7f, 0x00, 0xff, 0x12, 0x34}
+	ts := []Tensor{
+		{Name: "a", Shape: []int{3}, Data: []float32{1, 2, 3}, Dtype: amp.BF16},
+		{Name: "b", Shape: []int{5, 1}, U8: codes},
+		{Name: "c", Shape: []int{2}, Data: []float32{0.5, -4}, Dtype: amp.FP32},
+	}
+	if err := WriteFile(path, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, ok := f.Info("b")
+	if !ok || info.Dtype != "U8" || !slices.Equal(info.Shape, []int{5, 1}) {
+		t.Fatalf("b: %+v", info)
+	}
+	got, err := f.Raw("b")
+	if err != nil || !bytes.Equal(got, codes) {
+		t.Fatalf("b reads back as %v (%v), want %v", got, err, codes)
+	}
+	c, _, err := f.Float32("c")
+	if err != nil || !slices.Equal(c, []float32{0.5, -4}) {
+		t.Fatalf("c after a byte tensor: %v, %v", c, err)
+	}
+	for _, bad := range []Tensor{
+		{Name: "x", Shape: []int{4}, U8: codes},
+		{Name: "x", Shape: []int{5}, U8: codes, Data: make([]float32, 5)},
+	} {
+		if err := WriteFile(filepath.Join(t.TempDir(), "bad.safetensors"), []Tensor{bad}, nil); err == nil {
+			t.Errorf("%+v written", bad)
+		}
+	}
+}

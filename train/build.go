@@ -104,9 +104,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if err != nil {
 		return nil, r.doc.Errorf("compute.share_gpu", "%v", err)
 	}
-	if (r.Model.Quantize != "" || r.Base.BnB4 != nil) && r.Compute.Device == ComputeAuto {
-		c.gpuReason = "auto → cpu: the Vulkan engine has no 4-bit kernels yet (QLoRA)" // check refused gpu
-	} else if c.gpu, c.gpuReason, err = openGPU(r.Compute, rankSel); err != nil {
+	if c.gpu, c.gpuReason, err = openGPU(r.Compute, rankSel); err != nil {
 		field := "compute.device"
 		if r.Compute.VulkanDevice != "" {
 			field = "compute.vulkan_device"

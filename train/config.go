@@ -577,9 +577,6 @@ func (r *Recipe) checkFrozen4Bit(bad func(field, format string, args ...any), fi
 	case a.Init == peft.InitPiSSA:
 		bad("adapter.init", "pissa rewrites the base weights, which %s keeps quantized; use default or gaussian", base)
 	}
-	if r.Compute.Device == ComputeGPU || r.Compute.Device != ComputeCPU && r.Compute.VulkanDevice != "" {
-		bad(field, "the Vulkan engine (compute.device: gpu, or compute.vulkan_device) has no 4-bit kernels yet for %s; compute on the cpu", base)
-	}
 }
 
 // resolveModel reads the base model's config, and checks it against the

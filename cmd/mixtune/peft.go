@@ -25,12 +25,16 @@ import (
 // extracting an adapter from a fine-tuned model.
 
 func cmdMerge(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("merge", "merge --model DIR --adapter DIR --out DIR [--dtype bf16|fp16|fp32]", stderr)
+	fs := newFlags("merge", "merge --model DIR --adapter DIR --out DIR [--dtype bf16|fp16|fp32] [--base-quantize nf4|fp4] [--requantize nf4|fp4]", stderr)
 	modelDir := fs.String("model", "", "base model directory (HF layout)")
 	adapterDir := fs.String("adapter", "", "PEFT LoRA or DoRA adapter directory")
 	out := fs.String("out", "", "new directory for the merged model (HF layout)")
 	dtype := fs.String("dtype", "", "storage dtype of the merged weights: bf16, fp16 or fp32 (default: the base model's, if all its weights share one, else fp32)")
 	baseQuant := baseQuantizeFlags(fs)
+	requant := fs.String("requantize", "none", "none, nf4 or fp4: store the merged decoder projections (q/k/v/o, gate/up/down) 4-bit again, in bitsandbytes' layout with a quantization_config, as transformers with bitsandbytes and mixtune load it; the other weights are stored in --dtype. "+
+		"This adds error on top of the merge, which is measured and printed: RMSE over the weights' RMS and the largest error over its block's absmax. On normal weights (blocks of 64) NF4 adds an RMSE of about 9.2% of the weights' RMS and at most 0.152 of a block's absmax per value "+
+		"(plus the absmax's own error with double quantization, measured 0.159 in all), FP4 about 12.2% and 0.167 (0.172); merged into the 4-bit base it trained on (--base-quantize), the base's part is on the grid already and the RMSE is lower (7.7% in the tests). Projections no adapter touched that are already 4-bit of that type (with --base-quantize, or a bitsandbytes checkpoint) keep their codes and add no error")
+	requantDouble := fs.Bool("requantize-double-quant", true, "with --requantize: quantize the per-block absmax values to 8 bits too (bitsandbytes' bnb_4bit_use_double_quant)")
 	shard := device.Size(5_000_000_000)
 	fs.TextVar(&shard, "max-shard-size", shard, "largest safetensors file; a larger model is written as shards with model.safetensors.index.json, as transformers' save_pretrained does")
 	if err := parse(fs, args); err != nil {
@@ -49,6 +53,14 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	q, err := baseQuant()
 	if err != nil {
 		return err
+	}
+	var rq model.Quantization
+	if *requant != "none" {
+		t, err := quant.ParseType(*requant)
+		if err != nil {
+			return usageError{"--requantize: must be none, nf4 or fp4, got " + *requant}
+		}
+		rq = model.Quantization{Type: t, Double: *requantDouble}
 	}
 	if err := freshDir(*out); err != nil {
 		return err
@@ -72,9 +84,19 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	if err := peft.MergeInto(m, l, f); err != nil {
 		return err
 	}
+	var st model.RequantStats
+	if rq.Type != 0 {
+		if st, err = m.Requantize(rq); err != nil {
+			return badInput(err)
+		}
+	}
 	var copied []string
 	if err := newOutDir(*out, func(dir string) error {
-		if err := m.Save(dir, f, int64(shard)); err != nil {
+		save := m.Save
+		if rq.Type != 0 {
+			save = m.SaveBnB4
+		}
+		if err := save(dir, f, int64(shard)); err != nil {
 			return err
 		}
 		copied, err = copyTokenizerFiles(*modelDir, dir)
@@ -87,7 +109,27 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, ", with %s", strings.Join(copied, ", "))
 	}
 	fmt.Fprintln(stdout)
+	if rq.Type != 0 {
+		fmt.Fprintln(stdout, requantSummary(st))
+	}
 	return nil
+}
+
+// requantSummary states the error --requantize added.
+func requantSummary(st model.RequantStats) string {
+	dq := "without"
+	if st.Double {
+		dq = "with"
+	}
+	s := fmt.Sprintf("requantized %d projections to %v %s double quantization (bitsandbytes layout)", st.Tensors, st.Type, dq)
+	if st.Kept > 0 {
+		s += fmt.Sprintf("; %d kept their %v codes (no adapter: no added error)", st.Kept, st.Type)
+	}
+	if st.Values > 0 {
+		s += fmt.Sprintf("; added error over %d values: RMSE %.4g (%.4g%% of the weights' RMS), max %.4g (%.4g of its block's absmax)",
+			st.Values, st.RMSE(), 100*st.RelRMSE(), st.MaxErr, st.MaxOfAbsmax)
+	}
+	return s
 }
 
 // baseQuantizeFlags adds --base-quantize and --base-double-quant, which

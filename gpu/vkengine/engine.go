@@ -149,9 +149,6 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...Com
 func (p *Program) compile(isParam func(*G.Node) bool) error {
 	for _, n := range p.order {
 		if n.Op() == nil {
-			if n.Dtype() == tensor.Uint8 { // nn.Builder.Param4: no kernel dequantizes 4-bit blocks yet
-				return fmt.Errorf("%w: linear on the 4-bit weight %s (a quantized base runs on the CPU engine)", ErrUnsupported, n.Name())
-			}
 			if p.share != nil && isParam(n) {
 				if b := p.share(n.Name()); b != nil {
 					if b.Size() < bytesOf(n) {
@@ -422,6 +419,9 @@ func (p *Program) upload(n *G.Node) error {
 			d = append(d[:len(d):len(d)], 0)
 		}
 		return b.WriteUint16(0, d)
+	case []uint8: // a 4-bit weight's blob (nn.Builder.Param4), read in place by the GEMM
+		p.Transfers.Up += int64(len(d))
+		return b.Write(0, d)
 	case []int:
 		return p.writeInts(b, d)
 	default:
@@ -439,11 +439,14 @@ func (p *Program) writeInts(b *vulkan.Buffer, src []int) error {
 }
 
 // bytesOf is the size of n's value on the device: int32 ids, 16-bit
-// weights, float32 otherwise.
+// weights, 4-bit weights' blobs (bytes), float32 otherwise.
 func bytesOf(n *G.Node) int {
 	k := max(prod(n.Shape()), 1)
-	if n.Dtype() == tensor.Uint16 {
+	switch n.Dtype() {
+	case tensor.Uint16:
 		return 2 * k
+	case tensor.Uint8:
+		return k
 	}
 	return 4 * k
 }

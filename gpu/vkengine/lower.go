@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"strings"
 
+	G "gorgonia.org/gorgonia"
+
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/nn"
+	"github.com/mixtune/mixtune/quant"
 )
 
 // lowerFunc compiles one node: it may allocate what the node keeps
@@ -128,15 +131,29 @@ func lowerAddBackward(p *Program, nd *node) (recordFunc, error) {
 // policy, or the reverse), an fp32 copy widened and rounded to the compute
 // format at each run, as nn's weights16 converts it. The copy is kept per
 // weight, shared by the linear and its dx: both write the same values.
+// A 4-bit weight is its blob as uploaded, which the GEMM reads in place,
+// dequantizing each element as it loads a tile (q4).
 type linearWeight struct {
 	buf     *vulkan.Buffer
 	b16     bool
 	half    vulkan.Half
+	q4      *vulkan.Q4Weight
 	prepare func(r *vulkan.Recorder) error // nil: nothing to convert
 }
 
 func newLinearWeight(p *Program, nd *node, a nn.LinearAttrs) (linearWeight, error) {
 	lw := linearWeight{buf: nd.in[1]}
+	if a.W4 {
+		q4, err := q4Weight(nd.inN[1], rounding(a.Compute))
+		if err != nil {
+			return lw, err
+		}
+		if q4.Elements != a.Out*a.In {
+			return lw, fmt.Errorf("4-bit weight %s: %d elements for a %d×%d linear", nd.inN[1].Name(), q4.Elements, a.Out, a.In)
+		}
+		lw.q4 = q4
+		return lw, nil
+	}
 	if !a.W16 {
 		return lw, nil
 	}
@@ -200,7 +217,7 @@ func lowerWeightProduct(p *Program, nd *node, shape func(nn.LinearAttrs) vulkan.
 		return nil, err
 	}
 	g := shape(a)
-	g.Alpha, g.A, g.B, g.C, g.B16, g.BHalf = 1, nd.in[0], w.buf, nd.out, w.b16, w.half
+	g.Alpha, g.A, g.B, g.C, g.B16, g.BHalf, g.Q4 = 1, nd.in[0], w.buf, nd.out, w.b16, w.half, w.q4
 	g.Operands = sharedOperands(a)
 	rnd := rounding(nd.spec.Out)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
@@ -248,4 +265,26 @@ func lowerCastBackward(p *Program, nd *node) (recordFunc, error) {
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		return p.e.Kernels.Scale(r, nd.in[0], nd.grads[0], n, 1, rnd)
 	}, nil
+}
+
+// q4Weight is where the parts of the 4-bit weight n's blob (its value:
+// nn.Builder.Param4) lie, for the GEMM that reads it in place, its values
+// rounded to rnd (the product's compute format). The layout is the one of
+// the value n holds at compile time, which the program uploads.
+func q4Weight(n *G.Node, rnd vulkan.Rounding) (*vulkan.Q4Weight, error) {
+	v := n.Value()
+	if v == nil {
+		return nil, fmt.Errorf("4-bit weight %s has no value", n.Name())
+	}
+	blob, ok := v.Data().([]uint8)
+	if !ok {
+		return nil, fmt.Errorf("4-bit weight %s holds %T, not a blob", n.Name(), v.Data())
+	}
+	q, l, err := quant.Layout(blob)
+	if err != nil {
+		return nil, fmt.Errorf("4-bit weight %s: %w", n.Name(), err)
+	}
+	return &vulkan.Q4Weight{Elements: q.Numel(), Code: l.Code, Absmax: l.Absmax, NestedCode: l.NestedCode,
+		NestedAbsmax: l.NestedAbsmax, AbsmaxCodes: l.AbsmaxCodes, Packed: l.Packed, Block: q.BlockSize,
+		NestedBlock: q.NestedBlock, Nested: q.Nested, Offset: q.Offset, Round: rnd}, nil
 }

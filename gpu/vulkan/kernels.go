@@ -45,6 +45,7 @@ func (h Half) String() string {
 type GemmVariant struct {
 	Name     string
 	F32, B16 string // SPIR-V file names under shaders/
+	Q4       string // the 4-bit weight variant (built on first use; the scalar variant only)
 	// Operands is the format the variant multiplies in: NoRounding (fp32)
 	// for a general GEMM; RoundFP16 or RoundBF16 for a tensor-core one,
 	// which narrows op(A) and op(B) to that format and so runs only the
@@ -105,7 +106,7 @@ func GemmVariants() []GemmVariant {
 		Workgroup: [2]uint32{128, 128},
 	}, {
 		Name: "scalar-tiled-64x64",
-		F32:  "gemm_f32.spv", B16: "gemm_b16.spv",
+		F32:  "gemm_f32.spv", B16: "gemm_b16.spv", Q4: "gemm_q4.spv",
 		Operands: NoRounding,
 		// 8.5 KiB of shared memory and 256 invocations: every Vulkan device.
 		Supported: func(p *PhysicalDevice) bool { return p.MaxSharedMemory >= 8704 && p.MaxWorkgroupInvocations >= 256 },
@@ -153,10 +154,11 @@ type Kernels struct {
 }
 
 const (
-	gemmPush  = 14 * 4
-	roundPush = 2 * 4
-	adamPush  = 10 * 4
-	rmsPush   = 3 * 4
+	gemmPush   = 14 * 4
+	gemmQ4Push = 24 * 4
+	roundPush  = 2 * 4
+	adamPush   = 10 * 4
+	rmsPush    = 3 * 4
 )
 
 // KernelOptions are choices NewKernelsWith takes.
@@ -341,7 +343,10 @@ func (ks *Kernels) groups1D(n int) uint32 {
 // in buffers, at element offsets. op(A) is M×K, stored M×K with leading
 // dimension Lda (K×M when TransA); op(B) is K×N, stored K×N with Ldb (N×K
 // when TransB); C is M×N with Ldc. With Beta == 0 C is not read. B holds
-// float32 values, or 16-bit ones of format BHalf when B16 is set.
+// float32 values, or 16-bit ones of format BHalf when B16 is set, or is
+// a 4-bit weight's blob when Q4 is set (B's elements are then the
+// weight's, dequantized as the kernel loads them; such products run on
+// the scalar variant).
 //
 // Operands says which format every value of op(A) and op(B) already has
 // (the precision policy rounded them there): RoundFP16 or RoundBF16 lets
@@ -360,6 +365,54 @@ type GemmArgs struct {
 	B16              bool
 	BHalf            Half
 	Operands         Rounding
+	Q4               *Q4Weight
+}
+
+// Q4Weight says where a frozen 4-bit weight's parts lie in the buffer
+// holding its blob (quant.Tensor.Encode uploaded as it is; the byte
+// offsets are quant.BlobLayout's) and how its values are computed: element
+// e is Code[nibble e] × its block's absmax (nested: NestedCode[absmax code]
+// × NestedAbsmax[block / NestedBlock] + Offset), rounded to Round.
+type Q4Weight struct {
+	Elements                  int // the weight's element count
+	Code, Absmax, NestedCode  int // byte offsets; Absmax -1 when nested, NestedCode -1 when not
+	NestedAbsmax, AbsmaxCodes int // byte offsets (nested only; else -1)
+	Packed                    int // byte offset of the packed codes
+	Block, NestedBlock        int
+	Nested                    bool
+	Offset                    float32
+	Round                     Rounding // the compute format of the product
+}
+
+// check reports a layout that does not fit buf's size bytes, whose float
+// parts are unaligned, or whose sizes are not positive.
+func (q *Q4Weight) check(size uint64) error {
+	if q.Elements <= 0 || q.Block <= 0 || (q.Nested && q.NestedBlock <= 0) || q.Round > RoundFP16 {
+		return fmt.Errorf("4-bit weight: %d elements, blocks of %d, nested blocks of %d, rounding %d", q.Elements, q.Block, q.NestedBlock, q.Round)
+	}
+	blocks := (q.Elements + q.Block - 1) / q.Block
+	type part struct {
+		name      string
+		off, size int
+		float     bool
+	}
+	parts := []part{{"code", q.Code, 4 * 16, true}, {"packed codes", q.Packed, (q.Elements + 1) / 2, false}}
+	if q.Nested {
+		parts = append(parts, part{"nested code", q.NestedCode, 4 * 256, true},
+			part{"nested absmax", q.NestedAbsmax, 4 * ((blocks + q.NestedBlock - 1) / q.NestedBlock), true},
+			part{"absmax codes", q.AbsmaxCodes, blocks, false})
+	} else {
+		parts = append(parts, part{"absmax", q.Absmax, 4 * blocks, true})
+	}
+	for _, pt := range parts {
+		if pt.off < 0 || uint64(pt.off)+uint64(pt.size) > size || (pt.float && pt.off%4 != 0) {
+			return fmt.Errorf("4-bit weight: %s at byte %d (%d bytes) does not fit a %d-byte buffer 4-byte aligned", pt.name, pt.off, pt.size, size)
+		}
+	}
+	if size > math.MaxUint32 {
+		return fmt.Errorf("4-bit weight: a %d-byte blob exceeds the kernel's 32-bit indexing", size)
+	}
+	return nil
 }
 
 // extent checks that a rows×cols row-major matrix with leading dimension
@@ -396,6 +449,9 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	if g.Operands > RoundFP16 {
 		return wrap(fmt.Errorf("unknown operand format %d", g.Operands))
 	}
+	if g.B16 && g.Q4 != nil {
+		return wrap(fmt.Errorf("B cannot be both 16-bit and 4-bit"))
+	}
 	ar, ac := g.M, g.K
 	if g.TransA {
 		ar, ac = g.K, g.M
@@ -412,7 +468,17 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 		if err := extent("A", g.A, g.AOff, ar, ac, g.Lda, 4); err != nil {
 			return wrap(err)
 		}
-		if err := extent("B", g.B, g.BOff, br, bc, g.Ldb, belem); err != nil {
+		if g.Q4 != nil {
+			if g.B == nil || g.B.h == 0 {
+				return wrap(fmt.Errorf("B: %w", ErrFreed))
+			}
+			if err := g.Q4.check(g.B.size); err != nil {
+				return wrap(err)
+			}
+			if g.BOff < 0 || g.Ldb < bc || uint64(g.BOff)+uint64(br-1)*uint64(g.Ldb)+uint64(bc) > uint64(g.Q4.Elements) {
+				return wrap(fmt.Errorf("B: %d×%d (ld %d, offset %d) outside the 4-bit weight's %d elements", br, bc, g.Ldb, g.BOff, g.Q4.Elements))
+			}
+		} else if err := extent("B", g.B, g.BOff, br, bc, g.Ldb, belem); err != nil {
 			return wrap(err)
 		}
 	} else if g.A == nil || g.B == nil { // K = 0: C = beta·C, A and B unread but bound
@@ -427,23 +493,37 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	gk := ks.gemmFor(g)
 	tile := gk.v.Workgroup
 	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
-	push := make([]byte, gemmPush)
 	b01 := func(b bool) uint32 {
 		if b {
 			return 1
 		}
 		return 0
 	}
-	for i, v := range []uint32{
+	words := []uint32{
 		uint32(g.M), uint32(g.N), uint32(g.K), uint32(g.Lda), uint32(g.Ldb), uint32(g.Ldc),
 		uint32(g.AOff), uint32(g.BOff), uint32(g.COff), b01(g.TransA), b01(g.TransB),
 		math.Float32bits(g.Alpha), math.Float32bits(g.Beta), b01(g.BHalf == FP16),
-	} {
-		binary.LittleEndian.PutUint32(push[4*i:], v)
 	}
 	k := gk.f32
-	if g.B16 {
+	switch {
+	case g.B16:
 		k = gk.b16
+	case g.Q4 != nil:
+		q := g.Q4
+		var err error
+		if k, err = ks.kernel(ks.Variant.Q4, 3, gemmQ4Push); err != nil {
+			return wrap(err)
+		}
+		absmax, nestedCode, nestedAbsmax := q.Absmax/4, 0, 0
+		if q.Nested {
+			absmax, nestedCode, nestedAbsmax = q.AbsmaxCodes, q.NestedCode/4, q.NestedAbsmax/4
+		}
+		words = append(words, uint32(q.Code/4), uint32(absmax), uint32(nestedCode), uint32(nestedAbsmax), uint32(q.Packed),
+			uint32(q.Block), uint32(max(q.NestedBlock, 1)), b01(q.Nested), math.Float32bits(q.Offset), uint32(q.Round))
+	}
+	push := make([]byte, 4*len(words))
+	for i, v := range words {
+		binary.LittleEndian.PutUint32(push[4*i:], v)
 	}
 	if err := r.Dispatch(k, []*Buffer{g.A, g.B, g.C}, push, gx, gy, 1); err != nil {
 		return wrap(err)
@@ -454,7 +534,7 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 // gemmFor is the variant that runs g: its operands' format's, unless that
 // is fp32 or has no variant here, or B's 16-bit bits are of another format.
 func (ks *Kernels) gemmFor(g GemmArgs) gemmKernels {
-	if g.Operands != NoRounding {
+	if g.Operands != NoRounding && g.Q4 == nil { // a 4-bit weight has only the scalar kernel
 		if t, ok := ks.gemm[g.Operands]; ok && (!g.B16 || (g.BHalf == FP16) == (g.Operands == RoundFP16)) {
 			return t
 		}

@@ -1,4 +1,7 @@
 #version 450
+#ifdef Q4
+#extension GL_GOOGLE_include_directive : require
+#endif
 // Tiled GEMM: C = alpha·op(A)·op(B) + beta·C, row-major with strides.
 // op(A) is M×K: A[m*lda + k], or A[k*lda + m] when transA.
 // op(B) is K×N: B[k*ldb + n], or B[n*ldb + k] when transB.
@@ -9,6 +12,17 @@
 // e in the low half of word e/2 when e is even; each is widened to fp32
 // exactly in the shader, so the product is the fp32 product of the
 // widened values.
+// Compiled a third time with -DQ4, where B is a frozen 4-bit weight (NF4
+// or FP4 in bitsandbytes' layout) read in place from its blob
+// (quant.Tensor.Encode, uploaded as it is): each element of B is
+// dequantized as the B tile is loaded, code × its block's absmax, the
+// absmax itself resolved from its 8-bit nested code when double quantized
+// (nested code × nested absmax, then + offset, each rounded to fp32 as
+// bitsandbytes and quant.Tensor.BlockAbsmax compute it: precise, never
+// fused), then rounded to the compute format (qRound) as nn's weights4
+// rounds it. No dequantized copy of B exists anywhere; the values are the
+// CPU's bit for bit, and the product is the fp32 product of them. Element
+// e of B is the row-major element e of the weight (bOff is 0).
 //
 // A 64×64 tile of C per workgroup of 16×16 invocations, each computing a
 // 4×4 block; K is walked 16 at a time through shared memory tiles of
@@ -18,7 +32,7 @@
 layout(local_size_x = 16, local_size_y = 16, local_size_z = 1) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer BufA { float a[]; };
-#ifdef B16
+#if defined(B16) || defined(Q4)
 layout(std430, set = 0, binding = 1) readonly buffer BufB { uint b[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer BufB { float b[]; };
@@ -32,7 +46,43 @@ layout(push_constant) uniform Params {
 	uint transA, transB;
 	float alpha, beta;
 	uint b16fp16; // B16 only: 1 if B is fp16, 0 if bf16
+#ifdef Q4
+	// where the blob's parts lie: word offsets of the float parts, byte
+	// offsets of the byte parts (quant.BlobLayout)
+	uint qCode;         // word: the 16 code values
+	uint qAbsmax;       // word: a float absmax per block, or, nested, byte: its code
+	uint qNestedCode;   // word: the 256 nested code values (nested only)
+	uint qNestedAbsmax; // word: a float per nested block (nested only)
+	uint qPacked;       // byte: the packed codes, element e's in the high nibble of byte e/2 when e is even
+	uint qBlock, qNestedBlock, qNested;
+	float qOffset;      // added to a nested absmax (nested only)
+	uint qRound;        // the compute format the values are rounded to: 0 none, 1 bf16, 2 fp16
+#endif
 } p;
+
+#ifdef Q4
+#include "half.glsl"
+
+uint byteAt(uint o) { return (b[o >> 2] >> ((o & 3u) * 8u)) & 0xffu; }
+
+// dequant4 is element e of the 4-bit weight, as quant.Tensor.DequantizeRange
+// computes it, rounded to the compute format.
+float dequant4(uint e) {
+	uint blk = e / p.qBlock;
+	precise float m;
+	if (p.qNested != 0u) {
+		uint c = byteAt(p.qAbsmax + blk);
+		precise float s = uintBitsToFloat(b[p.qNestedCode + c]) * uintBitsToFloat(b[p.qNestedAbsmax + blk / p.qNestedBlock]);
+		m = s + p.qOffset;
+	} else {
+		m = uintBitsToFloat(b[p.qAbsmax + blk]);
+	}
+	uint packed = byteAt(p.qPacked + (e >> 1));
+	uint nib = (e & 1u) == 0u ? packed >> 4 : packed & 15u;
+	precise float v = uintBitsToFloat(b[p.qCode + nib]) * m;
+	return rnd(v, p.qRound);
+}
+#endif
 
 const uint TM = 64, TN = 64, TK = 16;
 shared float As[TK][TM + 1];
@@ -46,7 +96,9 @@ float loadA(uint m, uint k) {
 float loadB(uint k, uint n) {
 	if (k >= p.K || n >= p.N) return 0.0;
 	uint e = p.bOff + (p.transB != 0 ? n * p.ldb + k : k * p.ldb + n);
-#ifdef B16
+#ifdef Q4
+	return dequant4(e);
+#elif defined(B16)
 	uint h = (b[e >> 1] >> ((e & 1u) * 16u)) & 0xffffu;
 	if (p.b16fp16 == 0) return uintBitsToFloat(h << 16);
 	// fp16 → fp32 in integer code (exact; no driver's denormal mode applies).
