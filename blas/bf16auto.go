@@ -60,6 +60,12 @@ func measureBF16(be Backend, g BF16Gemmer, threads int, opt AutoOptions, cpuSeco
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
+	// A bf16 GEMM giving wrong products is never taken, whatever its
+	// speed or a cached figure says: checked on every run (milliseconds).
+	if err := checkBF16Correct(g); err != nil {
+		return BF16Speed{Emulate: 1, Source: "checked: " + err.Error()},
+			[]string{fmt.Sprintf("the bf16 GEMM %s gives wrong products here (%v): bf16 products stay on the emulation", g.Name(), err)}
+	}
 	getenv := opt.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
@@ -187,4 +193,79 @@ func timeBF16(be Backend, g BF16Gemmer) BF16Speed {
 		hw += bestH
 	}
 	return BF16Speed{Emulate: flops / emu / 1e9, Hardware: flops / hw / 1e9}
+}
+
+// checkBF16Correct computes products of bf16 values in every transpose
+// combination, through both ways nn calls the GEMM (bf16 bits; for the
+// native kernel, float32 operands rounded as they are packed too), at a
+// ragged shape and one that spans several k slices, column blocks and
+// row tiles,
+// and holds each to a float64 reference within 2·γ_k·Σ|a||b|, u = 2⁻²⁴:
+// the products of bf16 values are exact in fp32 and any order of fp32
+// sums, pairs rounded first as VDPBF16PS rounds them included, is within
+// it. Inputs are in (−1, 1), so no product is a denormal to be flushed.
+func checkBF16Correct(g BF16Gemmer) error {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, sh := range [][3]int{{37, 45, 131}, {15, 1030, 1100}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, b := randFloat32s(rng, m*k), randFloat32s(rng, k*n)
+		ab, bb := make([]uint16, len(a)), make([]uint16, len(b))
+		for i, v := range a {
+			ab[i] = amp.BF16Bits(v)
+			a[i] = math.Float32frombits(uint32(ab[i]) << 16)
+		}
+		for i, v := range b {
+			bb[i] = amp.BF16Bits(v)
+			b[i] = math.Float32frombits(uint32(bb[i]) << 16)
+		}
+		ku := float64(k) * 0x1p-24
+		gamma := 2 * ku / (1 - ku)
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				lda, ldb := k, n
+				if ta {
+					lda = m
+				}
+				if tb {
+					ldb = k
+				}
+				type way struct {
+					name string
+					run  func(c []float32)
+				}
+				ways := []way{{"bf16 bits", func(c []float32) { g.GemmBF16(ta, tb, m, n, k, 1, ab, lda, bb, ldb, 0, c, n) }}}
+				if nb, ok := g.(*NativeBF16); ok {
+					ways = append(ways, way{"float32 operands", func(c []float32) {
+						nb.Gemm(ta, tb, m, n, k, 1, BF16Matrix{F32: a, Ld: lda}, BF16Matrix{F32: b, Ld: ldb}, nil, 0, c, n, nil)
+					}})
+				}
+				want, abs := make([]float64, m*n), make([]float64, m*n)
+				for i := 0; i < m; i++ {
+					for j := 0; j < n; j++ {
+						for p := 0; p < k; p++ {
+							ai, bi := i*lda+p, p*ldb+j
+							if ta {
+								ai = p*lda + i
+							}
+							if tb {
+								bi = j*ldb + p
+							}
+							want[i*n+j] += float64(a[ai]) * float64(b[bi])
+							abs[i*n+j] += math.Abs(float64(a[ai]) * float64(b[bi]))
+						}
+					}
+				}
+				for _, w := range ways {
+					c := make([]float32, m*n)
+					w.run(c)
+					for i, got := range c {
+						if !(math.Abs(float64(got)-want[i]) <= gamma*abs[i]) {
+							return fmt.Errorf("%d×%d×%d (transA %v, transB %v, %s): C[%d,%d] = %v, want %v within %.3g", m, n, k, ta, tb, w.name, i/n, i%n, got, want[i], gamma*abs[i])
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
 }

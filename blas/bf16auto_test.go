@@ -63,3 +63,30 @@ func TestMeasureBF16Cache(t *testing.T) {
 		t.Fatalf("2 threads read the 1-thread cache: %+v", other)
 	}
 }
+
+// offByOneBF16 is a bf16 GEMM with a planted fault: it drops the last
+// term of every sum, as a kernel mishandling a k tail would.
+type offByOneBF16 struct{ widenBF16 }
+
+func (offByOneBF16) Name() string { return "drops the last k" }
+
+func (offByOneBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	widenBF16{}.GemmBF16(transA, transB, m, n, k-1, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// TestMeasureBF16RefusesWrongProducts: a bf16 GEMM is checked against
+// float64 before it is timed or read from the cache; one giving wrong
+// products is never faster than the emulation, and says why; correct
+// ones (widening, and the native driver on the Go model of VDPBF16PS,
+// both ways nn calls it) pass the check.
+func TestMeasureBF16RefusesWrongProducts(t *testing.T) {
+	for _, g := range []BF16Gemmer{widenBF16{}, NewNativeBF16Go(1), NewNativeBF16Go(3)} {
+		if err := checkBF16Correct(g); err != nil {
+			t.Errorf("%s: %v", g.Name(), err)
+		}
+	}
+	s, w := MeasureBF16(Native{Workers: 1}, offByOneBF16{}, 1, AutoOptions{Cache: CacheUse, Dir: t.TempDir(), Getenv: func(string) string { return "" }})
+	if s.Faster() || !strings.Contains(s.Source, "checked:") || len(w) != 1 || !strings.Contains(w[0], "wrong products") {
+		t.Fatalf("a GEMM dropping a term: %+v, warnings %q; want it refused before timing", s, w)
+	}
+}
