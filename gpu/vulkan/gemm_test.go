@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
@@ -594,5 +595,32 @@ func BenchmarkGemm(b *testing.B) {
 			}
 			b.ReportMetric(2*float64(s.n*s.n*s.n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// TestTensorCoreSelfCheck: the check NewKernels runs on a tensor-core
+// variant before using it passes the emulated coopmat kernels (the same
+// source, its fragments emulated) and refuses a planted fault (a kernel
+// reading a 16-bit B as float32), leaving ks.gemm as it was.
+func TestTensorCoreSelfCheck(t *testing.T) {
+	_, ks := openKernels(t)
+	good := gemmKernels{v: GemmVariant{Name: "emulated coopmat fp16", Operands: RoundFP16, Workgroup: [2]uint32{128, 128}}}
+	var err error
+	good.f32, err = ks.kernel("gemm_coopmat_emu_fp16_f32.spv", 3, gemmPush)
+	must(t, err)
+	good.b16, err = ks.kernel("gemm_coopmat_emu_fp16_b16.spv", 3, gemmPush)
+	must(t, err)
+	if err := ks.selfCheck(RoundFP16, good); err != nil {
+		t.Fatalf("emulated coopmat fp16: %v", err)
+	}
+	bad := good
+	bad.v.Name = "b16 read as f32"
+	bad.b16 = good.f32
+	err = ks.selfCheck(RoundFP16, bad)
+	if err == nil || !strings.Contains(err.Error(), "self-check of b16 read as f32") {
+		t.Fatalf("a kernel reading 16-bit B as float32: %v, want a self-check failure", err)
+	}
+	if _, ok := ks.gemm[RoundFP16]; ok {
+		t.Fatal("selfCheck left its variant in ks.gemm")
 	}
 }

@@ -207,8 +207,9 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		}
 	}
 	ks.gemm[NoRounding] = g
-	// The tensor-core variants: a driver that rejects one leaves its
-	// products on the fp32 kernel (TensorErrors says why).
+	// The tensor-core variants: a driver that rejects one, or a variant
+	// that fails its self-check on the device, leaves its products on the
+	// fp32 kernel (TensorErrors says why).
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
 		tv, err := ChooseGemmFor(d.Physical, f)
 		if err != nil || o.ScalarGEMM {
@@ -221,6 +222,9 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		}
 		if err == nil {
 			err = build(spec{&t.b16, tv.B16, 3, gemmPush})
+		}
+		if err == nil {
+			err = ks.selfCheck(f, t)
 		}
 		if err != nil {
 			for _, k := range []*Kernel{t.f32, t.b16} {
