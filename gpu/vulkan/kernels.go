@@ -251,6 +251,8 @@ func (ks *Kernels) GemmNames() string {
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
 		if g, ok := ks.gemm[f]; ok {
 			s += fmt.Sprintf(", %s products on %s", f, g.v.Name)
+		} else if err := ks.TensorErrors[f]; err != nil {
+			s += fmt.Sprintf(", %s products off the tensor cores (%v)", f, err)
 		}
 	}
 	return s
