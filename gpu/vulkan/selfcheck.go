@@ -27,9 +27,9 @@ func (ks *Kernels) selfCheck(f Rounding, t gemmKernels) (err error) {
 			delete(ks.gemm, f)
 		}
 	}()
-	round, half := amp.BF16, BF16
+	half := BF16
 	if f == RoundFP16 {
-		round, half = amp.FP16, FP16
+		half = FP16
 	}
 	rng := rand.New(rand.NewPCG(23, 29))
 	for _, sh := range [][3]int{{3, 5, 7}, {130, 70, 48}} {
@@ -38,7 +38,8 @@ func (ks *Kernels) selfCheck(f Rounding, t gemmKernels) (err error) {
 				if (b16 && t.b16 == nil) || (!b16 && t.f32 == nil) {
 					continue
 				}
-				if err := ks.checkProduct(rng, sh[0], sh[1], sh[2], tr[0], tr[1], b16, half, round, f); err != nil {
+				c := GemmCheck{M: sh[0], N: sh[1], K: sh[2], TransA: tr[0], TransB: tr[1], B16: b16, BHalf: half, Operands: f}
+				if _, err := ks.CheckGemm(rng, c); err != nil {
 					return fmt.Errorf("self-check of %s, %d×%d×%d transA=%v transB=%v 16-bit B=%v: %w", t.v.Name, sh[0], sh[1], sh[2], tr[0], tr[1], b16, err)
 				}
 			}
@@ -47,22 +48,58 @@ func (ks *Kernels) selfCheck(f Rounding, t gemmKernels) (err error) {
 	return nil
 }
 
-// checkProduct is one product of selfCheck.
-func (ks *Kernels) checkProduct(rng *rand.Rand, m, n, k int, ta, tb, b16 bool, half Half, round amp.Format, f Rounding) error {
-	d := ks.d
-	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
-	for _, xs := range [][]float32{a, b, c} {
+// GemmCheck is one product CheckGemm runs: its shape, B's storage, and
+// the format its operands' values have (Operands: the variant Gemm takes
+// for them).
+type GemmCheck struct {
+	M, N, K        int
+	TransA, TransB bool
+	B16            bool
+	BHalf          Half
+	Operands       Rounding
+	AScale         float64 // A's values scaled by it before rounding (0: 1), e.g. to reach fp16 subnormals
+}
+
+// CheckGemm runs one product of normal random values (rounded to
+// c.Operands' format; B to BHalf when B16) with α = 1.25, β = −0.5 on the
+// device and holds every element to a float64 reference within
+// γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24 for fp32 operands and 2^-23 for
+// 16-bit ones (tensor cores may truncate fp32 sums). It returns the worst
+// error as a fraction of its bound.
+func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
+	d, m, n, k := ks.d, c.M, c.N, c.K
+	a, b, cv := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
+	for _, xs := range [][]float32{a, b, cv} {
 		for i := range xs {
 			xs[i] = float32(rng.NormFloat64())
 		}
 	}
-	hs := make([]uint16, len(b))
-	for i := range a {
-		a[i] = round.Round(a[i])
+	if c.AScale != 0 {
+		for i := range a {
+			a[i] *= float32(c.AScale)
+		}
 	}
-	for i := range b {
-		hs[i] = round.Bits16(b[i])
-		b[i] = round.FromBits16(hs[i])
+	u := 0x1p-24
+	if c.Operands != NoRounding {
+		round := amp.BF16
+		if c.Operands == RoundFP16 {
+			round = amp.FP16
+		}
+		round.RoundSlice(a)
+		round.RoundSlice(b)
+		u = 0x1p-23
+	}
+	var hs []uint16
+	if c.B16 {
+		f := amp.BF16
+		if c.BHalf == FP16 {
+			f = amp.FP16
+		}
+		hs = make([]uint16, len(b))
+		for i := range b {
+			hs[i] = f.Bits16(b[i])
+			b[i] = f.FromBits16(hs[i])
+		}
 	}
 	var bufs []*Buffer
 	defer func() {
@@ -83,12 +120,12 @@ func (ks *Kernels) checkProduct(rng *rand.Rand, m, n, k int, ta, tb, b16 bool, h
 	}
 	var C, B *Buffer
 	if err == nil {
-		C, err = newBuf(4 * len(c))
+		C, err = newBuf(4 * len(cv))
 	}
 	if err == nil {
-		err = C.WriteFloat32(0, c)
+		err = C.WriteFloat32(0, cv)
 	}
-	if err == nil && b16 {
+	if err == nil && c.B16 {
 		if B, err = newBuf(2*len(hs) + 2); err == nil {
 			err = B.WriteUint16(0, hs)
 		}
@@ -98,55 +135,58 @@ func (ks *Kernels) checkProduct(rng *rand.Rand, m, n, k int, ta, tb, b16 bool, h
 		}
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	lda, ldb := k, n
-	if ta {
+	if c.TransA {
 		lda = m
 	}
-	if tb {
+	if c.TransB {
 		ldb = k
 	}
 	const alpha, beta = 1.25, -0.5
 	r, err := d.NewRecorder()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer r.Close()
-	if err := ks.Gemm(r, GemmArgs{M: m, N: n, K: k, TransA: ta, TransB: tb, Alpha: alpha, Beta: beta,
-		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: b16, BHalf: half, Operands: f}); err != nil {
-		return err
+	if err := ks.Gemm(r, GemmArgs{M: m, N: n, K: k, TransA: c.TransA, TransB: c.TransB, Alpha: alpha, Beta: beta,
+		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: c.B16, BHalf: c.BHalf, Operands: c.Operands}); err != nil {
+		return 0, err
 	}
 	if err := r.Submit(); err != nil {
-		return err
+		return 0, err
 	}
 	got := make([]float32, m*n)
 	if err := C.ReadFloat32(0, got); err != nil {
-		return err
+		return 0, err
 	}
-	nu := float64(k+2) * 0x1p-23
+	nu := float64(k+2) * u
 	gk := nu / (1 - nu)
+	worst := 0.0
 	for i := range m {
 		for j := range n {
 			var s, sa float64
 			for p := range k {
 				ai, bi := i*lda+p, p*ldb+j
-				if ta {
+				if c.TransA {
 					ai = p*lda + i
 				}
-				if tb {
+				if c.TransB {
 					bi = j*ldb + p
 				}
 				x := float64(a[ai]) * float64(b[bi])
 				s += x
 				sa += math.Abs(x)
 			}
-			want := alpha*s + beta*float64(c[i*n+j])
-			bound := gk * (alpha*sa + math.Abs(beta*float64(c[i*n+j])))
-			if e := math.Abs(float64(got[i*n+j]) - want); !(e <= bound) {
-				return fmt.Errorf("C[%d,%d] = %g, want %g ± %.3g", i, j, got[i*n+j], want, bound)
+			want := alpha*s + beta*float64(cv[i*n+j])
+			bound := gk * (alpha*sa + math.Abs(beta*float64(cv[i*n+j])))
+			e := math.Abs(float64(got[i*n+j]) - want)
+			if !(e <= bound) {
+				return 0, fmt.Errorf("C[%d,%d] = %g, want %g ± %.3g", i, j, got[i*n+j], want, bound)
 			}
+			worst = max(worst, e/bound)
 		}
 	}
-	return nil
+	return worst, nil
 }

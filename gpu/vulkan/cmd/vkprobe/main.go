@@ -329,7 +329,7 @@ runs:
 		for _, sz := range sizes {
 			m, n, k, scale := int(sz[0]), int(sz[1]), int(sz[2]), sz[3]
 			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-				worst, err := gemmCheck(d, ks, rng, m, n, k, tr[0], tr[1], scale, g)
+				worst, err := gemmCheck(ks, rng, m, n, k, tr[0], tr[1], scale, g)
 				if err != nil {
 					err = fmt.Errorf("GEMM %s %d×%d×%d (A scaled by %g) transA=%v transB=%v: %w", g.name, m, n, k, scale, tr[0], tr[1], err)
 					if g.operands == vulkan.NoRounding {
@@ -357,110 +357,9 @@ runs:
 	return passed, nil
 }
 
-func gemmCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb bool, scale float64, g gemmRun) (float64, error) {
-	b16, half := g.b16, g.half
-	a, b, c := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
-	round := func(x float32) float32 { return x }
-	u := 0x1p-24
-	switch g.operands {
-	case vulkan.RoundFP16:
-		round, u = amp.FP16.Round, 0x1p-23
-	case vulkan.RoundBF16:
-		round, u = amp.BF16.Round, 0x1p-23
-	}
-	for _, xs := range [][]float32{a, b, c} {
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
-	}
-	for i := range a {
-		a[i] *= float32(scale)
-	}
-	for _, xs := range [][]float32{a, b} {
-		for i := range xs {
-			xs[i] = round(xs[i])
-		}
-	}
-	var bs buffers
-	defer bs.free()
-	A, err := bs.f32(d, a)
-	if err != nil {
-		return 0, err
-	}
-	C, err := bs.f32(d, c)
-	if err != nil {
-		return 0, err
-	}
-	var B *vulkan.Buffer
-	if b16 {
-		f := amp.BF16
-		if half == vulkan.FP16 {
-			f = amp.FP16
-		}
-		hs := make([]uint16, len(b))
-		for i := range b {
-			hs[i] = f.Bits16(b[i])
-			b[i] = f.FromBits16(hs[i])
-		}
-		B, err = bs.u16(d, hs)
-	} else {
-		B, err = bs.f32(d, b)
-	}
-	if err != nil {
-		return 0, err
-	}
-	lda, ldb := k, n
-	if ta {
-		lda = m
-	}
-	if tb {
-		ldb = k
-	}
-	const alpha, beta = 1.25, -0.5
-	r, err := d.NewRecorder()
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	if err := ks.Gemm(r, vulkan.GemmArgs{M: m, N: n, K: k, TransA: ta, TransB: tb, Alpha: alpha, Beta: beta,
-		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: b16, BHalf: half, Operands: g.operands}); err != nil {
-		return 0, err
-	}
-	if err := r.Submit(); err != nil {
-		return 0, err
-	}
-	got := make([]float32, m*n)
-	if err := C.ReadFloat32(0, got); err != nil {
-		return 0, err
-	}
-	nu := float64(k+2) * u
-	gk := nu / (1 - nu)
-	worst := 0.0
-	for i := range m {
-		for j := range n {
-			var s, sa float64
-			for p := range k {
-				ai, bi := i*lda+p, p*ldb+j
-				if ta {
-					ai = p*lda + i
-				}
-				if tb {
-					bi = j*ldb + p
-				}
-				x := float64(a[ai]) * float64(b[bi])
-				s += x
-				sa += math.Abs(x)
-			}
-			want := alpha*s + beta*float64(c[i*n+j])
-			bound := gk * (alpha*sa + math.Abs(beta*float64(c[i*n+j])))
-			e := math.Abs(float64(got[i*n+j]) - want)
-			if !(e <= bound) {
-				return 0, fmt.Errorf("C[%d,%d] = %g, want %g ± %.3g", i, j, got[i*n+j], want, bound)
-			}
-			worst = max(worst, e/bound)
-		}
-	}
-	return worst, nil
+func gemmCheck(ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb bool, scale float64, g gemmRun) (float64, error) {
+	return ks.CheckGemm(rng, vulkan.GemmCheck{M: m, N: n, K: k, TransA: ta, TransB: tb,
+		B16: g.b16, BHalf: g.half, Operands: g.operands, AScale: scale})
 }
 
 // roundCheck rounds every bf16 tie and its neighbours, every fp16 bit
