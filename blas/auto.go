@@ -233,29 +233,38 @@ func checkCorrect(be Backend) error {
 			}
 			c := make([]float32, m*n)
 			be.Sgemm(ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, n)
-			for i := 0; i < m; i++ {
-				for j := 0; j < n; j++ {
-					var want, abs float64
-					for p := 0; p < k; p++ {
-						ai, bi := i*lda+p, p*ldb+j
-						if ta {
-							ai = p*lda + i
-						}
-						if tb {
-							bi = j*ldb + p
-						}
-						av, bv := a[ai], b[bi]
-						want += float64(av) * float64(bv)
-						abs += math.Abs(float64(av) * float64(bv))
-					}
-					if got := float64(c[i*n+j]); !(math.Abs(got-want) <= gamma*abs) {
-						return fmt.Errorf("wrong product (transA %v, transB %v): C[%d,%d] = %v, want %v within %.3g", ta, tb, i, j, got, want, gamma*abs)
-					}
+			want, abs := refProduct(ta, tb, m, n, k, a, lda, b, ldb)
+			for i, got := range c {
+				if !(math.Abs(float64(got)-want[i]) <= gamma*abs[i]) {
+					return fmt.Errorf("wrong product (transA %v, transB %v): C[%d,%d] = %v, want %v within %.3g", ta, tb, i/n, i%n, got, want[i], gamma*abs[i])
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// refProduct is op(A)·op(B) (m×n, row-major) and Σ|a||b| per element,
+// in float64: the reference the products are checked against.
+func refProduct(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int) (want, abs []float64) {
+	want, abs = make([]float64, m*n), make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			for p := 0; p < k; p++ {
+				ai, bi := i*lda+p, p*ldb+j
+				if ta {
+					ai = p*lda + i
+				}
+				if tb {
+					bi = j*ldb + p
+				}
+				x := float64(a[ai]) * float64(b[bi])
+				want[i*n+j] += x
+				abs[i*n+j] += math.Abs(x)
+			}
+		}
+	}
+	return want, abs
 }
 
 // pick returns the fastest measurement without an error; ties go to the

@@ -239,22 +239,7 @@ func checkBF16Correct(g BF16Gemmer) error {
 						nb.Gemm(ta, tb, m, n, k, 1, BF16Matrix{F32: a, Ld: lda}, BF16Matrix{F32: b, Ld: ldb}, nil, 0, c, n, nil)
 					}})
 				}
-				want, abs := make([]float64, m*n), make([]float64, m*n)
-				for i := 0; i < m; i++ {
-					for j := 0; j < n; j++ {
-						for p := 0; p < k; p++ {
-							ai, bi := i*lda+p, p*ldb+j
-							if ta {
-								ai = p*lda + i
-							}
-							if tb {
-								bi = j*ldb + p
-							}
-							want[i*n+j] += float64(a[ai]) * float64(b[bi])
-							abs[i*n+j] += math.Abs(float64(a[ai]) * float64(b[bi]))
-						}
-					}
-				}
+				want, abs := refProduct(ta, tb, m, n, k, a, lda, b, ldb)
 				for _, w := range ways {
 					c := make([]float32, m*n)
 					w.run(c)
