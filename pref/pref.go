@@ -124,6 +124,17 @@ func (s *Stats) Add(s2 Stats) {
 	s.LogpRejected += s2.LogpRejected
 }
 
+// Sums returns s's fields as float64s, for adding over processes
+// (StatsOf reads them back): Pairs, then the metrics' sums.
+func (s Stats) Sums() []float64 {
+	return []float64{float64(s.Pairs), s.RewardChosen, s.RewardRejected, s.Accuracy, s.LogpChosen, s.LogpRejected}
+}
+
+// StatsOf is the Stats whose Sums are v.
+func StatsOf(v []float64) Stats {
+	return Stats{Pairs: int(v[0]), RewardChosen: v[1], RewardRejected: v[2], Accuracy: v[3], LogpChosen: v[4], LogpRejected: v[5]}
+}
+
 // Means returns the metrics under TRL's names: means over the pairs.
 func (s Stats) Means() map[string]float64 {
 	n := float64(max(s.Pairs, 1))
@@ -268,12 +279,43 @@ type Step struct {
 	Objective Objective
 	Batch     Batch
 	Norm      Norm
-	Stats     Stats // the last Loss call's
+	// Padding counts the batch's last pairs that are padding (a
+	// data-parallel rank's smaller share of a batch), with no loss and no
+	// gradient: of a batch of P pairs, chosen rows [P−Padding, P) and
+	// rejected rows [2P−Padding, 2P).
+	Padding int
+	Stats   Stats // the last Loss call's
 }
 
 // Loss implements nn.VectorLoss.
 func (s *Step) Loss(logps, grad []float64) (float64, error) {
-	l, st, err := s.Objective.Eval(logps, s.Batch, s.Norm, grad)
+	P := len(logps) / 2
+	n := P - s.Padding
+	if s.Padding <= 0 || n < 0 || len(logps)%2 != 0 {
+		l, st, err := s.Objective.Eval(logps, s.Batch, s.Norm, grad)
+		s.Stats = st
+		return l, err
+	}
+	clear(grad)
+	s.Stats = Stats{}
+	if n == 0 {
+		return 0, nil
+	}
+	keep := func(x []float64) []float64 {
+		if len(x) != 2*P {
+			return x // Eval reports the mismatch
+		}
+		return append(append([]float64(nil), x[:n]...), x[P:P+n]...)
+	}
+	var ts []int
+	if len(s.Batch.Tokens) == 2*P {
+		ts = append(append(ts, s.Batch.Tokens[:n]...), s.Batch.Tokens[P:P+n]...)
+	}
+	b := Batch{Tokens: ts, Reference: keep(s.Batch.Reference)}
+	g := make([]float64, 2*n)
+	l, st, err := s.Objective.Eval(keep(logps), b, s.Norm, g)
+	copy(grad[:n], g[:n])
+	copy(grad[P:P+n], g[n:])
 	s.Stats = st
 	return l, err
 }

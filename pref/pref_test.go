@@ -177,3 +177,59 @@ func TestEvalRejectsBadBatches(t *testing.T) {
 		}
 	}
 }
+
+// A Step whose batch ends in padding pairs (a data-parallel rank's
+// smaller share) computes what Eval computes on its real pairs alone, bit
+// for bit (the same operations on the same values), with no gradient
+// for the padding rows; a share of no real pairs adds nothing.
+func TestStepLeavesOutPadding(t *testing.T) {
+	for name, o := range testObjectives() {
+		for _, real := range []int{0, 1, 2} {
+			want, wantGrad, wantStats := 0.0, []float64(nil), Stats{}
+			if real > 0 {
+				want, wantGrad, wantStats = eval(t, o, testLogps, 0, real, fullNorm)
+			}
+			// the first real pairs of testLogps, then padding pairs
+			// with no tokens, whose values would fail Eval
+			const P = 3
+			logps, ref, lens := make([]float64, 2*P), make([]float64, 2*P), make([]int, 2*P)
+			for i := range real {
+				for _, r := range []int{i, P + i} {
+					logps[r], ref[r], lens[r] = testLogps[r], testRef[r], testLens[r]
+				}
+			}
+			s := Step{Objective: o, Batch: Batch{Reference: ref, Tokens: lens}, Norm: fullNorm, Padding: P - real}
+			grad := make([]float64, 2*P)
+			for i := range grad {
+				grad[i] = math.NaN() // Loss must write every value
+			}
+			got, err := s.Loss(logps, grad)
+			if err != nil {
+				t.Fatalf("%s, %d real pairs: %v", name, real, err)
+			}
+			if got != want || s.Stats != wantStats {
+				t.Errorf("%s, %d real pairs: loss %v, stats %+v; want %v, %+v", name, real, got, s.Stats, want, wantStats)
+			}
+			for i, g := range grad {
+				w := 0.0
+				switch {
+				case i < real:
+					w = wantGrad[i]
+				case i >= P && i < P+real:
+					w = wantGrad[real+i-P]
+				}
+				if g != w {
+					t.Errorf("%s, %d real pairs: grad[%d] = %v, want %v", name, real, i, g, w)
+				}
+			}
+		}
+	}
+}
+
+// Stats cross processes as Sums and come back unchanged.
+func TestStatsSums(t *testing.T) {
+	s := Stats{Pairs: 3, RewardChosen: 0.5, RewardRejected: -0.25, Accuracy: 2, LogpChosen: -7, LogpRejected: -9.5}
+	if got := StatsOf(s.Sums()); got != s {
+		t.Errorf("StatsOf(Sums()) = %+v, want %+v", got, s)
+	}
+}

@@ -186,14 +186,14 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 			return nil, err
 		}
 	}
-	graphRows := c.batch
-	if preference {
-		graphRows = 2 * c.batch // each pair's chosen and rejected sequence
-	}
-	// this rank's rows of every micro-batch (parallel.go)
-	c.dp = newDataParallel(c.comm, graphRows, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
+	// this rank's rows of every micro-batch (parallel.go); a preference
+	// run's ranks share out pairs, each pair's two sequences on one rank
+	c.dp = newDataParallel(c.comm, c.batch, r.Data.SeqLen, c.tok.PAD(), c.params, opt.Overlap, opt.BucketBytes)
 	rows := c.dp.rows
 	c.eng.NoiseRowOffset = c.dp.lo * r.Data.SeqLen
+	if preference {
+		rows = 2 * c.dp.rows // each pair's chosen and rejected sequence
+	}
 	var tap nn.GradTap
 	if c.dp.overlap && c.gpu == nil {
 		tap = c.dp.tap(paramIndex(c.params))

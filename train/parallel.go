@@ -151,6 +151,47 @@ func (dp *dataParallel) shard(bt data.Batch) data.Batch {
 	return out
 }
 
+// pairShard is this rank's pairs of a global micro-batch of pairs (a
+// preference run's dataParallel counts pairs, not rows), as a batch of
+// dp.rows pairs: chosen rows then rejected rows, as data.BatchPairs lays
+// them out, so a pair's two sequences are always on the same rank. A
+// rank with a smaller share fills the rest with padding pairs (no
+// targets), which pref.Step leaves out; it returns their number.
+func (dp *dataParallel) pairShard(bt data.PairBatch) (data.PairBatch, int) {
+	if dp.size == 1 {
+		return bt, 0
+	}
+	P, R, n, L := bt.Pairs, dp.rows, dp.hi-dp.lo, bt.SeqLen
+	out := data.PairBatch{Pairs: n, Tokens: make([]int, 2*R)}
+	out.Rows, out.SeqLen = 2*R, L
+	out.Inputs, out.Targets, out.Positions = make([]int, 2*R*L), make([]int, 2*R*L), make([]int, 2*R*L)
+	if bt.Reference != nil {
+		out.Reference = make([]float64, 2*R)
+	}
+	for half := range 2 {
+		src, dst := half*P+dp.lo, half*R // first rows: the pairs' chosen, then their rejected
+		copy(out.Inputs[dst*L:(dst+n)*L], bt.Inputs[src*L:(src+n)*L])
+		copy(out.Targets[dst*L:(dst+n)*L], bt.Targets[src*L:(src+n)*L])
+		copy(out.Positions[dst*L:(dst+n)*L], bt.Positions[src*L:(src+n)*L])
+		copy(out.Tokens[dst:dst+n], bt.Tokens[src:src+n])
+		if bt.Reference != nil {
+			copy(out.Reference[dst:dst+n], bt.Reference[src:src+n])
+		}
+		pad := (dst + n) * L
+		rowPositions(out.Positions[pad:(dst+R)*L], L)
+		for i := pad; i < (dst+R)*L; i++ {
+			out.Inputs[i], out.Targets[i] = dp.padID, data.IgnoreIndex
+		}
+		for _, t := range out.Tokens[dst : dst+n] {
+			out.NumTargets += t
+			if half == 0 {
+				out.ChosenTokens += t
+			}
+		}
+	}
+	return out, R - n
+}
+
 // tap is the runner's gradient tap with overlap: each param's hook
 // accumulates its micro-batch gradient into the param (as runner.run does
 // without taps) and, in the step's last micro-batch, counts down its

@@ -1,9 +1,12 @@
 package train
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/nn"
@@ -107,7 +110,7 @@ func (r *Recipe) preference() (o pref.Objective, field string, ok bool) {
 }
 
 // checkPreference checks the objective against its parameters and what
-// preference runs cannot do yet.
+// preference runs cannot do yet: the GPU engines (Vulkan) for pairs.
 func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
 	o, field, ok := r.preference()
 	if p := r.Preference; p != nil {
@@ -131,7 +134,7 @@ func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
 		bad("data.mode", "pack is refused for preference pairs: each chosen and rejected sequence needs a row of its own (use pad)")
 	}
 	if len(r.Devices) > 1 {
-		bad("devices", "preference objectives run on one process so far")
+		bad("devices", "a device per rank is for the GPU engines, and preference objectives run on the cpu engine so far (ranks on the cpu share out pairs without devices)")
 	}
 	if r.Compute.Device == ComputeGPU || r.Compute.VulkanDevice != "" {
 		bad("compute.device", "preference objectives run on the cpu engine so far")
@@ -174,7 +177,9 @@ func (ru *runner) logProbs(bt data.Batch) ([]float64, error) {
 // preferenceStep is trainStep for a preference objective: GradAccum
 // micro-batches of pairs, each computing its share of the step's loss
 // (pref.Norm holds the step's totals, so the shares add up to the loss of
-// the step as one batch), then the update.
+// the step as one batch), then the update. With several ranks each rank
+// computes its pairs' share of every micro-batch; the gradients, the loss
+// and the metrics' sums are added over the ranks, as for rows.
 func (s *session) preferenceStep() (stepResult, error) {
 	r, p, pr := s.r, s.parts, s.parts.pref
 	micro := make([]data.PairBatch, r.Train.GradAccum)
@@ -192,7 +197,9 @@ func (s *session) preferenceStep() (stepResult, error) {
 	}
 	var stats pref.Stats
 	for i, bt := range micro {
-		pr.step.Batch, pr.step.Norm = pref.Batch{Tokens: bt.Tokens}, norm
+		bt, padding := s.dp.pairShard(bt) // this rank's pairs; norm stays the global batch's
+		s.dp.beforeMicro(i, len(micro))
+		pr.step.Batch, pr.step.Norm, pr.step.Padding = pref.Batch{Tokens: bt.Tokens}, norm, padding
 		var err error
 		if pr.step.Batch.Reference, err = pr.referenceOf(bt); err != nil {
 			return res, err
@@ -201,11 +208,21 @@ func (s *session) preferenceStep() (stepResult, error) {
 		if err != nil {
 			return res, err
 		}
+		if p.trainer.tapped && s.dp.fired != len(p.params) {
+			return res, fmt.Errorf("internal: %d of %d gradient taps ran", s.dp.fired, len(p.params))
+		}
 		res.loss += loss
 		stats.Add(pr.step.Stats)
 	}
 	res.rounded, res.underflowed = p.eng.Grads.Take()
-	res.preference = stats.Means()
+	// sum the gradients, the loss, the rounding counts and the metrics over the ranks
+	sc := append([]float64{res.loss, float64(res.rounded), float64(res.underflowed)}, stats.Sums()...)
+	var err error
+	if res.comm, err = s.dp.reduce(p.trainer.tapped, sc); err != nil {
+		return res, err
+	}
+	res.loss, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
+	res.preference = pref.StatsOf(sc[3:]).Means()
 	return s.update(res, total)
 }
 
@@ -236,8 +253,10 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 	switch {
 	case c.gpu != nil:
 		return nil, r.doc.Errorf("compute.device", "preference objectives run on the cpu engine so far (the %s engine was chosen); set compute.device: cpu", c.engineName())
-	case c.comm.Size() > 1:
-		return nil, inputError(fmt.Errorf("preference objectives run on one process so far, not %d ranks", c.comm.Size()))
+	case c.comm.Size() > 1 && c.lora != nil && r.Adapter.Dropout > 0:
+		// the masks are keyed by a row's place in one process's batch,
+		// which a rank's rejected rows do not keep
+		return nil, r.doc.Errorf("adapter.dropout", "preference pairs on %d ranks take no dropout (TRL's DPOTrainer disables it too); set adapter.dropout: 0", c.comm.Size())
 	}
 	pl, err := data.NewPairLoader(pairs, c.batch, r.Data.SeqLen, c.tok.PAD(), r.Data.Shuffle, r.Seed)
 	if err != nil {
@@ -253,7 +272,7 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 		if c.lora == nil {
 			// full fine-tuning trains the weights the reference graph
 			// reads: its values are taken now, from the base model
-			err := errors.Join(pr.precompute(pairs, c.batch, r.Data.SeqLen, c.tok.PAD()), pr.precompute(val, c.batch, r.Data.SeqLen, c.tok.PAD()))
+			err := errors.Join(pr.precompute(pairs, c.dp, r.Data.SeqLen), pr.precompute(val, c.dp, r.Data.SeqLen))
 			pr.reference.close()
 			pr.reference = nil
 			if err != nil {
@@ -264,7 +283,7 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 	if len(val) == 0 {
 		return pr, nil
 	}
-	pr.val = pairBatches(val, c.batch, r.Data.SeqLen, c.tok.PAD())
+	pr.val = pairBatches(val, c.dp.rows, r.Data.SeqLen, c.tok.PAD())
 	pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil}
 	if pr.policy, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, pol); err != nil {
 		return nil, fmt.Errorf("validation pass: %w", err)
@@ -274,7 +293,9 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 
 // evaluate measures the objective on the validation pairs: its loss and
 // TRL's metrics over all of them, under TRL's evaluation names (eval_…).
-func (pr *preferenceRun) evaluate(o pref.Objective) (map[string]float64, error) {
+// With several ranks each rank evaluates its contiguous share of the
+// batches, and the loss and the metrics' sums are added over the ranks.
+func (pr *preferenceRun) evaluate(o pref.Objective, dp *dataParallel) (map[string]float64, error) {
 	var norm pref.Norm
 	for _, bt := range pr.val {
 		norm.Pairs += bt.Pairs
@@ -284,7 +305,8 @@ func (pr *preferenceRun) evaluate(o pref.Objective) (map[string]float64, error) 
 	}
 	var loss float64
 	var stats pref.Stats
-	for _, bt := range pr.val {
+	lo, hi := shardRows(len(pr.val), dp.size, dp.rank)
+	for _, bt := range pr.val[lo:hi] {
 		pol, err := pr.policy.logProbs(bt.Batch)
 		if err != nil {
 			return nil, err
@@ -307,6 +329,11 @@ func (pr *preferenceRun) evaluate(o pref.Objective) (map[string]float64, error) 
 		loss += l
 		stats.Add(st)
 	}
+	sums := append([]float64{loss}, stats.Sums()...)
+	if err := dp.comm.AllreduceFloat64(sums); err != nil {
+		return nil, err
+	}
+	loss, stats = sums[0], pref.StatsOf(sums[1:])
 	out := map[string]float64{"eval_loss": loss}
 	for k, v := range stats.Means() {
 		out["eval_"+k] = v
@@ -323,7 +350,7 @@ func (s *session) measurePreference(say func(string)) (map[string]float64, error
 		return nil, nil
 	}
 	o, _, _ := s.r.preference()
-	m, err := pr.evaluate(o)
+	m, err := pr.evaluate(o, s.dp)
 	if err != nil {
 		return nil, fmt.Errorf("preference evaluation: %w", err)
 	}
@@ -378,15 +405,37 @@ func pairBatches(pairs []data.Pair, batch, seqLen, padID int) []data.PairBatch {
 }
 
 // precompute runs the reference pass over pairs and stores each pair's
-// values in its Reference.
-func (pr *preferenceRun) precompute(pairs []data.Pair, batch, seqLen, padID int) error {
-	for i, bt := range pairBatches(pairs, batch, seqLen, padID) {
+// values in its Reference. The pairs go in batches of a rank's share of
+// a micro-batch (dp.rows pairs); with several ranks, each rank runs its
+// contiguous share of the batches and every rank gathers them all.
+func (pr *preferenceRun) precompute(pairs []data.Pair, dp *dataParallel, seqLen int) error {
+	batch := dp.rows
+	bts := pairBatches(pairs, batch, seqLen, dp.padID)
+	lo, hi := shardRows(len(bts), dp.size, dp.rank)
+	var mine []byte
+	for i := lo; i < hi; i++ {
+		bt := bts[i]
 		lp, err := pr.reference.logProbs(bt.Batch)
 		if err != nil {
 			return err
 		}
 		for j := range bt.Pairs {
-			pairs[i*batch+j].Reference = []float64{lp[j], lp[batch+j]}
+			mine = binary.LittleEndian.AppendUint64(mine, math.Float64bits(lp[j]))
+			mine = binary.LittleEndian.AppendUint64(mine, math.Float64bits(lp[batch+j]))
+		}
+	}
+	all, err := dp.comm.Allgather(mine)
+	if err != nil {
+		return err
+	}
+	vals := bytes.Join(all, nil)
+	if len(vals) != 16*len(pairs) {
+		return fmt.Errorf("internal: %d bytes of reference values gathered for %d pairs", len(vals), len(pairs))
+	}
+	for i := range pairs {
+		pairs[i].Reference = []float64{
+			math.Float64frombits(binary.LittleEndian.Uint64(vals[16*i:])),
+			math.Float64frombits(binary.LittleEndian.Uint64(vals[16*i+8:])),
 		}
 	}
 	return nil

@@ -307,3 +307,105 @@ func TestPreferenceResumeIsBitIdentical(t *testing.T) {
 	}
 	sameMetrics(t, full.RunDir, runDir)
 }
+
+// Preference pairs shared out among in-process ranks take the step one
+// process takes with the same global batch, and the step of one batch of
+// all the step's pairs (no accumulation): the same losses, gradient norms
+// and TRL metrics, training and validation, to the fp32 summation order
+// of different world sizes (the 2e-5 relative of the rows' data
+// parallelism). Three ranks share 4 pairs as 1, 1 and 2, so two ranks pad
+// their share. Every rank logs what rank 0 logs (runRanks checks the
+// summaries), and two runs on the same ranks are bit-identical.
+func TestPreferenceDataParallelMatchesOneProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains several times")
+	}
+	for _, v := range []struct {
+		name string
+		sets []string
+	}{
+		{"dpo lora", nil}, // the reference pass (adapter off) on each rank
+		{"dpo full fine-tuning", []string{"adapter.type=none"}}, // reference values precomputed, shared out
+		{"orpo", []string{"train.objective=orpo"}},              // the NLL's mean over the step's chosen tokens
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			dir := prefFixture(t)
+			cfg := writeConfig(t, dir, prefConfig)
+			rec := func(sets ...string) func() *Recipe {
+				return func() *Recipe {
+					all := append([]string{"train.steps=4", "train.eval_every=2", "compute.blas=gonum",
+						"data.validation=" + filepath.Join(dir, "pairs.jsonl")}, v.sets...)
+					r, err := Load(cfg, append(all, sets...))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return r
+				}
+			}
+			accum := rec("train.batch_size=4", "train.grad_accum=2")
+			one, err := runRanks(t, 0, accum, Options{Out: io.Discard}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			big, err := runRanks(t, 0, rec("train.batch_size=8"), Options{Out: io.Discard}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			two, err := runRanks(t, 2, accum, Options{Out: io.Discard}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			three, err := runRanks(t, 3, accum, Options{Out: io.Discard, Overlap: true, BucketBytes: 256}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareRuns(t, one.RunDir, big.RunDir, 2e-5)
+			compareRuns(t, one.RunDir, two.RunDir, 2e-5)
+			compareRuns(t, one.RunDir, three.RunDir, 2e-5)
+			for _, k := range []string{"eval_loss", "eval_rewards/accuracies", "eval_logps/chosen"} {
+				a, b := one.PreferenceAfter[k], three.PreferenceAfter[k]
+				if _, ok := three.PreferenceAfter[k]; !ok || math.Abs(a-b) > 2e-5*math.Max(math.Abs(a), 1e-3) {
+					t.Errorf("%s after training: %v in one process, %v on 3 ranks", k, a, b)
+				}
+			}
+			steps := 0
+			for _, m := range readMetrics(t, two.RunDir) {
+				if _, ok := m["loss"]; ok {
+					steps++
+					if _, ok := m["rewards/accuracies"]; !ok {
+						t.Errorf("2 ranks: the line %v lacks TRL's metrics", m)
+					}
+				}
+			}
+			if steps != 4 {
+				t.Errorf("2 ranks logged %d steps, want 4", steps)
+			}
+			again, err := runRanks(t, 2, accum, Options{Out: io.Discard}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareRuns(t, two.RunDir, again.RunDir, 0)
+		})
+	}
+}
+
+// A preference run on several ranks refuses LoRA dropout (its masks are
+// keyed by a row's place in one process's batch), before anything is
+// written.
+func TestPreferenceDataParallelRefusesDropout(t *testing.T) {
+	dir := prefFixture(t)
+	cfg := writeConfig(t, dir, prefConfig)
+	_, err := runRanks(t, 2, func() *Recipe {
+		r, err := Load(cfg, []string{"adapter.dropout=0.1", "compute.blas=gonum"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}, Options{Out: io.Discard}, 0)
+	if err == nil || !strings.Contains(err.Error(), "adapter.dropout") || !IsInputError(err) {
+		t.Fatalf("dropout on 2 ranks: %v", err)
+	}
+	if _, serr := os.Stat(filepath.Join(dir, "runs")); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("a run directory was made: %v", serr)
+	}
+}
