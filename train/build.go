@@ -68,6 +68,7 @@ type components struct {
 	comm        dist.Comm        // the processes training together; a Single for one
 	dp          *dataParallel    // this process's part of every batch: all of it for one
 	pref        *preferenceRun   // a preference objective's pairs and reference; nil for sft
+	reference   string           // where a full fine-tuning run's reference log-probabilities came from; "" without
 }
 
 // build makes the run's components. Every input is read and checked here

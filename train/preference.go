@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/dist"
 	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/pref"
 )
@@ -266,18 +267,15 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 	tg.sequenceLoss = pr.step
 	if o.NeedsReference() {
 		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true}
-		if pr.reference, err = buildRunner(c.eng, c.model, nil, rows, r.Data.SeqLen, nil, &c.policy, ref); err != nil {
-			return nil, fmt.Errorf("reference pass: %w", err)
-		}
 		if c.lora == nil {
 			// full fine-tuning trains the weights the reference graph
-			// reads: its values are taken now, from the base model
-			err := errors.Join(pr.precompute(pairs, c.dp, r.Data.SeqLen), pr.precompute(val, c.dp, r.Data.SeqLen))
-			pr.reference.close()
-			pr.reference = nil
-			if err != nil {
-				return nil, fmt.Errorf("reference log-probabilities: %w", err)
+			// reads: its values are taken now, from the base model, or
+			// from the reference cache
+			if err := c.referenceValues(r, ref, pairs, val); err != nil {
+				return nil, err
 			}
+		} else if pr.reference, err = buildRunner(c.eng, c.model, nil, rows, r.Data.SeqLen, nil, &c.policy, ref); err != nil {
+			return nil, fmt.Errorf("reference pass: %w", err)
 		}
 	}
 	if len(val) == 0 {
@@ -402,6 +400,41 @@ func pairBatches(pairs []data.Pair, batch, seqLen, padID int) []data.PairBatch {
 		out = append(out, bt)
 	}
 	return out
+}
+
+// referenceValues sets every pair's Reference for a full fine-tuning
+// run: from the reference cache when every rank finds its entry there,
+// else computed by the reference pass (the ranks share the work, so all
+// compute or none) and stored. c.reference says which, for the header.
+func (c *components) referenceValues(r *Recipe, o graphOptions, pairs, val []data.Pair) error {
+	rc := newReferenceCache(r, c, c.dp.rows, pairs, val)
+	hit, rejected := rc.load(pairs, val)
+	if rejected != nil {
+		c.warnings = append(c.warnings, fmt.Sprintf("%v; not used: the reference log-probabilities were computed again", rejected))
+	}
+	miss, err := dist.AnyTrue(c.comm, !hit)
+	if err != nil {
+		return err
+	}
+	if !miss {
+		c.reference = "from the cache (" + rc.entry + ")"
+		return nil
+	}
+	pr := &preferenceRun{}
+	if pr.reference, err = buildRunner(c.eng, c.model, nil, 2*c.dp.rows, r.Data.SeqLen, nil, &c.policy, o); err != nil {
+		return fmt.Errorf("reference pass: %w", err)
+	}
+	err = errors.Join(pr.precompute(pairs, c.dp, r.Data.SeqLen), pr.precompute(val, c.dp, r.Data.SeqLen))
+	pr.reference.close()
+	if err != nil {
+		return fmt.Errorf("reference log-probabilities: %w", err)
+	}
+	c.reference = fmt.Sprintf("computed for %d pairs", len(pairs)+len(val))
+	if rc.entry != "" {
+		rc.store(pairs, val)
+		c.reference += ", cached in " + rc.entry
+	}
+	return nil
 }
 
 // precompute runs the reference pass over pairs and stores each pair's

@@ -1,7 +1,9 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"math"
@@ -10,6 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/model"
 )
 
 // prefConfig is a DPO recipe over prefFixture's pairs; tests edit it.
@@ -260,7 +265,7 @@ func TestPreferenceRuns(t *testing.T) {
 	// full fine-tuning: the reference is computed before the first step,
 	// whose policy it equals; evaluated on the same pairs after training,
 	// the policy has moved from it
-	ms, sum := run("name=full", "adapter.type=none", "data.validation="+filepath.Join(dir, "pairs.jsonl"))
+	ms, sum := run("name=full", "adapter.type=none", "data.cache=false", "data.validation="+filepath.Join(dir, "pairs.jsonl"))
 	if math.Abs(ms[1]["loss"]-math.Ln2) > 1e-6 || sum.PreferenceAfter["eval_rewards/margins"] == 0 {
 		t.Errorf("full fine-tuning: first step's loss %v, margin after %v", ms[1]["loss"], sum.PreferenceAfter["eval_rewards/margins"])
 	}
@@ -325,8 +330,8 @@ func TestPreferenceDataParallelMatchesOneProcess(t *testing.T) {
 		sets []string
 	}{
 		{"dpo lora", nil}, // the reference pass (adapter off) on each rank
-		{"dpo full fine-tuning", []string{"adapter.type=none"}}, // reference values precomputed, shared out
-		{"orpo", []string{"train.objective=orpo"}},              // the NLL's mean over the step's chosen tokens
+		{"dpo full fine-tuning", []string{"adapter.type=none", "data.cache=false"}}, // reference values precomputed, shared out
+		{"orpo", []string{"train.objective=orpo"}},                                  // the NLL's mean over the step's chosen tokens
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			dir := prefFixture(t)
@@ -408,4 +413,123 @@ func TestPreferenceDataParallelRefusesDropout(t *testing.T) {
 	if _, serr := os.Stat(filepath.Join(dir, "runs")); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("a run directory was made: %v", serr)
 	}
+}
+
+// A full fine-tuning run's reference log-probabilities are cached: a
+// second run reads them (no reference pass) and trains bit for bit as the
+// first; other pairs or another model miss the entry; a damaged entry is
+// not used, with a warning, and computed again to the same values. Ranks
+// agree: two ranks compute their entry together, then all read it.
+func TestPreferenceReferenceCache(t *testing.T) {
+	dir := prefFixture(t)
+	userCache := testUserCache(t, dir)
+	entries := func() []string {
+		e, _ := filepath.Glob(filepath.Join(userCache, "mixtune", "reference", "*.reference"))
+		return e
+	}
+	cfg := writeConfig(t, dir, prefConfig)
+	recipe := func(sets ...string) func() *Recipe {
+		return func() *Recipe {
+			r, err := Load(cfg, append([]string{"adapter.type=none", "compute.blas=gonum", "data.validation=" + filepath.Join(dir, "pairs.jsonl")}, sets...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
+	run := func(sets ...string) (*Summary, string) {
+		t.Helper()
+		var out bytes.Buffer
+		sum, err := Run(context.Background(), recipe(sets...)(), Options{Out: &out})
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", sets, err, out.String())
+		}
+		return sum, out.String()
+	}
+	const computed, cached = "reference log-probabilities: computed for 32 pairs, cached in ", "reference log-probabilities: from the cache ("
+	first, out := run("name=first")
+	if !strings.Contains(out, computed) || len(entries()) != 1 {
+		t.Fatalf("first run: %d entries, output:\n%s", len(entries()), out)
+	}
+	entry := entries()[0]
+	second, out := run("name=second")
+	if !strings.Contains(out, cached+entry+")") || strings.Contains(out, computed) {
+		t.Fatalf("second run did not read the cache:\n%s", out)
+	}
+	compareRuns(t, first.RunDir, second.RunDir, 0)
+
+	// a run interrupted after its first step resumes on the cached values
+	// (the base model's, whatever the checkpoint holds), to the same bits
+	ctx, cancel := context.WithCancel(context.Background())
+	cut, err := Run(ctx, recipe("name=cut")(), Options{Out: io.Discard, afterStep: func(int) { cancel() }})
+	cancel()
+	if err != ErrInterrupted {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	var resumed bytes.Buffer
+	if _, err := Run(context.Background(), recipe("name=cut")(), Options{Out: &resumed, ResumeDir: cut.RunDir}); err != nil {
+		t.Fatalf("resume: %v\n%s", err, resumed.String())
+	}
+	if !strings.Contains(resumed.String(), cached+entry+")") {
+		t.Errorf("the resumed run did not read the cache:\n%s", resumed.String())
+	}
+	compareRuns(t, first.RunDir, cut.RunDir, 0)
+
+	// other pairs (one token changed) and another model miss
+	pairs, err := os.ReadFile(filepath.Join(dir, "pairs.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.jsonl")
+	if err := os.WriteFile(other, bytes.Replace(pairs, []byte(`"A"`), []byte(`"Z"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := run("name=other-pairs", "data.validation="+other); !strings.Contains(out, computed) {
+		t.Errorf("other pairs read the cache:\n%s", out)
+	}
+	m, err := model.New(model.Config{VocabSize: 259, HiddenSize: 16, IntermediateSize: 24, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
+		BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}, 2) // fixture's model, another seed
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Save(filepath.Join(dir, "model2"), amp.BF16, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := run("name=other-model", "model.path="+filepath.Join(dir, "model2")); !strings.Contains(out, computed) {
+		t.Errorf("another model read the cache:\n%s", out)
+	}
+	if n := len(entries()); n != 3 {
+		t.Errorf("%d entries after 3 keys", n)
+	}
+
+	// a damaged entry: a value's bit flipped
+	b, err := os.ReadFile(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-sha256.Size-3] ^= 1
+	if err := os.WriteFile(entry, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mended, out := run("name=mended")
+	if !strings.Contains(out, "warning: reference cache entry "+entry+": fails its checksum; not used") || !strings.Contains(out, computed) {
+		t.Fatalf("a damaged entry:\n%s", out)
+	}
+	compareRuns(t, first.RunDir, mended.RunDir, 0)
+	if _, out := run("name=after-mend"); !strings.Contains(out, cached) {
+		t.Errorf("the rewritten entry was not read:\n%s", out)
+	}
+
+	// two ranks: their own entry (2 rows a reference batch), then read by both
+	var outs [2]bytes.Buffer
+	for i := range outs {
+		if _, err := runRanks(t, 2, recipe("name=ranks"+string(rune('a'+i))), Options{Out: &outs[i]}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(outs[0].String(), computed) || !strings.Contains(outs[1].String(), cached) {
+		t.Errorf("two ranks: first run\n%s\nsecond run\n%s", outs[0].String(), outs[1].String())
+	}
+	compareRuns(t, filepath.Join(dir, "runs", "ranksa"), filepath.Join(dir, "runs", "ranksb"), 0)
 }

@@ -416,6 +416,9 @@ func (s *session) printHeader() {
 	for _, f := range p.rows.hits {
 		fmt.Fprintf(out, "data: %s: tokens from the cache\n", f)
 	}
+	if p.reference != "" {
+		fmt.Fprintf(out, "reference log-probabilities: %s\n", p.reference)
+	}
 	tokLine := fmt.Sprintf("tokenizer: %s · %d ids", describeTokenizer(p.format.Tok), p.format.Tok.VocabSize())
 	if chatInUse(p.format, r.Data.Train, r.Data.Validation, r.Task.EvalFile) {
 		tokLine += fmt.Sprintf(" · chat template: %s · loss on %s", r.text.TemplateName, p.format.LossOn)

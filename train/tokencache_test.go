@@ -15,14 +15,10 @@ import (
 	"testing"
 )
 
-// A token cache entry is used only for the data and format it was written
-// for, and only with ids the model can embed. Before, a valid entry of
-// data A copied under data B's name trained B on A's tokens silently, and
-// an entry with a valid checksum holding id 99999 failed at step 1 with
-// gorgonia's VM text, after the run directory was written. Now each is
-// not used, with a warning, B is tokenized again, and the run trains B.
-func TestTokenCacheEntriesAreChecked(t *testing.T) {
-	dir := fixture(t)
+// testUserCache points the user cache directory (os.UserCacheDir) into
+// dir for the test, and returns it; it skips the test where there is none.
+func testUserCache(t *testing.T, dir string) string {
+	t.Helper()
 	cacheHome := filepath.Join(dir, "cache-home")
 	t.Setenv("XDG_CACHE_HOME", cacheHome) // os.UserCacheDir on Linux and the BSDs
 	t.Setenv("HOME", cacheHome)           // on macOS
@@ -31,6 +27,18 @@ func TestTokenCacheEntriesAreChecked(t *testing.T) {
 	if err != nil {
 		t.Skip("no user cache directory:", err)
 	}
+	return userCache
+}
+
+// A token cache entry is used only for the data and format it was written
+// for, and only with ids the model can embed. Before, a valid entry of
+// data A copied under data B's name trained B on A's tokens silently, and
+// an entry with a valid checksum holding id 99999 failed at step 1 with
+// gorgonia's VM text, after the run directory was written. Now each is
+// not used, with a warning, B is tokenized again, and the run trains B.
+func TestTokenCacheEntriesAreChecked(t *testing.T) {
+	dir := fixture(t)
+	userCache := testUserCache(t, dir)
 	tokens := filepath.Join(userCache, "mixtune", "tokens")
 	// two datasets above cacheMinBytes, with different row counts
 	data := func(name string, rows int) string {
