@@ -426,8 +426,12 @@ func (s *session) printHeader() {
 	fmt.Fprintln(out, tokLine)
 	if s.dp.size > 1 {
 		info := s.dp.comm.Info()
-		fmt.Fprintf(out, "data parallel: %d ranks on %s · %s · %s · %d of %d rows per rank · %s sums%s\n", s.dp.size, hostCount(info.Hosts),
-			info.Launcher, info.Library, s.dp.rows, s.dp.batch, info.Reduction, overlapNote(s.opt.Overlap))
+		unit := "rows"
+		if p.pref != nil {
+			unit = "pairs"
+		}
+		fmt.Fprintf(out, "data parallel: %d ranks on %s · %s · %s · %d of %d %s per rank · %s sums%s\n", s.dp.size, hostCount(info.Hosts),
+			info.Launcher, info.Library, s.dp.rows, s.dp.batch, unit, info.Reduction, overlapNote(s.opt.Overlap))
 	}
 	fmt.Fprintf(out, "run: %s\n", s.dir)
 	if s.ck != nil {
