@@ -349,6 +349,51 @@ func TestShard(t *testing.T) {
 	}
 }
 
+// A preference run's ranks share out pairs: 4 pairs among 3 ranks as 1,
+// 1 and 2, each rank's chosen rows then its rejected rows, a pair's two
+// sequences on the same rank, padding pairs (no targets) after them, and
+// every target, chosen token and reference value on exactly one rank.
+func TestPairShard(t *testing.T) {
+	const L, P = 3, 4
+	var ps []data.Pair
+	for i := range P {
+		ex := func(base int) data.Example {
+			return data.Example{IDs: []int{base, base + 1, base + 2, base + 3}, Target: []bool{false, false, true, true}}
+		}
+		ps = append(ps, data.Pair{Chosen: ex(10 * i), Rejected: ex(100 + 10*i), Reference: []float64{float64(-i), float64(-10 - i)}})
+	}
+	bt := data.BatchPairs(ps, L, 7)
+	var shares []int
+	targets, chosen := 0, 0
+	for r := range 3 {
+		dp := newDataParallel(dist.NewLocal(3)[r], P, L, 7, []*optim.Param{{Name: "w", Grad: make([]float32, 2)}}, false, 0)
+		s, padding := dp.pairShard(bt)
+		n := dp.hi - dp.lo
+		shares = append(shares, n)
+		if s.Rows != 4 || s.Pairs != n || padding != 2-n || len(s.Tokens) != 4 || len(s.Reference) != 4 {
+			t.Fatalf("rank %d: %d rows, %d pairs, %d padding, %d lengths, %d reference values", r, s.Rows, s.Pairs, padding, len(s.Tokens), len(s.Reference))
+		}
+		for half := range 2 {
+			for j := range 2 {
+				row, src := half*2+j, half*P+dp.lo+j
+				got := fmt.Sprint(s.Inputs[row*L:(row+1)*L], s.Targets[row*L:(row+1)*L], s.Tokens[row], s.Reference[row])
+				want := fmt.Sprint(bt.Inputs[src*L:(src+1)*L], bt.Targets[src*L:(src+1)*L], bt.Tokens[src], bt.Reference[src])
+				if j >= n {
+					want = fmt.Sprint([]int{7, 7, 7}, []int{data.IgnoreIndex, data.IgnoreIndex, data.IgnoreIndex}, 0, 0)
+				}
+				if got != want {
+					t.Errorf("rank %d, row %d: %s, want %s", r, row, got, want)
+				}
+			}
+		}
+		targets += s.NumTargets
+		chosen += s.ChosenTokens
+	}
+	if fmt.Sprint(shares) != "[1 1 2]" || targets != bt.NumTargets || chosen != bt.ChosenTokens {
+		t.Errorf("shares %v, %d targets of %d, %d chosen tokens of %d", shares, targets, bt.NumTargets, chosen, bt.ChosenTokens)
+	}
+}
+
 // Gradient taps see each weight's gradient as soon as the backward pass
 // has it, last layer first, and change no value: the gradients with taps
 // are those without, bit for bit (full fine-tuning, LoRA and DoRA, fp32 and bf16).
