@@ -533,3 +533,16 @@ func TestPreferenceReferenceCache(t *testing.T) {
 	}
 	compareRuns(t, filepath.Join(dir, "runs", "ranksa"), filepath.Join(dir, "runs", "ranksb"), 0)
 }
+
+// The reference cache's key holds a model config's values, not the
+// addresses of its pointers: two copies with equal values key alike.
+func TestReferenceConfigKey(t *testing.T) {
+	a := model.Config{HiddenSize: 16, RopeScaling: &model.RopeScaling{Type: "llama3", Factor: 8}, BnB4: &model.BnB4Config{QuantType: "nf4"}}
+	b := a
+	b.RopeScaling, b.BnB4 = &model.RopeScaling{Type: "llama3", Factor: 8}, &model.BnB4Config{QuantType: "nf4"}
+	c := a
+	c.RopeScaling = &model.RopeScaling{Type: "llama3", Factor: 4}
+	if configKey(a) != configKey(b) || configKey(a) == configKey(c) || configKey(a) == configKey(model.Config{HiddenSize: 16}) {
+		t.Errorf("keys: %s; %s; %s", configKey(a), configKey(b), configKey(c))
+	}
+}

@@ -63,12 +63,26 @@ func newReferenceCache(r *Recipe, c *components, rows int, sets ...[]data.Pair) 
 	}
 	var k strings.Builder
 	fmt.Fprintf(&k, "mixtune %s %s\n", Version, executableHash())
-	fmt.Fprintf(&k, "model weights sha256 %s\nmodel config %+v\n", weightsSum(c.model), c.model.Config)
+	fmt.Fprintf(&k, "model weights sha256 %s\nmodel config %s\n", weightsSum(c.model), configKey(c.model.Config))
 	fmt.Fprintf(&k, "pairs sha256 %s\n", pairsSum(sets...))
 	fmt.Fprintf(&k, "seq_len %d, %d pairs a batch, checkpointing %v\n", r.Data.SeqLen, rows, r.Compute.ActivationCheckpointing)
 	fmt.Fprintf(&k, "precision %+v\nblas %s\nbf16 %s\nengine %s\n", c.policy, c.eng.BLAS.Name(), c.bf16.path, c.engineName())
 	h := sha256.Sum256([]byte(referenceMagic + k.String()))
 	return referenceCache{entry: filepath.Join(dir, "mixtune", "reference", hex.EncodeToString(h[:16])+".reference"), key: k.String()}
+}
+
+// configKey writes the architecture's every field; its pointers'
+// values, not their addresses, which differ from run to run.
+func configKey(cfg model.Config) string {
+	rope, bnb := "none", "none"
+	if cfg.RopeScaling != nil {
+		rope = fmt.Sprintf("%+v", *cfg.RopeScaling)
+	}
+	if cfg.BnB4 != nil {
+		bnb = fmt.Sprintf("%+v", *cfg.BnB4)
+	}
+	cfg.RopeScaling, cfg.BnB4 = nil, nil
+	return fmt.Sprintf("%+v rope_scaling %s bnb4 %s", cfg, rope, bnb)
 }
 
 // weightsSum is a SHA-256 of every weight's name, shape, format and
