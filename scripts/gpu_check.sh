@@ -116,7 +116,7 @@ run() {
 	(cd train && part "training against the CPU engine" 150 "../$out/train.test" -test.count=1 -test.v \
 		-test.run '^(TestVulkanQuickstartMatchesCPU|TestResumeAcrossEngines|TestBenchOnVulkan)$') |
 		grep -E "^(== |-- |--- |ok|FAIL|PASS)|worst relative|B/step"
-	part "interop with transformers and PEFT" 60 bash scripts/gpu_check.sh interop
+	part "interop with transformers and PEFT" 120 bash scripts/gpu_check.sh interop
 
 	echo
 	echo "== tokens/s: mixtune (Vulkan: fp32; bf16 rounding with its products on bf16 tensor cores where the device has them; bf16 on the scalar GEMM) and PyTorch (cuda, bf16 base) on the same GPU"
