@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/quant"
@@ -152,9 +153,14 @@ func NewAs(c Config, seed uint64, base amp.Format) (*Model, error) {
 // each quantized as soon as it is drawn. No fp32 copy of a weight kept in
 // fewer bits is made: a 16-bit one is drawn straight into its bits (the
 // same values as drawing it in fp32 and compacting it), a 4-bit one into
-// one fp32 scratch that every such weight reuses and quantized from there
-// in place (quant.QuantizeBlob); so the peak is the model as kept plus one
-// projection in fp32, and nearly nothing is left for the collector.
+// an fp32 scratch that its worker reuses and quantized from there in
+// place (quant.QuantizeBlob); so the peak is the model as kept plus one
+// projection in fp32 per worker, and nearly nothing is left for the
+// collector.
+//
+// Tensors are drawn on up to GOMAXPROCS goroutines (at most
+// maxQuantizeWorkers while quantizing, each holding a scratch): each draws
+// from its own stream, so the weights are the same for any number.
 func NewQuantized(c Config, seed uint64, base amp.Format, q Quantization) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -163,52 +169,98 @@ func NewQuantized(c Config, seed uint64, base amp.Format, q Quantization) (*Mode
 	if std == 0 {
 		std = 0.02
 	}
-	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
-	var scratch []float32 // the values of a weight being quantized
-	for _, s := range Specs(c) {
-		n := numel(s.Shape)
-		t := &Tensor{Shape: s.Shape}
-		switch {
-		case strings.HasSuffix(s.Name, ".bias"): // zero, as nn.Linear's after HF's _init_weights
-			t.Data = make([]float32, n)
-		case strings.HasSuffix(s.Name, "norm.weight"):
-			t.Data = make([]float32, n)
-			for i := range t.Data {
-				t.Data[i] = 1
-			}
-		default:
-			h := fnv.New64a()
-			h.Write([]byte(s.Name))
-			rng := rand.New(rand.NewPCG(seed, h.Sum64()))
-			switch {
-			case q.Type != 0 && Quantizable(s.Name):
-				if cap(scratch) < n {
-					scratch = make([]float32, n)
-				}
-				vals := scratch[:n]
-				for i := range vals {
-					vals[i] = float32(rng.NormFloat64() * std)
-				}
-				blob, err := quant.QuantizeBlob(q.Type, vals, s.Shape, quant.Options{Double: q.Double})
-				if err != nil {
-					return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
-				}
-				t.Q4 = blob
-			case base != amp.FP32 && len(s.Shape) == 2: // what compact keeps of the fp32 draw
-				t.Bits, t.Format = make([]uint16, n), base
-				for i := range t.Bits {
-					t.Bits[i] = base.Bits16(float32(rng.NormFloat64() * std))
-				}
-			default:
-				t.Data = make([]float32, n)
-				for i := range t.Data {
-					t.Data[i] = float32(rng.NormFloat64() * std)
-				}
-			}
+	specs := Specs(c)
+	tensors := make([]*Tensor, len(specs))
+	errs := make([]error, len(specs))
+	workers := runtime.GOMAXPROCS(0)
+	if q.Type != 0 {
+		workers = min(workers, maxQuantizeWorkers)
+	}
+	workers = max(1, min(workers, len(specs)))
+	largest := 0 // the largest weight drawn into a scratch, which each worker sizes for it at once
+	for _, s := range specs {
+		if q.Type != 0 && Quantizable(s.Name) {
+			largest = max(largest, numel(s.Shape))
 		}
-		m.Weights[s.Name] = t
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var scratch []float32 // the values of a weight being quantized: made once, of the largest's size
+			for i := range next {
+				tensors[i], errs[i] = drawTensor(specs[i], seed, std, base, q, largest, &scratch)
+			}
+		}()
+	}
+	for i := range specs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
+	for i, s := range specs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		m.Weights[s.Name] = tensors[i]
 	}
 	return m, nil
+}
+
+// maxQuantizeWorkers bounds the goroutines drawing 4-bit weights, each
+// with one projection's fp32 scratch (235 MB at Llama-3.1-8B's FFN).
+const maxQuantizeWorkers = 4
+
+// drawTensor draws weight s from its own stream, keyed by seed and its
+// name, kept as NewQuantized says; scratch is the caller's fp32 buffer for
+// weights quantized from their draw, made with room for largest values
+// the first time one is.
+func drawTensor(s Spec, seed uint64, std float64, base amp.Format, q Quantization, largest int, scratch *[]float32) (*Tensor, error) {
+	n := numel(s.Shape)
+	t := &Tensor{Shape: s.Shape}
+	switch {
+	case strings.HasSuffix(s.Name, ".bias"): // zero, as nn.Linear's after HF's _init_weights
+		t.Data = make([]float32, n)
+		return t, nil
+	case strings.HasSuffix(s.Name, "norm.weight"):
+		t.Data = make([]float32, n)
+		for i := range t.Data {
+			t.Data[i] = 1
+		}
+		return t, nil
+	}
+	h := fnv.New64a()
+	h.Write([]byte(s.Name))
+	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+	switch {
+	case q.Type != 0 && Quantizable(s.Name):
+		if cap(*scratch) < n {
+			*scratch = make([]float32, max(n, largest))
+		}
+		vals := (*scratch)[:n]
+		for i := range vals {
+			vals[i] = float32(rng.NormFloat64() * std)
+		}
+		blob, err := quant.QuantizeBlob(q.Type, vals, s.Shape, quant.Options{Double: q.Double})
+		if err != nil {
+			return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
+		}
+		t.Q4 = blob
+	case base != amp.FP32 && len(s.Shape) == 2: // what compact keeps of the fp32 draw
+		t.Bits, t.Format = make([]uint16, n), base
+		for i := range t.Bits {
+			t.Bits[i] = base.Bits16(float32(rng.NormFloat64() * std))
+		}
+	default:
+		t.Data = make([]float32, n)
+		for i := range t.Data {
+			t.Data[i] = float32(rng.NormFloat64() * std)
+		}
+	}
+	return t, nil
 }
 
 // NumParams counts the model's weights.
