@@ -200,3 +200,32 @@ func TestProfileAdd(t *testing.T) {
 		t.Errorf("batches %d, GPU %v ns, commands %v ns; want 2, 120, 90", p.Batches, p.GPUNanos, p.CommandNanos)
 	}
 }
+
+// BenchmarkTimedBatch is a batch of 256 small dispatches recorded and
+// submitted untimed and timed: what the timestamps cost a step.
+func BenchmarkTimedBatch(b *testing.B) {
+	e, ks := openKernels(b)
+	d := e.dev
+	if d.timestampBits == 0 {
+		b.Skipf("%s writes no timestamps on its compute queue", d.Physical.Name)
+	}
+	x, err := d.NewBuffer(4 * 1024)
+	must(b, err)
+	defer x.Free()
+	for _, timed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "untimed", true: "timed"}[timed], func(b *testing.B) {
+			r, err := d.NewRecorder()
+			must(b, err)
+			defer r.Close()
+			if timed {
+				must(b, r.Time(func(BatchTime) {}))
+			}
+			for b.Loop() {
+				for range 256 {
+					must(b, ks.Scale(r, x, x, 1024, 1, NoRounding))
+				}
+				must(b, r.Submit())
+			}
+		})
+	}
+}
