@@ -11,6 +11,7 @@ import (
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/internal/cpufeat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
 	"github.com/mixtune/mixtune/model"
@@ -47,6 +48,9 @@ type BenchConfig struct {
 	Comm        dist.Comm
 	Overlap     bool
 	BucketBytes int
+	// Profile times every command of the timed steps with GPU timestamps
+	// (the Vulkan engine only) and reports the time by kernel and op kind.
+	Profile bool
 }
 
 // DefaultBench is the benchmark configuration.
@@ -77,6 +81,50 @@ type BenchResult struct {
 	Ranks           int     `json:"ranks,omitempty"`
 	AllreduceMs     float64 `json:"allreduce_ms,omitempty"`
 	AllreduceBusyMs float64 `json:"allreduce_busy_ms,omitempty"`
+	// With Profile: per timed step, the batches' command-buffer GPU time,
+	// how many batches, the time of their commands summed (the rest is
+	// barriers and gaps between commands), and the time by kernel and op
+	// kind, the longest first.
+	GPUMsPerStep     float64      `json:"gpu_ms_per_step,omitempty"`
+	SubmitsPerStep   float64      `json:"submits_per_step,omitempty"`
+	CommandMsPerStep float64      `json:"command_ms_per_step,omitempty"`
+	Profile          []KernelTime `json:"profile,omitempty"`
+}
+
+// KernelTime is one kernel run for one op kind in a profiled benchmark,
+// per timed step.
+type KernelTime struct {
+	Kernel string  `json:"kernel"`         // the shader
+	Kind   string  `json:"kind,omitempty"` // the graph op kind that lowered it, or the optimizer's phase
+	Calls  float64 `json:"calls_per_step"`
+	Ms     float64 `json:"ms_per_step"`
+	// Share is the fraction of the step's command-buffer GPU time.
+	Share float64 `json:"share"`
+	// GFlops is the floating-point operations per step, in 1e9 (GEMMs:
+	// 2·M·N·K a call), and TFlopsPerSec their rate over Ms.
+	GFlops       float64 `json:"gflop_per_step,omitempty"`
+	TFlopsPerSec float64 `json:"tflop_per_s,omitempty"`
+	// SlowestNode is the graph node (its name) whose call took longest, and SlowestMs that call's time.
+	SlowestNode string  `json:"slowest_node,omitempty"`
+	SlowestMs   float64 `json:"slowest_ms,omitempty"`
+}
+
+// kernelTimes are p's rows per step of steps.
+func kernelTimes(p *vulkan.Profile, steps int) []KernelTime {
+	perStep := 1 / float64(steps)
+	var rows []KernelTime
+	for _, r := range p.Rows() {
+		k := KernelTime{Kernel: r.Kernel, Kind: r.Kind, Calls: float64(r.Calls) * perStep, Ms: r.Nanos * 1e-6 * perStep,
+			GFlops: r.Flops * 1e-9 * perStep, SlowestNode: r.SlowestNode, SlowestMs: r.SlowestNanos * 1e-6}
+		if p.GPUNanos > 0 {
+			k.Share = r.Nanos / p.GPUNanos
+		}
+		if r.Flops > 0 && r.Nanos > 0 {
+			k.TFlopsPerSec = r.Flops / r.Nanos * 1e-3
+		}
+		rows = append(rows, k)
+	}
+	return rows
 }
 
 // benchModel builds the benchmark's engine, random model and adapter.
@@ -115,6 +163,16 @@ func Bench(c BenchConfig) (BenchResult, error) {
 		}
 	}
 	b.comm = commTimes{}
+	var prof *vulkan.Profile
+	if c.Profile {
+		if b.gpu == nil {
+			return BenchResult{}, fmt.Errorf("bench: the profile times the Vulkan engine's GPU kernels; give a Vulkan device")
+		}
+		prof = &vulkan.Profile{}
+		if err := b.gpu.eng.Time(prof.Add); err != nil {
+			return BenchResult{}, fmt.Errorf("bench: profile on %s: %w", b.gpu.phys.Name, err)
+		}
+	}
 	t0 := time.Now()
 	for i := 0; i < c.Steps; i++ {
 		if err := b.step(); err != nil {
@@ -122,10 +180,20 @@ func Bench(c BenchConfig) (BenchResult, error) {
 		}
 	}
 	dt := time.Since(t0).Seconds() / float64(c.Steps)
-	if dt <= 0 {
-		return b.result(dt), fmt.Errorf("no time measured")
+	res := b.result(dt)
+	if prof != nil {
+		if err := b.gpu.eng.Time(nil); err != nil {
+			return res, err
+		}
+		steps := float64(c.Steps)
+		res.GPUMsPerStep, res.CommandMsPerStep = prof.GPUNanos*1e-6/steps, prof.CommandNanos*1e-6/steps
+		res.SubmitsPerStep = float64(prof.Batches) / steps
+		res.Profile = kernelTimes(prof, c.Steps)
 	}
-	return b.result(dt), nil
+	if dt <= 0 {
+		return res, fmt.Errorf("no time measured")
+	}
+	return res, nil
 }
 
 // benchRun is one benchmark: the model, its runner and optimizer, and the

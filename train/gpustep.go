@@ -111,6 +111,7 @@ func (o *deviceOptimizer) zeroMoments(lo, hi int) error {
 // step's: the first micro-batch's are copied.
 func (o *deviceOptimizer) accumulate(r *vulkan.Recorder, grads []*vulkan.Buffer, first bool) error {
 	ks := o.g.eng.Kernels
+	r.SetScope(vulkan.Scope{Kind: "gradient accumulation"})
 	for i, p := range o.params {
 		n := len(p.Value)
 		var err error
@@ -137,6 +138,7 @@ type gradStats struct {
 func (o *deviceOptimizer) readStats() (gradStats, error) {
 	ks := o.g.eng.Kernels
 	err := o.g.eng.Submit(func(r *vulkan.Recorder) error {
+		r.SetScope(vulkan.Scope{Kind: "gradient statistics"})
 		for i, p := range o.params {
 			if err := ks.GradStats(r, o.grad[i], 0, len(p.Value), o.part, o.stats, i); err != nil {
 				return err
@@ -221,6 +223,7 @@ func clipCoefficient(norm, maxNorm float64) float32 {
 func (o *deviceOptimizer) scaleGrads(f float32) error {
 	ks := o.g.eng.Kernels
 	return o.g.eng.Submit(func(r *vulkan.Recorder) error {
+		r.SetScope(vulkan.Scope{Kind: "gradient scaling"})
 		for i, p := range o.params {
 			if err := ks.Scale(r, o.grad[i], o.grad[i], len(p.Value), f, vulkan.NoRounding); err != nil {
 				return err
@@ -244,6 +247,7 @@ func (o *deviceOptimizer) Step(params []*optim.Param, lr float64) error {
 	}
 	ks := o.g.eng.Kernels
 	err := o.g.eng.Submit(func(r *vulkan.Recorder) error {
+		r.SetScope(vulkan.Scope{Kind: "optimizer step"})
 		for i, p := range o.params {
 			if o.name == SGD {
 				var m *vulkan.Buffer

@@ -302,3 +302,83 @@ func TestVulkanQLoRAMatchesCPU(t *testing.T) {
 		t.Errorf("bench --quantize nf4, loss after 4 steps: Vulkan %v, CPU %v (relative %.3g > 1e-5)", gpu.Loss, cpu.Loss, rel)
 	}
 }
+
+// mixtune bench --vulkan-device --profile: the profiled steps train to
+// the same loss bit for bit as unprofiled ones (timing adds timestamp
+// writes, never a dispatch); the profile lists every kernel a LoRA step
+// dispatches, with non-negative times whose sum is at most the command
+// buffers' GPU time, itself at most the step's wall time; and the GEMMs'
+// flops per op kind are the model's, counted here from its shape: per
+// layer the forward products x·Wᵀ of q, k, v, o (D→D, D→Dkv, D→Dkv,
+// D→D), gate, up and down (D→F, D→F, F→D) and the LoRA pairs on q, k, v,
+// o (D→r, then r→out); the weight gradients of the LoRA pairs alone (the
+// base is frozen); and the head's logits and their input gradient,
+// 2·T·D·V each.
+//
+// Bounds: the times are whole timestamp ticks summed in float64
+// (1e-9 relative); the GPU's clock may run apart from the host's by
+// a few ppm (1e-3 relative); flops are integers below 2^53 scaled by
+// 1e-9/steps (1e-12 relative).
+func TestBenchProfileOnVulkan(t *testing.T) {
+	dev := vulkanDevice(t)
+	c := BenchConfig{Vocab: 128, Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, SeqLen: 16, Batch: 2, Rank: 4, Adapter: LoRA,
+		Precision: amp.FP32, BaseDtype: amp.FP32, Steps: 2, Warmup: 1, BLAS: blas.KindNative, Threads: 2, VulkanDevice: dev}
+	plain, err := Bench(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Profile != nil || plain.GPUMsPerStep != 0 {
+		t.Fatalf("unprofiled bench: profile %v, GPU %v ms", plain.Profile, plain.GPUMsPerStep)
+	}
+	c.Profile = true
+	prof, err := Bench(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prof.Loss != plain.Loss {
+		t.Errorf("loss %v profiled, %v not: want the same bits", prof.Loss, plain.Loss)
+	}
+	if !(prof.CommandMsPerStep <= prof.GPUMsPerStep*(1+1e-9)) || !(prof.GPUMsPerStep <= prof.MsPerStep*(1+1e-3)) || !(prof.GPUMsPerStep > 0) {
+		t.Errorf("per step: commands %v ms, command buffers %v ms, wall %v ms: want 0 < commands ≤ buffers ≤ wall",
+			prof.CommandMsPerStep, prof.GPUMsPerStep, prof.MsPerStep)
+	}
+	T, D, F, V, r, L := float64(c.Batch*c.SeqLen), float64(c.Dim), float64(c.FFN), float64(c.Vocab), float64(c.Rank), float64(c.Layers)
+	Dkv := D * float64(c.KVHeads) / float64(c.Heads)
+	lora := 4*r*D + r*(D+Dkv+Dkv+D)
+	wantGFlops := map[string]float64{
+		"linear":       2 * T * L * (D*D + 2*D*Dkv + D*D + 3*D*F + lora) * 1e-9,
+		"linear.dw":    2 * T * L * lora * 1e-9,
+		"lm_head_loss": 2 * 2 * T * D * V * 1e-9,
+	}
+	gflops := map[string]float64{}
+	kernels := map[string]bool{}
+	var ms, calls float64
+	for _, k := range prof.Profile {
+		kernels[k.Kernel] = true
+		gflops[k.Kind] += k.GFlops
+		ms += k.Ms
+		calls += k.Calls
+		if !(k.Ms >= 0) || !(k.Share >= 0) || k.Calls <= 0 {
+			t.Errorf("%s %s: %v ms, share %v, %v calls", k.Kernel, k.Kind, k.Ms, k.Share, k.Calls)
+		}
+		if n := k.Calls * float64(c.Steps); n != math.Round(n) {
+			t.Errorf("%s %s: %v calls over %d identical steps", k.Kernel, k.Kind, n, c.Steps)
+		}
+	}
+	if !(math.Abs(ms-prof.CommandMsPerStep) <= 1e-9*prof.CommandMsPerStep) {
+		t.Errorf("rows sum to %v ms, the commands to %v", ms, prof.CommandMsPerStep)
+	}
+	for _, k := range []string{"attention_fwd", "attention_dq", "attention_dkv", "rmsnorm", "rmsnorm_bwd", "rope", "swiglu_fwd", "swiglu_bwd",
+		"embedding_f32", "headloss_rows", "elementwise", "gradstats", "adamw", "gemm_f32"} {
+		if !kernels[k] {
+			t.Errorf("no %s in the profile's kernels %v", k, kernels)
+		}
+	}
+	for kind, want := range wantGFlops {
+		if got := gflops[kind]; !(math.Abs(got-want) <= 1e-12*want) {
+			t.Errorf("%s: %v GFLOP per step, want %v", kind, got, want)
+		}
+	}
+	t.Logf("%d rows, %.0f commands per step: %.2f ms in commands, %.2f ms of command buffers, %.2f ms wall", len(prof.Profile), calls,
+		prof.CommandMsPerStep, prof.GPUMsPerStep, prof.MsPerStep)
+}

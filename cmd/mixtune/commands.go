@@ -89,7 +89,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -116,6 +116,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	quantize := fs.String("quantize", "none", "none, nf4 or fp4: keep the base's decoder projections 4-bit (QLoRA)")
 	fs.BoolVar(&c.Quantize.Double, "double-quant", true, "with --quantize: quantize the per-block absmax values to 8 bits too")
 	asJSON := fs.Bool("json", false, "print one JSON line")
+	fs.BoolVar(&c.Profile, "profile", false, "with --vulkan-device: time every GPU command of the timed steps with GPU timestamps and print where the step's time goes, by kernel and op kind")
 	fs.BoolVar(&c.Overlap, "overlap", true, "under mpirun or srun: sum gradients during the backward pass")
 	bucketMB := fs.Float64("bucket-mb", 4, "under mpirun or srun, with --overlap: MiB of gradients per sum")
 	allreduce := fs.String("allreduce", "native", "under mpirun or srun: native or ordered sums")
@@ -140,6 +141,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		if f.v <= 0 {
 			return usageError{fmt.Sprintf("--%s must be positive, got %d", f.name, f.v)}
 		}
+	}
+	if c.Profile && c.VulkanDevice == "" {
+		return usageError{"--profile: the profile is of the Vulkan engine's GPU kernels; give --vulkan-device (the CPU engine has no per-op timing)"}
 	}
 	if c.Dim%c.Heads != 0 {
 		return usageError{fmt.Sprintf("--dim %d is not divisible by --heads %d", c.Dim, c.Heads)}
@@ -188,5 +192,46 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	if res.Ranks > 1 {
 		fmt.Fprintf(stdout, "%d ranks · per step: %.2f ms waiting for the gradient sums after the backward pass, %.2f ms summing in all\n", res.Ranks, res.AllreduceMs, res.AllreduceBusyMs)
 	}
+	if c.Profile {
+		printProfile(stdout, res, c.Steps)
+	}
 	return nil
+}
+
+// profileRows is how many of a profile's rows the table shows; the rest
+// are summed on one line.
+const profileRows = 25
+
+// printProfile prints a profiled benchmark's GPU time: per step, the
+// command buffers' GPU time against the wall time, then the kernels, the
+// longest first.
+func printProfile(w io.Writer, res train.BenchResult, steps int) {
+	fmt.Fprintf(w, "\nGPU profile of the %d timed steps (GPU timestamps around every command; times per step):\n", steps)
+	fmt.Fprintf(w, "wall %.2f ms · command buffers on the GPU %.2f ms in %.0f submits (host and sync outside them: %.2f ms) · commands %.2f ms (barriers and gaps between them: %.2f ms)\n",
+		res.MsPerStep, res.GPUMsPerStep, res.SubmitsPerStep, res.MsPerStep-res.GPUMsPerStep, res.CommandMsPerStep, res.GPUMsPerStep-res.CommandMsPerStep)
+	fmt.Fprintf(w, "%10s %6s %7s %8s  %-32s %-24s %s\n", "ms", "share", "calls", "TFLOP/s", "kernel", "op kind", "slowest node (ms)")
+	line := func(k train.KernelTime) {
+		tf, slow := "-", ""
+		if k.TFlopsPerSec > 0 {
+			tf = fmt.Sprintf("%.3g", k.TFlopsPerSec)
+		}
+		if k.SlowestNode != "" {
+			slow = fmt.Sprintf("%s (%.3f)", k.SlowestNode, k.SlowestMs)
+		}
+		fmt.Fprintf(w, "%10.3f %5.1f%% %7.0f %8s  %-32s %-24s %s\n", k.Ms, 100*k.Share, k.Calls, tf, k.Kernel, cmp.Or(k.Kind, "-"), slow)
+	}
+	var rest, total train.KernelTime // no rate: they mix GEMMs with kernels of unknown work
+	rest.Kernel, total.Kernel = fmt.Sprintf("(%d more rows)", max(len(res.Profile)-profileRows, 0)), "total"
+	for i, k := range res.Profile {
+		if i < profileRows {
+			line(k)
+		} else {
+			rest.Ms, rest.Share, rest.Calls = rest.Ms+k.Ms, rest.Share+k.Share, rest.Calls+k.Calls
+		}
+		total.Ms, total.Share, total.Calls = total.Ms+k.Ms, total.Share+k.Share, total.Calls+k.Calls
+	}
+	if len(res.Profile) > profileRows {
+		line(rest)
+	}
+	line(total)
 }

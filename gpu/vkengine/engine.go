@@ -83,7 +83,7 @@ type Program struct {
 	params map[*G.Node]bool
 	inputs G.Nodes // non-param inputs, uploaded every run
 	steps  []recordFunc
-	kinds  []string // each step's op kind, for Profile
+	scopes []vulkan.Scope // each step's node, for Profile and timed runs
 	owned  []*vulkan.Buffer
 	saved  map[savedKey]*vulkan.Buffer
 	ints   []hostInts
@@ -219,7 +219,7 @@ func (p *Program) compile(isParam func(*G.Node) bool) error {
 		p.nodes[n] = nd
 		if rec != nil {
 			p.steps = append(p.steps, rec)
-			p.kinds = append(p.kinds, spec.Kind)
+			p.scopes = append(p.scopes, vulkan.Scope{Kind: spec.Kind, NodeID: int(n.ID()), Node: n.Name()})
 		}
 	}
 	return nil
@@ -243,12 +243,14 @@ func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) er
 		}
 	}
 	r := p.e.rec
-	for _, rec := range p.steps {
+	for i, rec := range p.steps {
+		r.SetScope(p.scopes[i])
 		if err := rec(r, pass); err != nil {
 			r.Discard()
 			return err
 		}
 	}
+	r.SetScope(vulkan.Scope{})
 	if after != nil {
 		if err := after(r); err != nil {
 			r.Discard()
@@ -267,6 +269,11 @@ func (e *Engine) Submit(fn func(r *vulkan.Recorder) error) error {
 	}
 	return e.rec.Submit()
 }
+
+// Time turns GPU timestamps on for every batch the engine submits (sink
+// not nil: it receives each batch's times, each command labelled with the
+// graph node that lowered it) or off (nil); see vulkan.Recorder.Time.
+func (e *Engine) Time(sink func(vulkan.BatchTime)) error { return e.rec.Time(sink) }
 
 // Param is the device buffer of the weight named name, or nil.
 func (p *Program) Param(name string) *vulkan.Buffer {
@@ -297,6 +304,7 @@ func (p *Program) Profile(pass nn.Pass) (map[string]time.Duration, error) {
 	r := p.e.rec
 	for i, rec := range p.steps {
 		start := time.Now()
+		r.SetScope(p.scopes[i])
 		if err := rec(r, pass); err != nil {
 			r.Discard()
 			return nil, err
@@ -304,7 +312,7 @@ func (p *Program) Profile(pass nn.Pass) (map[string]time.Duration, error) {
 		if err := r.Submit(); err != nil {
 			return nil, err
 		}
-		took[p.kinds[i]] += time.Since(start)
+		took[p.scopes[i].Kind] += time.Since(start)
 	}
 	return took, nil
 }

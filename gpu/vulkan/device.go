@@ -17,8 +17,11 @@ type Device struct {
 	h        handle
 	family   uint32
 	queue    handle
-	cache    ndHandle
-	mem      physicalDeviceMemoryProperties
+	// timestampBits is the queue family's timestampValidBits: how many
+	// low bits of a timestamp count (0: the queue writes none).
+	timestampBits uint32
+	cache         ndHandle
+	mem           physicalDeviceMemoryProperties
 
 	submitMu sync.Mutex // vkQueueSubmit needs the queue externally synchronized
 	alloc    *allocator
@@ -38,21 +41,22 @@ type Device struct {
 
 // deviceFuncs are the device-level entry points, from vkGetDeviceProcAddr.
 type deviceFuncs struct {
-	destroyDevice, getDeviceQueue, deviceWaitIdle                                             uintptr
-	createBuffer, destroyBuffer, getBufferMemoryRequirements, bindBufferMemory                uintptr
-	allocateMemory, freeMemory, mapMemory, unmapMemory                                        uintptr
-	createShaderModule, destroyShaderModule                                                   uintptr
-	createDescriptorSetLayout, destroyDescriptorSetLayout                                     uintptr
-	createPipelineLayout, destroyPipelineLayout                                               uintptr
-	createPipelineCache, destroyPipelineCache, getPipelineCacheData                           uintptr
-	createComputePipelines, destroyPipeline                                                   uintptr
-	createDescriptorPool, destroyDescriptorPool, resetDescriptorPool                          uintptr
-	allocateDescriptorSets, updateDescriptorSets                                              uintptr
-	createCommandPool, destroyCommandPool, resetCommandPool, allocateCommandBuffers           uintptr
-	beginCommandBuffer, endCommandBuffer                                                      uintptr
-	cmdBindPipeline, cmdBindDescriptorSets, cmdPushConstants, cmdDispatch, cmdPipelineBarrier uintptr
-	cmdCopyBuffer, cmdFillBuffer                                                              uintptr
-	queueSubmit, createFence, destroyFence, waitForFences, resetFences                        uintptr
+	destroyDevice, getDeviceQueue, deviceWaitIdle                                                uintptr
+	createBuffer, destroyBuffer, getBufferMemoryRequirements, bindBufferMemory                   uintptr
+	allocateMemory, freeMemory, mapMemory, unmapMemory                                           uintptr
+	createShaderModule, destroyShaderModule                                                      uintptr
+	createDescriptorSetLayout, destroyDescriptorSetLayout                                        uintptr
+	createPipelineLayout, destroyPipelineLayout                                                  uintptr
+	createPipelineCache, destroyPipelineCache, getPipelineCacheData                              uintptr
+	createComputePipelines, destroyPipeline                                                      uintptr
+	createDescriptorPool, destroyDescriptorPool, resetDescriptorPool                             uintptr
+	allocateDescriptorSets, updateDescriptorSets                                                 uintptr
+	createCommandPool, destroyCommandPool, resetCommandPool, allocateCommandBuffers              uintptr
+	beginCommandBuffer, endCommandBuffer                                                         uintptr
+	cmdBindPipeline, cmdBindDescriptorSets, cmdPushConstants, cmdDispatch, cmdPipelineBarrier    uintptr
+	cmdCopyBuffer, cmdFillBuffer                                                                 uintptr
+	queueSubmit, createFence, destroyFence, waitForFences, resetFences                           uintptr
+	createQueryPool, destroyQueryPool, getQueryPoolResults, cmdResetQueryPool, cmdWriteTimestamp uintptr
 }
 
 // OpenDevice creates a logical device on p with one queue from the first
@@ -87,7 +91,7 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 	prio := new(float32)
 	*prio = 1
 	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
-	d := &Device{Physical: p, inst: in, family: uint32(family)}
+	d := &Device{Physical: p, inst: in, family: uint32(family), timestampBits: fams[family].TimestampValidBits}
 	tensor := p.tensorFP16() || p.tensorBF16()
 	r := createDevice(in, p, qci, tensor, &d.h)
 	if tensor && Result(int32(r)) != Success {
@@ -127,6 +131,9 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 		{"vkCmdPipelineBarrier", &f.cmdPipelineBarrier}, {"vkCmdCopyBuffer", &f.cmdCopyBuffer}, {"vkCmdFillBuffer", &f.cmdFillBuffer},
 		{"vkQueueSubmit", &f.queueSubmit}, {"vkCreateFence", &f.createFence}, {"vkDestroyFence", &f.destroyFence},
 		{"vkWaitForFences", &f.waitForFences}, {"vkResetFences", &f.resetFences},
+		{"vkCreateQueryPool", &f.createQueryPool}, {"vkDestroyQueryPool", &f.destroyQueryPool},
+		{"vkGetQueryPoolResults", &f.getQueryPoolResults}, {"vkCmdResetQueryPool", &f.cmdResetQueryPool},
+		{"vkCmdWriteTimestamp", &f.cmdWriteTimestamp},
 	})
 	if err != nil {
 		if f.destroyDevice != 0 {

@@ -146,6 +146,7 @@ type PhysicalDevice struct {
 	MaxWorkgroupCount       [3]uint32
 	MaxPushConstants        uint32
 	MinStorageBufferAlign   uint64
+	TimestampPeriod         float32 // nanoseconds per timestamp tick
 
 	ShaderFloat16        bool // shaderFloat16 (VkPhysicalDeviceShaderFloat16Int8Features)
 	CooperativeMatrixKHR bool // VK_KHR_cooperative_matrix
@@ -293,6 +294,7 @@ func (in *Instance) describe(h handle) (*PhysicalDevice, error) {
 	p.MaxWorkgroupCount = lim.MaxComputeWorkGroupCount
 	p.MaxPushConstants = lim.MaxPushConstantsSize
 	p.MinStorageBufferAlign = lim.MinStorageBufferOffsetAlignment
+	p.TimestampPeriod = lim.TimestampPeriod
 
 	var mem physicalDeviceMemoryProperties
 	call(in.getPhysicalDeviceMemoryProps, h, uintptr(unsafe.Pointer(&mem)))

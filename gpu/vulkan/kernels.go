@@ -531,7 +531,8 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	for i, v := range words {
 		binary.LittleEndian.PutUint32(push[4*i:], v)
 	}
-	if err := r.Dispatch(k, []*Buffer{g.A, g.B, g.C}, push, gx, gy, 1); err != nil {
+	flops := 2 * float64(g.M) * float64(g.N) * float64(g.K)
+	if err := r.dispatch(k, []*Buffer{g.A, g.B, g.C}, push, gx, gy, 1, flops); err != nil {
 		return wrap(err)
 	}
 	return nil

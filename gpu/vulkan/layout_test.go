@@ -65,6 +65,7 @@ var mirrors = []struct {
 	{"VkBufferCopy", bufferCopy{}},
 	{"VkSubmitInfo", submitInfo{}},
 	{"VkFenceCreateInfo", fenceCreateInfo{}},
+	{"VkQueryPoolCreateInfo", queryPoolCreateInfo{}},
 }
 
 // cField is a Go mirror's field name as C spells it: the first letter

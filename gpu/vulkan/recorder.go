@@ -32,6 +32,9 @@ type Recorder struct {
 	dpUsed    int // pools [0, dpUsed) have been allocated from in this batch
 	recording bool
 	commands  int
+	timing    *timer // nil: no timestamps recorded
+	scope     Scope  // what the commands recorded next belong to
+	stamps    int    // timestamp writes recorded since NewRecorder
 }
 
 // NewRecorder makes a command pool, a command buffer and a fence.
@@ -69,6 +72,9 @@ func (r *Recorder) begin() error {
 			return fmt.Errorf("vulkan: %w", err)
 		}
 		r.recording = true
+		if r.timing != nil {
+			return r.stamp(pipelineStageTopOfPipe) // the batch's start
+		}
 		return nil
 	}
 	r.barrier(accessShaderWrite|accessTransferWrite, accessShaderRead|accessShaderWrite|accessTransferRead|accessTransferWrite,
@@ -116,6 +122,12 @@ func (r *Recorder) descriptorSet(layout ndHandle) (ndHandle, error) {
 // Dispatch records k over groups (x, y, z) workgroups with bufs bound at
 // bindings 0.. and push as its push constants.
 func (r *Recorder) Dispatch(k *Kernel, bufs []*Buffer, push []byte, x, y, z uint32) error {
+	return r.dispatch(k, bufs, push, x, y, z, 0)
+}
+
+// dispatch is Dispatch of a kernel doing flops floating-point operations
+// (0: unknown), which a timed batch reports.
+func (r *Recorder) dispatch(k *Kernel, bufs []*Buffer, push []byte, x, y, z uint32, flops float64) error {
 	if k == nil || k.pipeline == 0 {
 		return fmt.Errorf("vulkan: Dispatch: kernel is closed or nil")
 	}
@@ -164,7 +176,9 @@ func (r *Recorder) Dispatch(k *Kernel, bufs []*Buffer, push []byte, x, y, z uint
 	if k.pushSize > 0 {
 		call(f.cmdPushConstants, r.cb, uintptr(k.layout), shaderStageCompute, 0, uintptr(len(push)), uintptr(unsafe.Pointer(&push[0])))
 	}
-	call(f.cmdDispatch, r.cb, uintptr(x), uintptr(y), uintptr(z))
+	if err := r.timeCommand(k.name, flops, func() { call(f.cmdDispatch, r.cb, uintptr(x), uintptr(y), uintptr(z)) }); err != nil {
+		return fmt.Errorf("vulkan: Dispatch %s: %w", k.name, err)
+	}
 	r.commands++
 	return nil
 }
@@ -183,7 +197,11 @@ func (r *Recorder) Copy(dst *Buffer, dstOff uint64, src *Buffer, srcOff, size ui
 		return err
 	}
 	region := &bufferCopy{SrcOffset: srcOff, DstOffset: dstOff, Size: size}
-	call(r.d.fn.cmdCopyBuffer, r.cb, uintptr(src.h), uintptr(dst.h), 1, uintptr(unsafe.Pointer(region)))
+	if err := r.timeCommand("copy", 0, func() {
+		call(r.d.fn.cmdCopyBuffer, r.cb, uintptr(src.h), uintptr(dst.h), 1, uintptr(unsafe.Pointer(region)))
+	}); err != nil {
+		return fmt.Errorf("vulkan: Copy: %w", err)
+	}
 	r.commands++
 	return nil
 }
@@ -196,6 +214,12 @@ func (r *Recorder) Submit() error {
 	}
 	d, f := r.d, &r.d.fn
 	r.barrier(accessShaderWrite|accessTransferWrite, accessHostRead, pipelineStageCompute|pipelineStageTransfer, pipelineStageHost)
+	if r.timing != nil {
+		if err := r.stamp(pipelineStageBottomOfPipe); err != nil { // the batch's end
+			r.reset()
+			return err
+		}
+	}
 	r.recording = false
 	n := r.commands
 	defer r.reset()
@@ -217,6 +241,9 @@ func (r *Recorder) Submit() error {
 	if err := check("vkResetFences", call(f.resetFences, d.h, 1, uintptr(unsafe.Pointer(&fence)))); err != nil {
 		return fmt.Errorf("vulkan: %w", err)
 	}
+	if r.timing != nil {
+		return r.readTimes()
+	}
 	return nil
 }
 
@@ -235,12 +262,16 @@ func (r *Recorder) reset() {
 	for _, p := range r.dpools[:r.dpUsed] {
 		call(f.resetDescriptorPool, r.d.h, uintptr(p), 0)
 	}
-	r.dpUsed, r.commands, r.recording = 0, 0, false
+	r.dpUsed, r.commands, r.recording, r.scope = 0, 0, false, Scope{}
+	if r.timing != nil {
+		r.timing.used, r.timing.cmds = 0, r.timing.cmds[:0]
+	}
 }
 
 // Close frees the recorder's objects. A batch recorded but not submitted is dropped.
 func (r *Recorder) Close() {
 	d, f := r.d, &r.d.fn
+	r.stopTiming()
 	if r.fence != 0 {
 		call(f.destroyFence, d.h, uintptr(r.fence), 0)
 	}

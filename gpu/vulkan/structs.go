@@ -404,6 +404,15 @@ type fenceCreateInfo struct {
 	Flags uint32
 }
 
+type queryPoolCreateInfo struct {
+	SType              uint32
+	PNext              unsafe.Pointer
+	Flags              uint32
+	QueryType          uint32
+	QueryCount         uint32
+	PipelineStatistics uint32
+}
+
 // physicalDeviceLimits mirrors VkPhysicalDeviceLimits field for field.
 type physicalDeviceLimits struct {
 	MaxImageDimension1D                             uint32

@@ -106,6 +106,7 @@ const (
 	stSubmitInfo                               = 4
 	stMemoryAllocateInfo                       = 5
 	stFenceCreateInfo                          = 8
+	stQueryPoolCreateInfo                      = 11
 	stBufferCreateInfo                         = 12
 	stShaderModuleCreateInfo                   = 16
 	stPipelineCacheCreateInfo                  = 17
@@ -170,16 +171,22 @@ const (
 	commandBufferLevelPrimary     = 0
 	commandBufferOneTimeSubmit    = 0x1
 
-	pipelineStageTransfer = 0x1000
-	pipelineStageCompute  = 0x800
-	pipelineStageHost     = 0x4000
-	accessShaderRead      = 0x20
-	accessShaderWrite     = 0x40
-	accessTransferRead    = 0x800
-	accessTransferWrite   = 0x1000
-	accessHostRead        = 0x2000
-	accessHostWrite       = 0x4000
-	sharingModeExclusive  = 0
+	pipelineStageTopOfPipe    = 0x1
+	pipelineStageBottomOfPipe = 0x2000
+	pipelineStageTransfer     = 0x1000
+	pipelineStageCompute      = 0x800
+	pipelineStageHost         = 0x4000
+	accessShaderRead          = 0x20
+	accessShaderWrite         = 0x40
+	accessTransferRead        = 0x800
+	accessTransferWrite       = 0x1000
+	accessHostRead            = 0x2000
+	accessHostWrite           = 0x4000
+	sharingModeExclusive      = 0
+
+	queryTypeTimestamp = 2
+	queryResult64      = 0x1 // VK_QUERY_RESULT_64_BIT
+	queryResultWait    = 0x2 // VK_QUERY_RESULT_WAIT_BIT
 )
 
 // apiVersion packs a Vulkan version number (VK_MAKE_API_VERSION, variant 0).
