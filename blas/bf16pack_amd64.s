@@ -23,23 +23,25 @@ GLOBL bf16PairShuf<>(SB), RODATA|NOPTR, $32
 	VPOR      Y14, y, Y4;     \
 	VPBLENDVB Y3, Y4, Y2, y
 
-// RNECONSTS loads RNE8's constants into Y10..Y14 (clobbers AX).
+// RNE8's constants, one dword each, broadcast from memory: moving them
+// in through a general register (MOVD, then VPBROADCASTD from an X
+// register) cost a microsecond a call on a Zen 3 host, more than the
+// conversion of a whole strip.
+DATA bf16RNEConsts<>+0(SB)/4, $0x7fff      // the rounding bias less the tie bit
+DATA bf16RNEConsts<>+4(SB)/4, $1           // the tie bit: bit 16 of the float
+DATA bf16RNEConsts<>+8(SB)/4, $0x7fffffff  // |x|
+DATA bf16RNEConsts<>+12(SB)/4, $0x7f800000 // +Inf: |x| above it is a NaN
+DATA bf16RNEConsts<>+16(SB)/4, $0x00400000 // the quiet bit of a NaN
+DATA bf16RNEConsts<>+20(SB)/4, $0xffff0000 // a dword's high half
+GLOBL bf16RNEConsts<>(SB), RODATA|NOPTR, $24
+
+// RNECONSTS loads RNE8's constants into Y10..Y14.
 #define RNECONSTS \
-	MOVL $0x7fff, AX;        \
-	MOVD AX, X10;            \
-	VPBROADCASTD X10, Y10;   \
-	MOVL $1, AX;             \
-	MOVD AX, X11;            \
-	VPBROADCASTD X11, Y11;   \
-	MOVL $0x7fffffff, AX;    \
-	MOVD AX, X12;            \
-	VPBROADCASTD X12, Y12;   \
-	MOVL $0x7f800000, AX;    \
-	MOVD AX, X13;            \
-	VPBROADCASTD X13, Y13;   \
-	MOVL $0x00400000, AX;    \
-	MOVD AX, X14;            \
-	VPBROADCASTD X14, Y14
+	VPBROADCASTD bf16RNEConsts<>+0(SB), Y10;  \
+	VPBROADCASTD bf16RNEConsts<>+4(SB), Y11;  \
+	VPBROADCASTD bf16RNEConsts<>+8(SB), Y12;  \
+	VPBROADCASTD bf16RNEConsts<>+12(SB), Y13; \
+	VPBROADCASTD bf16RNEConsts<>+16(SB), Y14
 
 // func packPairsF32AVX2(dst *uint32, dstride int, src *float32, n8 int)
 //
@@ -91,9 +93,7 @@ TEXT ·interleaveF32AVX2(SB), NOSPLIT, $0-32
 	MOVQ odd+16(FP), DX
 	MOVQ n8+24(FP), CX
 	RNECONSTS
-	MOVL $0xffff0000, AX
-	MOVD AX, X15
-	VPBROADCASTD X15, Y15
+	VPBROADCASTD bf16RNEConsts<>+20(SB), Y15
 
 iloop:
 	VMOVDQU (SI), Y0
