@@ -51,3 +51,61 @@ func interleaveF32(out []uint32, even, odd []float32) int {
 //
 //go:noescape
 func interleaveF32AVX2(dst *uint32, even, odd *float32, n8 int)
+
+// interleavePairsF32 does, where there are at least 8 lines (and AVX2),
+// what packPairs does for np whole pairs of an operand whose lines run
+// across its rows: dst[p·width+l] = bf16(src[2p·ld+l]) |
+// bf16(src[(2p+1)·ld+l])<<16 for l < lines, in one call (a tail of fewer
+// than 8 lines done again with the last 8), and says whether it did.
+func interleavePairsF32(dst []uint32, width int, src []float32, ld, np, lines int) bool {
+	if lines < 8 || np == 0 || !cpu.X86.HasAVX2 {
+		return false
+	}
+	_ = dst[(np-1)*width+lines-1]
+	_ = src[(2*np-1)*ld+lines-1]
+	tail := -1
+	if lines%8 != 0 {
+		tail = 4 * (lines - 8)
+	}
+	interleavePairsF32AVX2(&dst[0], 4*width, &src[0], 4*ld, np, lines/8, tail)
+	return true
+}
+
+// interleavePairsF32AVX2 is interleavePairsF32's routine
+// (bf16pack_amd64.s).
+//
+//go:noescape
+func interleavePairsF32AVX2(dst *uint32, dstride int, src *float32, sstride, np, n8, tail int)
+
+// transposePairs packs the first pairs (a multiple of 8 of them, as many
+// as it can: returned) of 32 lines of an operand x whose lines run across
+// its rows, from line l0 and pair p0, line-major as the AMX kernel reads
+// a strip of op(A): dst[l·ld+p] = x(l0+l, 2(p0+p)) | x(l0+l, 2(p0+p)+1)<<16,
+// float32 rounded as packPairs rounds them. None without AVX2.
+func transposePairs(dst []uint32, ld int, x BF16Matrix, l0, p0, pairs int) int {
+	np8 := pairs / 8
+	if np8 == 0 || !cpu.X86.HasAVX2 {
+		return 0
+	}
+	const lines = 32
+	_ = dst[(lines-1)*ld+8*np8-1]
+	off := 2*p0*x.Ld + l0
+	last := off + (16*np8-1)*x.Ld + lines - 1
+	if x.F32 != nil {
+		_ = x.F32[last]
+		transposePairsF32AVX2(&dst[0], 4*ld, &x.F32[off], 4*x.Ld, np8, lines/8)
+	} else {
+		_ = x.Bits[last]
+		transposePairsBitsAVX2(&dst[0], 4*ld, &x.Bits[off], 2*x.Ld, np8, lines/8)
+	}
+	return 8 * np8
+}
+
+// transposePairsF32AVX2 and transposePairsBitsAVX2 are transposePairs'
+// routines (bf16pack_amd64.s).
+//
+//go:noescape
+func transposePairsF32AVX2(dst *uint32, dstride int, src *float32, sstride, np8, lines8 int)
+
+//go:noescape
+func transposePairsBitsAVX2(dst *uint32, dstride int, src *uint16, sstride, np8, lines8 int)

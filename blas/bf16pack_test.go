@@ -28,7 +28,7 @@ func packTestValue(rng *rand.Rand) float32 {
 // NaNs, infinities, denormals and zeros, at the strides of both operands.
 func TestPackRowPairsF32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(71, 72))
-	for _, width := range []int{bf16MR, bf16NR} {
+	for _, width := range []int{1, bf16MR, bf16NR} { // 1: a row of the AMX strip, contiguous
 		for _, pairs := range []int{1, 7, 8, 9, 15, 16, 37, 256} {
 			row := make([]float32, 2*pairs)
 			for i := range row {

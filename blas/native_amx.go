@@ -49,8 +49,10 @@ func amxKernelAsm(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta
 // op(A)[i0+r][2(pc+p)+1]<<16, zero past m and past k. Where A's rows run
 // along k (not transA) each row packs as one contiguous run; otherwise
 // (op(A) = Aᵀ, as dW = dyᵀ·x reads dy) two rows of A give one pair of 32
-// lines at a time, packed 16 pairs at a time pair-major (the interleaving
-// that packs op(B)) into a block that stays in L1 and is transposed into
+// lines at a time: in blocks of 8 pairs × 8 lines interleaved and
+// transposed in registers (transposePairs, AVX2), and what is left (a
+// partial strip, a slice's last pairs) 16 pairs at a time pair-major, as
+// op(B) is packed, into a block that stays in L1 and is transposed into
 // place.
 func packStripAAMX(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int) {
 	ap = ap[:amxMR*kc]
@@ -67,8 +69,12 @@ func packStripAAMX(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int)
 		clear(ap[lines*kc:])
 		return
 	}
+	done := 0 // pairs packed by the vector routine: whole pairs of a full strip
+	if lines == amxMR {
+		done = transposePairs(ap, kc, a, i0, pc, max(0, min(inK, k/2-pc)))
+	}
 	var blk [amxKStep * amxMR]uint32 // 16 pairs × 32 lines, pair-major
-	for p0 := 0; p0 < inK; p0 += amxKStep {
+	for p0 := done; p0 < inK; p0 += amxKStep {
 		np := min(amxKStep, inK-p0)
 		packPairs(blk[:np*amxMR], amxMR, a, false, k, i0, lines, pc+p0, np)
 		transposeBlock(ap[p0:], kc, blk[:np*amxMR], np)

@@ -416,8 +416,12 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 				continue
 			}
 			row := x.Bits[off : off+2*pairs+btoi(odd)]
-			for p := 0; p < pairs; p++ {
-				dst[p*width+l] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
+			if width == 1 && pairs > 0 { // a run of pairs is the row's bytes (little endian)
+				copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[l])), 4*pairs), unsafe.Slice((*byte)(unsafe.Pointer(&row[0])), 4*pairs))
+			} else {
+				for p := 0; p < pairs; p++ {
+					dst[p*width+l] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
+				}
 			}
 			if odd {
 				dst[pairs*width+l] = uint32(row[2*pairs])
@@ -425,7 +429,11 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 		}
 		return
 	}
-	for p := 0; p < pairs+btoi(odd); p++ { // rows 2(p0+p) and 2(p0+p)+1 of x hold the pair of every line
+	first := 0 // the pairs the vector routine leaves
+	if x.F32 != nil && interleavePairsF32(dst, width, x.F32[2*p0*ld+l0:], ld, pairs, lines) {
+		first = pairs
+	}
+	for p := first; p < pairs+btoi(odd); p++ { // rows 2(p0+p) and 2(p0+p)+1 of x hold the pair of every line
 		out := dst[p*width : p*width+lines]
 		e := 2 * (p0 + p) * ld
 		if x.F32 != nil {
