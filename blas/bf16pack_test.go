@@ -92,8 +92,10 @@ func TestInterleaveF32(t *testing.T) {
 // operands alone, as the native bf16 driver packs them for each kernel
 // (vdp: VDPBF16PS, amx): every strip of op(A) over every k slice, every
 // panel of op(B), with float32 operands rounded to bf16 as packed (f32)
-// or bf16 bits (bits), on one goroutine. GB/s counts the operand's bytes
-// read.
+// or bf16 bits (bits), on one goroutine; GB/s counts the operand's bytes
+// read. driver-nokernel runs the whole driver on float32 operands (2
+// workers) with a kernel that does nothing: the cost of a product beyond
+// its kernel.
 //
 //	go test ./blas -run '^$' -bench BF16Pack
 func BenchmarkBF16Pack(b *testing.B) {
@@ -147,6 +149,19 @@ func BenchmarkBF16Pack(b *testing.B) {
 						b.ReportMetric(float64(size*sh.n*sh.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 					})
 				}
+				// the driver end to end on float32 operands, 2 workers, with a
+				// kernel that does nothing: what a product costs beyond its
+				// kernel (packing, blocking, the partial tiles' epilogue)
+				noop := mc
+				noop.kern = func(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta float32, mode int) {}
+				nb := &NativeBF16{workers: 2, micro: noop}
+				c := make([]float32, sh.m*sh.n)
+				b.Run(fmt.Sprintf("%s/driver-nokernel/%s", sh.name, kern.name), func(b *testing.B) {
+					for b.Loop() {
+						nb.Gemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, BF16Matrix{F32: af, Ld: colsA}, BF16Matrix{F32: bf, Ld: colsB}, nil, 0, c, sh.n, nil)
+					}
+					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/call")
+				})
 			}
 		}
 	}
