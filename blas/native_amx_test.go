@@ -29,18 +29,6 @@ func nativeAMX(t *testing.T, workers int) *NativeBF16 {
 	return nb
 }
 
-// vdpOnly returns the VDPBF16PS kernel on a CPU that also has AMX.
-func vdpOnly(t *testing.T, workers int) *NativeBF16 {
-	t.Helper()
-	f := cpufeat.Detect()
-	f.AMXPermitted = false
-	nb, err := NewNativeBF16(f, workers)
-	if err != nil {
-		t.Skipf("%v: the VDPBF16PS kernel's tests run on a CPU with avx512_bf16", err)
-	}
-	return nb
-}
-
 // gemmAMXModel is NativeBF16.GemmBF16 on the AMX kernel computed with the
 // model, without the driver: each element of C summed from zero, one
 // TDPBF16PS per 16 pairs along k in order (zeros pad k to a multiple of

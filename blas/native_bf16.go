@@ -158,8 +158,11 @@ func (x BF16Matrix) len() int {
 
 // PackedBF16 is op(B) of a NativeBF16 product packed once, for a matrix
 // many products read unchanged (a frozen weight): k×n, in panels of 32
-// columns, panel q at data[q·kp·32:], pair p of its column j at p·32+j.
-// It is read-only once made, and about as large as op(B) in bf16.
+// columns, panel q at data[q·kp·32:], pair p of its column j at p·32+j,
+// kp being k's pairs padded with zero pairs to a multiple of the kernel's
+// step (1 pair for VDPBF16PS, 16 for AMX: a panel packed for one kernel
+// is refused by the other). It is read-only once made, and about as large
+// as op(B) in bf16.
 type PackedBF16 struct {
 	k, n, kp int
 	data     []uint32

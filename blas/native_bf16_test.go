@@ -20,11 +20,13 @@ import (
 	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
-// nativeBF16 returns the VDPBF16PS kernel, skipping the test where the
-// CPU cannot run it.
+// nativeBF16 returns the VDPBF16PS kernel (on an AMX CPU too), skipping
+// the test where the CPU cannot run it.
 func nativeBF16(t *testing.T, workers int) *NativeBF16 {
 	t.Helper()
-	nb, err := NewNativeBF16(cpufeat.Detect(), workers)
+	f := cpufeat.Detect()
+	f.AMXPermitted = false // AMX would displace it
+	nb, err := NewNativeBF16(f, workers)
 	if err != nil {
 		t.Skipf("%v: the VDPBF16PS kernel's tests run on a CPU with avx512_bf16 (grep avx512_bf16 /proc/cpuinfo)", err)
 	}
@@ -195,9 +197,6 @@ func TestVDPBF16PSMatchesModel(t *testing.T) {
 // beta, and one or three workers (the same bits).
 func TestNativeBF16Kernel(t *testing.T) {
 	one, three := nativeBF16(t, 1), nativeBF16(t, 3)
-	if one.micro.mr != bf16MR { // an AMX CPU: the VDPBF16PS kernel by name
-		one, three = vdpOnly(t, 1), vdpOnly(t, 3)
-	}
 	checkKernelAgainstModel(t, one, three, gemmBF16Model)
 }
 
@@ -249,9 +248,30 @@ func checkKernelAgainstModel(t *testing.T, one, three *NativeBF16, ref gemmModel
 }
 
 // TestNativeBF16Denormals: bf16 denormal inputs count as zeros, and sums
-// below fp32's smallest normal are flushed, as the SDM says.
+// below fp32's smallest normal are flushed, as the SDM says, on each
+// native kernel this CPU runs (VDPBF16PS, AMX).
 func TestNativeBF16Denormals(t *testing.T) {
-	nb := nativeBF16(t, 1)
+	f := cpufeat.Detect()
+	var kernels []*NativeBF16
+	if nb, err := NewNativeBF16(f, 1); err == nil {
+		kernels = append(kernels, nb)
+	}
+	if f.AMX() && f.AVX512BF16 {
+		f.AMXPermitted = false
+		if nb, err := NewNativeBF16(f, 1); err == nil {
+			kernels = append(kernels, nb)
+		}
+	}
+	if len(kernels) == 0 {
+		t.Skipf("CPU features %q: the native kernels' tests run on a CPU with avx512_bf16 or AMX-BF16", f)
+	}
+	for _, nb := range kernels {
+		t.Run(nb.Name(), func(t *testing.T) { checkDenormals(t, nb) })
+	}
+}
+
+// checkDenormals is TestNativeBF16Denormals on one kernel.
+func checkDenormals(t *testing.T, nb *NativeBF16) {
 	const m, n, k = 9, 33, 7
 	rng := rand.New(rand.NewPCG(51, 52))
 	a, b := make([]uint16, m*k), make([]uint16, k*n)
