@@ -167,22 +167,40 @@ func TestAMXModelGemmAccuracy(t *testing.T) {
 	t.Logf("worst error / γ_k bound: k=576 %.3g, k=5632 %.3g", worst["AMX model k=576"], worst["AMX model k=5632"])
 }
 
-// tdpbf16psPairSum is another reading of TDPBF16PS's description, for the
-// hardware test's diagnosis only: each pair's two products summed exactly
-// and rounded once into C, pair after pair.
-func tdpbf16psPairSum(c float32, a, b []uint32) float32 {
-	for p := range a {
-		s := bf16DAZ(uint16(a[p]))*bf16DAZ(uint16(b[p])) + bf16DAZ(uint16(a[p]>>16))*bf16DAZ(uint16(b[p]>>16))
-		c = roundFTZ(f32DAZ(c) + s) // s is exact: two products of 16-bit significands, near in scale or one negligible
-	}
-	return c
+// Other readings of TDPBF16PS's description than the SDM's pseudocode,
+// for the hardware test's diagnosis only (the products in float64, exact
+// but where two of them lie more than 2^37 apart).
+var tdpbf16psReadings = []struct {
+	name string
+	f    func(c float32, a, b []uint32) float32
+}{
+	{"each pair summed exactly, rounded once into C", func(c float32, a, b []uint32) float32 {
+		for p := range a {
+			c = roundFTZ(f32DAZ(c) + bf16DAZ(uint16(a[p]))*bf16DAZ(uint16(b[p])) + bf16DAZ(uint16(a[p]>>16))*bf16DAZ(uint16(b[p]>>16)))
+		}
+		return c
+	}},
+	{"each pair summed and rounded, then added to C", func(c float32, a, b []uint32) float32 {
+		for p := range a {
+			s := roundFTZ(bf16DAZ(uint16(a[p]))*bf16DAZ(uint16(b[p])) + bf16DAZ(uint16(a[p]>>16))*bf16DAZ(uint16(b[p]>>16)))
+			c = roundFTZ(f32DAZ(c) + f32DAZ(s))
+		}
+		return c
+	}},
+	{"VDPBF16PS pair by pair (odd element first)", func(c float32, a, b []uint32) float32 {
+		for p := range a {
+			c = vdpbf16psModel(c, a[p], b[p])
+		}
+		return c
+	}},
 }
 
 // TestTDPBF16PSMatchesModel runs the instruction itself on random tiles
 // (normal, denormal, tiny and huge values, infinities and NaNs) and holds
 // each element to the model of the SDM's pseudocode, bit for bit (any
-// NaN for a NaN). On a mismatch it says whether the pair-sum reading
-// (tdpbf16psPairSum) gives the hardware's bits instead.
+// NaN for a NaN). It logs how many elements each other reading
+// (tdpbf16psReadings) misses, so that a mismatch says which semantics the
+// hardware has instead.
 func TestTDPBF16PSMatchesModel(t *testing.T) {
 	nativeAMX(t, 1)
 	rng := rand.New(rand.NewPCG(85, 86))
@@ -193,6 +211,10 @@ func TestTDPBF16PSMatchesModel(t *testing.T) {
 		}
 		return randBF16(rng, lo, hi)
 	}
+	same := func(g, w float32) bool { return math.Float32bits(g) == math.Float32bits(w) || g != g && w != w }
+	misses := make([]int, len(tdpbf16psReadings))
+	modelMisses, elements := 0, 0
+	first := ""
 	for trial := 0; trial < 400; trial++ {
 		lo, hi := -80, 70
 		if trial%2 == 0 { // narrow exponents: sums round, chains matter
@@ -213,15 +235,29 @@ func TestTDPBF16PSMatchesModel(t *testing.T) {
 				for p := range col {
 					col[p] = b[p*16+n]
 				}
-				row := a[m*16 : m*16+16]
-				g, w := got[m*16+n], tdpbf16psModel(c[m*16+n], row, col[:])
-				if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
-					alt := tdpbf16psPairSum(c[m*16+n], row, col[:])
-					t.Fatalf("trial %d, C[%d][%d] = %v (%#08x): TDPBF16PS gives %v (%#08x), the model %v (%#08x); the pair-sum reading %v (%#08x) (matches: %v)\nA row %#08x\nB column %#08x",
-						trial, m, n, c[m*16+n], math.Float32bits(c[m*16+n]), g, math.Float32bits(g), w, math.Float32bits(w), alt, math.Float32bits(alt), math.Float32bits(alt) == math.Float32bits(g), row, col)
+				row, c0, g := a[m*16:m*16+16], c[m*16+n], got[m*16+n]
+				elements++
+				for i, r := range tdpbf16psReadings {
+					if !same(g, r.f(c0, row, col[:])) {
+						misses[i]++
+					}
+				}
+				if w := tdpbf16psModel(c0, row, col[:]); !same(g, w) {
+					modelMisses++
+					if first == "" {
+						first = fmt.Sprintf("trial %d, C[%d][%d] = %v (%#08x): TDPBF16PS gives %v (%#08x), the model %v (%#08x)\nA row %#08x\nB column %#08x",
+							trial, m, n, c0, math.Float32bits(c0), g, math.Float32bits(g), w, math.Float32bits(w), row, col)
+					}
 				}
 			}
 		}
+	}
+	t.Logf("of %d elements, the SDM pseudocode's model misses %d", elements, modelMisses)
+	for i, r := range tdpbf16psReadings {
+		t.Logf("of %d elements, the reading %q misses %d", elements, r.name, misses[i])
+	}
+	if modelMisses > 0 {
+		t.Errorf("TDPBF16PS differs from the model of the SDM's pseudocode in %d of %d elements; the first: %s", modelMisses, elements, first)
 	}
 }
 

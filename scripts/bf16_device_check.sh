@@ -47,7 +47,7 @@ tests() {
 	local abs
 	abs=$(cd "$dir" && pwd)
 	(cd blas && "$abs/bf16.test" -test.run "${1:-BF16|VDPBF16|AMX}" -test.v 2>&1) | grep -v '^=== ' |
-		grep -E '^(--- |ok|PASS|FAIL|panic)|bound|CPU lacks|AMX|TDPBF16PS|within|no bf16 GEMM|not installed|SIGILL|illegal' || true
+		grep -E '^(--- |ok|PASS|FAIL|panic)|bound|CPU lacks|AMX|TDPBF16PS|misses|within|no bf16 GEMM|not installed|SIGILL|illegal' || true
 	(cd nn && "$abs/nn.test" -test.run "${2:-LinearBF16Path|LinearOnBF16Units|LinearPackedWeightCache|RoundsInPack}" -test.v 2>&1) |
 		grep -E '^(--- |ok|PASS|FAIL|panic)|within|no bf16 GEMM|SIGILL|illegal' || true
 }
