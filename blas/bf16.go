@@ -34,7 +34,8 @@ var ErrNoBF16Gemm = errors.New("no bf16 GEMM runs on this machine")
 // ChooseBF16 picks the bf16 GEMM for a run on backend be, on a CPU with
 // features f: oneDNN's dnnl_gemm_bf16bf16f32 (which uses AMX where the
 // CPU has it) when be is oneDNN or oneDNN loads beside it and its bf16
-// GEMM runs; else the native VDPBF16PS kernel where f has AVX512_BF16;
+// GEMM runs; else the native AMX kernel where f has AMX-BF16 that the OS
+// grants, or the native VDPBF16PS kernel where f has AVX512_BF16;
 // otherwise ErrNoBF16Gemm, with the reasons. threads is how many
 // goroutines share a large product (0: GOMAXPROCS).
 func ChooseBF16(be Backend, f cpufeat.Features, threads int) (BF16Choice, error) {
@@ -69,7 +70,11 @@ func chooseBF16(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, erro
 	}
 	nb, err := NewNativeBF16(f, workersOf(be))
 	if err == nil {
-		return BF16Choice{Gemmer: nb, Units: true, Reason: "native VDPBF16PS kernel (AVX512_BF16); " + why}, nil
+		kernel := "native VDPBF16PS kernel (AVX512_BF16)"
+		if nb.micro.mr == amxMR {
+			kernel = "native AMX kernel (AMX-BF16 TDPBF16PS)"
+		}
+		return BF16Choice{Gemmer: nb, Units: true, Reason: kernel + "; " + why}, nil
 	}
 	return BF16Choice{}, fmt.Errorf("%w: %s; native kernel: %v; CPU: %s", ErrNoBF16Gemm, why, err, f)
 }

@@ -21,6 +21,7 @@ func TestChooseBF16Dispatch(t *testing.T) {
 	native := BF16Gemmer(&NativeBF16{})
 	bf16 := cpufeat.Features{AVX512F: true, AVX512BF16: true}
 	amx := cpufeat.Features{AVX512F: true, AVX512BF16: true, AMXBF16: true, AMXPermitted: true}
+	amxWithheld := cpufeat.Features{AVX512F: true, AVX512BF16: true, AMXBF16: true}
 	for _, tc := range []struct {
 		name    string
 		be      Backend
@@ -42,6 +43,10 @@ func TestChooseBF16Dispatch(t *testing.T) {
 		{"oneDNN backend is used, not loaded again", avx512, bf16, nil, missing, avx512, true, "VDPBF16PS"},
 		{"oneDNN backend below AVX-512", avx2, none, avx512, nil, nil, false, "needs AVX-512"},
 		{"oneDNN backend below AVX-512, avx512_bf16", avx2, bf16, avx512, nil, native, true, "native VDPBF16PS kernel"},
+		{"native, no oneDNN, AMX", Native{}, amx, nil, missing, native, true, "native AMX kernel (AMX-BF16 TDPBF16PS); oneDNN (libdnnl) is not installed"},
+		{"native, no oneDNN, AMX not granted", Native{}, amxWithheld, nil, missing, native, true, "native VDPBF16PS kernel"},
+		{"native, no oneDNN, AMX not granted, no avx512_bf16", Native{}, cpufeat.Features{AVX512F: true, AMXBF16: true}, nil, missing, nil, false, "did not grant the AMX tile state"},
+		{"native, oneDNN below AVX-512, AMX", Native{}, amx, avx2, nil, native, true, "native AMX kernel"},
 	} {
 		if _, ok := tc.want.(*NativeBF16); ok && !haveBF16Kernel {
 			tc.want, tc.reason = nil, "amd64 assembly"

@@ -74,19 +74,41 @@ func (offByOneBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a 
 	widenBF16{}.GemmBF16(transA, transB, m, n, k-1, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// amxDropsLastStep is the AMX driver with a planted fault in its kernel:
+// the last 16 pairs of every k slice are left out, as a kernel
+// mishandling its loop count would.
+func amxDropsLastStep(workers int) *NativeBF16 {
+	nb := NewNativeAMXGo(workers)
+	nb.name = "AMX driver dropping a k step"
+	nb.micro.kern = func(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta float32, mode int) {
+		if kcp > amxKStep {
+			aa := make([]uint32, amxMR*(kcp-amxKStep)) // op(A)'s rows, shortened
+			for r := 0; r < amxMR; r++ {
+				copy(aa[r*(kcp-amxKStep):], a[r*kcp:r*kcp+kcp-amxKStep])
+			}
+			a, kcp = aa, kcp-amxKStep
+		}
+		amxModelKernel(kcp, a, b, acc, c, ldc, alpha, beta, mode)
+	}
+	return nb
+}
+
 // TestMeasureBF16RefusesWrongProducts: a bf16 GEMM is checked against
 // float64 before it is timed or read from the cache; one giving wrong
-// products is never faster than the emulation, and says why; correct
-// ones (widening, and the native driver on the Go model of VDPBF16PS,
-// both ways nn calls it) pass the check.
+// products (a GEMM dropping a term; the AMX driver on a kernel dropping a
+// k step) is never faster than the emulation, and says why; correct ones
+// (widening, and the native driver on the Go models of VDPBF16PS and of
+// TDPBF16PS, both ways nn calls it) pass the check.
 func TestMeasureBF16RefusesWrongProducts(t *testing.T) {
-	for _, g := range []BF16Gemmer{widenBF16{}, NewNativeBF16Go(1), NewNativeBF16Go(3)} {
+	for _, g := range []BF16Gemmer{widenBF16{}, NewNativeBF16Go(3), NewNativeAMXGo(3)} {
 		if err := checkBF16Correct(g); err != nil {
 			t.Errorf("%s: %v", g.Name(), err)
 		}
 	}
-	s, w := MeasureBF16(Native{Workers: 1}, offByOneBF16{}, 1, AutoOptions{Cache: CacheUse, Dir: t.TempDir(), Getenv: func(string) string { return "" }})
-	if s.Faster() || !strings.Contains(s.Source, "checked:") || len(w) != 1 || !strings.Contains(w[0], "wrong products") {
-		t.Fatalf("a GEMM dropping a term: %+v, warnings %q; want it refused before timing", s, w)
+	for _, g := range []BF16Gemmer{offByOneBF16{}, amxDropsLastStep(2)} {
+		s, w := MeasureBF16(Native{Workers: 1}, g, 1, AutoOptions{Cache: CacheUse, Dir: t.TempDir(), Getenv: func(string) string { return "" }})
+		if s.Faster() || !strings.Contains(s.Source, "checked:") || len(w) != 1 || !strings.Contains(w[0], "wrong products") {
+			t.Fatalf("%s: %+v, warnings %q; want it refused before timing", g.Name(), s, w)
+		}
 	}
 }

@@ -7,3 +7,11 @@ func packRowPairsF32(dst []uint32, width int, row []float32, pairs int) int { re
 
 // interleaveF32: no vector routine here; packPairs does every line.
 func interleaveF32(out []uint32, even, odd []float32) int { return 0 }
+
+// interleavePairsF32: no vector routine here; packPairs does every pair.
+func interleavePairsF32(dst []uint32, width int, src []float32, ld, np, lines int) bool {
+	return false
+}
+
+// transposePairs: no vector routine here; packStripAAMX does every pair.
+func transposePairs(dst []uint32, ld int, x BF16Matrix, l0, p0, pairs int) int { return 0 }

@@ -12,8 +12,11 @@ import (
 	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
-// NativeBF16 is mixtune's own bf16 GEMM: a VDPBF16PS micro-kernel in Go
-// assembly (AVX512_BF16), for machines without oneDNN.
+// NativeBF16 is mixtune's own bf16 GEMM, for machines without oneDNN: an
+// AMX-BF16 micro-kernel in Go assembly where the CPU has AMX and the OS
+// grants it, else a VDPBF16PS one (AVX512_BF16). This comment describes
+// the VDPBF16PS kernel; amxMicro says where the AMX kernel differs (a
+// 32×32 tile, k in steps of 16 pairs, TDPBF16PS's sums).
 //
 // It is blocked as the fp32 kernel is. op(B) is packed once per call (or
 // once for good: PackB) in panels of 32 columns, as pairs of bf16 values
@@ -34,15 +37,35 @@ import (
 // beta·C in float32.
 type NativeBF16 struct {
 	workers int
-	// kern computes one 14×32 tile over one k slice (bf16KernelAsm); the
-	// tests put a Go model of it here to check the driver on any CPU.
-	kern bf16Kernel
-	name string
+	// micro is the kernel and its geometry (vdpMicro, amxMicro); the
+	// tests put a Go model of the kernel here to check the driver on any
+	// CPU.
+	micro bf16Micro
+	name  string
 }
 
-// bf16Kernel computes one bf16MR×bf16NR tile over kcp pairs, as
-// dpbf16K14x32 (native_bf16_amd64.s) says: the accumulators start from
-// zero or, with mode&bf16Load, from acc (bf16MR rows of bf16NR floats);
+// bf16Micro is a micro-kernel of NativeBF16 and how the driver feeds it.
+type bf16Micro struct {
+	// mr is the rows of C a kernel call computes (the columns: bf16NR).
+	mr int
+	// kStep is the pairs the kernel takes at a time: the pairs of a k
+	// slice and of a packed panel of op(B) are a multiple of it, zeros
+	// padding k.
+	kStep int
+	kern  bf16Kernel
+	// packA packs rows [i0, i0+mr) of op(A) over pairs [pc, pc+kc) into
+	// ap (kc·mr dwords) as kern reads them, zero past m and past k.
+	packA func(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int)
+}
+
+// vdpMicro is the VDPBF16PS kernel: 14×32, a pair at a time, op(A)'s
+// strip pair-major (packStripA).
+var vdpMicro = bf16Micro{mr: bf16MR, kStep: 1, kern: bf16KernelAsm, packA: packStripA}
+
+// bf16Kernel computes one mr×bf16NR tile over kcp pairs, as
+// dpbf16K14x32 (native_bf16_amd64.s) and amxK32x32 (native_amx_amd64.s)
+// say: the accumulators start from zero or, with mode&bf16Load, from acc
+// (mr rows of bf16NR floats);
 // then the sums go back to acc or, with mode&bf16Final, C (row stride ldc)
 // = alpha·sum (+ beta·C with mode&bf16ReadC) as scaleBF16Sum rounds it.
 type bf16Kernel func(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta float32, mode int)
@@ -73,23 +96,32 @@ const (
 	bf16UnitsPerWorker = 4
 )
 
-// errNoVDPBF16PS is NewNativeBF16's answer where the kernel cannot run.
-var errNoVDPBF16PS = errors.New("CPU lacks AVX512_BF16 (VDPBF16PS)")
+// errNoVDPBF16PS is NewNativeBF16's answer where no kernel can run.
+var errNoVDPBF16PS = errors.New("CPU lacks AVX512_BF16 (VDPBF16PS) and usable AMX-BF16")
 
-// NewNativeBF16 returns the VDPBF16PS kernel where features f say the CPU
-// has AVX512_BF16 (and the kernel is built: amd64); workers goroutines
-// share a large product (0: GOMAXPROCS).
+// NewNativeBF16 returns the AMX kernel where features f say the CPU has
+// AMX-BF16, the OS granted the tile state and the CPU has AVX-512F (the
+// kernel's epilogue), else the VDPBF16PS kernel where f has AVX512_BF16;
+// the kernels are built on amd64 only. Nothing here executes an AMX or
+// AVX-512 instruction: f alone decides, so a CPU or OS without them never
+// reaches one. workers goroutines share a large product (0: GOMAXPROCS).
 func NewNativeBF16(f cpufeat.Features, workers int) (*NativeBF16, error) {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	if f.AMX() && f.AVX512F && haveAMXKernel {
+		return &NativeBF16{workers: workers, micro: amxMicro, name: "native (Go, AMX-BF16 TDPBF16PS kernel)"}, nil
+	}
 	if !f.AVX512BF16 {
+		if f.AMXBF16 && !f.AMXPermitted {
+			return nil, fmt.Errorf("%w (the OS did not grant the AMX tile state)", errNoVDPBF16PS)
+		}
 		return nil, errNoVDPBF16PS
 	}
 	if !haveBF16Kernel {
 		return nil, errors.New("the VDPBF16PS kernel is amd64 assembly, not built here (GOARCH=" + runtime.GOARCH + ", or the purego tag)")
 	}
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	return &NativeBF16{workers: workers, kern: bf16KernelAsm, name: "native (Go, AVX512_BF16 VDPBF16PS kernel)"}, nil
+	return &NativeBF16{workers: workers, micro: vdpMicro, name: "native (Go, AVX512_BF16 VDPBF16PS kernel)"}, nil
 }
 
 // bf16KernelAsm is bf16Kernel on dpbf16K14x32, bound-checking all the
@@ -104,7 +136,7 @@ func bf16KernelAsm(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, bet
 	dpbf16K14x32(kcp, &a[0], &b[0], &acc[0], &c[0], ldc, alpha, beta, mode)
 }
 
-// Name says which kernel runs.
+// Name says which kernel runs: AMX-BF16 or AVX512_BF16.
 func (nb *NativeBF16) Name() string { return nb.name }
 
 // BF16Matrix is an operand of a bf16 product: bf16 bit patterns, or
@@ -126,8 +158,11 @@ func (x BF16Matrix) len() int {
 
 // PackedBF16 is op(B) of a NativeBF16 product packed once, for a matrix
 // many products read unchanged (a frozen weight): k×n, in panels of 32
-// columns, panel q at data[q·kp·32:], pair p of its column j at p·32+j.
-// It is read-only once made, and about as large as op(B) in bf16.
+// columns, panel q at data[q·kp·32:], pair p of its column j at p·32+j,
+// kp being k's pairs padded with zero pairs to a multiple of the kernel's
+// step (1 pair for VDPBF16PS, 16 for AMX: a panel packed for one kernel
+// is refused by the other). It is read-only once made, and about as large
+// as op(B) in bf16.
 type PackedBF16 struct {
 	k, n, kp int
 	data     []uint32
@@ -150,7 +185,7 @@ func (nb *NativeBF16) PackB(into *PackedBF16, transB bool, k, n int, b BF16Matri
 	if b.Ld < max(1, cols) || (rows > 0 && cols > 0 && b.len() < (rows-1)*b.Ld+cols) {
 		panic(fmt.Sprintf("blas: native PackB: %d×%d B with row stride %d in %d elements", rows, cols, b.Ld, b.len()))
 	}
-	kp := (k + 1) / 2
+	kp := roundUp((k+1)/2, nb.micro.kStep)
 	panels := (n + bf16NR - 1) / bf16NR
 	p := &PackedBF16{k: k, n: n, kp: kp}
 	var buf []uint32
@@ -184,6 +219,9 @@ func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 		if pb.k != k || pb.n != n {
 			panic(fmt.Sprintf("blas: native bf16 Gemm: op(B) packed as %d×%d, the product needs %d×%d", pb.k, pb.n, k, n))
 		}
+		if want := roundUp((k+1)/2, nb.micro.kStep); pb.kp != want {
+			panic(fmt.Sprintf("blas: native bf16 Gemm: op(B) packed in %d pairs for another kernel, %s needs %d", pb.kp, nb.name, want))
+		}
 		transB, lb, ldb = false, k*n, max(1, n)
 	}
 	if trivialGemm("native bf16 Gemm", transA, transB, m, n, k, a.len(), a.Ld, lb, ldb, beta, c, ldc) {
@@ -192,9 +230,9 @@ func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 		}
 		return
 	}
-	kp := (k + 1) / 2
+	kp := roundUp((k+1)/2, nb.micro.kStep)
 	ns := (kp + bf16KCP - 1) / bf16KCP
-	g := &bf16Gemm{kern: nb.kern, transA: transA, transB: transB, m: m, n: n, k: k, kp: kp, kcp: (kp + ns - 1) / ns,
+	g := &bf16Gemm{micro: nb.micro, transA: transA, transB: transB, m: m, n: n, k: k, kp: kp, kcp: roundUp((kp+ns-1)/ns, nb.micro.kStep),
 		alpha: alpha, beta: beta, a: a, b: b, c: c, ldc: ldc, done: done}
 	workers := nb.workers
 	if w := int64(m) * int64(n) * int64(k) / bf16ParallelWork; w < int64(workers) {
@@ -228,10 +266,10 @@ func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 
 // bf16Gemm is one product, shared read-only by its workers.
 type bf16Gemm struct {
-	kern           bf16Kernel
+	micro          bf16Micro
 	transA, transB bool
 	m, n, k        int
-	kp, kcp        int // pairs along k, and per slice
+	kp, kcp        int // pairs along k (padded to micro.kStep), and per slice
 	alpha, beta    float32
 	a, b           BF16Matrix
 	c              []float32
@@ -240,10 +278,11 @@ type bf16Gemm struct {
 }
 
 // block computes columns [jc, jc+32·panels) of C from the packed panels
-// bp, split into strips of 14 rows (and, with few strips, groups of
+// bp, split into strips of micro.mr rows (and, with few strips, groups of
 // panels) that workers claim as they come free.
 func (g *bf16Gemm) block(workers int, bp []uint32, jc, panels int) {
-	strips := (g.m + bf16MR - 1) / bf16MR
+	mr := g.micro.mr
+	strips := (g.m + mr - 1) / mr
 	groups := 1
 	if want := bf16UnitsPerWorker * workers; workers > 1 && strips < want {
 		groups = min(panels, (want+strips-1)/strips)
@@ -253,46 +292,47 @@ func (g *bf16Gemm) block(workers int, bp []uint32, jc, panels int) {
 	nativeParallel(min(workers, units), func() {
 		bufs := bf16Pool.Get().(*bf16Buffers)
 		defer bf16Pool.Put(bufs)
-		ap := alignU32(&bufs.a, g.kcp*bf16MR)
-		acc := alignF32(&bufs.acc, (panels+groups-1)/groups*bf16MR*bf16NR)
+		ap := alignU32(&bufs.a, g.kcp*mr)
+		acc := alignF32(&bufs.acc, (panels+groups-1)/groups*mr*bf16NR)
 		for {
 			u := int(next.Add(1)) - 1
 			if u >= units {
 				return
 			}
 			s, grp := u/groups, u%groups
-			g.unit(ap, acc, bp, s*bf16MR, jc, panels*grp/groups, panels*(grp+1)/groups)
+			g.unit(ap, acc, bp, s*mr, jc, panels*grp/groups, panels*(grp+1)/groups)
 		}
 	})
 }
 
-// unit computes the strip of rows [i0, i0+14) of C by panels [q0, q1) of
+// unit computes the strip of rows [i0, i0+micro.mr) of C by panels [q0, q1) of
 // the block at column jc: slice by slice, the strip of op(A) packed into
 // ap once per slice, each tile's sums carried in acc between slices.
 func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 int) {
-	i1 := min(i0+bf16MR, g.m)
+	mr := g.micro.mr
+	i1 := min(i0+mr, g.m)
 	for pc := 0; pc < g.kp; pc += g.kcp {
 		kc := min(g.kcp, g.kp-pc)
-		packStripA(ap[:kc*bf16MR], g.transA, g.a, g.k, g.m, i0, pc, kc)
+		g.micro.packA(ap[:kc*mr], g.transA, g.a, g.k, g.m, i0, pc, kc)
 		last := pc+kc == g.kp
 		for q := q0; q < q1; q++ {
 			j0 := jc + q*bf16NR
 			j1 := min(j0+bf16NR, g.n)
-			tile := acc[(q-q0)*bf16MR*bf16NR : (q-q0+1)*bf16MR*bf16NR]
+			tile := acc[(q-q0)*mr*bf16NR : (q-q0+1)*mr*bf16NR]
 			bpan := bp[q*g.kp*bf16NR+pc*bf16NR : q*g.kp*bf16NR+(pc+kc)*bf16NR]
 			mode := 0
 			if pc > 0 {
 				mode = bf16Load
 			}
-			if last && i1-i0 == bf16MR && j1-j0 == bf16NR {
+			if last && i1-i0 == mr && j1-j0 == bf16NR {
 				mode |= bf16Final
 				if g.beta != 0 {
 					mode |= bf16ReadC
 				}
-				g.kern(kc, ap, bpan, tile, g.c[i0*g.ldc+j0:], g.ldc, g.alpha, g.beta, mode)
+				g.micro.kern(kc, ap, bpan, tile, g.c[i0*g.ldc+j0:], g.ldc, g.alpha, g.beta, mode)
 				continue
 			}
-			g.kern(kc, ap, bpan, tile, tile, bf16NR, 1, 0, mode)
+			g.micro.kern(kc, ap, bpan, tile, tile, bf16NR, 1, 0, mode)
 			if last { // a partial tile: its corner of the sums into C
 				for i := i0; i < i1; i++ {
 					row := g.c[i*g.ldc+j0 : i*g.ldc+j1]
@@ -341,10 +381,12 @@ func packStripA(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int) {
 }
 
 // packPanelB packs columns [j0, j0+32) of op(B) (k×n) over all pairs into
-// bp: bp[p·32+j] = op(B)[2p][j0+j] | op(B)[2p+1][j0+j]<<16, zero past n
-// and past k.
+// bp (len(bp)/32 pairs, at least (k+1)/2): bp[p·32+j] = op(B)[2p][j0+j] |
+// op(B)[2p+1][j0+j]<<16, zero past n and past k.
 func packPanelB(bp []uint32, transB bool, b BF16Matrix, k, n, j0 int) {
-	packPairs(bp, bf16NR, b, transB, k, j0, min(bf16NR, n-j0), 0, (k+1)/2)
+	kp := (k + 1) / 2
+	packPairs(bp, bf16NR, b, transB, k, j0, min(bf16NR, n-j0), 0, kp)
+	clear(bp[kp*bf16NR:])
 }
 
 // packPairs packs lines [l0, l0+lines) of the operand x, whose line l
@@ -377,8 +419,12 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 				continue
 			}
 			row := x.Bits[off : off+2*pairs+btoi(odd)]
-			for p := 0; p < pairs; p++ {
-				dst[p*width+l] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
+			if width == 1 && pairs > 0 { // a run of pairs is the row's bytes (little endian)
+				copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[l])), 4*pairs), unsafe.Slice((*byte)(unsafe.Pointer(&row[0])), 4*pairs))
+			} else {
+				for p := 0; p < pairs; p++ {
+					dst[p*width+l] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
+				}
 			}
 			if odd {
 				dst[pairs*width+l] = uint32(row[2*pairs])
@@ -386,7 +432,11 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 		}
 		return
 	}
-	for p := 0; p < pairs+btoi(odd); p++ { // rows 2(p0+p) and 2(p0+p)+1 of x hold the pair of every line
+	first := 0 // the pairs the vector routine leaves
+	if x.F32 != nil && interleavePairsF32(dst, width, x.F32[2*p0*ld+l0:], ld, pairs, lines) {
+		first = pairs
+	}
+	for p := first; p < pairs+btoi(odd); p++ { // rows 2(p0+p) and 2(p0+p)+1 of x hold the pair of every line
 		out := dst[p*width : p*width+lines]
 		e := 2 * (p0 + p) * ld
 		if x.F32 != nil {

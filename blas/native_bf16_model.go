@@ -88,5 +88,7 @@ func NewNativeBF16Go(workers int) *NativeBF16 {
 	if workers <= 0 {
 		workers = 1
 	}
-	return &NativeBF16{workers: workers, kern: modelKernel, name: "native bf16 driver on a Go model of VDPBF16PS (tests only)"}
+	micro := vdpMicro
+	micro.kern = modelKernel
+	return &NativeBF16{workers: workers, micro: micro, name: "native bf16 driver on a Go model of VDPBF16PS (tests only)"}
 }

@@ -20,11 +20,13 @@ import (
 	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
-// nativeBF16 returns the VDPBF16PS kernel, skipping the test where the
-// CPU cannot run it.
+// nativeBF16 returns the VDPBF16PS kernel (on an AMX CPU too), skipping
+// the test where the CPU cannot run it.
 func nativeBF16(t *testing.T, workers int) *NativeBF16 {
 	t.Helper()
-	nb, err := NewNativeBF16(cpufeat.Detect(), workers)
+	f := cpufeat.Detect()
+	f.AMXPermitted = false // AMX would displace it
+	nb, err := NewNativeBF16(f, workers)
 	if err != nil {
 		t.Skipf("%v: the VDPBF16PS kernel's tests run on a CPU with avx512_bf16 (grep avx512_bf16 /proc/cpuinfo)", err)
 	}
@@ -189,12 +191,24 @@ func TestVDPBF16PSMatchesModel(t *testing.T) {
 	}
 }
 
-// TestNativeBF16Kernel holds the kernel to its model bit for bit and to
-// the float32 accumulation bound γ_k·Σ|a||b| of a float64 product, in
-// every transpose, k from 1 to 5632, partial tiles, alpha and beta, and
-// one or three workers (the same bits).
+// TestNativeBF16Kernel holds the VDPBF16PS kernel to its model bit for
+// bit and to the float32 accumulation bound γ_k·Σ|a||b| of a float64
+// product, in every transpose, k from 1 to 5632, partial tiles, alpha and
+// beta, and one or three workers (the same bits).
 func TestNativeBF16Kernel(t *testing.T) {
 	one, three := nativeBF16(t, 1), nativeBF16(t, 3)
+	checkKernelAgainstModel(t, one, three, gemmBF16Model)
+}
+
+// gemmModel is a kernel's reference: gemmBF16Model or gemmAMXModel.
+type gemmModel func(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int)
+
+// checkKernelAgainstModel holds the kernel of one and three (one and
+// three workers) to the model ref bit for bit and to the float32
+// accumulation bound of a float64 product, in every transpose, k from 1
+// to 5632, partial tiles, alpha and beta.
+func checkKernelAgainstModel(t *testing.T, one, three *NativeBF16, ref gemmModel) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(41, 42))
 	worst := map[string]float64{}
 	for _, k := range []int{1, 2, 3, 4, 31, 64, 577, 1536, 5632} {
@@ -205,7 +219,7 @@ func TestNativeBF16Kernel(t *testing.T) {
 				one.GemmBF16(ta, tb, c.m, c.n, k, 1, c.au, c.lda, c.bu, c.ldb, 0, got, c.n)
 				c.check(t, "NativeBF16", got, worst)
 				want := make([]float32, c.m*c.n)
-				gemmBF16Model(ta, tb, c.m, c.n, k, 1, c.au, c.lda, c.bu, c.ldb, 0, want, c.n)
+				ref(ta, tb, c.m, c.n, k, 1, c.au, c.lda, c.bu, c.ldb, 0, want, c.n)
 				par := make([]float32, c.m*c.n)
 				three.GemmBF16(ta, tb, c.m, c.n, k, 1, c.au, c.lda, c.bu, c.ldb, 0, par, c.n)
 				for i := range want {
@@ -221,7 +235,7 @@ func TestNativeBF16Kernel(t *testing.T) {
 					cw[i] = cg[i]
 				}
 				one.GemmBF16(ta, tb, c.m, c.n, k, 0.5, c.au, c.lda, c.bu, c.ldb, -2, cg, c.n)
-				gemmBF16Model(ta, tb, c.m, c.n, k, 0.5, c.au, c.lda, c.bu, c.ldb, -2, cw, c.n)
+				ref(ta, tb, c.m, c.n, k, 0.5, c.au, c.lda, c.bu, c.ldb, -2, cw, c.n)
 				for i := range cw {
 					if math.Float32bits(cg[i]) != math.Float32bits(cw[i]) {
 						t.Fatalf("k=%d tA=%v tB=%v alpha 0.5 beta -2: C[%d] = %v, the model %v", k, ta, tb, i, cg[i], cw[i])
@@ -234,9 +248,30 @@ func TestNativeBF16Kernel(t *testing.T) {
 }
 
 // TestNativeBF16Denormals: bf16 denormal inputs count as zeros, and sums
-// below fp32's smallest normal are flushed, as the SDM says.
+// below fp32's smallest normal are flushed, as the SDM says, on each
+// native kernel this CPU runs (VDPBF16PS, AMX).
 func TestNativeBF16Denormals(t *testing.T) {
-	nb := nativeBF16(t, 1)
+	f := cpufeat.Detect()
+	var kernels []*NativeBF16
+	if nb, err := NewNativeBF16(f, 1); err == nil {
+		kernels = append(kernels, nb)
+	}
+	if f.AMX() && f.AVX512BF16 {
+		f.AMXPermitted = false
+		if nb, err := NewNativeBF16(f, 1); err == nil {
+			kernels = append(kernels, nb)
+		}
+	}
+	if len(kernels) == 0 {
+		t.Skipf("CPU features %q: the native kernels' tests run on a CPU with avx512_bf16 or AMX-BF16", f)
+	}
+	for _, nb := range kernels {
+		t.Run(nb.Name(), func(t *testing.T) { checkDenormals(t, nb) })
+	}
+}
+
+// checkDenormals is TestNativeBF16Denormals on one kernel.
+func checkDenormals(t *testing.T, nb *NativeBF16) {
 	const m, n, k = 9, 33, 7
 	rng := rand.New(rand.NewPCG(51, 52))
 	a, b := make([]uint16, m*k), make([]uint16, k*n)
@@ -283,15 +318,30 @@ func TestNativeBF16Denormals(t *testing.T) {
 // bf16DriverShapes are the driver's cases: partial tiles, one and several k
 // slices (kp > bf16KCP), several column blocks (n > bf16NC), few strips
 // (column groups) and strides wider than the matrices.
-var bf16DriverShapes = []struct{ m, n, k int }{{1, 1, 1}, {14, 32, 2}, {15, 33, 3}, {17, 70, 31}, {5, 100, 64}, {41, 70, 800}, {3, 1030, 21}, {29, 64, 600}}
+var bf16DriverShapes = []struct{ m, n, k int }{{1, 1, 1}, {14, 32, 2}, {15, 33, 3}, {17, 70, 31}, {5, 100, 64}, {41, 70, 800}, {3, 1030, 21}, {29, 64, 600}, {32, 32, 32}, {33, 65, 33}, {70, 45, 1100}}
 
 // TestNativeBF16Driver runs NativeBF16's packing, blocking, epilogue and
-// worker split with the model in place of the assembly kernel, on every
-// CPU: it must give gemmBF16Model's bits in every transpose, with
-// operands as bits or float32 (rounded to bf16 as packed), op(B) packed
-// in advance, alpha and beta, one or three workers, and call done on
-// every element of C once.
+// worker split with the model in place of the assembly kernel, for the
+// VDPBF16PS and the AMX kernel, on every CPU: it must give the model's
+// bits (gemmBF16Model, gemmAMXModel) in every transpose, with operands as
+// bits or float32 (rounded to bf16 as packed), op(B) packed in advance,
+// alpha and beta, one or three workers, and call done on every element of
+// C once.
 func TestNativeBF16Driver(t *testing.T) {
+	for _, kc := range []struct {
+		name  string
+		micro bf16Micro
+		ref   gemmModel
+	}{
+		{"VDPBF16PS", bf16Micro{mr: bf16MR, kStep: 1, kern: modelKernel, packA: packStripA}, gemmBF16Model},
+		{"AMX", NewNativeAMXGo(1).micro, gemmAMXModel},
+	} {
+		t.Run(kc.name, func(t *testing.T) { checkDriver(t, kc.micro, kc.ref) })
+	}
+}
+
+// checkDriver is TestNativeBF16Driver for one kernel.
+func checkDriver(t *testing.T, micro bf16Micro, ref gemmModel) {
 	rng := rand.New(rand.NewPCG(61, 62))
 	for _, sh := range bf16DriverShapes {
 		for _, ta := range []bool{false, true} {
@@ -324,9 +374,9 @@ func TestNativeBF16Driver(t *testing.T) {
 				}
 				for _, ab := range [][2]float32{{1, 0}, {0.5, -2}} {
 					want := append([]float32(nil), c0...)
-					gemmBF16Model(ta, tb, m, n, k, ab[0], a, lda, b, ldb, ab[1], want, ldc)
+					ref(ta, tb, m, n, k, ab[0], a, lda, b, ldb, ab[1], want, ldc)
 					for _, workers := range []int{1, 3} {
-						nb := &NativeBF16{workers: workers, kern: modelKernel}
+						nb := &NativeBF16{workers: workers, micro: micro}
 						for _, form := range []string{"bits", "float32", "packed"} {
 							got := append([]float32(nil), c0...)
 							seen := make([]int, m*n)

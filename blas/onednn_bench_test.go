@@ -47,8 +47,9 @@ func bf16Rand(rng *rand.Rand, n int) ([]float32, []uint16) {
 
 // BenchmarkGEMMTraining reports GFLOP/s for the products of a linear layer
 // at training shapes: native, OpenBLAS and oneDNN fp32, oneDNN and native
-// bf16 alone (native-bf16, and e2e-native-bf16-packedW as nn runs it:
-// float32 operands rounded as packed, a weight packed once),
+// bf16 alone (native-bf16: the VDPBF16PS kernel, native-amx-bf16: the AMX
+// one; and e2e-native-bf16-packedW, e2e-native-amx-bf16-packedW as nn
+// runs them: float32 operands rounded as packed, a weight packed once),
 // and the two ways to multiply a bf16 weight end to end (native: widen W
 // to fp32, then Sgemm; oneDNN: truncate the fp32-held bf16 activations
 // to bits, then GemmBF16). "omp" runs oneDNN on its own OpenMP threads.
@@ -134,20 +135,34 @@ func BenchmarkGEMMTraining(b *testing.B) {
 					run("onednn-bf16-omp", bf16err, func() {
 						omp.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, au, colsA, bu, colsB, 0, c, sh.n)
 					})
-					nbf, nerr := NewNativeBF16(cpufeat.Detect(), threads)
-					run("native-bf16", nerr, func() {
-						nbf.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, au, colsA, bu, colsB, 0, c, sh.n)
-					})
-					// as nn runs it: the float32-held operands rounded to
-					// bf16 as they are packed, a weight B packed once
-					var pb *PackedBF16 // packed in the untimed first call
-					run("e2e-native-bf16-packedW", nerr, func() {
-						if pb == nil && weightIsB {
-							pb = nbf.PackB(nil, sh.transB, sh.k, sh.n, BF16Matrix{Bits: bu, Ld: colsB})
-						}
-						bm := BF16Matrix{F32: bf, Ld: colsB}
-						nbf.Gemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, BF16Matrix{F32: af, Ld: colsA}, bm, pb, 0, c, sh.n, nil)
-					})
+					// native-bf16 is the VDPBF16PS kernel, native-amx-bf16 the
+					// AMX one, each skipped where the CPU lacks it
+					vdpFeatures := cpufeat.Detect()
+					vdpFeatures.AMXPermitted = false
+					nbf, nerr := NewNativeBF16(vdpFeatures, threads)
+					amx, aerr := NewNativeBF16(cpufeat.Detect(), threads)
+					if aerr == nil && amx.micro.mr != amxMR {
+						aerr = fmt.Errorf("no AMX-BF16 granted here (%s)", cpufeat.Detect())
+					}
+					for _, kern := range []struct {
+						name string
+						nb   *NativeBF16
+						err  error
+					}{{"native-bf16", nbf, nerr}, {"native-amx-bf16", amx, aerr}} {
+						run(kern.name, kern.err, func() {
+							kern.nb.GemmBF16(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, au, colsA, bu, colsB, 0, c, sh.n)
+						})
+						// as nn runs it: the float32-held operands rounded to
+						// bf16 as they are packed, a weight B packed once
+						var pb *PackedBF16 // packed in the untimed first call
+						run("e2e-"+kern.name+"-packedW", kern.err, func() {
+							if pb == nil && weightIsB {
+								pb = kern.nb.PackB(nil, sh.transB, sh.k, sh.n, BF16Matrix{Bits: bu, Ld: colsB})
+							}
+							bm := BF16Matrix{F32: bf, Ld: colsB}
+							kern.nb.Gemm(sh.transA, sh.transB, sh.m, sh.n, sh.k, 1, BF16Matrix{F32: af, Ld: colsA}, bm, pb, 0, c, sh.n, nil)
+						})
+					}
 					// End to end from what nn holds: a bf16 weight as bits,
 					// activations and gradients as fp32 holding bf16 values.
 					run("e2e-native-widenW", nil, func() {

@@ -116,8 +116,9 @@ func TestLinearBF16Path(t *testing.T) {
 }
 
 // realBF16Gemmers are the bf16 GEMMs that run on this machine: oneDNN's
-// where it loads with its bf16 GEMM, the VDPBF16PS kernel where the CPU
-// has AVX512_BF16.
+// where it loads with its bf16 GEMM, the AMX kernel where the CPU has
+// AMX-BF16 and the OS grants it, the VDPBF16PS kernel where the CPU has
+// AVX512_BF16.
 func realBF16Gemmers(t *testing.T) []blas.BF16Gemmer {
 	var gs []blas.BF16Gemmer
 	var why []string
@@ -128,17 +129,24 @@ func realBF16Gemmers(t *testing.T) []blas.BF16Gemmer {
 	} else {
 		gs = append(gs, d)
 	}
-	if nb, err := blas.NewNativeBF16(cpufeat.Detect(), 2); err != nil {
+	f := cpufeat.Detect()
+	if nb, err := blas.NewNativeBF16(f, 2); err != nil {
 		why = append(why, err.Error())
 	} else {
 		gs = append(gs, nb)
 	}
+	if f.AMX() && f.AVX512BF16 { // the VDPBF16PS kernel too, which AMX displaces
+		f.AMXPermitted = false
+		if nb, err := blas.NewNativeBF16(f, 2); err == nil {
+			gs = append(gs, nb)
+		}
+	}
 	if len(gs) == 0 {
-		t.Logf("no bf16 GEMM runs here (%s): the native driver is checked on its Go model of VDPBF16PS only", strings.Join(why, "; "))
+		t.Logf("no bf16 GEMM runs here (%s): the native driver is checked on its Go models of VDPBF16PS and TDPBF16PS only", strings.Join(why, "; "))
 	}
 	// the native driver (packing float32 operands, a packed weight, the
-	// rounding epilogue) on the Go model of its kernel, on every CPU
-	return append(gs, blas.NewNativeBF16Go(2))
+	// rounding epilogue) on the Go models of its kernels, on every CPU
+	return append(gs, blas.NewNativeBF16Go(2), blas.NewNativeAMXGo(2))
 }
 
 // TestLinearOnBF16Units runs a linear layer's forward and dx on each real

@@ -10,16 +10,19 @@
 # folder, to DIR. `run`, from the repository root there, prints within
 # about a minute:
 #   - the CPU model and its AVX-512, bf16 and AMX flags;
-#   - the bf16 tests of blas and nn: the instruction against the model of
-#     its SDM semantics, the VDPBF16PS kernel against that model (bit for
-#     bit) and the float64 bound, a linear layer on each bf16 GEMM against
-#     the emulation. On a CPU with avx512_bf16 none may SKIP except those
-#     naming oneDNN where libdnnl is missing;
+#   - the bf16 tests of blas and nn: each instruction (VDPBF16PS,
+#     TDPBF16PS) against the model of its SDM semantics, the VDPBF16PS and
+#     AMX kernels against their models (bit for bit) and the float64
+#     bound, the AMX encodings against GNU as where binutils is there, a
+#     linear layer on each bf16 GEMM against the emulation. On a CPU with
+#     avx512_bf16 none may SKIP except those naming oneDNN where libdnnl is
+#     missing, and those naming AMX-BF16 where the CPU lacks amx_bf16;
 #   - GEMM GFLOP/s at the D576 training shapes on 2 threads, native fp32
-#     beside native-bf16 (bits in, op(B) packed per call) and
-#     e2e-native-bf16-packedW (float32 operands rounded as packed, the
-#     weight packed once: what nn runs), with the bf16/fp32 ratio; oneDNN's
-#     where libdnnl loads;
+#     beside native-bf16 (the VDPBF16PS kernel, bits in, op(B) packed per
+#     call) and e2e-native-bf16-packedW (float32 operands rounded as
+#     packed, the weight packed once: what nn runs), the same two for the
+#     AMX kernel (native-amx-bf16, e2e-native-amx-bf16-packedW), with the
+#     bf16/fp32 ratios; oneDNN's where libdnnl loads;
 #   - mixtune bench on the bench and mid shapes at 2 threads: fp32, bf16
 #     emulate, bf16 hardware and bf16 auto (tokens/s, peak RSS, the path);
 #   - with DNNL_DIR set to a folder holding libdnnl.so.2 (and its
@@ -43,8 +46,8 @@ source scripts/part.sh
 tests() {
 	local abs
 	abs=$(cd "$dir" && pwd)
-	(cd blas && "$abs/bf16.test" -test.run "${1:-BF16|VDPBF16}" -test.v 2>&1) |
-		grep -E '^(--- |ok|PASS|FAIL|panic)|bound|CPU lacks|within|no bf16 GEMM|not installed|SIGILL|illegal' || true
+	(cd blas && "$abs/bf16.test" -test.run "${1:-BF16|VDPBF16|AMX}" -test.v 2>&1) | grep -v '^=== ' |
+		grep -E '^(--- |ok|PASS|FAIL|panic)|bound|CPU lacks|AMX|TDPBF16PS|misses|within|no bf16 GEMM|not installed|SIGILL|illegal' || true
 	(cd nn && "$abs/nn.test" -test.run "${2:-LinearBF16Path|LinearOnBF16Units|LinearPackedWeightCache|RoundsInPack}" -test.v 2>&1) |
 		grep -E '^(--- |ok|PASS|FAIL|panic)|within|no bf16 GEMM|SIGILL|illegal' || true
 }
@@ -55,16 +58,20 @@ gemms() {
 		-test.bench 'GEMMTraining/D576/./././threads=2' 2>&1 |
 		awk '/GFLOP/ {
 			n = split($1, p, "/"); shape = p[3] "/" p[4]; impl = p[5]
-			if (impl !~ /^(native|native-bf16|e2e-native-bf16-packedW|onednn|onednn-bf16)$/) next
+			if (impl !~ /^(native|native-bf16|e2e-native-bf16-packedW|native-amx-bf16|e2e-native-amx-bf16-packedW|onednn|onednn-bf16)$/) next
 			g[shape, impl] = $(NF-1); if (!(shape in seen)) { seen[shape] = 1; order[++k] = shape }
 		}
+		function ratio(s, impl) {
+			return (g[s, "native"] > 0 && g[s, impl] > 0) ? sprintf("%.2fx", g[s, impl] / g[s, "native"]) : "-"
+		}
 		END {
-			printf "%-22s %8s %12s %8s %12s %8s %8s %12s\n", "shape (GFLOP/s)", "native", "native-bf16", "/fp32", "e2e-bf16-pW", "/fp32", "onednn", "onednn-bf16"
+			printf "%-22s %8s %12s %7s %12s %7s %10s %7s %12s %7s %8s %12s\n", "shape (GFLOP/s)", "native", "native-bf16", "/fp32", "e2e-bf16-pW", "/fp32", "amx-bf16", "/fp32", "e2e-amx-pW", "/fp32", "onednn", "onednn-bf16"
 			for (i = 1; i <= k; i++) {
-				s = order[i]; r1 = "-"; r2 = "-"
-				if (g[s, "native"] > 0 && g[s, "native-bf16"] > 0) r1 = sprintf("%.2fx", g[s, "native-bf16"] / g[s, "native"])
-				if (g[s, "native"] > 0 && g[s, "e2e-native-bf16-packedW"] > 0) r2 = sprintf("%.2fx", g[s, "e2e-native-bf16-packedW"] / g[s, "native"])
-				printf "%-22s %8s %12s %8s %12s %8s %8s %12s\n", s, g[s, "native"], g[s, "native-bf16"], r1, g[s, "e2e-native-bf16-packedW"], r2, g[s, "onednn"], g[s, "onednn-bf16"]
+				s = order[i]
+				printf "%-22s %8s %12s %7s %12s %7s %10s %7s %12s %7s %8s %12s\n", s, g[s, "native"],
+					g[s, "native-bf16"], ratio(s, "native-bf16"), g[s, "e2e-native-bf16-packedW"], ratio(s, "e2e-native-bf16-packedW"),
+					g[s, "native-amx-bf16"], ratio(s, "native-amx-bf16"), g[s, "e2e-native-amx-bf16-packedW"], ratio(s, "e2e-native-amx-bf16-packedW"),
+					g[s, "onednn"], g[s, "onednn-bf16"]
 			}
 		}'
 }
@@ -130,8 +137,8 @@ run)
 	echo "== the CPU"
 	lscpu | grep -E 'Model name|^CPU\(s\)' || true
 	echo "flags: $(grep -o -w -E 'avx512f|avx512_bf16|avx512_fp16|avx512_vnni|amx_bf16|amx_tile|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-	part "bf16 tests" 45 bash -c tests
-	part "GEMM GFLOP/s, 2 threads" 30 bash -c gemms
+	part "bf16 tests" 90 bash -c tests
+	part "GEMM GFLOP/s, 2 threads" 45 bash -c gemms
 	if [ -n "$mt" ]; then
 		part "mixtune bench, 2 threads" 60 bash -c "benches native"
 	else
