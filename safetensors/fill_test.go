@@ -1,0 +1,121 @@
+package safetensors
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mixtune/mixtune/amp"
+)
+
+// lazy returns ts with every tensor's values supplied by Fill instead, and
+// the order in which the writer asked for them.
+func lazy(ts []Tensor) ([]Tensor, *[]string) {
+	var asked []string
+	out := make([]Tensor, len(ts))
+	for i, t := range ts {
+		data, u8 := t.Data, t.U8
+		name := t.Name
+		out[i] = Tensor{Name: t.Name, Shape: t.Shape, Dtype: t.Dtype, Bytes: u8 != nil,
+			Fill: func() ([]float32, []byte, error) {
+				asked = append(asked, name)
+				return data, u8, nil
+			}}
+	}
+	return out, &asked
+}
+
+// dirBytes reads every file of dir.
+func dirBytes(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = b
+	}
+	return files
+}
+
+// A checkpoint whose tensors are filled as they are written is the same
+// bytes as one written from values in memory, sharded or not, float and
+// byte tensors alike, and each Fill is called once, in the order of the
+// data.
+func TestWriteCheckpointFill(t *testing.T) {
+	ts := []Tensor{
+		{Name: "b.weight", Shape: []int{3, 5}, Data: seq(15), Dtype: amp.BF16},
+		{Name: "a.weight", Shape: []int{7}, Data: seq(7), Dtype: amp.FP32},
+		{Name: "c.codes", Shape: []int{9, 1}, U8: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{Name: "d.weight", Shape: []int{2, 3}, Data: seq(6), Dtype: amp.FP16},
+	}
+	for _, shard := range []int64{0, 40} {
+		eager, filled := t.TempDir(), t.TempDir()
+		if err := WriteCheckpoint(eager, ts, map[string]string{"k": "v"}, shard); err != nil {
+			t.Fatal(err)
+		}
+		lz, asked := lazy(ts)
+		if err := WriteCheckpoint(filled, lz, map[string]string{"k": "v"}, shard); err != nil {
+			t.Fatal(err)
+		}
+		want, got := dirBytes(t, eager), dirBytes(t, filled)
+		if len(want) != len(got) || (shard > 0) != (len(want) > 1) {
+			t.Fatalf("shard %d: %d files eagerly, %d filled", shard, len(want), len(got))
+		}
+		for name, b := range want {
+			if !bytes.Equal(got[name], b) {
+				t.Errorf("shard %d: %s differs when filled", shard, name)
+			}
+		}
+		if wantOrder := []string{"a.weight", "b.weight", "c.codes", "d.weight"}; !slices.Equal(*asked, wantOrder) {
+			t.Errorf("shard %d: filled %v, want %v", shard, *asked, wantOrder)
+		}
+	}
+}
+
+// A Fill that fails or gives the wrong size fails the write, naming the
+// tensor, and leaves no file behind.
+func TestWriteCheckpointFillErrors(t *testing.T) {
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		name string
+		t    Tensor
+		want string
+	}{
+		{"error", Tensor{Name: "w", Shape: []int{2}, Dtype: amp.FP32, Fill: func() ([]float32, []byte, error) { return nil, nil, boom }}, "tensor w: boom"},
+		{"short", Tensor{Name: "w", Shape: []int{2}, Dtype: amp.FP32, Fill: func() ([]float32, []byte, error) { return []float32{1}, nil, nil }}, "want 2 values"},
+		{"bytes for floats", Tensor{Name: "w", Shape: []int{2}, Dtype: amp.FP32, Fill: func() ([]float32, []byte, error) { return nil, []byte{1, 2}, nil }}, "want 2 values"},
+		{"floats for bytes", Tensor{Name: "w", Shape: []int{2}, Bytes: true, Fill: func() ([]float32, []byte, error) { return []float32{1, 2}, nil, nil }}, "want 2 bytes"},
+		{"fill and data", Tensor{Name: "w", Shape: []int{2}, Dtype: amp.FP32, Data: []float32{1, 2}, Fill: func() ([]float32, []byte, error) { return nil, nil, nil }}, "both data and a Fill"},
+	} {
+		dir := t.TempDir()
+		err := WriteCheckpoint(dir, []Tensor{c.t}, nil, 0)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
+		}
+		if c.name == "error" && !errors.Is(err, boom) {
+			t.Errorf("%s: %v does not wrap the Fill's error", c.name, err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%s: left %d files", c.name, len(entries))
+		}
+	}
+}
+
+// seq is n distinct values, none exact in 16 bits.
+func seq(n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = 0.1*float32(i) - 0.37
+	}
+	return v
+}
