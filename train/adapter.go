@@ -233,21 +233,7 @@ func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
 }
 
 // configTargets lists the linear modules a model with config c has.
-func configTargets(c model.Config) []peft.Target {
-	shapes := map[string][]int{}
-	for _, s := range model.Specs(c) {
-		shapes[s.Name] = s.Shape
-	}
-	var ts []peft.Target
-	for i := 0; i < c.NumHiddenLayers; i++ {
-		for _, short := range append(slices.Clone(model.AttentionModules), model.MLPModules...) {
-			p := model.ModulePath(i, short)
-			s := shapes[p+".weight"]
-			ts = append(ts, peft.Target{Path: p, Out: s[0], In: s[1]})
-		}
-	}
-	return ts
-}
+func configTargets(c model.Config) []peft.Target { return peft.ConfigTargets(c) }
 
 // linearTargets lists every linear module of the model with its shape.
 func linearTargets(m *model.Model) []peft.Target { return peft.ModelTargets(m) }

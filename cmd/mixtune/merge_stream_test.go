@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/peft"
+	"github.com/mixtune/mixtune/quant"
+	"github.com/mixtune/mixtune/safetensors"
+)
+
+// bnbFixture is a bitsandbytes NF4 checkpoint (double quantization) as
+// transformers saves it (scripts/gen_bnb4_fixture.py).
+const bnbFixture = "../../model/testdata/bnb4"
+
+// randomAdapter saves, for the model in baseDir, a LoRA or DoRA adapter on
+// targets with random B (and magnitudes off the base's row norms), so
+// that every merge changes the weights.
+func randomAdapter(t *testing.T, baseDir, dir string, targets []string, dora bool, seed uint64) string {
+	t.Helper()
+	m, err := model.Load(baseDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := peft.Targets(peft.ModelTargets(m), targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp32 := map[string]*model.Tensor{} // DoRA's magnitudes start at the row norms of fp32 weights
+	for name, w := range m.Weights {
+		fp32[name] = &model.Tensor{Shape: w.Shape, Data: w.Float32()}
+	}
+	l, err := peft.New(peft.Config{R: 4, Alpha: 8, TargetModules: targets, UseDoRA: dora}, ts, seed, fp32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for _, mod := range l.Modules {
+		for j := range mod.B {
+			mod.B[j] = float32(rng.NormFloat64() * 0.02)
+		}
+		for j := range mod.M {
+			mod.M[j] *= float32(1 + 0.1*rng.NormFloat64())
+		}
+	}
+	if err := l.Save(dir, baseDir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// savedHeadAdapter writes a PEFT adapter with a LoRA on q_proj and
+// modules_to_save lm_head, whose saved weight replaces the base's.
+func savedHeadAdapter(t *testing.T, baseDir, dir string) string {
+	t.Helper()
+	c, err := model.ReadConfig(baseDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	fill := func(n int) []float32 {
+		d := make([]float32, n)
+		for i := range d {
+			d[i] = float32(rng.NormFloat64() * 0.05)
+		}
+		return d
+	}
+	d, q := c.HiddenSize, c.NumAttentionHeads*c.HeadDimension()
+	tensors := []safetensors.Tensor{
+		{Name: "base_model.model.lm_head.weight", Shape: []int{c.VocabSize, d}, Data: fill(c.VocabSize * d), Dtype: amp.FP32},
+	}
+	for i := range c.NumHiddenLayers {
+		p := "base_model.model." + model.ModulePath(i, "q_proj")
+		tensors = append(tensors,
+			safetensors.Tensor{Name: p + ".lora_A.weight", Shape: []int{2, d}, Data: fill(2 * d), Dtype: amp.FP32},
+			safetensors.Tensor{Name: p + ".lora_B.weight", Shape: []int{q, 2}, Data: fill(2 * q), Dtype: amp.FP32})
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(map[string]any{"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": []string{"q_proj"}, "modules_to_save": []string{"lm_head"}})
+	if err := os.WriteFile(filepath.Join(dir, peft.ConfigFile), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, peft.WeightsFile), tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The streaming merge writes the same bytes as merging into the model
+// loaded whole (MergeInto, Requantize, Save or SaveBnB4), by design: each
+// weight goes through the same per-weight arithmetic. Every file of the
+// two outputs is compared byte for byte, and the requantization error
+// statistics must be the same numbers.
+func TestMergeStreamingBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	bf16Dir, _ := tinyBase(t, dir)
+	// a base stored in fp32, with a wider model and several shards
+	wide, err := model.New(model.Config{VocabSize: 259, HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
+		InitializerRange: 0.02, BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp32Dir := filepath.Join(dir, "fp32")
+	if err := wide.Save(fp32Dir, amp.FP32, 30_000); err != nil {
+		t.Fatal(err)
+	}
+	attn, mlp := []string{"q_proj", "v_proj"}, []string{"q_proj", "down_proj", "up_proj"}
+	nf4 := model.Quantization{Type: quant.NF4, Double: true}
+	for _, c := range []struct {
+		name    string
+		base    string
+		adapter string
+		job     mergeJob
+	}{
+		{"bnb lora", bnbFixture, randomAdapter(t, bnbFixture, filepath.Join(dir, "a1"), attn, false, 1),
+			mergeJob{storedDtype: true}},
+		{"bnb dora bf16 sharded", bnbFixture, randomAdapter(t, bnbFixture, filepath.Join(dir, "a2"), mlp, true, 2),
+			mergeJob{dtype: amp.BF16, maxShardBytes: 20_000}},
+		{"bnb dora requantize nf4", bnbFixture, filepath.Join(dir, "a2"),
+			mergeJob{dtype: amp.BF16, requant: nf4, maxShardBytes: 20_000}},
+		{"bnb lora requantize fp4", bnbFixture, filepath.Join(dir, "a1"),
+			mergeJob{dtype: amp.FP16, requant: model.Quantization{Type: quant.FP4}}},
+		{"bf16 lora", bf16Dir, randomAdapter(t, bf16Dir, filepath.Join(dir, "a3"), mlp, false, 3),
+			mergeJob{storedDtype: true}},
+		{"bf16 nf4-on-load lora fp32", bf16Dir, filepath.Join(dir, "a3"),
+			mergeJob{dtype: amp.FP32, base: nf4}},
+		{"fp32 nf4-on-load dora requantize nf4 sharded", fp32Dir, randomAdapter(t, fp32Dir, filepath.Join(dir, "a4"), mlp, true, 4),
+			mergeJob{dtype: amp.BF16, base: nf4, requant: nf4, maxShardBytes: 30_000}},
+		{"fp32 fp4-on-load requantize nf4 single", fp32Dir, filepath.Join(dir, "a4"),
+			mergeJob{storedDtype: true, base: model.Quantization{Type: quant.FP4}, requant: model.Quantization{Type: quant.NF4}}},
+		{"fp32 modules_to_save", fp32Dir, savedHeadAdapter(t, fp32Dir, filepath.Join(dir, "a5")),
+			mergeJob{dtype: amp.BF16, maxShardBytes: 30_000}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			j := c.job
+			j.modelDir, j.adapterDir = c.base, c.adapter
+			whole, err := j.prepareWhole()
+			if err != nil {
+				t.Fatal(err)
+			}
+			streamed, err := j.prepare()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wholeDir, streamDir := filepath.Join(t.TempDir(), "whole"), filepath.Join(t.TempDir(), "stream")
+			wst, err := whole.write(wholeDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sst, err := streamed.write(streamDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(wst, sst) {
+				t.Errorf("requantization statistics: whole %+v, streamed %+v", wst, sst)
+			}
+			if j.requant.Type != 0 && sst.Tensors == 0 {
+				t.Error("nothing was requantized")
+			}
+			if whole.dtype != streamed.dtype {
+				t.Errorf("dtype: whole %v, streamed %v", whole.dtype, streamed.dtype)
+			}
+			want, got := readDir(t, wholeDir), readDir(t, streamDir)
+			if !slices.Equal(sortedKeys(want), sortedKeys(got)) {
+				t.Fatalf("files: whole %v, streamed %v", sortedKeys(want), sortedKeys(got))
+			}
+			if j.maxShardBytes > 0 && len(want) < 3 {
+				t.Errorf("want several shards, got files %v", sortedKeys(want))
+			}
+			for name, b := range want {
+				if !bytes.Equal(got[name], b) {
+					t.Errorf("%s differs (%d bytes whole, %d streamed)", name, len(b), len(got[name]))
+				}
+			}
+			// and the merge changed what it adapts
+			base, err := model.Load(c.base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			merged, err := model.Load(streamDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := model.ModulePath(0, "q_proj") + ".weight"
+			if slices.Equal(base.Weights[q].Float32(), merged.Weights[q].Float32()) {
+				t.Errorf("%s is the base's: nothing was merged", q)
+			}
+		})
+	}
+}
+
+func readDir(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = b
+	}
+	return files
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
