@@ -1,6 +1,7 @@
 package peft
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 
@@ -65,15 +66,30 @@ type mergedWeights struct {
 	l       *Adapter
 	dtype   amp.Format
 	requant model.Quantization
+	// large says the weight last given was 64 MiB or more in fp32: it is
+	// collected before the next is read (see merged).
+	large bool
 }
 
 // merged is weight name with the adapter merged in, if it adapts it:
 // fp32, or the base's tensor as base gave it.
 func (w *mergedWeights) merged(name string) (*model.Tensor, error) {
+	if w.large {
+		// The weight before, written and dropped, is garbage of up to
+		// twice its fp32 size; left to the collector's pace (GOGC=100)
+		// it would still be there when this one is read, doubling the
+		// peak. Collected now, the peak is the largest weight's.
+		runtime.GC()
+	}
 	t, err := w.base(name)
 	if err != nil {
 		return nil, err
 	}
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	w.large = 4*n >= 64<<20
 	path, ok := strings.CutSuffix(name, ".weight")
 	if !ok || w.l.byPath[path] == nil {
 		return t, nil

@@ -2,7 +2,11 @@ package safetensors
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -118,4 +122,68 @@ func seq(n int) []float32 {
 		v[i] = 0.1*float32(i) - 0.37
 	}
 	return v
+}
+
+// Checkpoint.Float32 reads a tensor in chunks of a million elements; a
+// tensor of several chunks, the last one partial, reads as the whole
+// file's bytes decoded at once do (File.Float32), in every dtype.
+func TestCheckpointFloat32Chunked(t *testing.T) {
+	const n = 2<<20 + 12345
+	rng := rand.New(rand.NewPCG(1, 2))
+	var data []byte
+	header := `{`
+	for i, c := range []struct {
+		name, dtype string
+		size        int
+	}{{"bf16", "BF16", 2}, {"f16", "F16", 2}, {"f32", "F32", 4}, {"f64", "F64", 8}} {
+		begin := len(data)
+		for range n {
+			v := rng.NormFloat64()
+			switch c.size {
+			case 2:
+				data = binary.LittleEndian.AppendUint16(data, uint16(rng.Uint32()))
+			case 4:
+				data = binary.LittleEndian.AppendUint32(data, math.Float32bits(float32(v)))
+			default:
+				data = binary.LittleEndian.AppendUint64(data, math.Float64bits(v*1e39)) // some overflow fp32
+			}
+		}
+		if i > 0 {
+			header += ","
+		}
+		header += fmt.Sprintf(`%q:{"dtype":%q,"shape":[%d],"data_offsets":[%d,%d]}`, c.name, c.dtype, n, begin, len(data))
+	}
+	header += `}`
+	file := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	file = append(append(file, header...), data...)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, SingleFileName), file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := Parse("whole", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"bf16", "f16", "f32", "f64"} {
+		want, _, err := whole.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, shape, err := ck.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(shape, []int{n}) || len(got) != n {
+			t.Fatalf("%s: shape %v, %d values", name, shape, len(got))
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s[%d] = %v chunked, %v whole", name, i, got[i], want[i])
+			}
+		}
+	}
 }

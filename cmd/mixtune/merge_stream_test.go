@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/model"
@@ -224,4 +226,106 @@ func sortedKeys(m map[string][]byte) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// peakHeap runs f while sampling the heap in use, and returns the largest
+// growth over what was in use, collected, before f.
+func peakHeap(f func() error) (uint64, error) {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base, peak := ms.HeapInuse, ms.HeapInuse
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	err := f()
+	close(stop)
+	<-done
+	runtime.ReadMemStats(&ms)
+	return max(peak, ms.HeapInuse) - base, err
+}
+
+// deepBase saves a bitsandbytes NF4 model (double quantization, bf16
+// embedding and head) of many narrow layers: its fp32 weights total
+// layers × about 4.2 MB, its largest weight is 1 MiB in fp32.
+func deepBase(t testing.TB, dir string, layers int) (string, model.Config) {
+	t.Helper()
+	c := model.Config{VocabSize: 512, HiddenSize: 256, IntermediateSize: 1024, NumHiddenLayers: layers,
+		NumAttentionHeads: 4, NumKeyValueHeads: 4, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
+		InitializerRange: 0.02, BOSTokenID: 1, EOSTokenID: 2}
+	m, err := model.NewQuantized(c, 9, amp.BF16, model.Quantization{Type: quant.NF4, Double: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "deep")
+	if err := m.SaveBnB4(p, amp.BF16, 0); err != nil {
+		t.Fatal(err)
+	}
+	return p, c
+}
+
+// A merge streams: merging an NF4 model whose weights take 270 MB in
+// fp32 into every projection, the heap grows by at most 4× its largest
+// weight in fp32 (a weight dequantized, its float64 delta, the merged
+// values) plus the adapter and 64 MiB of slack for the collector's pace
+// and the writer's buffers: far less than the model, which the whole-model
+// merge holds. With --requantize the bound is the same, each projection
+// merged and quantized twice.
+func TestMergeStreamingMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 270 MB (fp32) model twice")
+	}
+	dir := t.TempDir()
+	baseDir, c := deepBase(t, dir, 64)
+	all := append(slices.Clone(model.AttentionModules), model.MLPModules...)
+	adapterDir := randomAdapter(t, baseDir, filepath.Join(dir, "adapter"), all, false, 5)
+	var total, largest uint64
+	for _, s := range model.Specs(c) {
+		n := uint64(4)
+		for _, d := range s.Shape {
+			n *= uint64(d)
+		}
+		total += n
+		largest = max(largest, n)
+	}
+	var adapterBytes uint64
+	for _, ts := range peft.ConfigTargets(c) {
+		adapterBytes += 4 * 4 * uint64(ts.In+ts.Out) // r = 4: A and B in fp32
+	}
+	bound := 4*largest + adapterBytes + 64<<20
+	if total < 3*bound {
+		t.Fatalf("the model (%d bytes in fp32) is too small to tell streaming from holding it (bound %d)", total, bound)
+	}
+	for _, requant := range []model.Quantization{{}, {Type: quant.NF4, Double: true}} {
+		j := mergeJob{modelDir: baseDir, adapterDir: adapterDir, dtype: amp.BF16, requant: requant}
+		out := filepath.Join(t.TempDir(), "merged")
+		peak, err := peakHeap(func() error {
+			res, err := j.prepare()
+			if err != nil {
+				return err
+			}
+			_, err = res.write(out)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("requantize %v: heap grew by %.1f MiB at most; model %.1f MiB in fp32, largest weight %.1f MiB, bound %.1f MiB",
+			requant.Type, float64(peak)/(1<<20), float64(total)/(1<<20), float64(largest)/(1<<20), float64(bound)/(1<<20))
+		if peak > bound {
+			t.Errorf("requantize %v: the heap grew by %d bytes, over the bound %d (4× the largest weight %d in fp32, adapter %d, 64 MiB)",
+				requant.Type, peak, bound, largest, adapterBytes)
+		}
+	}
 }
