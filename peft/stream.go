@@ -59,6 +59,14 @@ func WriteMerged(dir string, c model.Config, base func(name string) (*model.Tens
 	return st, model.SaveBnB4From(dir, c, opt.Dtype, opt.MaxShardBytes, src, layouts)
 }
 
+// MergeError is a merge that is not finite (a DoRA row of norm 0, an
+// overflow of the output dtype: CheckFinite), found by WriteMerged as it
+// wrote the weight: the error to report whatever file was being written.
+type MergeError struct{ Err error }
+
+func (e *MergeError) Error() string { return e.Err.Error() }
+func (e *MergeError) Unwrap() error { return e.Err }
+
 // mergedWeights is a base model with an adapter merged in, weight by
 // weight, as a model.WeightSource.
 type mergedWeights struct {
@@ -96,11 +104,11 @@ func (w *mergedWeights) merged(name string) (*model.Tensor, error) {
 	}
 	// a 4-bit base: merged into its dequantized fp32 values, as MergeInto does
 	merged, err := w.l.Merged(path, t.Float32())
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = CheckFinite(path, merged, w.l.byPath[path].In, w.dtype)
 	}
-	if err := CheckFinite(path, merged, w.l.byPath[path].In, w.dtype); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, &MergeError{err}
 	}
 	return &model.Tensor{Shape: t.Shape, Data: merged}, nil
 }

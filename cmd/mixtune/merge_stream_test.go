@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -327,5 +329,121 @@ func TestMergeStreamingMemory(t *testing.T) {
 			t.Errorf("requantize %v: the heap grew by %d bytes, over the bound %d (4× the largest weight %d in fp32, adapter %d, 64 MiB)",
 				requant.Type, peak, bound, largest, adapterBytes)
 		}
+	}
+}
+
+// rewriteCheckpoint rewrites dir/model.safetensors in fp32, with change
+// applied to each tensor's values in place, or to a byte tensor's bytes
+// (it returns them, of the same length).
+func rewriteCheckpoint(t *testing.T, dir string, change func(name string, data []float32, u8 []byte) []byte) {
+	t.Helper()
+	path := filepath.Join(dir, safetensors.SingleFileName)
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, name := range f.Names() {
+		info, _ := f.Info(name)
+		if info.Dtype == "U8" {
+			b, err := f.Raw(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts = append(ts, safetensors.Tensor{Name: name, Shape: info.Shape, U8: change(name, nil, slices.Clone(b))})
+			continue
+		}
+		d, _, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(name, d, nil)
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: info.Shape, Data: d, Dtype: amp.FP32})
+	}
+	if err := safetensors.WriteFile(path, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Bad input found only once a weight is read, after others were written
+// (a NaN in the last weight, a 4-bit weight's quant state that
+// contradicts the config), exits 2 naming the tensor and leaves nothing:
+// the weights went to a temporary directory, removed on the error, and
+// --out is never created.
+func TestMergeStreamingBadWeightLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	bf16Dir, _ := tinyBase(t, dir)
+	nanDir := filepath.Join(dir, "nan")
+	if err := os.CopyFS(nanDir, os.DirFS(bf16Dir)); err != nil {
+		t.Fatal(err)
+	}
+	rewriteCheckpoint(t, nanDir, func(name string, d []float32, _ []byte) []byte {
+		if name == "model.norm.weight" { // written last but for nothing
+			d[3] = float32(math.NaN())
+		}
+		return nil
+	})
+	bnbDir := filepath.Join(dir, "bnb")
+	if err := os.CopyFS(bnbDir, os.DirFS(bnbFixture)); err != nil {
+		t.Fatal(err)
+	}
+	bad := "model.layers.1.mlp.down_proj.weight"
+	rewriteCheckpoint(t, bnbDir, func(name string, _ []float32, u8 []byte) []byte {
+		if name == bad+".quant_state.bitsandbytes__nf4" {
+			return bytes.Replace(u8, []byte(`"blocksize": 64`), []byte(`"blocksize": 63`), 1)
+		}
+		return u8
+	})
+	for _, c := range []struct {
+		name, base, clean, want string
+	}{
+		{"NaN", nanDir, bf16Dir, "tensor model.norm.weight holds a non-finite value"},
+		{"quant state", bnbDir, bnbFixture, bad + ".quant_state.bitsandbytes__nf4: blocksize 63"},
+	} {
+		adapter := randomAdapter(t, c.clean, filepath.Join(t.TempDir(), "adapter"), []string{"q_proj"}, false, 7)
+		parent := t.TempDir()
+		out := filepath.Join(parent, "merged")
+		code, _, stderr := runIn(t, "merge", "--model", c.base, "--adapter", adapter, "--out", out, "--dtype", "bf16")
+		t.Logf("%s: %s", c.name, stderr)
+		if code != 2 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, ".tmp-") {
+			t.Errorf("%s: exit %d, %q; want exit 2 naming %q, not the temporary file", c.name, code, stderr, c.want)
+		}
+		if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+			t.Errorf("%s: left %v beside --out", c.name, entries)
+		}
+	}
+}
+
+// A merge that overflows fp16 in a weight written after others is refused
+// naming the module, as the whole-model merge refused it before writing
+// (exit 1), and leaves nothing.
+func TestMergeStreamingOverflowLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	baseDir, _ := tinyBase(t, dir)
+	adapterDir := randomAdapter(t, baseDir, filepath.Join(dir, "adapter"), []string{"q_proj", "down_proj"}, false, 8)
+	l, err := peft.Load(adapterDir, peft.BaseOf(func() *model.Model {
+		m, err := model.Load(baseDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := l.Modules[len(l.Modules)-1] // model.layers.1.mlp.down_proj, written after layer 0
+	for j := range last.B {
+		last.B[j] = 1e7
+	}
+	if err := l.Save(adapterDir+"-big", baseDir); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	code, _, stderr := runIn(t, "merge", "--model", baseDir, "--adapter", adapterDir+"-big", "--out", filepath.Join(parent, "merged"), "--dtype", "fp16")
+	if want := last.Path + ": merged weight"; code != 1 || !strings.Contains(stderr, want) || strings.Contains(stderr, ".tmp-") {
+		t.Errorf("exit %d, %q; want exit 1 naming %q, not the temporary file", code, stderr, want)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("left %v beside --out", entries)
 	}
 }

@@ -80,6 +80,16 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 		res.copied, err = copyTokenizerFiles(*modelDir, dir)
 		return err
 	}); err != nil {
+		// a weight found bad as it was read, or merged: what is wrong and
+		// where, not the temporary file it was on its way to (removed)
+		var in *train.InputError
+		var merge *peft.MergeError
+		switch {
+		case errors.As(err, &in):
+			return in
+		case errors.As(err, &merge):
+			return merge
+		}
 		return err
 	}
 	fmt.Fprintf(stdout, "merged %s into %d modules of %s → %s (%s)", res.adapter.Config, len(res.adapter.Modules), *modelDir, *out, res.dtype)
