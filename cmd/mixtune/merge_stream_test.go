@@ -100,6 +100,13 @@ func savedHeadAdapter(t *testing.T, baseDir, dir string) string {
 	return dir
 }
 
+// wideConfig is a two-layer model wide enough for 4-bit blocks of 64.
+func wideConfig() model.Config {
+	return model.Config{VocabSize: 259, HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 2,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
+		InitializerRange: 0.02, BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}
+}
+
 // The streaming merge writes the same bytes as merging into the model
 // loaded whole (MergeInto, Requantize, Save or SaveBnB4), by design: each
 // weight goes through the same per-weight arithmetic. Every file of the
@@ -109,9 +116,7 @@ func TestMergeStreamingBitIdentical(t *testing.T) {
 	dir := t.TempDir()
 	bf16Dir, _ := tinyBase(t, dir)
 	// a base stored in fp32, with a wider model and several shards
-	wide, err := model.New(model.Config{VocabSize: 259, HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 2,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
-		InitializerRange: 0.02, BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}, 6)
+	wide, err := model.New(wideConfig(), 6)
 	if err != nil {
 		t.Fatal(err)
 	}
