@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -61,9 +62,10 @@ func randomAdapter(t *testing.T, baseDir, dir string, targets []string, dora boo
 	return dir
 }
 
-// savedHeadAdapter writes a PEFT adapter with a LoRA on q_proj and
-// modules_to_save lm_head, whose saved weight replaces the base's.
-func savedHeadAdapter(t *testing.T, baseDir, dir string) string {
+// peftAdapter writes a PEFT adapter with a random LoRA on q_proj and
+// adapter_config.json's fields plus extra: with modules_to_save lm_head,
+// a saved weight replaces the base's.
+func peftAdapter(t *testing.T, baseDir, dir string, extra map[string]any) string {
 	t.Helper()
 	c, err := model.ReadConfig(baseDir)
 	if err != nil {
@@ -78,8 +80,9 @@ func savedHeadAdapter(t *testing.T, baseDir, dir string) string {
 		return d
 	}
 	d, q := c.HiddenSize, c.NumAttentionHeads*c.HeadDimension()
-	tensors := []safetensors.Tensor{
-		{Name: "base_model.model.lm_head.weight", Shape: []int{c.VocabSize, d}, Data: fill(c.VocabSize * d), Dtype: amp.FP32},
+	var tensors []safetensors.Tensor
+	if extra["modules_to_save"] != nil {
+		tensors = append(tensors, safetensors.Tensor{Name: "base_model.model.lm_head.weight", Shape: []int{c.VocabSize, d}, Data: fill(c.VocabSize * d), Dtype: amp.FP32})
 	}
 	for i := range c.NumHiddenLayers {
 		p := "base_model.model." + model.ModulePath(i, "q_proj")
@@ -90,7 +93,9 @@ func savedHeadAdapter(t *testing.T, baseDir, dir string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _ := json.Marshal(map[string]any{"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": []string{"q_proj"}, "modules_to_save": []string{"lm_head"}})
+	fields := map[string]any{"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": []string{"q_proj"}}
+	maps.Copy(fields, extra)
+	cfg, _ := json.Marshal(fields)
 	if err := os.WriteFile(filepath.Join(dir, peft.ConfigFile), cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +153,12 @@ func TestMergeStreamingBitIdentical(t *testing.T) {
 			mergeJob{dtype: amp.BF16, base: nf4, requant: nf4, maxShardBytes: 30_000}},
 		{"fp32 fp4-on-load requantize nf4 single", fp32Dir, filepath.Join(dir, "a4"),
 			mergeJob{storedDtype: true, base: model.Quantization{Type: quant.FP4}, requant: model.Quantization{Type: quant.NF4}}},
-		{"fp32 modules_to_save", fp32Dir, savedHeadAdapter(t, fp32Dir, filepath.Join(dir, "a5")),
+		{"fp32 modules_to_save", fp32Dir, peftAdapter(t, fp32Dir, filepath.Join(dir, "a5"), map[string]any{"modules_to_save": []string{"lm_head"}}),
 			mergeJob{dtype: amp.BF16, maxShardBytes: 30_000}},
+		// merged into the model loaded whole (Load computes the residual
+		// from every adapted base weight): the route works
+		{"fp32 pissa unconverted", fp32Dir, peftAdapter(t, fp32Dir, filepath.Join(dir, "a6"), map[string]any{"init_lora_weights": "pissa"}),
+			mergeJob{dtype: amp.BF16}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			j := c.job

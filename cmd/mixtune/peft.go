@@ -130,16 +130,16 @@ type mergeResult struct {
 // olora saved unconverted) needs every adapted base weight when it is
 // loaded, so it is merged into the base loaded whole (prepareWhole).
 func (j mergeJob) prepare() (mergeResult, error) {
-	acfg, err := peft.ReadConfig(j.adapterDir)
+	src, err := model.OpenSource(j.modelDir) // the model's errors first, as model.Load's
 	if err != nil {
 		return mergeResult{}, badInput(err)
+	}
+	acfg, err := peft.ReadConfig(j.adapterDir)
+	if err != nil {
+		return mergeResult{}, badInput(fmt.Errorf("load adapter: %w", err))
 	}
 	if acfg.ResidualInit() {
 		return j.prepareWhole()
-	}
-	src, err := model.OpenSource(j.modelDir)
-	if err != nil {
-		return mergeResult{}, badInput(err)
 	}
 	res := mergeResult{dtype: j.dtype}
 	if j.storedDtype {
