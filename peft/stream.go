@@ -1,6 +1,7 @@
 package peft
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -18,6 +19,11 @@ type WriteOptions struct {
 	// in bitsandbytes' layout (Model.Requantize, Model.SaveBnB4).
 	Requant       model.Quantization
 	MaxShardBytes int64 // the largest safetensors file (model.Save)
+	// FourBit, with Requant, reports whether base gives weight name 4-bit
+	// (a bitsandbytes checkpoint's); nil: none but the projections. Such
+	// a weight that is not a projection (a 4-bit lm_head) keeps its
+	// codes, as Model.SaveBnB4 writes a loaded model's.
+	FourBit func(name string) bool
 }
 
 // WriteMerged writes into dir the model with config c whose base weights
@@ -43,14 +49,20 @@ func WriteMerged(dir string, c model.Config, base func(name string) (*model.Tens
 	st := model.RequantStats{Type: opt.Requant.Type, Double: opt.Requant.Double}
 	layouts := map[string]*quant.Tensor{}
 	for _, s := range model.Specs(c) {
-		if !model.Quantizable(s.Name) {
+		kept := !model.Quantizable(s.Name)
+		if kept && (opt.FourBit == nil || !opt.FourBit(s.Name)) {
 			continue
 		}
 		t, err := src.merged(s.Name)
 		if err != nil {
 			return st, err
 		}
-		q, _, err := st.Add(s.Name, t, opt.Requant)
+		var q *quant.Tensor
+		if kept {
+			q, err = src.Quantized(s.Name)
+		} else {
+			q, _, err = st.Add(s.Name, t, opt.Requant)
+		}
 		if err != nil {
 			return st, err
 		}
@@ -125,6 +137,12 @@ func (w *mergedWeights) Quantized(name string) (*quant.Tensor, error) {
 	t, err := w.merged(name)
 	if err != nil {
 		return nil, err
+	}
+	if !model.Quantizable(name) { // 4-bit as base gave it: its codes kept
+		if t.Q4 == nil {
+			return nil, fmt.Errorf("%s is not 4-bit", name)
+		}
+		return quant.Decode(t.Q4)
 	}
 	var st model.RequantStats // counted before anything was written
 	q, _, err := st.Add(name, t, w.requant)

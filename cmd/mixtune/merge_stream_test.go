@@ -131,6 +131,23 @@ func TestMergeStreamingBitIdentical(t *testing.T) {
 	}
 	attn, mlp := []string{"q_proj", "v_proj"}, []string{"q_proj", "down_proj", "up_proj"}
 	nf4 := model.Quantization{Type: quant.NF4, Double: true}
+	// a bitsandbytes checkpoint whose lm_head is 4-bit too
+	head4, err := model.New(wideConfig(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := head4.Quantize(nf4); err != nil {
+		t.Fatal(err)
+	}
+	head := head4.Weights["lm_head.weight"]
+	if head.Q4, err = quant.QuantizeBlob(quant.NF4, head.Data, head.Shape, quant.Options{Double: true}); err != nil {
+		t.Fatal(err)
+	}
+	head.Data = nil
+	head4Dir := filepath.Join(dir, "head4")
+	if err := head4.SaveBnB4(head4Dir, amp.BF16, 0); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name    string
 		base    string
@@ -155,6 +172,10 @@ func TestMergeStreamingBitIdentical(t *testing.T) {
 			mergeJob{storedDtype: true, base: model.Quantization{Type: quant.FP4}, requant: model.Quantization{Type: quant.NF4}}},
 		{"fp32 modules_to_save", fp32Dir, peftAdapter(t, fp32Dir, filepath.Join(dir, "a5"), map[string]any{"modules_to_save": []string{"lm_head"}}),
 			mergeJob{dtype: amp.BF16, maxShardBytes: 30_000}},
+		{"bnb 4-bit lm_head requantize nf4", head4Dir, randomAdapter(t, head4Dir, filepath.Join(dir, "a7"), attn, false, 7),
+			mergeJob{dtype: amp.BF16, requant: nf4}},
+		{"bnb 4-bit lm_head bf16", head4Dir, filepath.Join(dir, "a7"),
+			mergeJob{dtype: amp.BF16}},
 		// merged into the model loaded whole (Load computes the residual
 		// from every adapted base weight): the route works
 		{"fp32 pissa unconverted", fp32Dir, peftAdapter(t, fp32Dir, filepath.Join(dir, "a6"), map[string]any{"init_lora_weights": "pissa"}),

@@ -169,7 +169,9 @@ func (j mergeJob) prepare() (mergeResult, error) {
 		}
 		return t, nil
 	}
-	opt := peft.WriteOptions{Dtype: res.dtype, Requant: j.requant, MaxShardBytes: j.maxShardBytes}
+	stored := src.Stored()
+	fourBit := func(name string) bool { return stored[name] == "NF4" || stored[name] == "FP4" }
+	opt := peft.WriteOptions{Dtype: res.dtype, Requant: j.requant, MaxShardBytes: j.maxShardBytes, FourBit: fourBit}
 	res.write = func(dir string) (model.RequantStats, error) {
 		return peft.WriteMerged(dir, src.Config, read, res.adapter, opt)
 	}
