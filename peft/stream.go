@@ -53,15 +53,15 @@ func WriteMerged(dir string, c model.Config, base func(name string) (*model.Tens
 		if kept && (opt.FourBit == nil || !opt.FourBit(s.Name)) {
 			continue
 		}
-		t, err := src.merged(s.Name)
-		if err != nil {
-			return st, err
-		}
 		var q *quant.Tensor
+		var err error
 		if kept {
 			q, err = src.Quantized(s.Name)
 		} else {
-			q, _, err = st.Add(s.Name, t, opt.Requant)
+			var t *model.Tensor
+			if t, err = src.merged(s.Name); err == nil {
+				q, _, err = st.Add(s.Name, t, opt.Requant)
+			}
 		}
 		if err != nil {
 			return st, err
