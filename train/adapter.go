@@ -124,7 +124,7 @@ func (r *Recipe) resolveAdapter(bad func(field, format string, args ...any)) {
 		return
 	}
 	// what the targets select in this model, checked before any work
-	ts, err := peft.Select(configTargets(r.Base), a.peftConfig())
+	ts, err := peft.Select(peft.ConfigTargets(r.Base), a.peftConfig())
 	switch {
 	case err != nil && a.TargetRegex != "":
 		bad("adapter.target_regex", "%v", err)
@@ -231,9 +231,6 @@ func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
 		a.Dropout = c.Dropout
 	}
 }
-
-// configTargets lists the linear modules a model with config c has.
-func configTargets(c model.Config) []peft.Target { return peft.ConfigTargets(c) }
 
 // linearTargets lists every linear module of the model with its shape.
 func linearTargets(m *model.Model) []peft.Target { return peft.ModelTargets(m) }

@@ -358,11 +358,15 @@ func TestMergeStreamingMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("requantize %v: heap grew by %.1f MiB at most; model %.1f MiB in fp32, largest weight %.1f MiB, bound %.1f MiB",
-			requant.Type, float64(peak)/(1<<20), float64(total)/(1<<20), float64(largest)/(1<<20), float64(bound)/(1<<20))
+		what := "none"
+		if requant.Type != 0 {
+			what = requant.Type.String()
+		}
+		t.Logf("requantize %s: heap grew by %.1f MiB at most; model %.1f MiB in fp32, largest weight %.1f MiB, bound %.1f MiB",
+			what, float64(peak)/(1<<20), float64(total)/(1<<20), float64(largest)/(1<<20), float64(bound)/(1<<20))
 		if peak > bound {
-			t.Errorf("requantize %v: the heap grew by %d bytes, over the bound %d (4× the largest weight %d in fp32, adapter %d, 64 MiB)",
-				requant.Type, peak, bound, largest, adapterBytes)
+			t.Errorf("requantize %s: the heap grew by %d bytes, over the bound %d (4× the largest weight %d in fp32, adapter %d, 64 MiB)",
+				what, peak, bound, largest, adapterBytes)
 		}
 	}
 }
