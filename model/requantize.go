@@ -1,15 +1,12 @@
 package model
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 
-	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/quant"
-	"github.com/mixtune/mixtune/safetensors"
 )
 
 // RequantStats are the error statistics of quantizing a model's merged
@@ -64,127 +61,56 @@ func (m *Model) Requantize(q Quantization) (RequantStats, error) {
 		if t == nil || !Quantizable(s.Name) {
 			continue
 		}
-		if t.Q4 != nil {
-			old, err := quant.Decode(t.Q4)
-			if err != nil {
-				return st, fmt.Errorf("requantize %s: %w", s.Name, err)
-			}
-			if old.Type == q.Type && old.Nested == q.Double && old.BlockSize == quant.DefaultBlockSize {
-				st.Kept++
-				continue
-			}
-		}
-		vals := t.Float32()
-		qt, err := quant.Quantize(q.Type, vals, t.Shape, quant.Options{Double: q.Double})
+		qt, kept, err := st.Add(s.Name, t, q)
 		if err != nil {
-			return st, fmt.Errorf("requantize %s: %w", s.Name, err)
+			return st, err
 		}
-		back := qt.Dequantize()
-		for b := 0; b < qt.Blocks(); b++ {
-			lo, hi := b*qt.BlockSize, min((b+1)*qt.BlockSize, len(vals))
-			var absmax, maxErr float64
-			for i := lo; i < hi; i++ {
-				v := float64(vals[i])
-				d := math.Abs(float64(back[i]) - v)
-				absmax, maxErr = max(absmax, math.Abs(v)), max(maxErr, d)
-				st.SumSqErr += d * d
-				st.SumSq += v * v
-			}
-			st.MaxErr = max(st.MaxErr, maxErr)
-			if absmax > 0 {
-				st.MaxOfAbsmax = max(st.MaxOfAbsmax, maxErr/absmax)
-			}
+		if !kept {
+			t.Data, t.Bits, t.Q4 = nil, nil, qt.Encode()
 		}
-		st.Values += int64(len(vals))
-		st.Tensors++
-		t.Data, t.Bits, t.Q4 = nil, nil, qt.Encode()
 	}
 	return st, nil
 }
 
-// SaveBnB4 writes m as Save does, but with its 4-bit weights in
-// bitsandbytes' layout, as transformers saves a model loaded with
-// BitsAndBytesConfig(load_in_4bit=True) and as LoadQuantized reads it:
-// weight (uint8 codes, two to a byte, shape [(n+1)/2, 1]), weight.absmax
-// (uint8 codes with double quantization, else float32),
-// weight.quant_map, weight.nested_absmax and weight.nested_quant_map, and
-// weight.quant_state.bitsandbytes__<type> (the JSON of
-// QuantState.as_dict(packed=True)); config.json gets the
-// quantization_config transformers writes. The other weights are stored
-// in dtype, which is also the quantized weights' dtype and compute dtype
-// in the quant states and config. Every 4-bit weight must share one type,
-// block size and double quantization.
-func (m *Model) SaveBnB4(dir string, dtype amp.Format, maxShardBytes int64) error {
-	var ts []safetensors.Tensor
-	var first *quant.Tensor
-	for _, s := range Specs(m.Config) {
-		w := m.Weights[s.Name]
-		if w.Q4 == nil {
-			ts = append(ts, safetensors.Tensor{Name: s.Name, Shape: w.Shape, Data: w.Float32(), Dtype: dtype})
-			continue
-		}
-		q, err := quant.Decode(w.Q4)
+// Add quantizes weight name, t, 4-bit as q says (Model.Requantize, one
+// weight) and adds the error that added to st; a weight already 4-bit of
+// q's type, double quantization and block size keeps its codes (kept),
+// and counts as Kept. t is left as it is.
+func (st *RequantStats) Add(name string, t *Tensor, q Quantization) (qt *quant.Tensor, kept bool, err error) {
+	if t.Q4 != nil {
+		old, err := quant.Decode(t.Q4)
 		if err != nil {
-			return fmt.Errorf("save model %s: %s: %w", dir, s.Name, err)
+			return nil, false, fmt.Errorf("requantize %s: %w", name, err)
 		}
-		if first == nil {
-			first = q
-		} else if q.Type != first.Type || q.Nested != first.Nested || q.BlockSize != first.BlockSize || (q.Nested && q.NestedBlock != first.NestedBlock) {
-			return fmt.Errorf("save model %s: %s is %v (double quantization %v, blocks of %d), %v before it: one quantization_config cannot describe both",
-				dir, s.Name, q.Type, q.Nested, q.BlockSize, first.Type)
+		if old.Type == q.Type && old.Nested == q.Double && old.BlockSize == quant.DefaultBlockSize {
+			st.Kept++
+			return old, true, nil
 		}
-		ts = append(ts, bnbTensors(s.Name, q, TorchDtype(dtype))...)
 	}
-	if first == nil {
-		return fmt.Errorf("save model %s: no 4-bit weight to write in bitsandbytes' layout", dir)
-	}
-	if err := safetensors.WriteCheckpoint(dir, ts, nil, maxShardBytes); err != nil {
-		return fmt.Errorf("save model %s: %w", dir, err)
-	}
-	qc, err := json.Marshal(map[string]any{
-		"quant_method": "bitsandbytes", "load_in_4bit": true, "load_in_8bit": false,
-		"_load_in_4bit": true, "_load_in_8bit": false,
-		"bnb_4bit_quant_type": first.Type.String(), "bnb_4bit_use_double_quant": first.Nested,
-		"bnb_4bit_compute_dtype": TorchDtype(dtype), "bnb_4bit_quant_storage": "uint8",
-		"llm_int8_enable_fp32_cpu_offload": false, "llm_int8_has_fp16_weight": false,
-		"llm_int8_skip_modules": nil, "llm_int8_threshold": json.Number("6.0"),
-	})
+	vals := t.Float32()
+	qt, err = quant.Quantize(q.Type, vals, t.Shape, quant.Options{Double: q.Double})
 	if err != nil {
-		return err
+		return nil, false, fmt.Errorf("requantize %s: %w", name, err)
 	}
-	return writeConfig(dir, m.Config, TorchDtype(dtype), qc)
-}
-
-// bnbTensors are q's tensors under weight name in bitsandbytes' layout
-// (SaveBnB4); dtype is the torch dtype it dequantizes to.
-func bnbTensors(name string, q *quant.Tensor, dtype string) []safetensors.Tensor {
-	f32 := func(suffix string, vs []float32) safetensors.Tensor {
-		return safetensors.Tensor{Name: name + suffix, Shape: []int{len(vs)}, Data: vs, Dtype: amp.FP32}
-	}
-	ts := []safetensors.Tensor{
-		{Name: name, Shape: []int{len(q.Packed), 1}, U8: q.Packed},
-		f32(".quant_map", q.Code[:]),
-	}
-	// QuantState.as_dict's non-tensor entries in its order, as Python's
-	// json.dumps writes them
-	shape := "["
-	for i, d := range q.Shape {
-		if i > 0 {
-			shape += ", "
+	back := qt.Dequantize()
+	for b := 0; b < qt.Blocks(); b++ {
+		lo, hi := b*qt.BlockSize, min((b+1)*qt.BlockSize, len(vals))
+		var absmax, maxErr float64
+		for i := lo; i < hi; i++ {
+			v := float64(vals[i])
+			d := math.Abs(float64(back[i]) - v)
+			absmax, maxErr = max(absmax, math.Abs(v)), max(maxErr, d)
+			st.SumSqErr += d * d
+			st.SumSq += v * v
 		}
-		shape += strconv.Itoa(d)
+		st.MaxErr = max(st.MaxErr, maxErr)
+		if absmax > 0 {
+			st.MaxOfAbsmax = max(st.MaxOfAbsmax, maxErr/absmax)
+		}
 	}
-	state := fmt.Sprintf(`{"quant_type": %q, "blocksize": %d, "dtype": %q, "shape": %s]`, q.Type.String(), q.BlockSize, dtype, shape)
-	if q.Nested {
-		ts = append(ts, safetensors.Tensor{Name: name + ".absmax", Shape: []int{len(q.AbsmaxCodes)}, U8: q.AbsmaxCodes},
-			f32(".nested_absmax", q.NestedAbsmax), f32(".nested_quant_map", q.NestedCode[:]))
-		state += fmt.Sprintf(`, "nested_blocksize": %d, "nested_dtype": "float32", "nested_offset": %s`,
-			q.NestedBlock, pyFloat(float64(q.Offset)))
-	} else {
-		ts = append(ts, f32(".absmax", q.Absmax))
-	}
-	state += "}"
-	return append(ts, safetensors.Tensor{Name: name + bnbStatePrefix + q.Type.String(), Shape: []int{len(state)}, U8: []byte(state)})
+	st.Values += int64(len(vals))
+	st.Tensors++
+	return qt, false, nil
 }
 
 // pyFloat is Python's repr of a float: the shortest digits that read back

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -415,42 +414,24 @@ func LoadAs(dir string, base amp.Format) (*Model, error) {
 // 4-bit as q says (none when q.Type is 0), each quantized as soon as it is
 // read: the peak is the quantized model plus one tensor in fp32.
 func LoadQuantized(dir string, base amp.Format, q Quantization) (*Model, error) {
-	c, err := ReadConfig(dir)
+	src, err := OpenSource(dir)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, fmt.Errorf("load model %s: %w", dir, err)
-	}
-	if err := checkTensors(c, ck); err != nil {
-		return nil, fmt.Errorf("load model %s: %w", dir, err)
-	}
-	m := &Model{Config: c, Weights: map[string]*Tensor{}, Stored: map[string]string{}}
-	for _, s := range Specs(c) {
-		if _, q4 := bnbState(ck, s.Name); q4 && c.BnB4 != nil { // published 4-bit: kept as it is
-			qt, err := loadBnB4(ck, s.Name, s.Shape)
-			if err != nil {
-				return nil, fmt.Errorf("load model %s: %w", dir, err)
-			}
-			m.Weights[s.Name] = &Tensor{Shape: s.Shape, Q4: qt.Encode()}
-			m.Stored[s.Name] = strings.ToUpper(qt.Type.String())
+	m := &Model{Config: src.Config, Weights: map[string]*Tensor{}, Stored: src.Stored()}
+	for _, s := range Specs(src.Config) {
+		t, err := src.Read(s.Name)
+		if err != nil {
+			return nil, err
+		}
+		m.Weights[s.Name] = t
+		if t.Q4 != nil { // published 4-bit: kept as it is
 			continue
 		}
-		info, _ := ck.Info(s.Name)
-		data, _, err := ck.Float32(s.Name)
-		if err != nil {
-			return nil, fmt.Errorf("load model %s: %w", dir, err)
-		}
-		if i := firstNonFinite(data); i >= 0 {
-			return nil, fmt.Errorf("load model %s: tensor %s holds a non-finite value (%v at index %d)", dir, s.Name, data[i], i)
-		}
-		t := &Tensor{Shape: s.Shape, Data: data}
+		data := t.Data
 		if err := t.store(s.Name, base, q); err != nil {
 			return nil, fmt.Errorf("load model %s: %w", dir, err)
 		}
-		m.Weights[s.Name] = t
-		m.Stored[s.Name] = info.Dtype
 		if t.Data == nil && 4*len(data) >= 64<<20 {
 			// A weight kept in 16 or 4 bits leaves its file bytes and its
 			// fp32 values behind, several times what it keeps. Collected
@@ -506,18 +487,7 @@ func TorchDtype(f amp.Format) string {
 // Save writes the model in the HF layout with weights stored in dtype,
 // sharded when larger than maxShardBytes (0: one file).
 func (m *Model) Save(dir string, dtype amp.Format, maxShardBytes int64) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("save model: %w", err)
-	}
-	var ts []safetensors.Tensor
-	for _, s := range Specs(m.Config) {
-		w := m.Weights[s.Name]
-		ts = append(ts, safetensors.Tensor{Name: s.Name, Shape: w.Shape, Data: w.Float32(), Dtype: dtype})
-	}
-	if err := safetensors.WriteCheckpoint(dir, ts, nil, maxShardBytes); err != nil {
-		return fmt.Errorf("save model %s: %w", dir, err)
-	}
-	return WriteConfig(dir, m.Config, TorchDtype(dtype))
+	return SaveFrom(dir, m.Config, dtype, maxShardBytes, modelWeights{m})
 }
 
 func numel(shape []int) int {

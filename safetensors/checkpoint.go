@@ -206,18 +206,31 @@ func (c *Checkpoint) Float32(name string) ([]float32, []int, error) {
 	}
 	e := s.hdr.entries[name]
 	// Refuse a dtype before reading what may be gigabytes of it.
-	if _, err := toFloat32(s.path, name, e.dtype, nil); err != nil {
-		return nil, nil, err
-	}
-	b, err := s.read(name)
+	size, err := floatSize(s.path, name, e.dtype)
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := toFloat32(s.path, name, e.dtype, b)
+	f, err := readlimit.Open(s.path, readlimit.Model)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("read tensor %q: %w", name, err)
 	}
-	return v, slices.Clone(e.shape), nil
+	defer f.Close()
+	// Read and converted in chunks: the stored bytes of a tensor are never
+	// held whole beside its float32 values.
+	n := e.end - e.begin
+	out := make([]float32, n/int64(size))
+	buf := make([]byte, min(n, int64(size)<<20))
+	for off := int64(0); off < n; off += int64(len(buf)) {
+		chunk := buf[:min(int64(len(buf)), n-off)]
+		if _, err := f.ReadAt(chunk, s.dataStart+e.begin+off); err != nil {
+			if err == io.EOF { // the file shrank since it was opened
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, nil, fmt.Errorf("%s: read tensor %q: %w", s.path, name, err)
+		}
+		convertFloat32(out[off/int64(size):], e.dtype, chunk)
+	}
+	return out, slices.Clone(e.shape), nil
 }
 
 // read reads the stored bytes of a tensor the shard's header lists.

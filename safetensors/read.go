@@ -396,26 +396,47 @@ const f64Overflow = 0x1.ffffffp127
 
 // toFloat32 decodes the stored bytes raw of tensor `tensor` in file `file`.
 func toFloat32(file, tensor, dtype string, raw []byte) ([]float32, error) {
+	size, err := floatSize(file, tensor, dtype)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(raw)/size)
+	convertFloat32(out, dtype, raw)
+	return out, nil
+}
+
+// floatSize is the bytes per element of a dtype that converts to float32.
+func floatSize(file, tensor, dtype string) (int, error) {
 	switch dtype {
 	case "F32":
-		out := make([]float32, len(raw)/4)
-		for i := range out {
+		return 4, nil
+	case "F16", "BF16":
+		return 2, nil
+	case "F64":
+		return 8, nil
+	}
+	return 0, fmt.Errorf("%s: tensor %q has dtype %s, which does not convert to float32", file, tensor, dtype)
+}
+
+// convertFloat32 converts raw, elements of a dtype floatSize accepts, into
+// out[:len(raw)/size]; value by value, so that a tensor converted in
+// chunks is converted alike.
+func convertFloat32(out []float32, dtype string, raw []byte) {
+	switch dtype {
+	case "F32":
+		for i := range len(raw) / 4 {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
-		return out, nil
 	case "F16", "BF16":
 		format := amp.FP16
 		if dtype == "BF16" {
 			format = amp.BF16
 		}
-		out := make([]float32, len(raw)/2)
-		for i := range out {
+		for i := range len(raw) / 2 {
 			out[i] = format.FromBits16(binary.LittleEndian.Uint16(raw[2*i:]))
 		}
-		return out, nil
 	case "F64":
-		out := make([]float32, len(raw)/8)
-		for i := range out {
+		for i := range len(raw) / 8 {
 			v := math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
 			// Go leaves an out-of-range float conversion implementation
 			// defined, so overflow is made explicit.
@@ -428,7 +449,5 @@ func toFloat32(file, tensor, dtype string, raw []byte) ([]float32, error) {
 				out[i] = float32(v)
 			}
 		}
-		return out, nil
 	}
-	return nil, fmt.Errorf("%s: tensor %q has dtype %s, which does not convert to float32", file, tensor, dtype)
 }

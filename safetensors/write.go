@@ -19,12 +19,56 @@ import (
 // Tensor is a float32 tensor to write, stored on disk in Dtype, or a byte
 // tensor (U8 set, Data nil), stored as it is with dtype U8: a 4-bit
 // weight's packed codes and quant state in bitsandbytes' layout.
+//
+// A tensor whose Fill is set holds no values until it is written: the
+// header is computed from Shape and Dtype (or Bytes), and Fill is called
+// as the tensor's turn comes, so that a checkpoint is written holding one
+// tensor's values at a time, not the whole model.
 type Tensor struct {
 	Name  string
 	Shape []int
 	Data  []float32 // C order; len must be the product of Shape
 	Dtype amp.Format
 	U8    []byte // when not nil: the tensor's bytes, one per element (Data and Dtype unused)
+
+	// Fill, when not nil (Data and U8 nil), supplies the values when the
+	// tensor is written: Data for a float tensor, or U8 when Bytes is
+	// set. What it returns must have the declared number of elements.
+	Fill  func() (data []float32, u8 []byte, err error)
+	Bytes bool // with Fill: a U8 tensor
+}
+
+// numel is the product of a validated tensor's shape.
+func (t *Tensor) numel() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+// isU8 reports whether the tensor is stored as bytes.
+func (t *Tensor) isU8() bool { return t.U8 != nil || (t.Fill != nil && t.Bytes) }
+
+// filled returns t with its values: t itself, or a copy with what Fill
+// gave, checked against the declared shape.
+func (t *Tensor) filled() (*Tensor, error) {
+	if t.Fill == nil {
+		return t, nil
+	}
+	data, u8, err := t.Fill()
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", t.Name, err)
+	}
+	f := *t
+	f.Fill, f.Data, f.U8 = nil, data, u8
+	switch n := t.numel(); {
+	case t.Bytes && (u8 == nil || data != nil || int64(len(u8)) != n):
+		return nil, fmt.Errorf("tensor %s: filled with %d bytes and %d values, want %d bytes", t.Name, len(u8), len(data), n)
+	case !t.Bytes && (u8 != nil || int64(len(data)) != n):
+		return nil, fmt.Errorf("tensor %s: filled with %d values and %d bytes, want %d values", t.Name, len(data), len(u8), n)
+	}
+	return &f, nil
 }
 
 // dtypeName is how the file spells a storage format.
@@ -42,15 +86,15 @@ func dtypeName(f amp.Format) (string, bool) {
 
 // nbytes is the stored size of a validated tensor.
 func (t *Tensor) nbytes() int64 {
-	if t.U8 != nil {
-		return int64(len(t.U8))
+	if t.isU8() {
+		return t.numel()
 	}
-	return int64(len(t.Data)) * int64(t.Dtype.Bytes())
+	return t.numel() * int64(t.Dtype.Bytes())
 }
 
 // dtype is how the file spells a validated tensor's dtype.
 func (t *Tensor) dtype() string {
-	if t.U8 != nil {
+	if t.isU8() {
 		return "U8"
 	}
 	dt, _ := dtypeName(t.Dtype)
@@ -91,7 +135,10 @@ func validate(tensors []Tensor, metadata map[string]string) error {
 		if t.U8 != nil && t.Data != nil {
 			return fmt.Errorf("tensor %q: both float and byte data", t.Name)
 		}
-		if _, ok := dtypeName(t.Dtype); !ok && t.U8 == nil {
+		if t.Fill != nil && (t.U8 != nil || t.Data != nil) {
+			return fmt.Errorf("tensor %q: both data and a Fill", t.Name)
+		}
+		if _, ok := dtypeName(t.Dtype); !ok && !t.isU8() {
 			return fmt.Errorf("tensor %q: cannot store %v", t.Name, t.Dtype)
 		}
 		n := int64(1)
@@ -103,6 +150,9 @@ func validate(tensors []Tensor, metadata map[string]string) error {
 				return fmt.Errorf("tensor %q: shape %s is too large", t.Name, fmtInts(t.Shape))
 			}
 			n *= int64(d)
+		}
+		if t.Fill != nil {
+			continue // checked when filled
 		}
 		if t.U8 != nil && n != int64(len(t.U8)) {
 			return fmt.Errorf("tensor %q: shape %s needs %d bytes, U8 has %d", t.Name, fmtInts(t.Shape), n, len(t.U8))
@@ -146,6 +196,10 @@ func encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		return err
 	}
 	for _, t := range order {
+		t, err := t.filled() // a Fill's values live until the next tensor's
+		if err != nil {
+			return err
+		}
 		if t.U8 != nil {
 			if err := flush(); err != nil {
 				return err

@@ -124,7 +124,7 @@ func (r *Recipe) resolveAdapter(bad func(field, format string, args ...any)) {
 		return
 	}
 	// what the targets select in this model, checked before any work
-	ts, err := peft.Select(configTargets(r.Base), a.peftConfig())
+	ts, err := peft.Select(peft.ConfigTargets(r.Base), a.peftConfig())
 	switch {
 	case err != nil && a.TargetRegex != "":
 		bad("adapter.target_regex", "%v", err)
@@ -230,23 +230,6 @@ func (r *Recipe) validateFrom(bad func(field, format string, args ...any)) {
 	if !has("dropout") {
 		a.Dropout = c.Dropout
 	}
-}
-
-// configTargets lists the linear modules a model with config c has.
-func configTargets(c model.Config) []peft.Target {
-	shapes := map[string][]int{}
-	for _, s := range model.Specs(c) {
-		shapes[s.Name] = s.Shape
-	}
-	var ts []peft.Target
-	for i := 0; i < c.NumHiddenLayers; i++ {
-		for _, short := range append(slices.Clone(model.AttentionModules), model.MLPModules...) {
-			p := model.ModulePath(i, short)
-			s := shapes[p+".weight"]
-			ts = append(ts, peft.Target{Path: p, Out: s[0], In: s[1]})
-		}
-	}
-	return ts
 }
 
 // linearTargets lists every linear module of the model with its shape.

@@ -65,54 +65,151 @@ func cmdMerge(args []string, stdout, stderr io.Writer) error {
 	if err := freshDir(*out); err != nil {
 		return err
 	}
-	m, err := model.Load(*modelDir)
-	if err != nil {
-		return badInput(err)
-	}
-	if err := m.Quantize(q); err != nil { // merged into its dequantized fp32 values
-		return badInput(err)
-	}
-	if *dtype == "" {
-		f = storedFormat(m)
-	}
-	l, err := peft.Load(*adapterDir, peft.BaseOf(m))
-	if err != nil {
-		return badInput(err)
-	}
-	// every module merged and checked at the output dtype before
+	job := mergeJob{modelDir: *modelDir, adapterDir: *adapterDir, dtype: f, storedDtype: *dtype == "", base: q, requant: rq, maxShardBytes: int64(shard)}
+	// the model's headers and the adapter are read and checked before
 	// anything is written
-	if err := peft.MergeInto(m, l, f); err != nil {
+	res, err := job.prepare()
+	if err != nil {
 		return err
 	}
-	var st model.RequantStats
-	if rq.Type != 0 {
-		if st, err = m.Requantize(rq); err != nil {
-			return badInput(err)
-		}
-	}
-	var copied []string
 	if err := newOutDir(*out, func(dir string) error {
-		save := m.Save
-		if rq.Type != 0 {
-			save = m.SaveBnB4
-		}
-		if err := save(dir, f, int64(shard)); err != nil {
+		var err error
+		if res.stats, err = res.write(dir); err != nil {
 			return err
 		}
-		copied, err = copyTokenizerFiles(*modelDir, dir)
+		res.copied, err = copyTokenizerFiles(*modelDir, dir)
 		return err
 	}); err != nil {
+		// a weight found bad as it was read, or merged: what is wrong and
+		// where, not the temporary file it was on its way to (removed)
+		var in *train.InputError
+		var merge *peft.MergeError
+		switch {
+		case errors.As(err, &in):
+			return in
+		case errors.As(err, &merge):
+			return merge
+		}
 		return err
 	}
-	fmt.Fprintf(stdout, "merged %s into %d modules of %s → %s (%s)", l.Config, len(l.Modules), *modelDir, *out, f)
-	if len(copied) > 0 {
-		fmt.Fprintf(stdout, ", with %s", strings.Join(copied, ", "))
+	fmt.Fprintf(stdout, "merged %s into %d modules of %s → %s (%s)", res.adapter.Config, len(res.adapter.Modules), *modelDir, *out, res.dtype)
+	if len(res.copied) > 0 {
+		fmt.Fprintf(stdout, ", with %s", strings.Join(res.copied, ", "))
 	}
 	fmt.Fprintln(stdout)
 	if rq.Type != 0 {
-		fmt.Fprintln(stdout, requantSummary(st))
+		fmt.Fprintln(stdout, requantSummary(res.stats))
 	}
 	return nil
+}
+
+// mergeJob is what `mixtune merge` was asked to do, parsed.
+type mergeJob struct {
+	modelDir, adapterDir string
+	dtype                amp.Format
+	storedDtype          bool               // dtype: the base's stored one (storedFormat)
+	base, requant        model.Quantization // --base-quantize, --requantize
+	maxShardBytes        int64
+}
+
+// mergeResult is a merge prepared, and then what it wrote.
+type mergeResult struct {
+	adapter *peft.Adapter
+	dtype   amp.Format
+	// write writes the merged weights and config.json into a directory.
+	write  func(dir string) (model.RequantStats, error)
+	stats  model.RequantStats
+	copied []string // tokenizer files
+}
+
+// prepare reads and checks the base model's config and headers and the
+// adapter, and returns the merge ready to write, streaming: each weight
+// is read, merged and written in turn (peft.WriteMerged), so that the
+// peak is about the largest weight in fp32 and the adapter, not the
+// model. An adapter trained against the residual of its base (pissa or
+// olora saved unconverted) needs every adapted base weight when it is
+// loaded, so it is merged into the base loaded whole (prepareWhole).
+func (j mergeJob) prepare() (mergeResult, error) {
+	src, err := model.OpenSource(j.modelDir) // the model's errors first, as model.Load's
+	if err != nil {
+		return mergeResult{}, badInput(err)
+	}
+	acfg, err := peft.ReadConfig(j.adapterDir)
+	if err != nil {
+		return mergeResult{}, badInput(fmt.Errorf("load adapter: %w", err))
+	}
+	if acfg.ResidualInit() {
+		return j.prepareWhole()
+	}
+	res := mergeResult{dtype: j.dtype}
+	if j.storedDtype {
+		res.dtype = storedFormat(src.Stored())
+	}
+	// modules_to_save replace whole base weights (lm_head, the
+	// embedding), which Load writes into the base it is given
+	replaced := map[string]*model.Tensor{}
+	if !src.Config.TieWordEmbeddings {
+		for _, name := range acfg.ReplacedWeights() {
+			if replaced[name], err = src.Read(name); err != nil {
+				return res, badInput(err)
+			}
+		}
+	}
+	base := peft.Base{Targets: peft.ConfigTargets(src.Config), Weights: replaced, TiedEmbeddings: src.Config.TieWordEmbeddings}
+	if res.adapter, err = peft.Load(j.adapterDir, base); err != nil {
+		return res, badInput(err)
+	}
+	read := func(name string) (*model.Tensor, error) {
+		if t := replaced[name]; t != nil {
+			return t, nil
+		}
+		t, err := src.ReadQuantized(name, j.base) // merged into its dequantized fp32 values
+		if err != nil {
+			return nil, badInput(err)
+		}
+		return t, nil
+	}
+	stored := src.Stored()
+	fourBit := func(name string) bool { return stored[name] == "NF4" || stored[name] == "FP4" }
+	opt := peft.WriteOptions{Dtype: res.dtype, Requant: j.requant, MaxShardBytes: j.maxShardBytes, FourBit: fourBit}
+	res.write = func(dir string) (model.RequantStats, error) {
+		return peft.WriteMerged(dir, src.Config, read, res.adapter, opt)
+	}
+	return res, nil
+}
+
+// prepareWhole is prepare with the base model loaded whole in fp32 (4-bit
+// weights kept 4-bit until merged), every module merged and checked at
+// the output dtype, and requantized, before anything is written. It
+// holds the model in memory: prepare streams wherever the adapter allows.
+func (j mergeJob) prepareWhole() (mergeResult, error) {
+	m, err := model.Load(j.modelDir)
+	if err != nil {
+		return mergeResult{}, badInput(err)
+	}
+	if err := m.Quantize(j.base); err != nil { // merged into its dequantized fp32 values
+		return mergeResult{}, badInput(err)
+	}
+	res := mergeResult{dtype: j.dtype}
+	if j.storedDtype {
+		res.dtype = storedFormat(m.Stored)
+	}
+	if res.adapter, err = peft.Load(j.adapterDir, peft.BaseOf(m)); err != nil {
+		return res, badInput(err)
+	}
+	if err := peft.MergeInto(m, res.adapter, res.dtype); err != nil {
+		return res, err
+	}
+	save := m.Save
+	var st model.RequantStats
+	if j.requant.Type != 0 {
+		if st, err = m.Requantize(j.requant); err != nil {
+			return res, badInput(err)
+		}
+		save = m.SaveBnB4
+	}
+	res.write = func(dir string) (model.RequantStats, error) { return st, save(dir, res.dtype, j.maxShardBytes) }
+	return res, nil
 }
 
 // requantSummary states the error --requantize added.
@@ -183,11 +280,12 @@ func copyTokenizerFiles(src, dst string) ([]string, error) {
 	return copied, nil
 }
 
-// storedFormat is the one format all of m's weights were stored in, or fp32.
-func storedFormat(m *model.Model) amp.Format {
+// storedFormat is the one format all of a model's weights were stored
+// in (Model.Stored), or fp32.
+func storedFormat(stored map[string]string) amp.Format {
 	var f amp.Format
 	first := true
-	for _, d := range m.Stored {
+	for _, d := range stored {
 		g, err := amp.ParseFormat(d)
 		if err != nil || (!first && g != f) {
 			return amp.FP32

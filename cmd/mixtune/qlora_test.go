@@ -88,9 +88,7 @@ func TestMergeIntoQuantizedBase(t *testing.T) {
 // merged model's loss.
 func TestMergeRequantize(t *testing.T) {
 	dir := t.TempDir()
-	base, err := model.New(model.Config{VocabSize: 259, HiddenSize: 64, IntermediateSize: 160, NumHiddenLayers: 2,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 64, RMSNormEps: 1e-5, RopeTheta: 10000,
-		InitializerRange: 0.02, BOSTokenID: 256, EOSTokenID: 257, PadTokenID: 258}, 5)
+	base, err := model.New(wideConfig(), 5)
 	if err != nil {
 		t.Fatal(err)
 	}
