@@ -31,10 +31,15 @@ func documents(rows ...[]int) []int {
 }
 
 // attentionCases cover grouped-query attention (2 and 4 query heads per
-// key/value head, and none), sequences of several 16-row tiles and a
-// partial one, a sliding window, packed documents (also with a window),
-// a head dimension over the shaders' 64-wide chunks and not a multiple
-// of 16, the largest head dimension, and both CPU kernels (the same spec).
+// key/value head, and none), a sliding window, packed documents (also
+// with a window), a head dimension not a multiple of 16, the largest head
+// dimension, and both CPU kernels (the same spec). The shaders walk 64×64
+// tiles of scores and are compiled for head dimensions up to 64, 128 and
+// 256: the last three cases take several tiles, the last one partial
+// (online softmax sums rescaled across tiles, tiles of keys starting
+// where the rows' first key is), a window reaching across tiles,
+// documents starting mid-tile, and each head-dimension class (64, 80 and
+// 128 with one partial 32-column chunk and the next class's first one).
 var attentionCases = []struct {
 	name string
 	s    nn.AttentionShape
@@ -48,6 +53,10 @@ var attentionCases = []struct {
 		Positions: documents([]int{5, 20, 11}, []int{36}), Kernel: nn.AttentionTiled}},
 	{"mqa head dim 72", nn.AttentionShape{Batch: 1, SeqLen: 20, Heads: 2, KVHeads: 1, HeadDim: 72}},
 	{"head dim 256", nn.AttentionShape{Batch: 1, SeqLen: 18, Heads: 2, KVHeads: 1, HeadDim: vulkan.AttentionMaxHeadDim}},
+	{"tiles head dim 64", nn.AttentionShape{Batch: 1, SeqLen: 150, Heads: 2, KVHeads: 1, HeadDim: 64}},
+	{"window across tiles head dim 80", nn.AttentionShape{Batch: 1, SeqLen: 140, Heads: 2, KVHeads: 2, HeadDim: 80, Window: 70}},
+	{"packed mid-tile head dim 128", nn.AttentionShape{Batch: 2, SeqLen: 130, Heads: 2, KVHeads: 1, HeadDim: 128,
+		Positions: documents([]int{50, 45, 35}, []int{100, 30})}},
 }
 
 // Seeds of the case's values: q, k and v (weights of standard deviation

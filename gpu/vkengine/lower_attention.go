@@ -78,7 +78,15 @@ func lowerAttentionBackward(p *Program, nd *node) (recordFunc, error) {
 		return nil, err
 	}
 	grouped := s.Heads > s.KVHeads
-	g := vulkan.AttentionGrads{DO: nd.in[3], RowSum: rowSum, DQ: nd.grads[0], DK: nd.grads[1], DV: nd.grads[2],
+	var headGrads *vulkan.Buffer
+	if n := s.HeadGradsLen(); n > 0 {
+		// Scratch within one dispatch sequence: the backward ops of a
+		// program run one after another, so those of one shape share it.
+		if headGrads, err = p.Saved(-1, fmt.Sprintf("attention.headgrads.%d", n), 4*n); err != nil {
+			return nil, err
+		}
+	}
+	g := vulkan.AttentionGrads{DO: nd.in[3], RowSum: rowSum, HeadGrads: headGrads, DQ: nd.grads[0], DK: nd.grads[1], DV: nd.grads[2],
 		DQRound: rounding(in[0]), DKRound: rounding(in[1]), DVRound: rounding(in[2]),
 		RoundHeadsK: grouped && in[1] != amp.FP32, RoundHeadsV: grouped && in[2] != amp.FP32}
 	return func(r *vulkan.Recorder, _ nn.Pass) error {

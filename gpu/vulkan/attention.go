@@ -26,14 +26,44 @@ type AttentionShape struct {
 }
 
 // AttentionMaxHeadDim is the largest head dimension the kernels take:
-// each invocation keeps HeadDim/16 fp32 accumulators per output.
+// each invocation keeps HeadDim/16 fp32 accumulators per output row.
 const AttentionMaxHeadDim = 256
 
-// attnTile is the query and key tile of the shaders (16×16 invocations).
-const attnTile = 16
+// attnTile is the query and key tile of the shaders: 64 rows per
+// workgroup of 16×16 invocations, each owning 4×4 scores.
+const attnTile = 64
 
-// attnPush is the size of attention.comp's push constants.
-const attnPush = 15 * 4
+// attnShared is the shared memory the shaders declare, in bytes: two
+// staged 64×16 dot operands with a padding column, the 64×65 tile of
+// probabilities, and 64 row starts and two 64-row sums.
+const attnShared = (2*attnTile*17 + attnTile*65 + 3*attnTile) * 4
+
+// attnHeadDims are the head-dimension classes the shaders are compiled
+// for (MAXD, build.txt): the smallest that holds HeadDim sizes each
+// invocation's accumulators, so a 64-wide head does not pay registers
+// for 256 columns.
+var attnHeadDims = [...]int{64, 128, 256}
+
+// kernelFile is the SPIR-V of pass ("fwd", "dq" or "dkv") for the
+// shape's head dimension (check keeps it ≤ AttentionMaxHeadDim, the
+// last class).
+func (s AttentionShape) kernelFile(pass string) string {
+	d := attnHeadDims[len(attnHeadDims)-1]
+	for _, c := range attnHeadDims {
+		if s.HeadDim <= c {
+			d = c
+			break
+		}
+	}
+	return fmt.Sprintf("attention_%s_d%d.spv", pass, d)
+}
+
+// attnPush is the size of attention.comp's push constants, and
+// attnSumPush attention_sum.comp's.
+const (
+	attnPush    = 15 * 4
+	attnSumPush = 7 * 4
+)
 
 // StatsLen is the number of float32 values of the buffer the
 // forward pass fills and the backward pass reads: each query row's
@@ -43,6 +73,17 @@ func (s AttentionShape) StatsLen() int { return s.Batch * s.Heads * s.SeqLen * 2
 // RowSumLen is the number of float32 values of the backward
 // pass's scratch: Σ_j P ⊙ dP per query row, [Batch, Heads, SeqLen].
 func (s AttentionShape) RowSumLen() int { return s.Batch * s.Heads * s.SeqLen }
+
+// HeadGradsLen is the number of float32 values of the backward pass's
+// scratch for grouped-query attention (Heads > KVHeads; 0 otherwise):
+// each query head's share of dK and of dV before the group's sum, two
+// [Batch·SeqLen, Heads·HeadDim] arrays.
+func (s AttentionShape) HeadGradsLen() int {
+	if s.Heads == s.KVHeads {
+		return 0
+	}
+	return 2 * s.Batch * s.SeqLen * s.Heads * s.HeadDim
+}
 
 // check validates the shape and its buffers for the kernels.
 func (s AttentionShape) check(ks *Kernels, q, k, v *Buffer) error {
@@ -57,6 +98,9 @@ func (s AttentionShape) check(ks *Kernels, q, k, v *Buffer) error {
 		if r > RoundFP16 {
 			return fmt.Errorf("unknown rounding %d", r)
 		}
+	}
+	if have := ks.d.Physical.MaxSharedMemory; have < attnShared {
+		return fmt.Errorf("the kernels need %d bytes of shared memory; the device has %d", attnShared, have)
 	}
 	lim := ks.d.Physical.MaxWorkgroupCount
 	if uint64((s.SeqLen+attnTile-1)/attnTile) > uint64(lim[0]) || uint64(s.Heads) > uint64(lim[1]) || uint64(s.Batch) > uint64(lim[2]) {
@@ -117,7 +161,7 @@ func (ks *Kernels) AttentionForward(r *Recorder, s AttentionShape, q, k, v, stat
 	if out == q || out == k || out == v || out == stats {
 		return wrap(fmt.Errorf("out must not share a buffer with q, k, v or stats"))
 	}
-	kern, err := ks.kernel("attention_fwd.spv", 10, attnPush)
+	kern, err := ks.kernel(s.kernelFile("fwd"), 10, attnPush)
 	if err != nil {
 		return wrap(err)
 	}
@@ -131,10 +175,12 @@ func (ks *Kernels) AttentionForward(r *Recorder, s AttentionShape, q, k, v, stat
 
 // AttentionGrads are the buffers of attention's backward pass: the
 // output's gradient DO (Q's shape), the gradients to compute (nil: not
-// wanted) with the format each is rounded to, and RowSum, scratch of
-// RowSumLen values.
+// wanted) with the format each is rounded to, and the scratch: RowSum
+// of RowSumLen values, and HeadGrads of HeadGradsLen values when the
+// shape groups query heads and dK or dV is wanted (else unused, may be
+// nil).
 type AttentionGrads struct {
-	DO, RowSum                *Buffer
+	DO, RowSum, HeadGrads     *Buffer
 	DQ, DK, DV                *Buffer
 	DQRound, DKRound, DVRound Rounding
 	// RoundHeadsK and RoundHeadsV round each query head's dK (dV) to
@@ -146,7 +192,9 @@ type AttentionGrads struct {
 // AttentionBackward records attention's backward pass from the stats
 // AttentionForward filled for the same q, k and v: dQ, dK and dV (those
 // not nil), each rounded to its format. Two dispatches: per query rows,
-// the softmax's row sums and dQ; then per key rows, dK and dV.
+// the softmax's row sums and dQ; then per key rows and query head, dK
+// and dV, or with grouped heads each head's share of them, and a third
+// that adds the shares in head order.
 func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, stats *Buffer, g AttentionGrads) error {
 	wrap := func(err error) error { return fmt.Errorf("vulkan: AttentionBackward: %w", err) }
 	if err := s.check(ks, q, k, v); err != nil {
@@ -159,6 +207,7 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	}
 	n := s.Batch * s.SeqLen
 	qw, kw := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	headGrads := s.HeadGradsLen() > 0 && (g.DK != nil || g.DV != nil)
 	checks := []struct {
 		name       string
 		b          *Buffer
@@ -167,6 +216,7 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	}{
 		{"stats", stats, 1, s.StatsLen(), false}, {"dO", g.DO, n, qw, false}, {"rowsum", g.RowSum, 1, s.RowSumLen(), false},
 		{"dQ", g.DQ, n, qw, true}, {"dK", g.DK, n, kw, true}, {"dV", g.DV, n, kw, true},
+		{"head gradients", g.HeadGrads, 1, s.HeadGradsLen(), !headGrads},
 	}
 	for _, c := range checks {
 		if c.b == nil && c.optional {
@@ -176,7 +226,11 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 			return wrap(err)
 		}
 	}
-	for _, w := range []*Buffer{g.DQ, g.DK, g.DV, g.RowSum} {
+	scratch := g.HeadGrads
+	if !headGrads {
+		scratch = nil // not bound: may alias anything
+	}
+	for _, w := range []*Buffer{g.DQ, g.DK, g.DV, g.RowSum, scratch} {
 		if w == nil {
 			continue
 		}
@@ -186,10 +240,15 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 			}
 		}
 	}
-	if g.DQ != nil && (g.DQ == g.DK || g.DQ == g.DV || g.DQ == g.RowSum) || g.DK != nil && (g.DK == g.DV || g.DK == g.RowSum) || g.DV != nil && g.DV == g.RowSum {
-		return wrap(fmt.Errorf("dQ, dK, dV and the row sums must be distinct buffers"))
+	outs := []*Buffer{g.DQ, g.DK, g.DV, g.RowSum, scratch}
+	for i, a := range outs {
+		for _, b := range outs[i+1:] {
+			if a != nil && a == b {
+				return wrap(fmt.Errorf("dQ, dK, dV, the row sums and the head gradients must be distinct buffers"))
+			}
+		}
 	}
-	groups := uint32((s.SeqLen + attnTile - 1) / attnTile)
+	tiles := uint32((s.SeqLen + attnTile - 1) / attnTile)
 	var need uint32
 	if g.DQ != nil {
 		need |= 1
@@ -210,24 +269,30 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	push := s.push(g.DQRound, g.DKRound, g.DVRound, roundHeads, need)
 	pos := standIn(s.Positions, q)
 	if need&3 != 0 { // dQ and dK need the row sums
-		kern, err := ks.kernel("attention_dq.spv", 10, attnPush)
+		kern, err := ks.kernel(s.kernelFile("dq"), 10, attnPush)
 		if err != nil {
 			return wrap(err)
 		}
 		bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(g.DQ, g.RowSum), g.RowSum, g.RowSum}
-		if err := r.Dispatch(kern, bufs, push, groups, uint32(s.Heads), uint32(s.Batch)); err != nil {
+		if err := r.Dispatch(kern, bufs, push, tiles, uint32(s.Heads), uint32(s.Batch)); err != nil {
 			return wrap(err)
 		}
 	}
-	if need&6 != 0 {
-		kern, err := ks.kernel("attention_dkv.spv", 10, attnPush)
-		if err != nil {
-			return wrap(err)
-		}
-		bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, g.RowSum, standIn(g.DK, g.RowSum), standIn(g.DV, g.RowSum)}
-		if err := r.Dispatch(kern, bufs, push, groups, uint32(s.KVHeads), uint32(s.Batch)); err != nil {
-			return wrap(err)
-		}
+	if need&6 == 0 {
+		return nil
 	}
-	return nil
+	kern, err := ks.kernel(s.kernelFile("dkv"), 10, attnPush)
+	if err != nil {
+		return wrap(err)
+	}
+	dk, dv := standIn(g.DK, g.RowSum), standIn(g.DV, g.RowSum)
+	bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(scratch, g.RowSum), dk, dv}
+	if err := r.Dispatch(kern, bufs, push, tiles, uint32(s.Heads), uint32(s.Batch)); err != nil {
+		return wrap(err)
+	}
+	if !headGrads {
+		return nil
+	}
+	sumPush := pushWords(n, s.Heads, s.KVHeads, s.HeadDim, uint32(g.DKRound), uint32(g.DVRound), need)
+	return ks.dispatch(r, wrap, "attention_sum.spv", []*Buffer{scratch, dk, dv}, sumPush, ks.groups1D(n*kw))
 }
