@@ -39,9 +39,10 @@ func main() {
 		shapes = flag.String("shapes", "", "GEMM shapes M×N×K to time, comma-separated as MxNxK, a t after a size's A or B for a transposed operand (MxNtxK...: see -help); default the TinyLlama training shapes on GPUs")
 		reps   = flag.Int("reps", 5, "GEMMs per timed batch")
 		check  = flag.Bool("check", true, "check the kernels against the CPU reference")
+		vars   = flag.String("variants", "", "GEMM variants to check and time, comma-separated names (default every one the device runs)")
 	)
 	flag.Parse()
-	if err := run(*device, *lib, *sizes, *shapes, *list, *check, *reps); err != nil {
+	if err := run(*device, *lib, *sizes, *shapes, *vars, *list, *check, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "vkprobe:", err)
 		if errors.Is(err, vulkan.ErrNoLoader) {
 			fmt.Fprintln(os.Stderr, "install the Vulkan loader (Debian: libvulkan1) or pass -lib /path/to/libvulkan.so.1")
@@ -53,7 +54,7 @@ func main() {
 	}
 }
 
-func run(spec, libName, sizeList, shapeList string, listOnly, check bool, reps int) error {
+func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check bool, reps int) error {
 	var l *vulkan.Library
 	var err error
 	if libName != "" {
@@ -117,12 +118,9 @@ func run(spec, libName, sizeList, shapeList string, listOnly, check bool, reps i
 		}
 		fmt.Printf("  GEMM with %s operands: %s%s\n", f, v.Name, note)
 	}
-	runs := gemmRuns(ks)
-	all := len(runs)
-	if check {
-		if runs, err = checks(d, ks, runs); err != nil {
-			return err
-		}
+	runs := gemmRuns(p, variantList)
+	if len(runs) == 0 {
+		return fmt.Errorf("-variants %q names no GEMM variant this device runs", variantList)
 	}
 	var shapes []gemmShape
 	gpu := p.Type != vulkan.TypeCPU
@@ -154,58 +152,133 @@ func run(spec, libName, sizeList, shapeList string, listOnly, check bool, reps i
 			shapes = append(shapes, sh)
 		}
 	}
-	fmt.Println("\nGEMM C = op(A)·op(B), M×N×K, TFLOP/s, best of 3 batches of", reps)
-	fmt.Printf("  %-24s", "shape")
-	for _, g := range runs {
-		fmt.Printf(" %16s", g.name)
+	// Variant by variant: each tensor-core variant is built and
+	// self-checked once (UseGemmVariant), then checked and timed.
+	var passed []gemmRun
+	var failed []string
+	times := map[string][]float64{}
+	rng := rand.New(rand.NewPCG(7, 8))
+	if check {
+		fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24; tensor cores u = 2^-23:")
+		fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
 	}
-	fmt.Println()
-	for _, sh := range shapes {
-		fmt.Printf("  %-24s", sh)
-		for _, g := range runs {
+	built := map[string]error{} // by tensor-core variant: UseGemmVariant's error
+	for _, g := range runs {
+		if g.operands != vulkan.NoRounding {
+			err, done := built[g.variant.Name]
+			if !done {
+				err = ks.UseGemmVariant(g.variant)
+				built[g.variant.Name] = err
+				if err != nil {
+					fmt.Printf("  FAIL %v (left out of the timings)\n", err)
+				}
+			}
+			if err != nil {
+				failed = append(failed, g.name)
+				continue
+			}
+		}
+		if check {
+			if err := checkRun(ks, rng, g); err != nil {
+				if g.operands == vulkan.NoRounding {
+					return err
+				}
+				fmt.Printf("  FAIL %v (left out of the timings)\n", err)
+				failed = append(failed, g.name)
+				continue
+			}
+		}
+		for _, sh := range shapes {
 			tf, err := timeGemm(d, ks, sh, reps, g)
 			if err != nil {
 				return fmt.Errorf("timing %s %s: %w", sh, g.name, err)
 			}
-			fmt.Printf(" %16.3f", tf)
+			times[g.name] = append(times[g.name], tf)
 		}
-		if sh.note != "" {
-			fmt.Printf("  %s", sh.note)
+		passed = append(passed, g)
+	}
+	if check {
+		if err := roundCheck(d, ks, rng); err != nil {
+			return err
+		}
+	}
+	fmt.Println("\nGEMM variants timed:")
+	for _, v := range vulkan.GemmVariants() {
+		for _, g := range passed {
+			if g.variant.Name == v.Name {
+				fmt.Printf("  %-28s %v×%v tile, %s\n", v.Name, v.Workgroup[0], v.Workgroup[1], v.About)
+				break
+			}
+		}
+	}
+	fmt.Println("\nGEMM C = op(A)·op(B), M×N×K, TFLOP/s, best of 3 batches of", reps)
+	fmt.Printf("  %-36s", "variant, B")
+	for _, sh := range shapes {
+		fmt.Printf(" %13s", sh)
+	}
+	fmt.Println()
+	for _, g := range passed {
+		fmt.Printf("  %-36s", g.name)
+		for _, tf := range times[g.name] {
+			fmt.Printf(" %13.3f", tf)
 		}
 		fmt.Println()
 	}
-	if len(runs) < all {
-		return fmt.Errorf("%d GEMM variant runs failed their checks (above)", all-len(runs))
+	for _, sh := range shapes {
+		if sh.note != "" {
+			fmt.Printf("  %s: %s\n", sh, sh.note)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d GEMM variant runs failed their checks: %s", len(failed), strings.Join(failed, ", "))
 	}
 	return nil
 }
 
-// gemmRun is one way to run a GEMM: B's storage and the operands' format
-// (which picks a tensor-core variant where the device has one).
+// gemmRun is one way to run a GEMM: a variant, B's storage and the
+// operands' format (which picks the tensor-core variant).
 type gemmRun struct {
 	name     string
+	variant  vulkan.GemmVariant
 	b16      bool
 	half     vulkan.Half
 	operands vulkan.Rounding
 }
 
 // gemmRuns lists the scalar kernel's three runs and, for each tensor-core
-// variant the device has, its runs with fp32 and with 16-bit B.
-func gemmRuns(ks *vulkan.Kernels) []gemmRun {
-	runs := []gemmRun{
-		{name: "scalar fp32"},
-		{name: "scalar bf16-B", b16: true, half: vulkan.BF16},
-		{name: "scalar fp16-B", b16: true, half: vulkan.FP16},
-	}
-	for _, t := range []struct {
-		f    vulkan.Rounding
-		half vulkan.Half
-	}{{vulkan.RoundFP16, vulkan.FP16}, {vulkan.RoundBF16, vulkan.BF16}} {
-		if _, ok := ks.GemmVariantFor(t.f); ok {
-			runs = append(runs,
-				gemmRun{name: "coopmat " + t.f.String(), operands: t.f},
-				gemmRun{name: "coopmat " + t.f.String() + "-B", b16: true, half: t.half, operands: t.f})
+// variant p runs (of those the comma-separated list names, all when it is
+// empty), its runs with fp32 and with 16-bit B.
+func gemmRuns(p *vulkan.PhysicalDevice, list string) []gemmRun {
+	want := func(name string) bool {
+		if list == "" {
+			return true
 		}
+		for _, w := range strings.Split(list, ",") {
+			if strings.TrimSpace(w) == name {
+				return true
+			}
+		}
+		return false
+	}
+	var runs []gemmRun
+	for _, v := range vulkan.GemmVariants() {
+		if !v.Supported(p) || !want(v.Name) {
+			continue
+		}
+		if v.Operands == vulkan.NoRounding {
+			runs = append(runs,
+				gemmRun{name: v.Name + " fp32-B", variant: v},
+				gemmRun{name: v.Name + " bf16-B", variant: v, b16: true, half: vulkan.BF16},
+				gemmRun{name: v.Name + " fp16-B", variant: v, b16: true, half: vulkan.FP16})
+			continue
+		}
+		half := vulkan.BF16
+		if v.Operands == vulkan.RoundFP16 {
+			half = vulkan.FP16
+		}
+		runs = append(runs,
+			gemmRun{name: v.Name + " fp32-B", variant: v, operands: v.Operands},
+			gemmRun{name: v.Name + " " + half.String() + "-B", variant: v, b16: true, half: half, operands: v.Operands})
 	}
 	return runs
 }
@@ -308,53 +381,30 @@ func (bs buffers) free() {
 	}
 }
 
-// checks runs the kernels on the device and compares with the CPU.
-// A tensor-core variant that fails is reported and left out of the
-// timings (the others go on); the fp32 kernel or rounding failing is an
-// error.
-func checks(d *vulkan.Device, ks *vulkan.Kernels, runs []gemmRun) ([]gemmRun, error) {
-	fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24; tensor cores u = 2^-23:")
-	fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
-	rng := rand.New(rand.NewPCG(7, 8))
-	var passed []gemmRun
-	var failed []string
-runs:
-	for _, g := range runs {
-		// The tensor-core kernels' 128×128×32 tiles also at ragged edges
-		// and below one tile, and fp16 subnormal operands (|a| ≈ 2^-16).
-		sizes := [][4]float64{{257, 193, 320, 1}}
-		if g.operands != vulkan.NoRounding {
-			sizes = append(sizes, [4]float64{127, 129, 33, 1}, [4]float64{3, 5, 7, 1}, [4]float64{130, 70, 48, 0x1p-16})
-		}
-		for _, sz := range sizes {
-			m, n, k, scale := int(sz[0]), int(sz[1]), int(sz[2]), sz[3]
-			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-				worst, err := gemmCheck(ks, rng, m, n, k, tr[0], tr[1], scale, g)
-				if err != nil {
-					err = fmt.Errorf("GEMM %s %d×%d×%d (A scaled by %g) transA=%v transB=%v: %w", g.name, m, n, k, scale, tr[0], tr[1], err)
-					if g.operands == vulkan.NoRounding {
-						return nil, err
-					}
-					fmt.Printf("  FAIL %v (left out of the timings)\n", err)
-					failed = append(failed, g.name)
-					continue runs
-				}
-				s := ""
-				if scale != 1 {
-					s = fmt.Sprintf(", A scaled by %g", scale)
-				}
-				fmt.Printf("  GEMM %-16s %d×%d×%d transA=%-5v transB=%-5v ok: worst error %.3f of the bound%s\n", g.name, m, n, k, tr[0], tr[1], worst, s)
+// checkRun runs g on the device in every transpose combination and
+// compares with the CPU: a 257×193×320 product and, for a tensor-core
+// variant, products across ragged edges, below one tile and with fp16
+// subnormal operands (|a| ≈ 2^-16).
+func checkRun(ks *vulkan.Kernels, rng *rand.Rand, g gemmRun) error {
+	sizes := [][4]float64{{257, 193, 320, 1}}
+	if g.operands != vulkan.NoRounding {
+		sizes = append(sizes, [4]float64{127, 129, 33, 1}, [4]float64{3, 5, 7, 1}, [4]float64{130, 70, 48, 0x1p-16})
+	}
+	for _, sz := range sizes {
+		m, n, k, scale := int(sz[0]), int(sz[1]), int(sz[2]), sz[3]
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			worst, err := gemmCheck(ks, rng, m, n, k, tr[0], tr[1], scale, g)
+			if err != nil {
+				return fmt.Errorf("GEMM %s %d×%d×%d (A scaled by %g) transA=%v transB=%v: %w", g.name, m, n, k, scale, tr[0], tr[1], err)
 			}
+			s := ""
+			if scale != 1 {
+				s = fmt.Sprintf(", A scaled by %g", scale)
+			}
+			fmt.Printf("  GEMM %-36s %d×%d×%d transA=%-5v transB=%-5v ok: worst error %.3f of the bound%s\n", g.name, m, n, k, tr[0], tr[1], worst, s)
 		}
-		passed = append(passed, g)
 	}
-	if err := roundCheck(d, ks, rng); err != nil {
-		return nil, err
-	}
-	if len(failed) > 0 {
-		fmt.Printf("  tensor-core GEMM checks FAILED: %s\n", strings.Join(failed, ", "))
-	}
-	return passed, nil
+	return nil
 }
 
 func gemmCheck(ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb bool, scale float64, g gemmRun) (float64, error) {
