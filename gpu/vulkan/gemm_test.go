@@ -249,20 +249,32 @@ func TestGemm(t *testing.T) {
 // than the bound).
 func TestGemmTensorCores(t *testing.T) {
 	e, ks := openKernels(t)
-	var formats []Rounding
+	var variants []GemmVariant // every tile of every format the device runs, the chosen ones first
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
 		if v, ok := ks.GemmVariantFor(f); ok {
 			t.Logf("%s operands: GEMM variant %s", f, v.Name)
-			formats = append(formats, f)
+			variants = append(variants, v)
 		}
 	}
-	if len(formats) == 0 {
+	if len(variants) == 0 {
 		t.Skipf("%s has no tensor-core GEMM: fp16 needs VK_NV_cooperative_matrix, bf16 VK_KHR_cooperative_matrix with VK_KHR_shader_bfloat16, "+
 			"each listing the 16×16×16 subgroup shape with fp32 accumulation (shapes listed: %v)", e.dev.Physical.Name, e.dev.Physical.CoopMatShapes)
 	}
+	for _, v := range GemmVariants() {
+		if v.Operands != NoRounding && v.Supported(e.dev.Physical) && v.Name != variants[0].Name && (len(variants) < 2 || v.Name != variants[1].Name) {
+			variants = append(variants, v)
+		}
+	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	sizes := [][3]int{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {128, 128, 32}, {127, 129, 33}, {128, 128, 256}, {200, 96, 300}, {257, 255, 64}, {64, 384, 1000}}
-	for _, f := range formats {
+	// Even sizes are aligned (16-byte loads of whole tiles, C stored from
+	// the fragments); odd ones are not, with α and β ≠ 0. 264×272×96
+	// holds whole tiles of every coopTile.
+	sizes := [][3]int{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {128, 128, 32}, {127, 129, 33}, {128, 128, 256}, {200, 96, 300}, {257, 255, 64}, {64, 384, 1000}, {264, 272, 96}}
+	for _, v := range variants {
+		f := v.Operands
+		if g, _ := ks.GemmVariantFor(f); g.Name != v.Name {
+			must(t, ks.UseGemmVariant(v))
+		}
 		worst := 0.0
 		half := BF16
 		if f == RoundFP16 {
@@ -274,18 +286,43 @@ func TestGemmTensorCores(t *testing.T) {
 				if s[0]%2 == 1 {
 					c.alpha, c.beta, c.pad, c.off = 1.5, -0.75, 3, 5
 				}
-				t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+				t.Run(v.Name+"/"+c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
 				c.b16, c.half = true, half
-				t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+				t.Run(v.Name+"/"+c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
 			}
 		}
 		other := gemmCase{m: 65, n: 63, k: 40, transB: true, alpha: 1, b16: true, half: 1 - half, operands: f}
-		t.Run(other.String(), func(t *testing.T) { other.run(t, ks, e.dev, rng) })
+		t.Run(v.Name+"/"+other.String(), func(t *testing.T) { other.run(t, ks, e.dev, rng) })
 		if f == RoundFP16 { // |a| ≈ 2^-16: fp16 subnormals (below 2^-14)
 			sub := gemmCase{m: 130, n: 70, k: 48, alpha: 1, operands: f, aScale: 0x1p-16}
-			t.Run(sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
+			t.Run(v.Name+"/"+sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
 		}
-		t.Logf("%s: worst error %.3f of the bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-23", f, worst)
+		t.Logf("%s: worst error %.3f of the bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-23", v.Name, worst)
+	}
+}
+
+// TestUseGemmVariantRefuses: UseGemmVariant takes only tensor-core
+// variants the device runs, and a refusal leaves the variants in use.
+func TestUseGemmVariantRefuses(t *testing.T) {
+	e, ks := openKernels(t)
+	before := ks.GemmNames()
+	for _, v := range GemmVariants() {
+		err := ks.UseGemmVariant(v)
+		switch {
+		case v.Operands == NoRounding:
+			if err == nil || !strings.Contains(err.Error(), "not a tensor-core variant") {
+				t.Errorf("%s: %v, want a refusal", v.Name, err)
+			}
+		case !v.Supported(e.dev.Physical):
+			if err == nil || !strings.Contains(err.Error(), "does not run on") {
+				t.Errorf("%s: %v, want a refusal", v.Name, err)
+			}
+		}
+	}
+	if !ks.d.Physical.tensorAny(RoundFP16) && !ks.d.Physical.tensorAny(RoundBF16) {
+		if got := ks.GemmNames(); got != before {
+			t.Errorf("after the refusals GEMM variants are %q, were %q", got, before)
+		}
 	}
 }
 

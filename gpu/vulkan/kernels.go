@@ -327,7 +327,9 @@ func (g gemmKernels) close() {
 // UseGemmVariant gives the products of tensor-core variant v's operand
 // format to v in place of the variant NewKernels chose (vkprobe times
 // every variant this way): it builds v's kernels and self-checks them on
-// the device first, and on an error keeps the variant in use.
+// the device first, and on an error keeps the variant in use. It closes
+// the replaced variant's kernels: call it with no recorded, unsubmitted
+// GEMM of that format.
 func (ks *Kernels) UseGemmVariant(v GemmVariant) error {
 	if v.Operands == NoRounding {
 		return fmt.Errorf("vulkan: %s is not a tensor-core variant", v.Name)

@@ -163,6 +163,14 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 		fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
 	}
 	built := map[string]error{} // by tensor-core variant: UseGemmVariant's error
+	var bs buffers
+	defer bs.free()
+	ops := make([]operands, len(shapes))
+	for i, sh := range shapes {
+		if ops[i], err = shapeOperands(d, &bs, sh); err != nil {
+			return fmt.Errorf("operands of %s: %w", sh, err)
+		}
+	}
 	for _, g := range runs {
 		if g.operands != vulkan.NoRounding {
 			err, done := built[g.variant.Name]
@@ -188,8 +196,8 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 				continue
 			}
 		}
-		for _, sh := range shapes {
-			tf, err := timeGemm(d, ks, sh, reps, g)
+		for i, sh := range shapes {
+			tf, err := timeGemm(d, ks, sh, ops[i], reps, g)
 			if err != nil {
 				return fmt.Errorf("timing %s %s: %w", sh, g.name, err)
 			}
@@ -214,13 +222,13 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 	fmt.Println("\nGEMM C = op(A)·op(B), M×N×K, TFLOP/s, best of 3 batches of", reps)
 	fmt.Printf("  %-36s", "variant, B")
 	for _, sh := range shapes {
-		fmt.Printf(" %13s", sh)
+		fmt.Printf(" %16s", sh)
 	}
 	fmt.Println()
 	for _, g := range passed {
 		fmt.Printf("  %-36s", g.name)
 		for _, tf := range times[g.name] {
-			fmt.Printf(" %13.3f", tf)
+			fmt.Printf(" %16.3f", tf)
 		}
 		fmt.Println()
 	}
@@ -467,11 +475,14 @@ func roundCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand) error {
 	return nil
 }
 
-// timeGemm is the best TFLOP/s of 3 batches of reps GEMMs of shape sh.
-func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, reps int, run gemmRun) (float64, error) {
-	var bs buffers
-	defer bs.free()
-	m, n, k := sh.m, sh.n, sh.k
+// operands are a shape's A, B and C on the device, made once for every
+// run of the shape: B's float32 values -3…3 are read as 16-bit values by
+// the runs with 16-bit B (finite in both formats; the time does not
+// depend on them).
+type operands struct{ a, b, c *vulkan.Buffer }
+
+// shapeOperands makes the operands of shape sh, into bs.
+func shapeOperands(d *vulkan.Device, bs *buffers, sh gemmShape) (operands, error) {
 	fill := func(size int) []float32 {
 		x := make([]float32, size)
 		for i := range x {
@@ -479,23 +490,23 @@ func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, reps int, run 
 		}
 		return x
 	}
-	A, err := bs.f32(d, fill(m*k))
-	if err != nil {
-		return 0, err
+	var o operands
+	var err error
+	if o.a, err = bs.f32(d, fill(sh.m*sh.k)); err != nil {
+		return o, err
 	}
-	C, err := bs.f32(d, make([]float32, m*n))
-	if err != nil {
-		return 0, err
+	if o.b, err = bs.f32(d, fill(sh.k*sh.n)); err != nil {
+		return o, err
 	}
-	var B *vulkan.Buffer
-	if run.b16 {
-		B, err = bs.u16(d, make([]uint16, k*n))
-	} else {
-		B, err = bs.f32(d, fill(k*n))
-	}
-	if err != nil {
-		return 0, err
-	}
+	o.c, err = bs.f32(d, make([]float32, sh.m*sh.n))
+	return o, err
+}
+
+// timeGemm is the best TFLOP/s of 3 batches of reps GEMMs of shape sh
+// on its operands o.
+func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, o operands, reps int, run gemmRun) (float64, error) {
+	m, n, k := sh.m, sh.n, sh.k
+	A, B, C := o.a, o.b, o.c
 	r, err := d.NewRecorder()
 	if err != nil {
 		return 0, err
