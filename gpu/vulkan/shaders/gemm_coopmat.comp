@@ -226,7 +226,10 @@ uvec4 quadA(uint r, uint c, bool fast) {
 		v = a4[e / 4];
 	} else {
 		uint rows = p.transA != 0 ? p.K : p.M, cols = p.transA != 0 ? p.M : p.K;
-		UNROLL for (uint j = 0; j < 4; j++) v[j] = r < rows && c + j < cols ? a[e + j] : 0.0;
+		UNROLL for (uint j = 0; j < 4; j++) { // branches, not selects: no load outside the matrix
+			v[j] = 0.0;
+			if (r < rows && c + j < cols) v[j] = a[e + j];
+		}
 	}
 	return uvec4(narrow(v.x), narrow(v.y), narrow(v.z), narrow(v.w));
 }
@@ -242,14 +245,20 @@ uvec4 quadB(uint r, uint c, bool fast) {
 		return uvec4(w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16);
 	}
 	uvec4 h;
-	UNROLL for (uint j = 0; j < 4; j++) h[j] = r < rows && c + j < cols ? half16(b, e + j) : 0u;
+	UNROLL for (uint j = 0; j < 4; j++) {
+		h[j] = 0u;
+		if (r < rows && c + j < cols) h[j] = half16(b, e + j);
+	}
 	return h;
 #else
 	vec4 v;
 	if (fast) {
 		v = b4[e / 4];
 	} else {
-		UNROLL for (uint j = 0; j < 4; j++) v[j] = r < rows && c + j < cols ? b[e + j] : 0.0;
+		UNROLL for (uint j = 0; j < 4; j++) {
+			v[j] = 0.0;
+			if (r < rows && c + j < cols) v[j] = b[e + j];
+		}
 	}
 	return uvec4(narrow(v.x), narrow(v.y), narrow(v.z), narrow(v.w));
 #endif
