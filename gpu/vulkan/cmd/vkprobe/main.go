@@ -1,9 +1,10 @@
 // Command vkprobe lists the Vulkan devices this machine offers, checks
 // mixtune's Vulkan kernels on one of them against a float64 CPU reference
 // (every GEMM variant the device runs in all transpose combinations: the
-// scalar kernel with fp32, bf16 or fp16 B, and the fp16 and bf16
-// tensor-core kernels; the bf16/fp16 rounding kernels bit for bit), and
-// measures each GEMM variant's TFLOP/s at square and training shapes.
+// scalar kernel with fp32, bf16 or fp16 B, and every tile of the fp16
+// and bf16 tensor-core kernels, each with fp32 and 16-bit B; the
+// bf16/fp16 rounding kernels bit for bit), and measures each GEMM
+// variant's TFLOP/s at square and training shapes.
 //
 // It is built without cgo and needs only the Vulkan loader
 // (libvulkan.so.1) and a driver (ICD) at run time:
@@ -12,6 +13,7 @@
 //	./vkprobe                      # list, check and time the first GPU
 //	./vkprobe -device GPU-8f2c…    # pick by UUID (as nvidia-smi -L prints), index or PCI bus id
 //	./vkprobe -list                # list only
+//	./vkprobe -variants coopmat-nv-fp16-128x256,scalar-tiled-64x64  # some variants only
 //	VK_DRIVER_FILES=/usr/share/vulkan/icd.d/nvidia_icd.json ./vkprobe
 package main
 
