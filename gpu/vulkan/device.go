@@ -92,7 +92,7 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 	*prio = 1
 	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
 	d := &Device{Physical: p, inst: in, family: uint32(family), timestampBits: fams[family].TimestampValidBits}
-	tensor := p.tensorFP16() || p.tensorBF16()
+	tensor := p.tensorAny(RoundFP16) || p.tensorAny(RoundBF16)
 	r := createDevice(in, p, qci, tensor, &d.h)
 	if tensor && Result(int32(r)) != Success {
 		// A driver that refuses the cooperative-matrix features still
@@ -204,7 +204,7 @@ func (d *Device) Close() {
 
 // createDevice calls vkCreateDevice for p with the queue qci, the
 // extensions p needs and, with tensor, the tensor-core GEMMs' extensions
-// and features (tensorFP16, tensorBF16), into h.
+// and features (tensorFP16, tensorBF16 of any tile), into h.
 func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, tensor bool, h *handle) uintptr {
 	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
 	var names []*byte
@@ -218,12 +218,12 @@ func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, t
 	bf := &physicalDeviceShaderBfloat16FeaturesKHR{SType: stPhysicalDeviceBFloat16FeaturesKHR, ShaderBFloat16Type: 1, ShaderBFloat16CooperativeMatrix: 1}
 	if tensor {
 		mm.PNext, dci.PNext = dci.PNext, unsafe.Pointer(mm)
-		if p.tensorFP16() {
+		if p.tensorAny(RoundFP16) {
 			names = append(names, cstr("VK_NV_cooperative_matrix"))
 			nv.PNext, dci.PNext = dci.PNext, unsafe.Pointer(nv)
 			f16.PNext, dci.PNext = dci.PNext, unsafe.Pointer(f16)
 		}
-		if p.tensorBF16() {
+		if p.tensorAny(RoundBF16) {
 			names = append(names, cstr("VK_KHR_cooperative_matrix"), cstr("VK_KHR_shader_bfloat16"))
 			khr.PNext, dci.PNext = dci.PNext, unsafe.Pointer(khr)
 			bf.PNext, dci.PNext = dci.PNext, unsafe.Pointer(bf)

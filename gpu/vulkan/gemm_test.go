@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -247,20 +249,32 @@ func TestGemm(t *testing.T) {
 // than the bound).
 func TestGemmTensorCores(t *testing.T) {
 	e, ks := openKernels(t)
-	var formats []Rounding
+	var variants []GemmVariant // every tile of every format the device runs, the chosen ones first
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
 		if v, ok := ks.GemmVariantFor(f); ok {
 			t.Logf("%s operands: GEMM variant %s", f, v.Name)
-			formats = append(formats, f)
+			variants = append(variants, v)
 		}
 	}
-	if len(formats) == 0 {
+	if len(variants) == 0 {
 		t.Skipf("%s has no tensor-core GEMM: fp16 needs VK_NV_cooperative_matrix, bf16 VK_KHR_cooperative_matrix with VK_KHR_shader_bfloat16, "+
 			"each listing the 16×16×16 subgroup shape with fp32 accumulation (shapes listed: %v)", e.dev.Physical.Name, e.dev.Physical.CoopMatShapes)
 	}
+	for _, v := range GemmVariants() {
+		if v.Operands != NoRounding && v.Supported(e.dev.Physical) && v.Name != variants[0].Name && (len(variants) < 2 || v.Name != variants[1].Name) {
+			variants = append(variants, v)
+		}
+	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	sizes := [][3]int{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {128, 128, 32}, {127, 129, 33}, {128, 128, 256}, {200, 96, 300}, {257, 255, 64}, {64, 384, 1000}}
-	for _, f := range formats {
+	// Even sizes are aligned (16-byte loads of whole tiles, C stored from
+	// the fragments); odd ones are not, with α and β ≠ 0. 264×272×96
+	// holds whole tiles of every coopTile.
+	sizes := [][3]int{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {128, 128, 32}, {127, 129, 33}, {128, 128, 256}, {200, 96, 300}, {257, 255, 64}, {64, 384, 1000}, {264, 272, 96}}
+	for _, v := range variants {
+		f := v.Operands
+		if g, _ := ks.GemmVariantFor(f); g.Name != v.Name {
+			must(t, ks.UseGemmVariant(v))
+		}
 		worst := 0.0
 		half := BF16
 		if f == RoundFP16 {
@@ -272,18 +286,43 @@ func TestGemmTensorCores(t *testing.T) {
 				if s[0]%2 == 1 {
 					c.alpha, c.beta, c.pad, c.off = 1.5, -0.75, 3, 5
 				}
-				t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+				t.Run(v.Name+"/"+c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
 				c.b16, c.half = true, half
-				t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+				t.Run(v.Name+"/"+c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
 			}
 		}
 		other := gemmCase{m: 65, n: 63, k: 40, transB: true, alpha: 1, b16: true, half: 1 - half, operands: f}
-		t.Run(other.String(), func(t *testing.T) { other.run(t, ks, e.dev, rng) })
+		t.Run(v.Name+"/"+other.String(), func(t *testing.T) { other.run(t, ks, e.dev, rng) })
 		if f == RoundFP16 { // |a| ≈ 2^-16: fp16 subnormals (below 2^-14)
 			sub := gemmCase{m: 130, n: 70, k: 48, alpha: 1, operands: f, aScale: 0x1p-16}
-			t.Run(sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
+			t.Run(v.Name+"/"+sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
 		}
-		t.Logf("%s: worst error %.3f of the bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-23", f, worst)
+		t.Logf("%s: worst error %.3f of the bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-23", v.Name, worst)
+	}
+}
+
+// TestUseGemmVariantRefuses: UseGemmVariant takes only tensor-core
+// variants the device runs, and a refusal leaves the variants in use.
+func TestUseGemmVariantRefuses(t *testing.T) {
+	e, ks := openKernels(t)
+	before := ks.GemmNames()
+	for _, v := range GemmVariants() {
+		err := ks.UseGemmVariant(v)
+		switch {
+		case v.Operands == NoRounding:
+			if err == nil || !strings.Contains(err.Error(), "not a tensor-core variant") {
+				t.Errorf("%s: %v, want a refusal", v.Name, err)
+			}
+		case !v.Supported(e.dev.Physical):
+			if err == nil || !strings.Contains(err.Error(), "does not run on") {
+				t.Errorf("%s: %v, want a refusal", v.Name, err)
+			}
+		}
+	}
+	if !ks.d.Physical.tensorAny(RoundFP16) && !ks.d.Physical.tensorAny(RoundBF16) {
+		if got := ks.GemmNames(); got != before {
+			t.Errorf("after the refusals GEMM variants are %q, were %q", got, before)
+		}
 	}
 }
 
@@ -291,56 +330,117 @@ func TestGemmTensorCores(t *testing.T) {
 // device, lavapipe included, with its fragments emulated in plain code
 // (gemm_coopmat.comp built with -DEMULATE: the cooperative-matrix calls'
 // arguments and row-major semantics, fp32 fmas in k order), against the
-// float64 reference and the scalar kernel, as TestGemmTensorCores does on
-// real tensor cores. It checks all of the kernel but the fragment
+// float64 reference, for every tile of coopTiles, as TestGemmTensorCores
+// does on real tensor cores. It checks all of the kernel but the fragment
 // instructions themselves: the 16-bit narrowing, the tiles' loads in
-// every transpose, the shared layout and strides the fragments are read
-// with, ragged edges, the K loop's prefetch, α, β and the way out.
+// every transpose (16-byte loads of whole aligned tiles, element loads of
+// edge tiles and misaligned layouts), the shared layout and strides the
+// fragments are read with, ragged edges, the K loop's prefetch and
+// stages, α, β and both ways out (fragments stored to C, the scratch).
 func TestGemmCoopmatEmulated(t *testing.T) {
 	e, ks := openKernels(t)
-	for _, emu := range []struct {
-		f        Rounding
-		f32, b16 string
-	}{
-		{RoundFP16, "gemm_coopmat_emu_fp16_f32.spv", "gemm_coopmat_emu_fp16_b16.spv"},
-		{RoundBF16, "", "gemm_coopmat_emu_bf16_b16.spv"},
-	} {
-		g := gemmKernels{v: GemmVariant{Name: "emulated coopmat " + emu.f.String(), Operands: emu.f, Workgroup: [2]uint32{128, 128}}}
-		var err error
-		if emu.f32 != "" {
-			g.f32, err = ks.kernel(emu.f32, 3, gemmPush)
-			must(t, err)
-		}
-		g.b16, err = ks.kernel(emu.b16, 3, gemmPush)
-		must(t, err)
-		ks.gemm[emu.f] = g
-	}
 	defer func() { delete(ks.gemm, RoundFP16); delete(ks.gemm, RoundBF16) }()
-	if got, want := ks.GemmNames(), ks.Variant.Name+", fp16 products on emulated coopmat fp16, bf16 products on emulated coopmat bf16"; got != want {
-		t.Errorf("GemmNames() = %q, want %q", got, want)
+	// A (BM+4)×(BN+8)×40 product holds whole tiles (with offsets and
+	// leading dimensions multiples of 4 when aligned: 16-byte loads, C
+	// stored from the fragments when β = 0) and ragged ones in M, N and K
+	// (40 is no multiple of 16 or 32).
+	type shape struct {
+		m, n, k     int // -1: the tile's M or N plus 4 or 8
+		alpha, beta float32
+		pad, off    int
+	}
+	shapes := []shape{
+		{3, 5, 7, 1, 0, 0, 0},            // below one tile
+		{127, 129, 33, 1.5, -0.75, 3, 5}, // ragged, misaligned
+		{-1, -1, 40, 1.25, 0, 4, 8},      // aligned: 16-byte loads, C from the fragments
+		{-1, -1, 40, 1, 0, 3, 5},         // misaligned: element loads, C through the scratch
+		{-1, -1, 40, -0.5, 0.75, 4, 4},   // aligned, β ≠ 0: 16-byte loads, C through the scratch
+	}
+	if testing.Short() {
+		shapes = shapes[:3]
 	}
 	rng := rand.New(rand.NewPCG(9, 10))
-	sizes := [][3]int{{3, 5, 7}, {128, 128, 32}, {127, 129, 33}, {130, 140, 70}}
-	if testing.Short() {
-		sizes = sizes[:3]
-	}
-	worst := 0.0
-	for _, s := range sizes {
-		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-			c := gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], alpha: 1, operands: RoundFP16}
-			if s[0]%2 == 1 {
-				c.alpha, c.beta, c.pad, c.off = 1.5, -0.75, 3, 5
+	for _, tile := range coopTiles() {
+		for _, emu := range []struct {
+			f        Rounding
+			h        string
+			f32, b16 bool
+		}{{RoundFP16, "fp16", true, true}, {RoundBF16, "bf16", false, true}} {
+			g := gemmKernels{v: GemmVariant{Name: "emulated coopmat " + emu.h + " " + tile.name, Operands: emu.f, Workgroup: [2]uint32{tile.m, tile.n}}}
+			var err error
+			if emu.f32 {
+				g.f32, err = ks.kernel(tile.spirv(emu.h, "f32", true), 3, gemmPush)
+				must(t, err)
 			}
-			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
-			c.b16, c.half = true, FP16
-			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
-			c.operands, c.half = RoundBF16, BF16
-			t.Run(c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+			g.b16, err = ks.kernel(tile.spirv(emu.h, "b16", true), 3, gemmPush)
+			must(t, err)
+			ks.gemm[emu.f] = g
+		}
+		want := fmt.Sprintf("%s, fp16 products on emulated coopmat fp16 %s, bf16 products on emulated coopmat bf16 %s", ks.Variant.Name, tile.name, tile.name)
+		if got := ks.GemmNames(); got != want {
+			t.Errorf("GemmNames() = %q, want %q", got, want)
+		}
+		worst := 0.0
+		for _, s := range shapes {
+			if s.m < 0 {
+				s.m, s.n = int(tile.m)+4, int(tile.n)+8
+			}
+			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				c := gemmCase{m: s.m, n: s.n, k: s.k, transA: tr[0], transB: tr[1], alpha: s.alpha, beta: s.beta, pad: s.pad, off: s.off, operands: RoundFP16}
+				t.Run(tile.name+"/"+c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+				c.b16, c.half = true, FP16
+				t.Run(tile.name+"/"+c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+				c.operands, c.half = RoundBF16, BF16
+				t.Run(tile.name+"/"+c.String(), func(t *testing.T) { worst = max(worst, c.run(t, ks, e.dev, rng)) })
+			}
+		}
+		sub := gemmCase{m: 130, n: 70, k: 48, alpha: 1, operands: RoundFP16, aScale: 0x1p-16}
+		t.Run(tile.name+"/"+sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
+		t.Logf("%s: worst error %.3f of the bound", tile.name, worst)
+	}
+}
+
+// TestCoopTilesMatchBuild: each coopTile's sizes are those its build
+// flags in shaders/build.txt give gemm_coopmat.comp (the source's
+// defaults where a build names none), so the dispatch grid, the shared
+// memory asked of the device and the kernel agree.
+func TestCoopTilesMatchBuild(t *testing.T) {
+	list, err := os.ReadFile("shaders/build.txt")
+	if err != nil {
+		t.Skip("no shaders/build.txt here: the test binary runs outside gpu/vulkan's sources")
+	}
+	flags := map[string][]string{}
+	for _, line := range strings.Split(string(list), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && !strings.HasPrefix(line, "#") {
+			flags[f[0]] = f[2:]
 		}
 	}
-	sub := gemmCase{m: 130, n: 70, k: 48, alpha: 1, operands: RoundFP16, aScale: 0x1p-16}
-	t.Run(sub.String(), func(t *testing.T) { worst = max(worst, sub.run(t, ks, e.dev, rng)) })
-	t.Logf("worst error %.3f of the bound", worst)
+	for _, tile := range coopTiles() {
+		for _, file := range []string{tile.spirv("fp16", "f32", false), tile.spirv("fp16", "b16", false), tile.spirv("fp16", "f32", true), tile.spirv("bf16", "b16", true)} {
+			fl, ok := flags[file]
+			if !ok {
+				t.Errorf("%s: %s not in build.txt", tile.name, file)
+				continue
+			}
+			d := map[string]uint32{"SG_M": 2, "SG_N": 4, "FR_M": 4, "FR_N": 2, "BK": 32} // gemm_coopmat.comp's defaults
+			for _, x := range fl {
+				if k, v, ok := strings.Cut(strings.TrimPrefix(x, "-D"), "="); ok {
+					n, err := strconv.Atoi(v)
+					must(t, err)
+					d[k] = uint32(n)
+				}
+			}
+			m, n, inv := 16*d["SG_M"]*d["FR_M"], 16*d["SG_N"]*d["FR_N"], 32*d["SG_M"]*d["SG_N"]
+			if m != tile.m || n != tile.n || d["BK"] != tile.k || inv != tile.invocations {
+				t.Errorf("%s: %s builds a %d×%d tile, K step %d, %d invocations; coopTiles says %d×%d, %d, %d",
+					tile.name, file, m, n, d["BK"], inv, tile.m, tile.n, tile.k, tile.invocations)
+			}
+			if tile.sharedBytes() > 48*1024 {
+				t.Errorf("%s: %d bytes of shared memory, over 48 KiB", tile.name, tile.sharedBytes())
+			}
+		}
+	}
 }
 
 // TestGemmOperandsFallBack: where the device has no tensor-core variant,
@@ -394,7 +494,7 @@ func TestChooseGemmFor(t *testing.T) {
 		edit func(*PhysicalDevice)
 		want string
 	}{
-		{"all there", func(*PhysicalDevice) {}, "coopmat-nv-fp16-128x128"},
+		{"all there", func(*PhysicalDevice) {}, "coopmat-nv-fp16-" + defaultCoopTile},
 		{"16x8x16 only", func(p *PhysicalDevice) { p.CoopMatShapes[0].N = 8 }, "scalar-tiled-64x64"},
 		{"fp16 accumulation only", func(p *PhysicalDevice) {
 			p.CoopMatShapes[0].C, p.CoopMatShapes[0].Result = ComponentFP16, ComponentFP16
@@ -406,6 +506,8 @@ func TestChooseGemmFor(t *testing.T) {
 		{"no memory model", func(p *PhysicalDevice) { p.VulkanMemoryModel = false }, "scalar-tiled-64x64"},
 		{"Vulkan 1.1", func(p *PhysicalDevice) { p.core12 = false }, "scalar-tiled-64x64"},
 		{"16 KiB shared memory", func(p *PhysicalDevice) { p.MaxSharedMemory = 16384 }, "scalar-tiled-64x64"},
+		// Tiles the device cannot hold are passed over for one it can.
+		{"32 KiB shared memory", func(p *PhysicalDevice) { p.MaxSharedMemory = 32768 }, "coopmat-nv-fp16-128x256"},
 	} {
 		p := h200()
 		tc.edit(p)
@@ -436,7 +538,7 @@ func TestChooseGemmForBF16(t *testing.T) {
 		edit func(*PhysicalDevice)
 		want string
 	}{
-		{"all there", func(*PhysicalDevice) {}, "coopmat-khr-bf16-128x128"},
+		{"all there", func(*PhysicalDevice) {}, "coopmat-khr-bf16-" + defaultCoopTile},
 		{"no bf16 cooperative matrices", func(p *PhysicalDevice) { p.BFloat16CoopMat = false }, ""},
 		{"no KHR feature", func(p *PhysicalDevice) { p.CoopMatKHRFeature = false }, ""},
 		{"listed by NV", func(p *PhysicalDevice) { p.CoopMatShapes[0].KHR = false }, ""},
@@ -604,19 +706,22 @@ func BenchmarkGemm(b *testing.B) {
 // reading a 16-bit B as float32), leaving ks.gemm as it was.
 func TestTensorCoreSelfCheck(t *testing.T) {
 	_, ks := openKernels(t)
-	good := gemmKernels{v: GemmVariant{Name: "emulated coopmat fp16", Operands: RoundFP16, Workgroup: [2]uint32{128, 128}}}
-	var err error
-	good.f32, err = ks.kernel("gemm_coopmat_emu_fp16_f32.spv", 3, gemmPush)
-	must(t, err)
-	good.b16, err = ks.kernel("gemm_coopmat_emu_fp16_b16.spv", 3, gemmPush)
-	must(t, err)
-	if err := ks.selfCheck(RoundFP16, good); err != nil {
-		t.Fatalf("emulated coopmat fp16: %v", err)
+	var good gemmKernels
+	for _, tile := range coopTiles() {
+		good = gemmKernels{v: GemmVariant{Name: "emulated coopmat fp16 " + tile.name, Operands: RoundFP16, Workgroup: [2]uint32{tile.m, tile.n}}}
+		var err error
+		good.f32, err = ks.kernel(tile.spirv("fp16", "f32", true), 3, gemmPush)
+		must(t, err)
+		good.b16, err = ks.kernel(tile.spirv("fp16", "b16", true), 3, gemmPush)
+		must(t, err)
+		if err := ks.selfCheck(RoundFP16, good); err != nil {
+			t.Fatalf("%s: %v", good.v.Name, err)
+		}
 	}
 	bad := good
 	bad.v.Name = "b16 read as f32"
 	bad.b16 = good.f32
-	err = ks.selfCheck(RoundFP16, bad)
+	err := ks.selfCheck(RoundFP16, bad)
 	if err == nil || !strings.Contains(err.Error(), "self-check of b16 read as f32") {
 		t.Fatalf("a kernel reading 16-bit B as float32: %v, want a self-check failure", err)
 	}

@@ -54,20 +54,64 @@ type GemmVariant struct {
 	Operands  Rounding
 	Supported func(*PhysicalDevice) bool
 	Workgroup [2]uint32 // the C tile one workgroup computes, M × N
+	About     string    // how the workgroup is laid out, for vkprobe
 }
 
 // The tensor-core kernels' fragment shape (gemm_coopmat.comp).
 const coopM, coopN, coopK = 16, 16, 16
 
-// tensorFP16 reports whether the fp16 tensor-core GEMM runs on p: Vulkan
-// 1.2 with the memory model, VK_NV_cooperative_matrix's feature listing
-// the subgroup-scope 16×16×16 fp16·fp16+fp32 shape, shaderFloat16,
-// subgroups of 32 (the kernel lays 8 of them over its 256 invocations)
-// and the kernel's 26 KiB of shared memory. OpenDevice enables what it
-// needs on such a device.
-func (p *PhysicalDevice) tensorFP16() bool {
-	return p.core12 && p.VulkanMemoryModel && p.CoopMatNVFeature && p.ShaderFloat16 &&
-		p.SubgroupSize == 32 && p.MaxSharedMemory >= 27*1024 && p.MaxWorkgroupInvocations >= 256 &&
+// defaultCoopTile names the coopTile whose variants GemmVariants lists
+// first for each 16-bit format, so ChooseGemmFor takes them where the
+// device runs them (vkprobe times every tile).
+const defaultCoopTile = "128x128"
+
+// coopTile is one build of gemm_coopmat.comp (shaders/build.txt): the
+// workgroup's tile of C, its invocations (subgroups of 32) and its K step.
+type coopTile struct {
+	name        string // in the variants' names and SPIR-V file names
+	m, n, k     uint32
+	invocations uint32
+	about       string
+}
+
+// coopTiles are gemm_coopmat.comp's builds.
+func coopTiles() []coopTile {
+	return []coopTile{
+		{"128x128", 128, 128, 32, 256, "8 subgroups of 64×32"},
+		{"128x128s4", 128, 128, 32, 128, "4 subgroups of 64×64"},
+		{"128x256", 128, 256, 16, 256, "8 subgroups of 64×64"},
+		{"256x128", 256, 128, 16, 256, "8 subgroups of 64×64"},
+	}
+}
+
+// sharedBytes is the tile's shared memory: two stages of A's m × (k+8)
+// and B's k × (n+8) 16-bit values (gemm_coopmat.comp's As and Bs; the C
+// scratch lies in As).
+func (t coopTile) sharedBytes() uint32 { return 2 * 2 * (t.m*(t.k+8) + t.k*(t.n+8)) }
+
+// spirv is the tile's SPIR-V file for format h ("fp16", "bf16") and B's
+// storage ("f32", "b16"); emulated, its -DEMULATE build.
+func (t coopTile) spirv(h, b string, emulated bool) string {
+	if emulated {
+		return fmt.Sprintf("gemm_coopmat_emu_%s_%s_%s.spv", t.name, h, b)
+	}
+	return fmt.Sprintf("gemm_coopmat_%s_%s_%s.spv", t.name, h, b)
+}
+
+// tensorFits reports whether p runs tile t's kernels: Vulkan 1.2 with the
+// memory model, subgroups of 32 (the kernel lays its subgroups over its
+// invocations by that size), the invocations and the shared memory.
+func (p *PhysicalDevice) tensorFits(t coopTile) bool {
+	return p.core12 && p.VulkanMemoryModel && p.SubgroupSize == 32 &&
+		p.MaxSharedMemory >= t.sharedBytes() && p.MaxWorkgroupInvocations >= t.invocations
+}
+
+// tensorFP16 reports whether the fp16 tensor-core GEMM of tile t runs on
+// p: tensorFits, VK_NV_cooperative_matrix's feature listing the
+// subgroup-scope 16×16×16 fp16·fp16+fp32 shape, and shaderFloat16.
+// OpenDevice enables what it needs on such a device.
+func (p *PhysicalDevice) tensorFP16(t coopTile) bool {
+	return p.tensorFits(t) && p.CoopMatNVFeature && p.ShaderFloat16 &&
 		p.HasCoopMat(false, coopM, coopN, coopK, ComponentFP16)
 }
 
@@ -75,43 +119,60 @@ func (p *PhysicalDevice) tensorFP16() bool {
 // listing the bf16 shape, and VK_KHR_shader_bfloat16 with bf16
 // cooperative matrices. Its SPIR-V needs a newer glslang than Debian's
 // (scripts/gen_spirv_coopmat.sh): without the embedded file it is off.
-func (p *PhysicalDevice) tensorBF16() bool {
-	if _, err := shaderFS.Open("shaders/" + gemmCoopBF16F32); err != nil {
+func (p *PhysicalDevice) tensorBF16(t coopTile) bool {
+	if _, err := shaderFS.Open("shaders/" + t.spirv("bf16", "f32", false)); err != nil {
 		return false
 	}
-	return p.core12 && p.VulkanMemoryModel && p.CoopMatKHRFeature && p.BFloat16CoopMat &&
-		p.SubgroupSize == 32 && p.MaxSharedMemory >= 27*1024 && p.MaxWorkgroupInvocations >= 256 &&
+	return p.tensorFits(t) && p.CoopMatKHRFeature && p.BFloat16CoopMat &&
 		p.HasCoopMat(true, coopM, coopN, coopK, ComponentBF16)
 }
 
-const gemmCoopBF16F32, gemmCoopBF16B16 = "gemm_coopmat_bf16_f32.spv", "gemm_coopmat_bf16_b16.spv"
+// tensorAny reports whether a tensor-core variant for operands of format
+// f runs on p.
+func (p *PhysicalDevice) tensorAny(f Rounding) bool {
+	_, err := ChooseGemmFor(p, f)
+	return err == nil
+}
 
 // GemmVariants lists the GEMM implementations, best first: tensor-core
 // variants (llama.cpp's coopmat1 pattern: a workgroup tile in shared
 // memory, multiplied by subgroup-scope 16×16×16 fragments) for products
-// whose operands are 16-bit values, then the scalar tiled kernel, which
-// runs everything.
+// whose operands are 16-bit values, for each format every coopTile with
+// defaultCoopTile's first, then the scalar tiled kernel, which runs
+// everything.
 func GemmVariants() []GemmVariant {
-	return []GemmVariant{{
-		Name: "coopmat-khr-bf16-128x128",
-		F32:  gemmCoopBF16F32, B16: gemmCoopBF16B16,
-		Operands:  RoundBF16,
-		Supported: (*PhysicalDevice).tensorBF16,
-		Workgroup: [2]uint32{128, 128},
-	}, {
-		Name: "coopmat-nv-fp16-128x128",
-		F32:  "gemm_coopmat_fp16_f32.spv", B16: "gemm_coopmat_fp16_b16.spv",
-		Operands:  RoundFP16,
-		Supported: (*PhysicalDevice).tensorFP16,
-		Workgroup: [2]uint32{128, 128},
-	}, {
+	tiles := coopTiles()
+	for i, t := range tiles {
+		if t.name == defaultCoopTile {
+			tiles[0], tiles[i] = tiles[i], tiles[0]
+		}
+	}
+	var vs []GemmVariant
+	for _, f := range []struct {
+		api, h string
+		r      Rounding
+		ok     func(*PhysicalDevice, coopTile) bool
+	}{{"khr", "bf16", RoundBF16, (*PhysicalDevice).tensorBF16}, {"nv", "fp16", RoundFP16, (*PhysicalDevice).tensorFP16}} {
+		for _, t := range tiles {
+			vs = append(vs, GemmVariant{
+				Name: fmt.Sprintf("coopmat-%s-%s-%s", f.api, f.h, t.name),
+				F32:  t.spirv(f.h, "f32", false), B16: t.spirv(f.h, "b16", false),
+				Operands:  f.r,
+				Supported: func(p *PhysicalDevice) bool { return f.ok(p, t) },
+				Workgroup: [2]uint32{t.m, t.n},
+				About:     fmt.Sprintf("%d invocations (%s), K step %d, %d bytes of shared memory", t.invocations, t.about, t.k, t.sharedBytes()),
+			})
+		}
+	}
+	return append(vs, GemmVariant{
 		Name: "scalar-tiled-64x64",
 		F32:  "gemm_f32.spv", B16: "gemm_b16.spv", Q4: "gemm_q4.spv",
 		Operands: NoRounding,
 		// 8.5 KiB of shared memory and 256 invocations: every Vulkan device.
 		Supported: func(p *PhysicalDevice) bool { return p.MaxSharedMemory >= 8704 && p.MaxWorkgroupInvocations >= 256 },
 		Workgroup: [2]uint32{64, 64},
-	}}
+		About:     "256 invocations, fp32 fmas",
+	})
 }
 
 // ChooseGemm is the first of GemmVariants for fp32 operands that p supports.
@@ -215,23 +276,8 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		if err != nil || o.ScalarGEMM {
 			continue // none: those products run in fp32
 		}
-		t := gemmKernels{v: tv}
-		err = d.tensorErr
-		if err == nil {
-			err = build(spec{&t.f32, tv.F32, 3, gemmPush})
-		}
-		if err == nil {
-			err = build(spec{&t.b16, tv.B16, 3, gemmPush})
-		}
-		if err == nil {
-			err = ks.selfCheck(f, t)
-		}
+		t, err := ks.buildTensor(tv)
 		if err != nil {
-			for _, k := range []*Kernel{t.f32, t.b16} {
-				if k != nil {
-					k.Close()
-				}
-			}
 			if ks.TensorErrors == nil {
 				ks.TensorErrors = map[Rounding]error{}
 			}
@@ -241,6 +287,66 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		ks.gemm[f] = t
 	}
 	return ks, nil
+}
+
+// buildTensor builds tensor-core variant v's kernels and self-checks
+// them on the device, closing them on failure.
+func (ks *Kernels) buildTensor(v GemmVariant) (gemmKernels, error) {
+	t := gemmKernels{v: v}
+	err := ks.d.tensorErr
+	for _, k := range []struct {
+		dst  **Kernel
+		file string
+	}{{&t.f32, v.F32}, {&t.b16, v.B16}} {
+		if err != nil {
+			break
+		}
+		var code []byte
+		if code, err = spirv(k.file); err == nil {
+			*k.dst, err = ks.d.NewKernel(KernelSpec{Name: k.file, SPIRV: code, Buffers: 3, PushSize: gemmPush})
+		}
+	}
+	if err == nil {
+		err = ks.selfCheck(v.Operands, t)
+	}
+	if err != nil {
+		t.close()
+		return gemmKernels{}, err
+	}
+	return t, nil
+}
+
+func (g gemmKernels) close() {
+	for _, k := range []*Kernel{g.f32, g.b16} {
+		if k != nil {
+			k.Close()
+		}
+	}
+}
+
+// UseGemmVariant gives the products of tensor-core variant v's operand
+// format to v in place of the variant NewKernels chose (vkprobe times
+// every variant this way): it builds v's kernels and self-checks them on
+// the device first, and on an error keeps the variant in use. It closes
+// the replaced variant's kernels: call it with no recorded, unsubmitted
+// GEMM of that format.
+func (ks *Kernels) UseGemmVariant(v GemmVariant) error {
+	if v.Operands == NoRounding {
+		return fmt.Errorf("vulkan: %s is not a tensor-core variant", v.Name)
+	}
+	if !v.Supported(ks.d.Physical) {
+		return fmt.Errorf("vulkan: %s does not run on %s", v.Name, ks.d.Physical.Name)
+	}
+	t, err := ks.buildTensor(v)
+	if err != nil {
+		return fmt.Errorf("vulkan: %s: %w", v.Name, err)
+	}
+	if old, ok := ks.gemm[v.Operands]; ok {
+		old.close()
+	}
+	ks.gemm[v.Operands] = t
+	delete(ks.TensorErrors, v.Operands)
+	return nil
 }
 
 // GemmNames names the GEMM variants in use: the fp32 one, then each

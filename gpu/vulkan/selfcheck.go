@@ -12,9 +12,10 @@ import (
 // is given to it, and refuses it where it is wrong: a driver's
 // cooperative-matrix support is reported by the driver, not proven, and
 // a wrong product would train silently. Small products in every
-// transpose combination, below one tile and across a ragged edge, with
-// fp32 and 16-bit B and α, β ≠ 0, are held to a float64 reference within
-// γ_{k+2}·(|α|Σ|a||b| + |βc|) with u = 2^-23 (the products of f's values
+// transpose combination, below one tile, across a ragged edge (α, β ≠ 0)
+// and over whole aligned tiles (β = 0), with fp32 and 16-bit B, are held
+// to a float64 reference within γ_{k+2}·(|α|Σ|a||b| + |βc|) with
+// u = 2^-23 (the products of f's values
 // are exact in fp32; tensor cores may truncate their fp32 sums). It takes
 // milliseconds, once per device.
 func (ks *Kernels) selfCheck(f Rounding, t gemmKernels) (err error) {
@@ -32,13 +33,15 @@ func (ks *Kernels) selfCheck(f Rounding, t gemmKernels) (err error) {
 		half = FP16
 	}
 	rng := rand.New(rand.NewPCG(23, 29))
-	for _, sh := range [][3]int{{3, 5, 7}, {130, 70, 48}} {
+	// 264×272×40 holds whole tiles of every coopTile, aligned: their
+	// 16-byte loads, and with β = 0 C stored straight from the fragments.
+	for _, sh := range [][3]int{{3, 5, 7}, {130, 70, 48}, {264, 272, 40}} {
 		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 			for _, b16 := range []bool{false, true} {
 				if (b16 && t.b16 == nil) || (!b16 && t.f32 == nil) {
 					continue
 				}
-				c := GemmCheck{M: sh[0], N: sh[1], K: sh[2], TransA: tr[0], TransB: tr[1], B16: b16, BHalf: half, Operands: f}
+				c := GemmCheck{M: sh[0], N: sh[1], K: sh[2], TransA: tr[0], TransB: tr[1], B16: b16, BHalf: half, Operands: f, OverwriteC: sh[0] == 264}
 				if _, err := ks.CheckGemm(rng, c); err != nil {
 					return fmt.Errorf("self-check of %s, %d×%d×%d transA=%v transB=%v 16-bit B=%v: %w", t.v.Name, sh[0], sh[1], sh[2], tr[0], tr[1], b16, err)
 				}
@@ -58,11 +61,14 @@ type GemmCheck struct {
 	BHalf          Half
 	Operands       Rounding
 	AScale         float64 // A's values scaled by it before rounding (0: 1), e.g. to reach fp16 subnormals
+	// OverwriteC runs it with β = 0 over a C of NaNs, which a kernel
+	// must not read then.
+	OverwriteC bool
 }
 
 // CheckGemm runs one product of normal random values (rounded to
-// c.Operands' format; B to BHalf when B16) with α = 1.25, β = −0.5 on the
-// device and holds every element to a float64 reference within
+// c.Operands' format; B to BHalf when B16) with α = 1.25, β = −0.5 (β = 0
+// with OverwriteC) on the device and holds every element to a float64 reference within
 // γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24 for fp32 operands and 2^-23 for
 // 16-bit ones (tensor cores may truncate fp32 sums). It returns the worst
 // error as a fraction of its bound.
@@ -72,6 +78,13 @@ func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 	for _, xs := range [][]float32{a, b, cv} {
 		for i := range xs {
 			xs[i] = float32(rng.NormFloat64())
+		}
+	}
+	beta := -0.5
+	if c.OverwriteC {
+		beta = 0
+		for i := range cv {
+			cv[i] = float32(math.NaN())
 		}
 	}
 	if c.AScale != 0 {
@@ -144,13 +157,13 @@ func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 	if c.TransB {
 		ldb = k
 	}
-	const alpha, beta = 1.25, -0.5
+	const alpha = 1.25
 	r, err := d.NewRecorder()
 	if err != nil {
 		return 0, err
 	}
 	defer r.Close()
-	if err := ks.Gemm(r, GemmArgs{M: m, N: n, K: k, TransA: c.TransA, TransB: c.TransB, Alpha: alpha, Beta: beta,
+	if err := ks.Gemm(r, GemmArgs{M: m, N: n, K: k, TransA: c.TransA, TransB: c.TransB, Alpha: alpha, Beta: float32(beta),
 		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: c.B16, BHalf: c.BHalf, Operands: c.Operands}); err != nil {
 		return 0, err
 	}
@@ -179,8 +192,11 @@ func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 				s += x
 				sa += math.Abs(x)
 			}
-			want := alpha*s + beta*float64(cv[i*n+j])
-			bound := gk * (alpha*sa + math.Abs(beta*float64(cv[i*n+j])))
+			want, bound := alpha*s, gk*alpha*sa
+			if beta != 0 {
+				want += beta * float64(cv[i*n+j])
+				bound += gk * math.Abs(beta*float64(cv[i*n+j]))
+			}
 			e := math.Abs(float64(got[i*n+j]) - want)
 			if !(e <= bound) {
 				return 0, fmt.Errorf("C[%d,%d] = %g, want %g ± %.3g", i, j, got[i*n+j], want, bound)

@@ -1,9 +1,10 @@
 // Command vkprobe lists the Vulkan devices this machine offers, checks
 // mixtune's Vulkan kernels on one of them against a float64 CPU reference
 // (every GEMM variant the device runs in all transpose combinations: the
-// scalar kernel with fp32, bf16 or fp16 B, and the fp16 and bf16
-// tensor-core kernels; the bf16/fp16 rounding kernels bit for bit), and
-// measures each GEMM variant's TFLOP/s at square and training shapes.
+// scalar kernel with fp32, bf16 or fp16 B, and every tile of the fp16
+// and bf16 tensor-core kernels, each with fp32 and 16-bit B; the
+// bf16/fp16 rounding kernels bit for bit), and measures each GEMM
+// variant's TFLOP/s at square and training shapes.
 //
 // It is built without cgo and needs only the Vulkan loader
 // (libvulkan.so.1) and a driver (ICD) at run time:
@@ -12,6 +13,7 @@
 //	./vkprobe                      # list, check and time the first GPU
 //	./vkprobe -device GPU-8f2c…    # pick by UUID (as nvidia-smi -L prints), index or PCI bus id
 //	./vkprobe -list                # list only
+//	./vkprobe -variants coopmat-nv-fp16-128x256,scalar-tiled-64x64  # some variants only
 //	VK_DRIVER_FILES=/usr/share/vulkan/icd.d/nvidia_icd.json ./vkprobe
 package main
 
@@ -39,9 +41,10 @@ func main() {
 		shapes = flag.String("shapes", "", "GEMM shapes M×N×K to time, comma-separated as MxNxK, a t after a size's A or B for a transposed operand (MxNtxK...: see -help); default the TinyLlama training shapes on GPUs")
 		reps   = flag.Int("reps", 5, "GEMMs per timed batch")
 		check  = flag.Bool("check", true, "check the kernels against the CPU reference")
+		vars   = flag.String("variants", "", "GEMM variants to check and time, comma-separated names (default every one the device runs)")
 	)
 	flag.Parse()
-	if err := run(*device, *lib, *sizes, *shapes, *list, *check, *reps); err != nil {
+	if err := run(*device, *lib, *sizes, *shapes, *vars, *list, *check, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "vkprobe:", err)
 		if errors.Is(err, vulkan.ErrNoLoader) {
 			fmt.Fprintln(os.Stderr, "install the Vulkan loader (Debian: libvulkan1) or pass -lib /path/to/libvulkan.so.1")
@@ -53,7 +56,7 @@ func main() {
 	}
 }
 
-func run(spec, libName, sizeList, shapeList string, listOnly, check bool, reps int) error {
+func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check bool, reps int) error {
 	var l *vulkan.Library
 	var err error
 	if libName != "" {
@@ -117,12 +120,9 @@ func run(spec, libName, sizeList, shapeList string, listOnly, check bool, reps i
 		}
 		fmt.Printf("  GEMM with %s operands: %s%s\n", f, v.Name, note)
 	}
-	runs := gemmRuns(ks)
-	all := len(runs)
-	if check {
-		if runs, err = checks(d, ks, runs); err != nil {
-			return err
-		}
+	runs := gemmRuns(p, variantList)
+	if len(runs) == 0 {
+		return fmt.Errorf("-variants %q names no GEMM variant this device runs", variantList)
 	}
 	var shapes []gemmShape
 	gpu := p.Type != vulkan.TypeCPU
@@ -154,58 +154,141 @@ func run(spec, libName, sizeList, shapeList string, listOnly, check bool, reps i
 			shapes = append(shapes, sh)
 		}
 	}
-	fmt.Println("\nGEMM C = op(A)·op(B), M×N×K, TFLOP/s, best of 3 batches of", reps)
-	fmt.Printf("  %-24s", "shape")
-	for _, g := range runs {
-		fmt.Printf(" %16s", g.name)
+	// Variant by variant: each tensor-core variant is built and
+	// self-checked once (UseGemmVariant), then checked and timed.
+	var passed []gemmRun
+	var failed []string
+	times := map[string][]float64{}
+	rng := rand.New(rand.NewPCG(7, 8))
+	if check {
+		fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24; tensor cores u = 2^-23:")
+		fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
 	}
-	fmt.Println()
-	for _, sh := range shapes {
-		fmt.Printf("  %-24s", sh)
-		for _, g := range runs {
-			tf, err := timeGemm(d, ks, sh, reps, g)
+	built := map[string]error{} // by tensor-core variant: UseGemmVariant's error
+	var bs buffers
+	defer bs.free()
+	ops := make([]operands, len(shapes))
+	for i, sh := range shapes {
+		if ops[i], err = shapeOperands(d, &bs, sh); err != nil {
+			return fmt.Errorf("operands of %s: %w", sh, err)
+		}
+	}
+	for _, g := range runs {
+		if g.operands != vulkan.NoRounding {
+			err, done := built[g.variant.Name]
+			if !done {
+				err = ks.UseGemmVariant(g.variant)
+				built[g.variant.Name] = err
+				if err != nil {
+					fmt.Printf("  FAIL %v (left out of the timings)\n", err)
+				}
+			}
+			if err != nil {
+				failed = append(failed, g.name)
+				continue
+			}
+		}
+		if check {
+			if err := checkRun(ks, rng, g); err != nil {
+				if g.operands == vulkan.NoRounding {
+					return err
+				}
+				fmt.Printf("  FAIL %v (left out of the timings)\n", err)
+				failed = append(failed, g.name)
+				continue
+			}
+		}
+		for i, sh := range shapes {
+			tf, err := timeGemm(d, ks, sh, ops[i], reps, g)
 			if err != nil {
 				return fmt.Errorf("timing %s %s: %w", sh, g.name, err)
 			}
-			fmt.Printf(" %16.3f", tf)
+			times[g.name] = append(times[g.name], tf)
 		}
-		if sh.note != "" {
-			fmt.Printf("  %s", sh.note)
+		passed = append(passed, g)
+	}
+	if check {
+		if err := roundCheck(d, ks, rng); err != nil {
+			return err
+		}
+	}
+	fmt.Println("\nGEMM variants timed:")
+	for _, v := range vulkan.GemmVariants() {
+		for _, g := range passed {
+			if g.variant.Name == v.Name {
+				fmt.Printf("  %-28s %v×%v tile, %s\n", v.Name, v.Workgroup[0], v.Workgroup[1], v.About)
+				break
+			}
+		}
+	}
+	fmt.Println("\nGEMM C = op(A)·op(B), M×N×K, TFLOP/s, best of 3 batches of", reps)
+	fmt.Printf("  %-36s", "variant, B")
+	for _, sh := range shapes {
+		fmt.Printf(" %16s", sh)
+	}
+	fmt.Println()
+	for _, g := range passed {
+		fmt.Printf("  %-36s", g.name)
+		for _, tf := range times[g.name] {
+			fmt.Printf(" %16.3f", tf)
 		}
 		fmt.Println()
 	}
-	if len(runs) < all {
-		return fmt.Errorf("%d GEMM variant runs failed their checks (above)", all-len(runs))
+	for _, sh := range shapes {
+		if sh.note != "" {
+			fmt.Printf("  %s: %s\n", sh, sh.note)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d GEMM variant runs failed their checks: %s", len(failed), strings.Join(failed, ", "))
 	}
 	return nil
 }
 
-// gemmRun is one way to run a GEMM: B's storage and the operands' format
-// (which picks a tensor-core variant where the device has one).
+// gemmRun is one way to run a GEMM: a variant, B's storage and the
+// operands' format (which picks the tensor-core variant).
 type gemmRun struct {
 	name     string
+	variant  vulkan.GemmVariant
 	b16      bool
 	half     vulkan.Half
 	operands vulkan.Rounding
 }
 
 // gemmRuns lists the scalar kernel's three runs and, for each tensor-core
-// variant the device has, its runs with fp32 and with 16-bit B.
-func gemmRuns(ks *vulkan.Kernels) []gemmRun {
-	runs := []gemmRun{
-		{name: "scalar fp32"},
-		{name: "scalar bf16-B", b16: true, half: vulkan.BF16},
-		{name: "scalar fp16-B", b16: true, half: vulkan.FP16},
-	}
-	for _, t := range []struct {
-		f    vulkan.Rounding
-		half vulkan.Half
-	}{{vulkan.RoundFP16, vulkan.FP16}, {vulkan.RoundBF16, vulkan.BF16}} {
-		if _, ok := ks.GemmVariantFor(t.f); ok {
-			runs = append(runs,
-				gemmRun{name: "coopmat " + t.f.String(), operands: t.f},
-				gemmRun{name: "coopmat " + t.f.String() + "-B", b16: true, half: t.half, operands: t.f})
+// variant p runs (of those the comma-separated list names, all when it is
+// empty), its runs with fp32 and with 16-bit B.
+func gemmRuns(p *vulkan.PhysicalDevice, list string) []gemmRun {
+	want := func(name string) bool {
+		if list == "" {
+			return true
 		}
+		for _, w := range strings.Split(list, ",") {
+			if strings.TrimSpace(w) == name {
+				return true
+			}
+		}
+		return false
+	}
+	var runs []gemmRun
+	for _, v := range vulkan.GemmVariants() {
+		if !v.Supported(p) || !want(v.Name) {
+			continue
+		}
+		if v.Operands == vulkan.NoRounding {
+			runs = append(runs,
+				gemmRun{name: v.Name + " fp32-B", variant: v},
+				gemmRun{name: v.Name + " bf16-B", variant: v, b16: true, half: vulkan.BF16},
+				gemmRun{name: v.Name + " fp16-B", variant: v, b16: true, half: vulkan.FP16})
+			continue
+		}
+		half := vulkan.BF16
+		if v.Operands == vulkan.RoundFP16 {
+			half = vulkan.FP16
+		}
+		runs = append(runs,
+			gemmRun{name: v.Name + " fp32-B", variant: v, operands: v.Operands},
+			gemmRun{name: v.Name + " " + half.String() + "-B", variant: v, b16: true, half: half, operands: v.Operands})
 	}
 	return runs
 }
@@ -308,53 +391,30 @@ func (bs buffers) free() {
 	}
 }
 
-// checks runs the kernels on the device and compares with the CPU.
-// A tensor-core variant that fails is reported and left out of the
-// timings (the others go on); the fp32 kernel or rounding failing is an
-// error.
-func checks(d *vulkan.Device, ks *vulkan.Kernels, runs []gemmRun) ([]gemmRun, error) {
-	fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24; tensor cores u = 2^-23:")
-	fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
-	rng := rand.New(rand.NewPCG(7, 8))
-	var passed []gemmRun
-	var failed []string
-runs:
-	for _, g := range runs {
-		// The tensor-core kernels' 128×128×32 tiles also at ragged edges
-		// and below one tile, and fp16 subnormal operands (|a| ≈ 2^-16).
-		sizes := [][4]float64{{257, 193, 320, 1}}
-		if g.operands != vulkan.NoRounding {
-			sizes = append(sizes, [4]float64{127, 129, 33, 1}, [4]float64{3, 5, 7, 1}, [4]float64{130, 70, 48, 0x1p-16})
-		}
-		for _, sz := range sizes {
-			m, n, k, scale := int(sz[0]), int(sz[1]), int(sz[2]), sz[3]
-			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-				worst, err := gemmCheck(ks, rng, m, n, k, tr[0], tr[1], scale, g)
-				if err != nil {
-					err = fmt.Errorf("GEMM %s %d×%d×%d (A scaled by %g) transA=%v transB=%v: %w", g.name, m, n, k, scale, tr[0], tr[1], err)
-					if g.operands == vulkan.NoRounding {
-						return nil, err
-					}
-					fmt.Printf("  FAIL %v (left out of the timings)\n", err)
-					failed = append(failed, g.name)
-					continue runs
-				}
-				s := ""
-				if scale != 1 {
-					s = fmt.Sprintf(", A scaled by %g", scale)
-				}
-				fmt.Printf("  GEMM %-16s %d×%d×%d transA=%-5v transB=%-5v ok: worst error %.3f of the bound%s\n", g.name, m, n, k, tr[0], tr[1], worst, s)
+// checkRun runs g on the device in every transpose combination and
+// compares with the CPU: a 257×193×320 product and, for a tensor-core
+// variant, products across ragged edges, below one tile and with fp16
+// subnormal operands (|a| ≈ 2^-16).
+func checkRun(ks *vulkan.Kernels, rng *rand.Rand, g gemmRun) error {
+	sizes := [][4]float64{{257, 193, 320, 1}}
+	if g.operands != vulkan.NoRounding {
+		sizes = append(sizes, [4]float64{127, 129, 33, 1}, [4]float64{3, 5, 7, 1}, [4]float64{130, 70, 48, 0x1p-16})
+	}
+	for _, sz := range sizes {
+		m, n, k, scale := int(sz[0]), int(sz[1]), int(sz[2]), sz[3]
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			worst, err := gemmCheck(ks, rng, m, n, k, tr[0], tr[1], scale, g)
+			if err != nil {
+				return fmt.Errorf("GEMM %s %d×%d×%d (A scaled by %g) transA=%v transB=%v: %w", g.name, m, n, k, scale, tr[0], tr[1], err)
 			}
+			s := ""
+			if scale != 1 {
+				s = fmt.Sprintf(", A scaled by %g", scale)
+			}
+			fmt.Printf("  GEMM %-36s %d×%d×%d transA=%-5v transB=%-5v ok: worst error %.3f of the bound%s\n", g.name, m, n, k, tr[0], tr[1], worst, s)
 		}
-		passed = append(passed, g)
 	}
-	if err := roundCheck(d, ks, rng); err != nil {
-		return nil, err
-	}
-	if len(failed) > 0 {
-		fmt.Printf("  tensor-core GEMM checks FAILED: %s\n", strings.Join(failed, ", "))
-	}
-	return passed, nil
+	return nil
 }
 
 func gemmCheck(ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb bool, scale float64, g gemmRun) (float64, error) {
@@ -417,11 +477,14 @@ func roundCheck(d *vulkan.Device, ks *vulkan.Kernels, rng *rand.Rand) error {
 	return nil
 }
 
-// timeGemm is the best TFLOP/s of 3 batches of reps GEMMs of shape sh.
-func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, reps int, run gemmRun) (float64, error) {
-	var bs buffers
-	defer bs.free()
-	m, n, k := sh.m, sh.n, sh.k
+// operands are a shape's A, B and C on the device, made once for every
+// run of the shape: B's float32 values -3…3 are read as 16-bit values by
+// the runs with 16-bit B (finite in both formats; the time does not
+// depend on them).
+type operands struct{ a, b, c *vulkan.Buffer }
+
+// shapeOperands makes the operands of shape sh, into bs.
+func shapeOperands(d *vulkan.Device, bs *buffers, sh gemmShape) (operands, error) {
 	fill := func(size int) []float32 {
 		x := make([]float32, size)
 		for i := range x {
@@ -429,23 +492,23 @@ func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, reps int, run 
 		}
 		return x
 	}
-	A, err := bs.f32(d, fill(m*k))
-	if err != nil {
-		return 0, err
+	var o operands
+	var err error
+	if o.a, err = bs.f32(d, fill(sh.m*sh.k)); err != nil {
+		return o, err
 	}
-	C, err := bs.f32(d, make([]float32, m*n))
-	if err != nil {
-		return 0, err
+	if o.b, err = bs.f32(d, fill(sh.k*sh.n)); err != nil {
+		return o, err
 	}
-	var B *vulkan.Buffer
-	if run.b16 {
-		B, err = bs.u16(d, make([]uint16, k*n))
-	} else {
-		B, err = bs.f32(d, fill(k*n))
-	}
-	if err != nil {
-		return 0, err
-	}
+	o.c, err = bs.f32(d, make([]float32, sh.m*sh.n))
+	return o, err
+}
+
+// timeGemm is the best TFLOP/s of 3 batches of reps GEMMs of shape sh
+// on its operands o.
+func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, o operands, reps int, run gemmRun) (float64, error) {
+	m, n, k := sh.m, sh.n, sh.k
+	A, B, C := o.a, o.b, o.c
 	r, err := d.NewRecorder()
 	if err != nil {
 		return 0, err
