@@ -45,14 +45,7 @@ func amxModelKernel(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, be
 				}
 				s = tdpbf16psModel(s, a[i*kcp+p0:i*kcp+p0+amxKStep], col[:])
 			}
-			switch {
-			case mode&bf16Final == 0:
-				acc[i*bf16NR+j] = s
-			case mode&bf16ReadC == 0:
-				c[i*ldc+j] = scaleBF16Sum(alpha, 0, s, 0)
-			default:
-				c[i*ldc+j] = scaleBF16Sum(alpha, beta, s, c[i*ldc+j])
-			}
+			finishBF16Sum(s, mode, acc, i*bf16NR+j, c, i*ldc+j, alpha, beta)
 		}
 	}
 }

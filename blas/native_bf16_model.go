@@ -67,15 +67,23 @@ func modelKernel(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta 
 			for p := 0; p < kcp; p++ {
 				s = vdpbf16psModel(s, b[p*bf16NR+j], a[p*bf16MR+i])
 			}
-			switch {
-			case mode&bf16Final == 0:
-				acc[i*bf16NR+j] = s
-			case mode&bf16ReadC == 0:
-				c[i*ldc+j] = scaleBF16Sum(alpha, 0, s, 0)
-			default:
-				c[i*ldc+j] = scaleBF16Sum(alpha, beta, s, c[i*ldc+j])
-			}
+			finishBF16Sum(s, mode, acc, i*bf16NR+j, c, i*ldc+j, alpha, beta)
 		}
+	}
+}
+
+// finishBF16Sum is what a model kernel does with sum s of one element
+// when its k slice ends, as mode says: keeps it in acc[ai] for the next
+// slice, or writes C[ci] = α·s (+ β·C[ci] where C is read), as the
+// assembly kernels' epilogue does.
+func finishBF16Sum(s float32, mode int, acc []float32, ai int, c []float32, ci int, alpha, beta float32) {
+	switch {
+	case mode&bf16Final == 0:
+		acc[ai] = s
+	case mode&bf16ReadC == 0:
+		c[ci] = scaleBF16Sum(alpha, 0, s, 0)
+	default:
+		c[ci] = scaleBF16Sum(alpha, beta, s, c[ci])
 	}
 }
 
