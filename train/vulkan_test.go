@@ -368,7 +368,7 @@ func TestBenchProfileOnVulkan(t *testing.T) {
 	if !(math.Abs(ms-prof.CommandMsPerStep) <= 1e-9*prof.CommandMsPerStep) {
 		t.Errorf("rows sum to %v ms, the commands to %v", ms, prof.CommandMsPerStep)
 	}
-	for _, k := range []string{"attention_fwd", "attention_dq", "attention_dkv", "rmsnorm", "rmsnorm_bwd", "rope", "swiglu_fwd", "swiglu_bwd",
+	for _, k := range []string{"attention_fwd_d64", "attention_dq_d64", "attention_dkv_d64", "rmsnorm", "rmsnorm_bwd", "rope", "swiglu_fwd", "swiglu_bwd",
 		"embedding_f32", "headloss_rows", "elementwise", "gradstats", "adamw", "gemm_f32"} {
 		if !kernels[k] {
 			t.Errorf("no %s in the profile's kernels %v", k, kernels)
