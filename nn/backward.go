@@ -30,6 +30,8 @@ type backwardOp[T Float] struct {
 	// rounded: run rounds each gradient to its input's format itself
 	// (with roundGradBlock, while the values are in cache).
 	rounded bool
+	// early: the forward op fills bufs (LMHeadLoss), not this op's run
+	early bool
 }
 
 func (o *backwardOp[T]) Arity() int { return len(o.ranks) }
@@ -76,7 +78,7 @@ func (o *pickOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape(o.src.shapes[o.i]).Clone(), nil
 }
 func (o *pickOp[T]) Do(...G.Value) (G.Value, error) {
-	t, _ := o.src.bufs[o.i].get()
+	t, _ := o.src.bufs[o.i].tensor()
 	return t, nil
 }
 func (o *pickOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { return nil, errNotTwice }

@@ -320,7 +320,7 @@ func (o *headLossOp[T]) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, 
 		// output is an input only to order the backward node after the
 		// forward one, whose gradients it hands on
 		bw, grads := newBackward(&o.opBase, []*G.Node{output, grad}, shapes, func([][]T, [][]T) error { return nil })
-		o.early = bw
+		o.early, bw.early = bw, true
 		return grads, nil
 	}
 	in := []*G.Node{inputs[0]}

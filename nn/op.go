@@ -87,24 +87,44 @@ func vals[T Float](vs []G.Value) [][]T {
 
 func ints(v G.Value) []int { return v.Data().([]int) }
 
-// buffer is an op's reusable output tensor, allocated on first use.
+// buffer is an op's reusable output tensor, allocated on first use, or
+// placed in a block it shares with outputs of other lifetimes by
+// Builder.PlanMemory.
 type buffer[T Float] struct {
-	shape []int
-	t     *tensor.Dense
+	shape  []int
+	t      *tensor.Dense
+	poison bool // PoisonBlocks: filled with NaN before each write
 }
 
 func newBuffer[T Float](shape ...int) buffer[T] { return buffer[T]{shape: shape} }
 
-// get returns the output tensor and its data. Kernels overwrite every element.
+// get returns the output tensor and its data, for the op about to write
+// it. Kernels overwrite every element.
 func (b *buffer[T]) get() (*tensor.Dense, []T) {
-	if b.t == nil {
-		n := 1
-		for _, d := range b.shape {
-			n *= d
+	t, d := b.tensor()
+	if b.poison {
+		for i := range d {
+			d[i] = T(nan32)
 		}
-		b.t = tensor.New(tensor.WithShape(b.shape...), tensor.WithBacking(make([]T, n)))
+	}
+	return t, d
+}
+
+// tensor returns the output tensor and its data as they stand, for an op
+// that hands on a value another op wrote (a pick).
+func (b *buffer[T]) tensor() (*tensor.Dense, []T) {
+	if b.t == nil {
+		b.t = tensor.New(tensor.WithShape(b.shape...), tensor.WithBacking(make([]T, b.len())))
 	}
 	return b.t, b.t.Data().([]T)
+}
+
+func (b *buffer[T]) len() int {
+	n := 1
+	for _, d := range b.shape {
+		n *= d
+	}
+	return n
 }
 
 // scalarValue is a 0-d output (the loss).

@@ -152,7 +152,7 @@ func benchModel(c BenchConfig) (*nn.Engine, *model.Model, *peft.Adapter, error) 
 // Bench times full optimizer steps (forward, backward, AdamW) on random
 // tokens, after Warmup untimed steps, like the PyTorch peer.
 func Bench(c BenchConfig) (BenchResult, error) {
-	b, err := newBenchRun(c)
+	b, err := newBenchRun(c, plannedMemory)
 	if err != nil {
 		return BenchResult{}, err
 	}
@@ -225,7 +225,7 @@ func (b *benchRun) close() {
 	b.gpu.close()
 }
 
-func newBenchRun(c BenchConfig) (*benchRun, error) {
+func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 	eng, m, lora, err := benchModel(c)
 	if err != nil {
 		return nil, err
@@ -253,6 +253,7 @@ func newBenchRun(c BenchConfig) (*benchRun, error) {
 	}
 	policy := amp.DefaultPolicy(c.Precision)
 	tg := trainGraph(tap, b.dp.size, c.Checkpoint)
+	tg.memory = mem
 	if c.VulkanDevice != "" {
 		if b.dp.size > 1 || c.Checkpoint {
 			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")

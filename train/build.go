@@ -201,7 +201,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	}
 	ckpt := r.Compute.ActivationCheckpointing
 	tg := trainGraph(tap, c.comm.Size(), ckpt)
-	tg.gpu = c.gpu
+	tg.gpu, tg.memory = c.gpu, opt.memory
 	if preference {
 		if c.pref, err = c.preferenceRun(r, objective, pairs, valPairs, rows, &tg); err != nil {
 			return c, err
@@ -225,7 +225,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		return c, ErrInterrupted // closes the trainer
 	}
 	if len(c.valBatches) > 0 {
-		eg := graphOptions{checkpoint: ckpt, evalOfFullFineTune: c.lora == nil, gpu: c.gpu, trained: paramNames(c.params)}
+		eg := graphOptions{checkpoint: ckpt, evalOfFullFineTune: c.lora == nil, gpu: c.gpu, trained: paramNames(c.params), memory: opt.memory}
 		if c.trainer.vk != nil {
 			eg.share = c.trainer.vk.Param // the training graph's weights, not a second copy
 		}
@@ -578,6 +578,7 @@ func adamWConfig(c OptimizerConfig) optim.AdamWConfig {
 // optimizer step is seen by the next run.
 type runner struct {
 	eng      *nn.Engine
+	memory   nn.MemoryPlan     // how the CPU graph's outputs share memory
 	vk       *vkengine.Program // the graph on the Vulkan engine; nil on the CPU
 	vkSync   G.Nodes           // the trained weights' nodes, uploaded when they change
 	vkSeen   uint64            // the engine's weights version last uploaded
@@ -601,6 +602,7 @@ type runner struct {
 // graphOptions are the runner's ways of computing that tests compare with
 // the references they replace; the zero value is what training uses.
 type graphOptions struct {
+	memory      memoryMode
 	unfusedHead bool // the LM head as linear + cross-entropy, with its [N, V] logits
 	denseGrads  bool // every gradient added whole into its param, embedding tables too
 	headChunk   int  // tokens per block of the fused head; 0: nn.HeadChunk(vocab)
@@ -723,9 +725,28 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 	if o.gpu != nil {
 		return ru, ru.compileGPU(o.gpu, b, nodes, o.trained, o.share)
 	}
+	keep := append(G.Nodes{g.Loss, g.Logits, g.LogProbs}, ru.grads...)
+	if o.memory != unplannedMemory {
+		var opts []nn.PlanOption
+		if o.memory == poisonedMemory {
+			opts = append(opts, nn.PoisonBlocks())
+		}
+		if ru.memory, err = b.PlanMemory(slices.DeleteFunc(keep, func(n *G.Node) bool { return n == nil }), opts...); err != nil {
+			return nil, err
+		}
+	}
 	ru.vm = G.NewTapeMachine(b.G)
 	return ru, nil
 }
+
+// memoryMode is how a graph's op outputs get their memory.
+type memoryMode uint8
+
+const (
+	plannedMemory   memoryMode = iota // shared where lifetimes allow (nn.Builder.PlanMemory)
+	unplannedMemory                   // tests: every output its own, the reference for plannedMemory
+	poisonedMemory                    // tests: planned, each output NaN-filled before it is written
+)
 
 // compileGPU compiles the runner's graph for the Vulkan engine. The
 // weights go up now; the trained ones again whenever the engine's weights

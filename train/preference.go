@@ -266,7 +266,7 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 	pr := &preferenceRun{pairs: pl, step: &pref.Step{Objective: o}}
 	tg.sequenceLoss = pr.step
 	if o.NeedsReference() {
-		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true}
+		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, memory: tg.memory}
 		if c.lora == nil {
 			// full fine-tuning trains the weights the reference graph
 			// reads: its values are taken now, from the base model, or
@@ -282,7 +282,7 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 		return pr, nil
 	}
 	pr.val = pairBatches(val, c.dp.rows, r.Data.SeqLen, c.tok.PAD())
-	pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil}
+	pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil, memory: tg.memory}
 	if pr.policy, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, pol); err != nil {
 		return nil, fmt.Errorf("validation pass: %w", err)
 	}

@@ -54,6 +54,7 @@ type Options struct {
 	BucketBytes int
 
 	afterStep func(step int) // tests: called after each step, to interrupt at a chosen one
+	memory    memoryMode     // tests: unplanned or poisoned op outputs, to check the plan
 }
 
 // Faults let a test stop a training process at a chosen moment. Each hook,

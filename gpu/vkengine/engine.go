@@ -177,7 +177,7 @@ func (p *Program) compile(isParam func(*G.Node) bool) error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrUnsupported, err)
 		}
-		nd := &node{n: n, spec: spec, inN: children(n)}
+		nd := &node{n: n, spec: spec, inN: nn.Inputs(n)}
 		for _, c := range nd.inN {
 			nd.in = append(nd.in, p.bufs[c])
 		}
@@ -476,14 +476,4 @@ func rounding(f amp.Format) vulkan.Rounding {
 		return vulkan.RoundFP16
 	}
 	return vulkan.NoRounding
-}
-
-// children are n's inputs, in order.
-func children(n *G.Node) G.Nodes {
-	it := n.Graph().From(n.ID())
-	var cs G.Nodes
-	for it.Next() {
-		cs = append(cs, it.Node().(*G.Node))
-	}
-	return cs
 }

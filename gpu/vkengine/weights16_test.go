@@ -242,7 +242,7 @@ func TestProductOperandFormats(t *testing.T) {
 			if a.Operands[0] != low || a.Operands[1] != low {
 				t.Errorf("%s policy: %s %s has operands %v, want both %v", low, spec.Kind, n.Name(), a.Operands, low)
 			}
-			for i, c := range children(n) {
+			for i, c := range nn.Inputs(n) {
 				v := make([]float32, prod(c.Shape()))
 				if err := p.Read(c, v); err != nil {
 					t.Fatalf("%s: %s's operand %d: %v", low, n.Name(), i, err)

@@ -1,0 +1,94 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
+)
+
+// planStack builds a two-block transformer-like stack in bf16 (x read by
+// several ops, so gorgonia adds its gradients with its own +), plans it
+// with opts (none: unplanned), runs it and returns every weight's
+// gradient and the plan.
+func planStack(t *testing.T, plan bool, opts ...PlanOption) ([][]float32, MemoryPlan) {
+	t.Helper()
+	b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	p := amp.DefaultPolicy(amp.BF16)
+	b.Policy = &p
+	rng := rand.New(rand.NewPCG(5, 7))
+	s := AttentionShape{Batch: 2, SeqLen: 6, Heads: 4, KVHeads: 2, HeadDim: 4}
+	n := s.Batch * s.SeqLen
+	x := randParam(b, rng, "x", 1, n, 16)
+	var ws G.Nodes
+	for range 2 {
+		norm := randParam(b, rng, "norm", 1, 16)
+		wq, wk, wv := randParam(b, rng, "wq", 0.5, 16, 16), randParam(b, rng, "wk", 0.5, 8, 16), randParam(b, rng, "wv", 0.5, 8, 16)
+		wo, wg, wu, wd := randParam(b, rng, "wo", 0.5, 16, 16), randParam(b, rng, "wg", 0.5, 24, 16), randParam(b, rng, "wu", 0.5, 24, 16), randParam(b, rng, "wd", 0.5, 16, 24)
+		h := b.RMSNorm(x, norm, 1e-5)
+		q := b.Rope(b.Linear(h, wq), 4, 4, 6, 10000)
+		k := b.Rope(b.Linear(h, wk), 2, 4, 6, 10000)
+		x = b.Add(x, b.Linear(b.Attention(q, k, b.Linear(h, wv), s), wo))
+		x = b.Add(x, b.Linear(b.SwiGLU(b.Linear(x, wg), b.Linear(x, wu)), wd))
+		ws = append(ws, norm, wq, wk, wv, wo, wg, wu, wd)
+	}
+	grads, err := G.Grad(G.Must(G.Sum(x)), ws...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mp MemoryPlan
+	if plan {
+		if mp, err = b.PlanMemory(grads, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vm := G.NewTapeMachine(b.G)
+	defer vm.Close()
+	for range 2 { // the second run finds the blocks the first left behind
+		if err := vm.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		vm.Reset()
+	}
+	out := make([][]float32, len(grads))
+	for i, g := range grads {
+		out[i] = append([]float32(nil), f32(g)...)
+	}
+	return out, mp
+}
+
+func TestPlanMemorySharesAndKeepsBits(t *testing.T) {
+	ref, _ := planStack(t, false)
+	got, mp := planStack(t, true, PoisonBlocks())
+	if mp.Planned == 0 || mp.BlockBytes >= mp.PlannedBytes {
+		t.Fatalf("nothing shared: %v", mp)
+	}
+	t.Log(mp)
+	for i := range ref {
+		for j := range ref[i] {
+			if math.Float32bits(ref[i][j]) != math.Float32bits(got[i][j]) {
+				t.Fatalf("gradient %d[%d]: %v planned, %v unplanned", i, j, got[i][j], ref[i][j])
+			}
+		}
+	}
+}
+
+// A plan that frees each value one op before its last reader is wrong, and
+// the poisoned blocks make that visible: the check above can fail.
+func TestWrongPlanIsCaught(t *testing.T) {
+	ref, _ := planStack(t, false)
+	got, _ := planStack(t, true, PoisonBlocks(), planFreeEarly(1))
+	for i := range ref {
+		for j := range ref[i] {
+			if math.Float32bits(ref[i][j]) != math.Float32bits(got[i][j]) {
+				return
+			}
+		}
+	}
+	t.Fatal("a plan that frees values early computed the same gradients")
+}
