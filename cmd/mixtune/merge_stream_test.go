@@ -406,9 +406,10 @@ func rewriteCheckpoint(t *testing.T, dir string, change func(name string, data [
 
 // Bad input found only once a weight is read, after others were written
 // (a NaN in the last weight, a 4-bit weight's quant state that
-// contradicts the config), exits 2 naming the tensor and leaves nothing:
-// the weights went to a temporary directory, removed on the error, and
-// --out is never created.
+// contradicts the config), exits 2 naming the tensor and leaves nothing,
+// in merge and in export gguf, which both stream: the weights went to a
+// temporary directory or file, removed on the error, and --out is never
+// created.
 func TestMergeStreamingBadWeightLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	bf16Dir, _ := tinyBase(t, dir)
@@ -440,15 +441,19 @@ func TestMergeStreamingBadWeightLeavesNothing(t *testing.T) {
 		{"quant state", bnbDir, bnbFixture, bad + ".quant_state.bitsandbytes__nf4: blocksize 63"},
 	} {
 		adapter := randomAdapter(t, c.clean, filepath.Join(t.TempDir(), "adapter"), []string{"q_proj"}, false, 7)
-		parent := t.TempDir()
-		out := filepath.Join(parent, "merged")
-		code, _, stderr := runIn(t, "merge", "--model", c.base, "--adapter", adapter, "--out", out, "--dtype", "bf16")
-		t.Logf("%s: %s", c.name, stderr)
-		if code != 2 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, ".tmp-") {
-			t.Errorf("%s: exit %d, %q; want exit 2 naming %q, not the temporary file", c.name, code, stderr, c.want)
-		}
-		if entries, _ := os.ReadDir(parent); len(entries) != 0 {
-			t.Errorf("%s: left %v beside --out", c.name, entries)
+		for _, args := range [][]string{
+			{"merge", "--model", c.base, "--adapter", adapter, "--dtype", "bf16"},
+			{"export", "gguf", "--model", c.base, "--adapter", adapter, "--type", "q8_0"},
+		} {
+			parent := t.TempDir()
+			code, _, stderr := runIn(t, append(args, "--out", filepath.Join(parent, "out"))...)
+			t.Logf("%s %s: %s", args[0], c.name, stderr)
+			if code != 2 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, ".tmp-") {
+				t.Errorf("%s %s: exit %d, %q; want exit 2 naming %q, not the temporary file", args[0], c.name, code, stderr, c.want)
+			}
+			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+				t.Errorf("%s %s: left %v beside --out", args[0], c.name, entries)
+			}
 		}
 	}
 }
