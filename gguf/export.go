@@ -32,23 +32,11 @@ type Plan struct {
 // directory, a tensor, a field), and nothing is written: the caller
 // writes the file.
 func PlanExport(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Plan, error) {
-	if asLoRA && adapterDir == "" {
-		return nil, fmt.Errorf("a LoRA export needs an adapter")
-	}
-	cfg, err := model.ReadConfig(modelDir)
+	cfg, vocab, err := readHead(modelDir, adapterDir, asLoRA)
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckModel(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", modelDir, err)
-	}
-	p := &Plan{Config: cfg}
-	if !asLoRA {
-		// the tokenizer before the weights: a refusal costs no loading
-		if p.Vocab, err = LoadVocab(modelDir, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID, cfg.PadTokenID); err != nil {
-			return nil, err
-		}
-	}
+	p := &Plan{Config: cfg, Vocab: vocab}
 	base, err := openBase(modelDir, adapterDir, opt.Base, p)
 	if err != nil {
 		return nil, err
@@ -64,6 +52,26 @@ func PlanExport(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Pl
 		return nil, fmt.Errorf("%s: %w", modelDir, err)
 	}
 	return p, nil
+}
+
+// readHead reads and checks modelDir's config and, unless asLoRA, its
+// tokenizer: before the weights, so that a refusal costs no loading.
+func readHead(modelDir, adapterDir string, asLoRA bool) (model.Config, *Vocab, error) {
+	if asLoRA && adapterDir == "" {
+		return model.Config{}, nil, fmt.Errorf("a LoRA export needs an adapter")
+	}
+	cfg, err := model.ReadConfig(modelDir)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if err := CheckModel(cfg); err != nil {
+		return cfg, nil, fmt.Errorf("%s: %w", modelDir, err)
+	}
+	if asLoRA {
+		return cfg, nil, nil
+	}
+	v, err := LoadVocab(modelDir, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID, cfg.PadTokenID)
+	return cfg, v, err
 }
 
 // openBase opens the model in modelDir for reading one weight at a time

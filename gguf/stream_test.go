@@ -5,12 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"math/rand/v2"
+	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/internal/testadapter"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
 	"github.com/mixtune/mixtune/quant"
@@ -57,57 +61,32 @@ func TestPlanExportMatchesGoldens(t *testing.T) {
 	}
 }
 
-// adapterFor saves in dir an adapter of rank 4 on targets of the model in
-// baseDir (DoRA with dora), B and the magnitudes drawn from seed so that
-// the merge changes every adapted weight, and init_lora_weights set to
-// init when it is not empty.
+// adapterFor saves in dir a random adapter on targets of the model in
+// baseDir (testadapter.Random), with init_lora_weights set to init when it
+// is not empty.
 func adapterFor(t *testing.T, baseDir, dir string, targets []string, dora bool, seed uint64, init string) string {
 	t.Helper()
-	m, err := model.Load(baseDir)
+	if err := testadapter.Random(baseDir, dir, targets, dora, seed); err != nil {
+		t.Fatal(err)
+	}
+	if init == "" {
+		return dir
+	}
+	path := filepath.Join(dir, peft.ConfigFile)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, err := peft.Targets(peft.ModelTargets(m), targets)
-	if err != nil {
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
 		t.Fatal(err)
 	}
-	fp32 := map[string]*model.Tensor{} // DoRA's magnitudes: row norms of the dequantized weights
-	for name, w := range m.Weights {
-		fp32[name] = &model.Tensor{Shape: w.Shape, Data: w.Float32()}
-	}
-	l, err := peft.New(peft.Config{R: 4, Alpha: 8, TargetModules: targets, UseDoRA: dora}, ts, seed, fp32)
-	if err != nil {
+	fields["init_lora_weights"] = init
+	if raw, err = json.Marshal(fields); err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(seed, 11))
-	for _, mod := range l.Modules {
-		for j := range mod.B {
-			mod.B[j] = float32(0.03 * rng.NormFloat64())
-		}
-		for j := range mod.M {
-			mod.M[j] *= float32(0.9 + 0.2*rng.Float64())
-		}
-	}
-	if err := l.Save(dir, baseDir); err != nil {
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
-	}
-	if init != "" {
-		path := filepath.Join(dir, peft.ConfigFile)
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fields map[string]any
-		if err := json.Unmarshal(raw, &fields); err != nil {
-			t.Fatal(err)
-		}
-		fields["init_lora_weights"] = init
-		if raw, err = json.Marshal(fields); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, raw, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return dir
 }
@@ -193,5 +172,56 @@ func TestPlanExportBitIdentical(t *testing.T) {
 				t.Error("the file is the base's: nothing was merged")
 			}
 		})
+	}
+}
+
+// A file whose tensors give their values through Fill is written as the
+// same file with them in Data, each Fill called once, in file order; a
+// Fill that fails or gives the wrong values stops the write with a
+// *DataError naming the tensor.
+func TestWriteToFill(t *testing.T) {
+	f := sampleFile()
+	want := fileBytes(t, f)
+	var order []string
+	lazy := &File{KV: f.KV}
+	for _, tn := range f.Tensors {
+		data := tn.Data
+		tn.Data = nil
+		tn.Fill = func() ([]float32, error) {
+			order = append(order, tn.Name)
+			return data, nil
+		}
+		lazy.Tensors = append(lazy.Tensors, tn)
+	}
+	if got := fileBytes(t, lazy); !bytes.Equal(got, want) {
+		t.Fatalf("filled: %d bytes, differ from the file with Data (%d bytes)", len(got), len(want))
+	}
+	if !slices.Equal(order, []string{"a", "b", "c", "d"}) {
+		t.Errorf("Fill called for %v, want each once in file order", order)
+	}
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		name string
+		fill func() ([]float32, error)
+		want string
+	}{
+		{"error", func() ([]float32, error) { return nil, boom }, "boom"},
+		{"short", func() ([]float32, error) { return make([]float32, 13), nil }, "tensor b has shape [2 7] (14 values) but 13 values"},
+		{"NaN", func() ([]float32, error) {
+			d := make([]float32, 14)
+			d[5] = float32(math.Inf(-1))
+			return d, nil
+		}, "tensor b holds a non-finite value (-Inf at index 5)"},
+	} {
+		bad := &File{KV: lazy.KV, Tensors: slices.Clone(lazy.Tensors)}
+		bad.Tensors[1].Fill = c.fill
+		if err := bad.Check(); err != nil {
+			t.Fatalf("%s: Check reads no values but says %v", c.name, err)
+		}
+		_, err := bad.WriteTo(&bytes.Buffer{})
+		var de *DataError
+		if !errors.As(err, &de) || de.Tensor != "b" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want a *DataError for tensor b containing %q", c.name, err, c.want)
+		}
 	}
 }

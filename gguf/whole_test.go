@@ -28,23 +28,11 @@ type Export struct {
 
 // Build reads, merges and converts the whole model; see Export.
 func Build(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Export, error) {
-	if asLoRA && adapterDir == "" {
-		return nil, fmt.Errorf("a LoRA export needs an adapter")
-	}
-	cfg, err := model.ReadConfig(modelDir)
+	_, vocab, err := readHead(modelDir, adapterDir, asLoRA)
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckModel(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", modelDir, err)
-	}
-	e := &Export{}
-	if !asLoRA {
-		// the tokenizer before the weights: a refusal costs no loading
-		if e.Vocab, err = LoadVocab(modelDir, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID, cfg.PadTokenID); err != nil {
-			return nil, err
-		}
-	}
+	e := &Export{Vocab: vocab}
 	if e.Model, err = model.Load(modelDir); err != nil {
 		return nil, err
 	}

@@ -146,23 +146,7 @@ func TestExportGGUFStreamingMemory(t *testing.T) {
 	all := append(slices.Clone(model.AttentionModules), model.MLPModules...)
 	lora := randomAdapter(t, nf4Dir, filepath.Join(dir, "lora"), all, false, 5)
 	dora := randomAdapter(t, bf16Dir, filepath.Join(dir, "dora"), all, true, 6)
-	var total, largest uint64
-	for _, s := range model.Specs(c) {
-		n := uint64(4)
-		for _, d := range s.Shape {
-			n *= uint64(d)
-		}
-		total += n
-		largest = max(largest, n)
-	}
-	var adapterBytes uint64
-	for _, ts := range peft.ConfigTargets(c) {
-		adapterBytes += 4 * (4*uint64(ts.In+ts.Out) + uint64(ts.Out)) // r = 4: A, B and DoRA's magnitudes in fp32
-	}
-	bound := 4*largest + adapterBytes + 64<<20
-	if total < 3*bound {
-		t.Fatalf("the model (%d bytes in fp32) is too small to tell streaming from holding it (bound %d)", total, bound)
-	}
+	total, largest, adapterBytes, bound := streamingBound(t, c)
 	for _, run := range []struct {
 		name string
 		args []string

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/internal/testadapter"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
 	"github.com/mixtune/mixtune/quant"
@@ -28,35 +29,10 @@ const bnbFixture = "../../model/testdata/bnb4"
 
 // randomAdapter saves, for the model in baseDir, a LoRA or DoRA adapter on
 // targets with random B (and magnitudes off the base's row norms), so
-// that every merge changes the weights.
+// that every merge changes the weights (testadapter.Random).
 func randomAdapter(t *testing.T, baseDir, dir string, targets []string, dora bool, seed uint64) string {
 	t.Helper()
-	m, err := model.Load(baseDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts, err := peft.Targets(peft.ModelTargets(m), targets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp32 := map[string]*model.Tensor{} // DoRA's magnitudes start at the row norms of fp32 weights
-	for name, w := range m.Weights {
-		fp32[name] = &model.Tensor{Shape: w.Shape, Data: w.Float32()}
-	}
-	l, err := peft.New(peft.Config{R: 4, Alpha: 8, TargetModules: targets, UseDoRA: dora}, ts, seed, fp32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 3))
-	for _, mod := range l.Modules {
-		for j := range mod.B {
-			mod.B[j] = float32(rng.NormFloat64() * 0.02)
-		}
-		for j := range mod.M {
-			mod.M[j] *= float32(1 + 0.1*rng.NormFloat64())
-		}
-	}
-	if err := l.Save(dir, baseDir); err != nil {
+	if err := testadapter.Random(baseDir, dir, targets, dora, seed); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -312,6 +288,32 @@ func deepBase(t testing.TB, dir string, layers int) (string, model.Config) {
 	return p, c
 }
 
+// streamingBound is the most the heap may grow while a model with config
+// c is merged or exported one weight at a time with a rank-4 adapter
+// (testadapter.Random) on every projection: 4× its largest weight in fp32
+// plus the adapter (A, B and DoRA's magnitudes in fp32) plus 64 MiB. It
+// fails t if the model, total bytes in fp32, is under 3× the bound: too
+// small to tell streaming from holding it.
+func streamingBound(t *testing.T, c model.Config) (total, largest, adapterBytes, bound uint64) {
+	t.Helper()
+	for _, s := range model.Specs(c) {
+		n := uint64(4)
+		for _, d := range s.Shape {
+			n *= uint64(d)
+		}
+		total += n
+		largest = max(largest, n)
+	}
+	for _, ts := range peft.ConfigTargets(c) {
+		adapterBytes += 4 * (4*uint64(ts.In+ts.Out) + uint64(ts.Out))
+	}
+	bound = 4*largest + adapterBytes + 64<<20
+	if total < 3*bound {
+		t.Fatalf("the model (%d bytes in fp32) is too small to tell streaming from holding it (bound %d)", total, bound)
+	}
+	return total, largest, adapterBytes, bound
+}
+
 // A merge streams: merging an NF4 model whose weights take 270 MB in
 // fp32 into every projection, the heap grows by at most 4× its largest
 // weight in fp32 (a weight dequantized, its float64 delta, the merged
@@ -327,23 +329,7 @@ func TestMergeStreamingMemory(t *testing.T) {
 	baseDir, c := deepBase(t, dir, 64)
 	all := append(slices.Clone(model.AttentionModules), model.MLPModules...)
 	adapterDir := randomAdapter(t, baseDir, filepath.Join(dir, "adapter"), all, false, 5)
-	var total, largest uint64
-	for _, s := range model.Specs(c) {
-		n := uint64(4)
-		for _, d := range s.Shape {
-			n *= uint64(d)
-		}
-		total += n
-		largest = max(largest, n)
-	}
-	var adapterBytes uint64
-	for _, ts := range peft.ConfigTargets(c) {
-		adapterBytes += 4 * 4 * uint64(ts.In+ts.Out) // r = 4: A and B in fp32
-	}
-	bound := 4*largest + adapterBytes + 64<<20
-	if total < 3*bound {
-		t.Fatalf("the model (%d bytes in fp32) is too small to tell streaming from holding it (bound %d)", total, bound)
-	}
+	total, largest, adapterBytes, bound := streamingBound(t, c)
 	for _, requant := range []model.Quantization{{}, {Type: quant.NF4, Double: true}} {
 		j := mergeJob{modelDir: baseDir, adapterDir: adapterDir, dtype: amp.BF16, requant: requant}
 		out := filepath.Join(t.TempDir(), "merged")
