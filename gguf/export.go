@@ -4,69 +4,116 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
 )
 
-// Export is what `mixtune export gguf` writes, read and checked: the model
-// in modelDir with the adapter in adapterDir (optional) merged in fp32, or
-// with asLoRA the adapter alone as a llama.cpp LoRA file. Its errors are
-// all about the input (a directory, a tensor, a field), and nothing is
-// written: the caller writes the file.
-type Export struct {
+// Plan is what `mixtune export gguf` writes, read, checked and laid out:
+// the model in a directory with an adapter (optional) merged in fp32, or
+// the adapter alone as a llama.cpp LoRA file. The file's metadata,
+// tokenizer and tensor headers (hence every offset) are decided, and
+// every input checked that can be without its weights' values: the
+// model's config and weight headers, the tokenizer, the adapter. A
+// model's weights are read, dequantized if 4-bit, merged and converted
+// one at a time as the file is written (Tensor.Fill), so that writing
+// holds about the largest weight in fp32 and the adapter, not the model;
+// a weight found bad then stops the write with a *DataError.
+type Plan struct {
 	File      *File
 	Fallbacks []Fallback
 	Vocab     *Vocab // nil for an adapter
-	Model     *model.Model
+	Config    model.Config
 	LoRA      *peft.Adapter // nil without an adapter
-	// Weights are the fp32 weights the file holds before conversion, the
-	// adapter merged (nil for an adapter file).
-	Weights map[string][]float32
 }
 
-// Build reads and converts; see Export.
-func Build(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Export, error) {
-	if asLoRA && adapterDir == "" {
-		return nil, fmt.Errorf("a LoRA export needs an adapter")
-	}
-	cfg, err := model.ReadConfig(modelDir)
+// PlanExport reads and checks modelDir and adapterDir (optional) and lays
+// out the file; see Plan. Its errors are all about the input (a
+// directory, a tensor, a field), and nothing is written: the caller
+// writes the file.
+func PlanExport(modelDir, adapterDir string, asLoRA bool, opt ModelOptions) (*Plan, error) {
+	cfg, vocab, err := readHead(modelDir, adapterDir, asLoRA)
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckModel(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", modelDir, err)
-	}
-	e := &Export{}
-	if !asLoRA {
-		// the tokenizer before the weights: a refusal costs no loading
-		if e.Vocab, err = LoadVocab(modelDir, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID, cfg.PadTokenID); err != nil {
-			return nil, err
-		}
-	}
-	if e.Model, err = model.Load(modelDir); err != nil {
+	p := &Plan{Config: cfg, Vocab: vocab}
+	base, err := openBase(modelDir, adapterDir, opt.Base, p)
+	if err != nil {
 		return nil, err
-	}
-	if err := e.Model.Quantize(opt.Base); err != nil {
-		return nil, err
-	}
-	if adapterDir != "" {
-		if e.LoRA, err = peft.Load(adapterDir, peft.BaseOf(e.Model)); err != nil {
-			return nil, err
-		}
 	}
 	if asLoRA {
-		if e.File, e.Fallbacks, err = Adapter(e.Model.Config, e.LoRA, opt); err != nil {
+		if p.File, p.Fallbacks, err = Adapter(cfg, p.LoRA, opt); err != nil {
 			return nil, fmt.Errorf("%s: %w", adapterDir, err)
 		}
-		return e, nil
+		return p, nil
 	}
-	if e.Weights, err = MergedWeights(e.Model, e.LoRA); err != nil {
-		return nil, err
-	}
-	if e.File, e.Fallbacks, err = Model(e.Model.Config, e.Weights, e.Vocab, opt); err != nil {
+	// merged in fp32 and checked finite there, as generate merges
+	if p.File, p.Fallbacks, err = ModelFrom(cfg, peft.MergedSource(base, p.LoRA, amp.FP32), p.Vocab, opt); err != nil {
 		return nil, fmt.Errorf("%s: %w", modelDir, err)
 	}
-	return e, nil
+	return p, nil
+}
+
+// readHead reads and checks modelDir's config and, unless asLoRA, its
+// tokenizer: before the weights, so that a refusal costs no loading.
+func readHead(modelDir, adapterDir string, asLoRA bool) (model.Config, *Vocab, error) {
+	if asLoRA && adapterDir == "" {
+		return model.Config{}, nil, fmt.Errorf("a LoRA export needs an adapter")
+	}
+	cfg, err := model.ReadConfig(modelDir)
+	if err != nil {
+		return cfg, nil, err
+	}
+	if err := CheckModel(cfg); err != nil {
+		return cfg, nil, fmt.Errorf("%s: %w", modelDir, err)
+	}
+	if asLoRA {
+		return cfg, nil, nil
+	}
+	v, err := LoadVocab(modelDir, cfg.VocabSize, cfg.BOSTokenID, cfg.EOSTokenID, cfg.PadTokenID)
+	return cfg, v, err
+}
+
+// openBase opens the model in modelDir for reading one weight at a time
+// and loads the adapter in adapterDir (if any) into p.LoRA; it returns
+// the function that reads each base weight as the adapter trained on it
+// (quantized as q says: the 4-bit base of a QLoRA run). An adapter
+// trained against the residual of its base (pissa or olora saved
+// unconverted) needs every adapted base weight to load, so for it the
+// base is loaded whole.
+func openBase(modelDir, adapterDir string, q model.Quantization, p *Plan) (func(name string) (*model.Tensor, error), error) {
+	src, err := model.OpenSource(modelDir)
+	if err != nil {
+		return nil, err
+	}
+	if adapterDir == "" {
+		return func(name string) (*model.Tensor, error) { return src.ReadQuantized(name, q) }, nil
+	}
+	acfg, err := peft.ReadConfig(adapterDir)
+	if err != nil {
+		return nil, fmt.Errorf("load adapter: %w", err)
+	}
+	if !acfg.ResidualInit() {
+		var read func(name string) (*model.Tensor, error)
+		p.LoRA, read, err = peft.OpenStreaming(src, adapterDir, q)
+		return read, err
+	}
+	m, err := model.Load(modelDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Quantize(q); err != nil {
+		return nil, err
+	}
+	if p.LoRA, err = peft.Load(adapterDir, peft.BaseOf(m)); err != nil {
+		return nil, err
+	}
+	return func(name string) (*model.Tensor, error) {
+		if t := m.Weights[name]; t != nil {
+			return t, nil
+		}
+		return nil, fmt.Errorf("load model %s: no weight %s", modelDir, name)
+	}, nil
 }
 
 // DefaultName is general.name when none is given: the model directory's
@@ -77,15 +124,4 @@ func DefaultName(modelDir, adapterDir string) string {
 		name += "-" + filepath.Base(filepath.Clean(adapterDir))
 	}
 	return name
-}
-
-// MergedWeights is m's weights in fp32 with l merged in, as `mixtune
-// generate` merges it (peft.MergedWeights), so that the file computes
-// what generate computes. Unadapted weights are shared, not copied.
-func MergedWeights(m *model.Model, l *peft.Adapter) (map[string][]float32, error) {
-	w, err := peft.MergedWeights(m, l)
-	if err != nil {
-		return nil, fmt.Errorf("merge the adapter: %w", err)
-	}
-	return w, nil
 }

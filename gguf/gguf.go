@@ -137,12 +137,61 @@ type KV struct {
 
 // Tensor is one tensor to write. Shape is in PyTorch order (outermost
 // first, as the safetensors and HF shapes are); the file stores it
-// reversed. Data holds the fp32 values, converted to Type when written.
+// reversed. Data holds the fp32 values, converted to Type when written;
+// or, when Fill is set, Fill gives them when the tensor's turn to be
+// written comes, and they are dropped once written, so that a file is
+// written holding one tensor's values at a time.
 type Tensor struct {
 	Name  string
 	Shape []int
 	Type  TensorType
 	Data  []float32
+	Fill  func() ([]float32, error)
+}
+
+// DataError is a tensor whose values, produced by its Fill as the file
+// was written, could not be had or are not what its header says (a
+// weight that cannot be read, a merge that is not finite, a non-finite
+// or missing value): an error in the input, found mid-write.
+type DataError struct {
+	Tensor string
+	Err    error
+}
+
+func (e *DataError) Error() string { return e.Err.Error() }
+func (e *DataError) Unwrap() error { return e.Err }
+
+// values is t's fp32 values: Data (which Check checked), or Fill's,
+// checked against its shape and finite.
+func (t Tensor) values() ([]float32, error) {
+	if t.Fill == nil {
+		return t.Data, nil
+	}
+	data, err := t.Fill()
+	if err != nil {
+		return nil, &DataError{t.Name, err}
+	}
+	if err := t.checkValues(data); err != nil {
+		return nil, &DataError{t.Name, err}
+	}
+	return data, nil
+}
+
+// checkValues checks that data is t's shape's count of finite values.
+func (t Tensor) checkValues(data []float32) error {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	if n != len(data) {
+		return fmt.Errorf("tensor %s has shape %v (%d values) but %d values", t.Name, t.Shape, n, len(data))
+	}
+	for i, v := range data {
+		if v-v != 0 {
+			return fmt.Errorf("tensor %s holds a non-finite value (%v at index %d)", t.Name, v, i)
+		}
+	}
+	return nil
 }
 
 // Dims is the tensor's ne: Shape reversed.
@@ -199,8 +248,10 @@ func (f *File) Set(key string, v any) {
 }
 
 // Check validates what WriteTo would write: unique keys and tensor names,
-// supported values, sizes that match shapes, finite values. Exporters call
-// it before creating the output file, so that bad input leaves nothing.
+// supported values, sizes that match shapes, finite values (of the
+// tensors that hold Data; a Fill's values are checked as they are
+// written). Exporters call it before creating the output file, so that
+// bad input leaves nothing.
 func (f *File) Check() error {
 	keys := map[string]bool{}
 	for _, kv := range f.KV {
@@ -221,22 +272,17 @@ func (f *File) Check() error {
 		if len(t.Shape) > 4 { // GGML_MAX_DIMS
 			return fmt.Errorf("tensor %s has %d dimensions; GGUF allows 4", t.Name, len(t.Shape))
 		}
-		n := 1
 		for _, d := range t.Shape {
 			if d <= 0 {
 				return fmt.Errorf("tensor %s has shape %v", t.Name, t.Shape)
 			}
-			n *= d
-		}
-		if n != len(t.Data) {
-			return fmt.Errorf("tensor %s has shape %v (%d values) but %d values", t.Name, t.Shape, n, len(t.Data))
 		}
 		if _, err := t.Bytes(); err != nil {
 			return err
 		}
-		for i, v := range t.Data {
-			if v-v != 0 {
-				return fmt.Errorf("tensor %s holds a non-finite value (%v at index %d)", t.Name, v, i)
+		if t.Fill == nil {
+			if err := t.checkValues(t.Data); err != nil {
+				return err
 			}
 		}
 	}
@@ -250,8 +296,12 @@ func (f *File) alignment() int {
 	return DefaultAlignment
 }
 
-// WriteTo writes the file. It converts each tensor to its type as it goes,
-// so memory beyond the fp32 values stays one conversion buffer.
+// WriteTo writes the file: the header, whose offsets follow from the
+// tensors' shapes and types alone, then each tensor in turn, its values
+// taken (from Data, or from Fill, then dropped), checked and converted to
+// its type a row block at a time, so that memory beyond one tensor's fp32
+// values stays one conversion buffer. A tensor whose values are wrong
+// stops the write with a *DataError.
 func (f *File) WriteTo(w io.Writer) (int64, error) {
 	if err := f.Check(); err != nil {
 		return 0, err
@@ -287,7 +337,10 @@ func (f *File) WriteTo(w io.Writer) (int64, error) {
 	for _, t := range f.Tensors {
 		n, _ := t.Bytes()
 		if e.err == nil {
-			e.err = encodeTensor(cw, t)
+			var data []float32
+			if data, e.err = t.values(); e.err == nil {
+				e.err = encodeTensor(cw, t.Type, t.Shape, data)
+			}
 		}
 		e.zeros(pad(n, align) - n)
 	}
@@ -491,18 +544,19 @@ func eachOf[T any](xs []T, count func(int), each func(any)) {
 	}
 }
 
-// encodeTensor writes t's values converted to its type, a row block at a time.
-func encodeTensor(w io.Writer, t Tensor) error {
-	row := t.Shape[len(t.Shape)-1]
-	rb, err := t.Type.RowBytes(row)
+// encodeTensor writes data, of the given shape, converted to type typ, a
+// row block at a time.
+func encodeTensor(w io.Writer, typ TensorType, shape []int, data []float32) error {
+	row := shape[len(shape)-1]
+	rb, err := typ.RowBytes(row)
 	if err != nil {
 		return err
 	}
 	rowsPer := max(1, (1<<20)/max(rb, 1))
 	buf := make([]byte, 0, rowsPer*rb)
-	for start := 0; start < len(t.Data); start += rowsPer * row {
-		end := min(len(t.Data), start+rowsPer*row)
-		buf = AppendEncoded(buf[:0], t.Type, t.Data[start:end])
+	for start := 0; start < len(data); start += rowsPer * row {
+		end := min(len(data), start+rowsPer*row)
+		buf = AppendEncoded(buf[:0], typ, data[start:end])
 		if _, err := w.Write(buf); err != nil {
 			return err
 		}

@@ -102,12 +102,69 @@ func CheckModel(c model.Config) error {
 	return nil
 }
 
+// WeightSource yields a model's weights in fp32 by HF name (the adapter
+// merged, for an export of a merged model), each when its tensor is
+// written: model.WeightSource and a merge (peft.MergedSource) are ones.
+type WeightSource interface {
+	Float32(name string) ([]float32, error)
+}
+
 // Model builds the GGUF file of a model with config c and weights w (fp32
-// by HF name, adapters already merged) and tokenizer v. It returns the
-// tensors written in another type than opt.Type: q8_0 needs rows of a
-// multiple of 32 values, and the converter writes a tensor that cannot be
-// quantized as f16 ("falling back to F16"), as this does.
+// by HF name, adapters already merged) and tokenizer v, every tensor's
+// values in hand (Data). It returns the tensors written in another type
+// than opt.Type: q8_0 needs rows of a multiple of 32 values, and the
+// converter writes a tensor that cannot be quantized as f16 ("falling
+// back to F16"), as this does.
 func Model(c model.Config, w map[string][]float32, v *Vocab, opt ModelOptions) (*File, []Fallback, error) {
+	has := func(name string) bool { _, ok := w[name]; return ok }
+	f, fallbacks, err := modelFile(c, mapWeights(w), has, v, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		if t.Fill != nil {
+			if t.Data, err = t.Fill(); err != nil {
+				return nil, nil, err
+			}
+			t.Fill = nil
+		}
+	}
+	return f, fallbacks, f.Check()
+}
+
+// ModelFrom is Model with the weights taken from src as each tensor is
+// written (Tensor.Fill), in file order: the file's metadata, tokenizer
+// and tensor headers are all decided now, and writing it holds one
+// weight at a time. The names it asks src for are those of
+// model.Specs(c).
+func ModelFrom(c model.Config, src WeightSource, v *Vocab, opt ModelOptions) (*File, []Fallback, error) {
+	names := map[string]bool{}
+	for _, s := range model.Specs(c) {
+		names[s.Name] = true
+	}
+	f, fallbacks, err := modelFile(c, src, func(name string) bool { return names[name] }, v, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, fallbacks, f.Check()
+}
+
+// mapWeights is weights in memory as a WeightSource.
+type mapWeights map[string][]float32
+
+func (w mapWeights) Float32(name string) ([]float32, error) {
+	d, ok := w[name]
+	if !ok {
+		return nil, fmt.Errorf("the model has no tensor %s", name)
+	}
+	return d, nil
+}
+
+// modelFile lays out the file of Model and ModelFrom: every tensor's
+// values are a Fill that asks src for its weight (has tells which it
+// has) and permutes q's and k's rows.
+func modelFile(c model.Config, src WeightSource, has func(name string) bool, v *Vocab, opt ModelOptions) (*File, []Fallback, error) {
 	if err := CheckModel(c); err != nil {
 		return nil, nil, err
 	}
@@ -148,7 +205,8 @@ func Model(c model.Config, w map[string][]float32, v *Vocab, opt ModelOptions) (
 	f.KV = append(f.KV, v.KV()...)
 
 	var fallbacks []Fallback
-	add := func(name string, shape []int, data []float32, matrix bool) {
+	type fill = func() ([]float32, error)
+	add := func(name string, shape []int, values fill, matrix bool) {
 		t := F32
 		if matrix {
 			t = opt.Type
@@ -157,22 +215,28 @@ func Model(c model.Config, w map[string][]float32, v *Vocab, opt ModelOptions) (
 				t = F16
 			}
 		}
-		f.Tensors = append(f.Tensors, Tensor{Name: name, Shape: shape, Type: t, Data: data})
-	}
-	get := func(name string) ([]float32, error) {
-		d, ok := w[name]
-		if !ok {
-			return nil, fmt.Errorf("the model has no tensor %s", name)
-		}
-		return d, nil
+		f.Tensors = append(f.Tensors, Tensor{Name: name, Shape: shape, Type: t, Fill: values})
 	}
 	var missing []string
-	must := func(name string) []float32 {
-		d, err := get(name)
-		if err != nil {
+	must := func(name string) fill {
+		if !has(name) {
 			missing = append(missing, name)
 		}
-		return d
+		return func() ([]float32, error) { return src.Float32(name) }
+	}
+	// permute is values with its rows permuted for heads heads of cols
+	// columns, when the family's q and k are
+	permute := func(values fill, heads, cols int) fill {
+		if heads == 0 || !permuted(c.Family) {
+			return values
+		}
+		return func() ([]float32, error) {
+			d, err := values()
+			if err != nil {
+				return nil, err
+			}
+			return permuteRows(d, heads, cols), nil
+		}
 	}
 	if rs := c.RopeScaling; rs != nil && rs.Type == "llama3" {
 		f.Tensors = append(f.Tensors, Tensor{Name: "rope_freqs.weight", Shape: []int{hd / 2}, Type: F32, Data: llama3Factors(c)})
@@ -193,20 +257,9 @@ func Model(c model.Config, w map[string][]float32, v *Vocab, opt ModelOptions) (
 			{"v_proj", "attn_v", kvDim, c.HiddenSize, 0},
 			{"o_proj", "attn_output", c.HiddenSize, c.NumAttentionHeads * hd, 0},
 		} {
-			wt := must(model.ModulePath(i, m.short) + ".weight")
-			var bias []float32
+			add(blk+m.gg+".weight", []int{m.out, m.in}, permute(must(model.ModulePath(i, m.short)+".weight"), m.heads, m.in), true)
 			if c.Bias(m.short) {
-				bias = must(model.ModulePath(i, m.short) + ".bias")
-			}
-			if m.heads > 0 && permuted(c.Family) && wt != nil {
-				wt = permuteRows(wt, m.heads, m.in)
-				if bias != nil {
-					bias = permuteRows(bias, m.heads, 1)
-				}
-			}
-			add(blk+m.gg+".weight", []int{m.out, m.in}, wt, true)
-			if bias != nil {
-				add(blk+m.gg+".bias", []int{m.out}, bias, false)
+				add(blk+m.gg+".bias", []int{m.out}, permute(must(model.ModulePath(i, m.short)+".bias"), m.heads, 1), false)
 			}
 		}
 		if c.QKNorm {
@@ -236,7 +289,7 @@ func Model(c model.Config, w map[string][]float32, v *Vocab, opt ModelOptions) (
 	if len(missing) > 0 {
 		return nil, nil, fmt.Errorf("the model has no tensor %s", strings.Join(missing, ", "))
 	}
-	return f, fallbacks, f.Check()
+	return f, fallbacks, nil
 }
 
 // llama3Factors are the rope_freqs.weight values convert_hf_to_gguf writes

@@ -71,6 +71,57 @@ func WriteMerged(dir string, c model.Config, base func(name string) (*model.Tens
 	return st, model.SaveBnB4From(dir, c, opt.Dtype, opt.MaxShardBytes, src, layouts)
 }
 
+// MergedSource is the weights base yields, one by one, with l merged in
+// fp32 into each it adapts (nil l: none), each merge checked finite once
+// stored in format f (CheckFinite): a model computed weight by weight,
+// for a writer that holds one weight at a time (model.SaveFrom, a GGUF
+// file). A weight base gives 4-bit is dequantized to fp32 first; a merge
+// that is not finite is a *MergeError. base may be called more than once
+// for one name.
+func MergedSource(base func(name string) (*model.Tensor, error), l *Adapter, f amp.Format) model.WeightSource {
+	return &mergedWeights{base: base, l: l, dtype: f}
+}
+
+// OpenStreaming loads the adapter in adapterDir for the base model src,
+// whose weights are read one at a time: it reads, of the base, only the
+// weights the adapter's modules_to_save replace. It returns the adapter
+// and read, which gives each base weight as the adapter trained on it:
+// from src, quantized as q says (the 4-bit base of a QLoRA run, whose
+// weights are quantized as they load: Source.ReadQuantized), or replaced.
+// An adapter trained against the residual of its base (Config.ResidualInit)
+// needs every adapted base weight to load, so the base loaded whole.
+func OpenStreaming(src *model.Source, adapterDir string, q model.Quantization) (*Adapter, func(name string) (*model.Tensor, error), error) {
+	c, err := ReadConfig(adapterDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load adapter: %w", err)
+	}
+	if c.ResidualInit() {
+		return nil, nil, fmt.Errorf("load adapter %s: init %s saved unconverted needs the base loaded whole", adapterDir, c.Init)
+	}
+	// modules_to_save replace whole base weights (lm_head, the
+	// embedding), which Load writes into the base it is given
+	replaced := map[string]*model.Tensor{}
+	if !src.Config.TieWordEmbeddings {
+		for _, name := range c.ReplacedWeights() {
+			if replaced[name], err = src.Read(name); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	base := Base{Targets: ConfigTargets(src.Config), Weights: replaced, TiedEmbeddings: src.Config.TieWordEmbeddings}
+	l, err := Load(adapterDir, base)
+	if err != nil {
+		return nil, nil, err
+	}
+	read := func(name string) (*model.Tensor, error) {
+		if t := replaced[name]; t != nil {
+			return t, nil
+		}
+		return src.ReadQuantized(name, q)
+	}
+	return l, read, nil
+}
+
 // MergeError is a merge that is not finite (a DoRA row of norm 0, an
 // overflow of the output dtype: CheckFinite), found by WriteMerged as it
 // wrote the weight: the error to report whatever file was being written.
@@ -111,7 +162,7 @@ func (w *mergedWeights) merged(name string) (*model.Tensor, error) {
 	}
 	w.large = 4*n >= 64<<20
 	path, ok := strings.CutSuffix(name, ".weight")
-	if !ok || w.l.byPath[path] == nil {
+	if !ok || w.l == nil || w.l.byPath[path] == nil {
 		return t, nil
 	}
 	// a 4-bit base: merged into its dequantized fp32 values, as MergeInto does

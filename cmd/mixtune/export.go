@@ -60,24 +60,30 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	if *name == "" {
 		*name = gguf.DefaultName(*modelDir, *adapterDir)
 	}
-	// everything is read and checked before the file is created: bad
+	// the model's config and headers, the tokenizer and the adapter are
+	// read and checked, and the file laid out, before it is created: bad
 	// input leaves nothing behind
-	e, err := gguf.Build(*modelDir, *adapterDir, *asLoRA, gguf.ModelOptions{Type: t, Name: *name, Base: q})
+	plan, err := gguf.PlanExport(*modelDir, *adapterDir, *asLoRA, gguf.ModelOptions{Type: t, Name: *name, Base: q})
 	if err != nil {
 		return badInput(err)
 	}
-	f, vocab, fallbacks, l := e.File, e.Vocab, e.Fallbacks, e.LoRA
+	f, vocab, fallbacks, l := plan.File, plan.Vocab, plan.Fallbacks, plan.LoRA
 	what := "model"
 	if *asLoRA {
 		what = "LoRA adapter"
 	}
 	// The check above fails early; this publish decides: of two exports
-	// to one path at once, the second finds the first's file.
+	// to one path at once, the second finds the first's file. The weights
+	// are read and merged one at a time as they are written; one found
+	// bad is reported as itself, and the temporary file is removed.
+	var bad *gguf.DataError
 	if err := atomicfile.Create(*out, func(w io.Writer) error {
 		_, err := f.WriteTo(w)
 		return err
 	}); errors.Is(err, os.ErrExist) {
 		return usageError{fmt.Sprintf("--out %s already exists; choose a new file", *out)}
+	} else if errors.As(err, &bad) {
+		return badInput(bad.Err)
 	} else if err != nil {
 		return fmt.Errorf("write %s: %w", *out, err)
 	}
@@ -97,7 +103,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%d tensors written as %s, as llama.cpp's converter writes them: %s (%s)\n",
 			len(fallbacks), fallbacks[0].Type, fallbackNames(fallbacks), fallbacks[0].Reason)
 	}
-	if c := e.Model.Config; c.SlidingWindow > 0 && c.SlidingWindow < c.MaxPositionEmbeddings {
+	if c := plan.Config; c.SlidingWindow > 0 && c.SlidingWindow < c.MaxPositionEmbeddings {
 		fmt.Fprintf(stderr, "note: llama.cpp's llama architecture has no sliding window: it attends to the whole context, so it computes as mixtune does only for contexts up to sliding_window (%d tokens)\n", c.SlidingWindow)
 	}
 	if *asLoRA && l.Config.UseRSLoRA {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/internal/testadapter"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/peft"
 	"github.com/mixtune/mixtune/quant"
@@ -28,35 +29,10 @@ const bnbFixture = "../../model/testdata/bnb4"
 
 // randomAdapter saves, for the model in baseDir, a LoRA or DoRA adapter on
 // targets with random B (and magnitudes off the base's row norms), so
-// that every merge changes the weights.
+// that every merge changes the weights (testadapter.Random).
 func randomAdapter(t *testing.T, baseDir, dir string, targets []string, dora bool, seed uint64) string {
 	t.Helper()
-	m, err := model.Load(baseDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts, err := peft.Targets(peft.ModelTargets(m), targets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp32 := map[string]*model.Tensor{} // DoRA's magnitudes start at the row norms of fp32 weights
-	for name, w := range m.Weights {
-		fp32[name] = &model.Tensor{Shape: w.Shape, Data: w.Float32()}
-	}
-	l, err := peft.New(peft.Config{R: 4, Alpha: 8, TargetModules: targets, UseDoRA: dora}, ts, seed, fp32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 3))
-	for _, mod := range l.Modules {
-		for j := range mod.B {
-			mod.B[j] = float32(rng.NormFloat64() * 0.02)
-		}
-		for j := range mod.M {
-			mod.M[j] *= float32(1 + 0.1*rng.NormFloat64())
-		}
-	}
-	if err := l.Save(dir, baseDir); err != nil {
+	if err := testadapter.Random(baseDir, dir, targets, dora, seed); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -312,6 +288,32 @@ func deepBase(t testing.TB, dir string, layers int) (string, model.Config) {
 	return p, c
 }
 
+// streamingBound is the most the heap may grow while a model with config
+// c is merged or exported one weight at a time with a rank-4 adapter
+// (testadapter.Random) on every projection: 4× its largest weight in fp32
+// plus the adapter (A, B and DoRA's magnitudes in fp32) plus 64 MiB. It
+// fails t if the model, total bytes in fp32, is under 3× the bound: too
+// small to tell streaming from holding it.
+func streamingBound(t *testing.T, c model.Config) (total, largest, adapterBytes, bound uint64) {
+	t.Helper()
+	for _, s := range model.Specs(c) {
+		n := uint64(4)
+		for _, d := range s.Shape {
+			n *= uint64(d)
+		}
+		total += n
+		largest = max(largest, n)
+	}
+	for _, ts := range peft.ConfigTargets(c) {
+		adapterBytes += 4 * (4*uint64(ts.In+ts.Out) + uint64(ts.Out))
+	}
+	bound = 4*largest + adapterBytes + 64<<20
+	if total < 3*bound {
+		t.Fatalf("the model (%d bytes in fp32) is too small to tell streaming from holding it (bound %d)", total, bound)
+	}
+	return total, largest, adapterBytes, bound
+}
+
 // A merge streams: merging an NF4 model whose weights take 270 MB in
 // fp32 into every projection, the heap grows by at most 4× its largest
 // weight in fp32 (a weight dequantized, its float64 delta, the merged
@@ -327,23 +329,7 @@ func TestMergeStreamingMemory(t *testing.T) {
 	baseDir, c := deepBase(t, dir, 64)
 	all := append(slices.Clone(model.AttentionModules), model.MLPModules...)
 	adapterDir := randomAdapter(t, baseDir, filepath.Join(dir, "adapter"), all, false, 5)
-	var total, largest uint64
-	for _, s := range model.Specs(c) {
-		n := uint64(4)
-		for _, d := range s.Shape {
-			n *= uint64(d)
-		}
-		total += n
-		largest = max(largest, n)
-	}
-	var adapterBytes uint64
-	for _, ts := range peft.ConfigTargets(c) {
-		adapterBytes += 4 * 4 * uint64(ts.In+ts.Out) // r = 4: A and B in fp32
-	}
-	bound := 4*largest + adapterBytes + 64<<20
-	if total < 3*bound {
-		t.Fatalf("the model (%d bytes in fp32) is too small to tell streaming from holding it (bound %d)", total, bound)
-	}
+	total, largest, adapterBytes, bound := streamingBound(t, c)
 	for _, requant := range []model.Quantization{{}, {Type: quant.NF4, Double: true}} {
 		j := mergeJob{modelDir: baseDir, adapterDir: adapterDir, dtype: amp.BF16, requant: requant}
 		out := filepath.Join(t.TempDir(), "merged")
@@ -406,9 +392,10 @@ func rewriteCheckpoint(t *testing.T, dir string, change func(name string, data [
 
 // Bad input found only once a weight is read, after others were written
 // (a NaN in the last weight, a 4-bit weight's quant state that
-// contradicts the config), exits 2 naming the tensor and leaves nothing:
-// the weights went to a temporary directory, removed on the error, and
-// --out is never created.
+// contradicts the config), exits 2 naming the tensor and leaves nothing,
+// in merge and in export gguf, which both stream: the weights went to a
+// temporary directory or file, removed on the error, and --out is never
+// created.
 func TestMergeStreamingBadWeightLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	bf16Dir, _ := tinyBase(t, dir)
@@ -440,15 +427,19 @@ func TestMergeStreamingBadWeightLeavesNothing(t *testing.T) {
 		{"quant state", bnbDir, bnbFixture, bad + ".quant_state.bitsandbytes__nf4: blocksize 63"},
 	} {
 		adapter := randomAdapter(t, c.clean, filepath.Join(t.TempDir(), "adapter"), []string{"q_proj"}, false, 7)
-		parent := t.TempDir()
-		out := filepath.Join(parent, "merged")
-		code, _, stderr := runIn(t, "merge", "--model", c.base, "--adapter", adapter, "--out", out, "--dtype", "bf16")
-		t.Logf("%s: %s", c.name, stderr)
-		if code != 2 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, ".tmp-") {
-			t.Errorf("%s: exit %d, %q; want exit 2 naming %q, not the temporary file", c.name, code, stderr, c.want)
-		}
-		if entries, _ := os.ReadDir(parent); len(entries) != 0 {
-			t.Errorf("%s: left %v beside --out", c.name, entries)
+		for _, args := range [][]string{
+			{"merge", "--model", c.base, "--adapter", adapter, "--dtype", "bf16"},
+			{"export", "gguf", "--model", c.base, "--adapter", adapter, "--type", "q8_0"},
+		} {
+			parent := t.TempDir()
+			code, _, stderr := runIn(t, append(args, "--out", filepath.Join(parent, "out"))...)
+			t.Logf("%s %s: %s", args[0], c.name, stderr)
+			if code != 2 || !strings.Contains(stderr, c.want) || strings.Contains(stderr, ".tmp-") {
+				t.Errorf("%s %s: exit %d, %q; want exit 2 naming %q, not the temporary file", args[0], c.name, code, stderr, c.want)
+			}
+			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+				t.Errorf("%s %s: left %v beside --out", args[0], c.name, entries)
+			}
 		}
 	}
 }

@@ -145,25 +145,13 @@ func (j mergeJob) prepare() (mergeResult, error) {
 	if j.storedDtype {
 		res.dtype = storedFormat(src.Stored())
 	}
-	// modules_to_save replace whole base weights (lm_head, the
-	// embedding), which Load writes into the base it is given
-	replaced := map[string]*model.Tensor{}
-	if !src.Config.TieWordEmbeddings {
-		for _, name := range acfg.ReplacedWeights() {
-			if replaced[name], err = src.Read(name); err != nil {
-				return res, badInput(err)
-			}
-		}
-	}
-	base := peft.Base{Targets: peft.ConfigTargets(src.Config), Weights: replaced, TiedEmbeddings: src.Config.TieWordEmbeddings}
-	if res.adapter, err = peft.Load(j.adapterDir, base); err != nil {
+	adapter, base, err := peft.OpenStreaming(src, j.adapterDir, j.base)
+	if err != nil {
 		return res, badInput(err)
 	}
+	res.adapter = adapter
 	read := func(name string) (*model.Tensor, error) {
-		if t := replaced[name]; t != nil {
-			return t, nil
-		}
-		t, err := src.ReadQuantized(name, j.base) // merged into its dequantized fp32 values
+		t, err := base(name) // merged into its dequantized fp32 values
 		if err != nil {
 			return nil, badInput(err)
 		}
