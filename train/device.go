@@ -52,15 +52,19 @@ func (r *Recipe) EstimateMemory() uint64 { return r.estimateMemory(r.Train.Batch
 
 // Calibration of estimateMemory, from peak RSS measured with `mixtune
 // bench` at SmolLM2-135M's shape (bf16 on a bf16 base, 512 to 2048
-// tokens, with and without activation checkpointing): the graphs hold
-// about 1.25 times the buffers counted below (low-precision copies, the
-// Go heap's slack), taken as 1.5 to stay above; the process itself, with
-// the data, the tokenizer and the decoder, takes a few hundred MiB. At
-// 2048 tokens the estimate is 11.3 GiB against 9.5 measured, 2.1 against
-// 1.9 with checkpointing. (Attention's [T, T] probabilities are counted
-// only below the tiled kernel's length, which keeps none.)
+// tokens, with and without activation checkpointing; AMD EPYC Zen 3,
+// 2026-11-26), with the graphs' memory plan (nn.Builder.PlanMemory): a
+// step holds what the backward pass reads, about 16 values of width d
+// and 5 of width f per token and layer, and a few gradients at a time;
+// a checkpointed layer's graph holds its forward values together, and
+// its backward pass's, so about two layers' worth. Counted values are taken 1.25 times (the
+// Go heap's slack); the process itself, with the data, the tokenizer and
+// the decoder, takes a few hundred MiB. At 2048 tokens the estimate is
+// 5.9 GiB against 4.3 measured, 1.9 against 1.2 with checkpointing.
+// (Attention's [T, T] probabilities are counted only below the tiled
+// kernel's length, which keeps none.)
 const (
-	graphOverhead = 1.5
+	graphOverhead = 1.25
 	runtimeBytes  = 400 << 20
 )
 
@@ -86,20 +90,21 @@ func (r *Recipe) estimateMemory(batch int) uint64 {
 		trainable = l * modules * float64(r.Adapter.R*2+1) * max(d, f)
 	}
 	rows, t := float64(batch*r.Data.SeqLen), float64(r.Data.SeqLen)
-	// values a training step keeps per layer (forward outputs and their
-	// gradients: about 30 of width d and 8 of width f per token) and the
-	// attention probabilities, plus one block of the fused head's logits
-	// (never the whole [rows, vocab])
+	// values a training step keeps per layer for the backward pass (about
+	// 16 of width d and 5 of width f per token) and the attention
+	// probabilities, plus one block of the fused head's logits (never the
+	// whole [rows, vocab]); an evaluation graph keeps no value past its
+	// last reader: about one layer's
 	head := min(rows, float64(nn.HeadChunk(c.VocabSize))) * float64(c.VocabSize)
-	layer := rows * (30*d + 8*f)
+	layer := rows * (16*d + 5*f)
 	if nn.AttentionKeepsProbabilities(r.Data.SeqLen) {
 		layer += 2 * float64(batch*c.NumAttentionHeads) * t * t
 	}
-	train, eval := l*layer+head, l*layer/3+head // eval: forward only
+	train, eval := l*layer+head, layer+head
 	if r.Compute.ActivationCheckpointing {
 		// each layer's input, output and input gradient, and one layer's
-		// graph (nn.Checkpoint)
-		train, eval = l*3*rows*d+layer+head, l*rows*d+layer/3+head
+		// graph (nn.Checkpoint), its forward values all live together
+		train = l*3*rows*d + 2*layer + head
 	}
 	if r.Data.Validation == "" && r.Data.ValidationSplit == 0 {
 		eval = 0

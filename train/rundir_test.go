@@ -520,7 +520,9 @@ func TestNonFiniteLossWithScalingSkipsTheStep(t *testing.T) {
 // The memory estimate stays above, and near, peak RSS measured with
 // `mixtune bench --vocab 49152 --dim 576 --layers 30 --heads 9 --kv-heads 3
 // --ffn 1536 --seq S --batch 1 --precision bf16 --base-dtype bf16
-// [--checkpoint]`: it refuses runs that would not fit, not runs that would.
+// [--checkpoint] --steps 1 --warmup 1` (AMD EPYC Zen 3, 2026-11-26, with
+// the memory plan and the collector at 25%): it
+// refuses runs that would not fit, not runs that would.
 // (It once counted attention's [T, T] probabilities, which the tiled
 // kernel does not keep, and put that run at 39 GiB.)
 func TestMemoryEstimateAgainstMeasured(t *testing.T) {
@@ -530,14 +532,17 @@ func TestMemoryEstimateAgainstMeasured(t *testing.T) {
 		checkpoint bool
 		measured   float64 // GiB
 	}{
-		{512, false, 2.83}, {1024, false, 5.19}, {2048, false, 9.54},
-		{512, true, 0.85}, {1024, true, 1.31}, {2048, true, 1.86},
+		{512, false, 1.37}, {2048, false, 4.31},
+		{512, true, 0.64}, {2048, true, 1.16},
 	} {
 		r := &Recipe{Config: Defaults(), Base: smol}
 		r.Data.SeqLen, r.Data.ValidationSplit, r.Model.BaseDtype = tc.seq, 0, amp.BF16
 		r.Compute.ActivationCheckpointing = tc.checkpoint
 		est := float64(r.estimateMemory(1)) / (1 << 30)
-		if est < tc.measured || est > 1.5*tc.measured {
+		t.Logf("seq %d, checkpointing %v: estimate %.2f GiB, measured %.2f", tc.seq, tc.checkpoint, est, tc.measured)
+		// the estimate's allowance for the process (data, tokenizer,
+		// decoder) is more than bench, which loads none of them, uses
+		if est < tc.measured || est > 1.5*tc.measured+float64(runtimeBytes)/(1<<30) {
 			t.Errorf("seq %d, checkpointing %v: estimate %.2f GiB, measured %.2f", tc.seq, tc.checkpoint, est, tc.measured)
 		}
 	}

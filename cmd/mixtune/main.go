@@ -69,6 +69,17 @@ func (a app) commands() []command {
 }
 
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// Nearly all of a training process's heap is float buffers that
+		// live for the whole run (weights, optimizer state, the graphs'
+		// planned blocks) and hold no pointers, so a collection costs
+		// little however large they are; Go's default of collecting
+		// when the heap has doubled would let the few MiB of scratch a
+		// step leaves behind grow the process to twice what it holds.
+		// At 25%, SmolLM2-135M's shape checkpointed at 512 tokens peaks
+		// at 0.65 GiB instead of 0.83, at the same speed.
+		debug.SetGCPercent(25)
+	}
 	os.Exit(app{}.run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
