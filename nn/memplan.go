@@ -2,7 +2,6 @@ package nn
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	G "gorgonia.org/gorgonia"
@@ -183,8 +182,12 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 			roots[n] = rs
 		}
 	}
+	kept := make(map[*G.Node]bool, len(keep))
+	for _, n := range keep {
+		kept[n] = true
+	}
 	for _, n := range order {
-		if readers[n] > 0 && !slices.Contains(keep, n) {
+		if readers[n] > 0 && !kept[n] {
 			continue
 		}
 		for _, v := range roots[n] {
@@ -292,8 +295,6 @@ func Inputs(n *G.Node) G.Nodes {
 	}
 	return cs
 }
-
-var nan32 = float32(math.NaN())
 
 // The ops whose outputs are fresh. Each was read for it: the op's Do
 // writes every element of its buffer on every run (the poisoned tests

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/fnv"
+	"math"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -103,8 +104,9 @@ func newBuffer[T Float](shape ...int) buffer[T] { return buffer[T]{shape: shape}
 func (b *buffer[T]) get() (*tensor.Dense, []T) {
 	t, d := b.tensor()
 	if b.poison {
+		nan := T(math.NaN())
 		for i := range d {
-			d[i] = T(nan32)
+			d[i] = nan
 		}
 	}
 	return t, d
