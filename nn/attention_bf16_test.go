@@ -73,6 +73,19 @@ var attnBF16Cases = []struct {
 	{"gqa 300 tokens and window", AttentionShape{Batch: 1, SeqLen: 300, Heads: 4, KVHeads: 2, HeadDim: 16, Window: 200}},
 }
 
+// attnBF16RaceCases replace attnBF16Cases in TestAttentionOnBF16Units
+// under the race detector, which slows the Go models of the bf16 kernels
+// and the float64 checks about 25 times (400 s for all the cases on 2
+// cores): what it looks for, the workers and the GEMM's goroutines
+// sharing the engine's buffers, a small shape with GQA and two blocks of
+// the tiled kernel shows as well.
+var attnBF16RaceCases = []struct {
+	name string
+	s    AttentionShape
+}{
+	{"gqa two blocks", AttentionShape{Batch: 1, SeqLen: 70, Heads: 4, KVHeads: 2, HeadDim: 8}},
+}
+
 // attnBF16Policies are precision policies and which of attention's
 // products each puts on the bf16 GEMM: those whose two operands both hold
 // bf16 values.
@@ -334,7 +347,11 @@ func checked(g blas.BF16Gemmer, bc *boundCheck) blas.BF16Gemmer {
 func TestAttentionOnBF16Units(t *testing.T) {
 	p := amp.DefaultPolicy(amp.BF16)
 	ones, threes := realBF16Gemmers(t, 1), realBF16Gemmers(t, 3)
-	for _, tc := range attnBF16Cases {
+	cases := attnBF16Cases
+	if raceEnabled {
+		cases = attnBF16RaceCases
+	}
+	for _, tc := range cases {
 		emu := runAttentionPolicy(t, tc.s, AttentionFull, tensor.Float32, &p, &Engine{BLAS: blas.Native{Workers: 2}, Workers: 2})
 		bound := attnBound(tc.s, amp.BF16, emu)
 		for gi, one := range ones {
