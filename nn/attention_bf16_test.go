@@ -371,7 +371,7 @@ func TestAttentionOnBF16Units(t *testing.T) {
 					}
 					sameAttnBits(t, "3 workers against 1", r3, r1)
 					group := tc.s.Heads / tc.s.KVHeads
-					msg := fmt.Sprintf("%s, %s, %s kernel: %d products, worst %.3g of the γ_(k+2) bound; against the emulation, of attnBound:",
+					msg := fmt.Sprintf("%s, %s, %s kernel: %d products (runs on 1 and 3 workers), worst %.3g of the γ_(k+2) bound; against the emulation, of attnBound:",
 						one.Name(), tc.name, k.name, bc.calls, bc.worst)
 					for _, c := range []struct {
 						name             string
