@@ -41,7 +41,7 @@ func (ks *Kernels) selfCheck(f Rounding, t gemmKernels) (err error) {
 				if (b16 && t.b16 == nil) || (!b16 && t.f32 == nil) {
 					continue
 				}
-				c := GemmCheck{M: sh[0], N: sh[1], K: sh[2], TransA: tr[0], TransB: tr[1], B16: b16, BHalf: half, Operands: f, OverwriteC: sh[0] == 264}
+				c := GemmCheck{M: sh[0], N: sh[1], K: sh[2], TransA: tr[0], TransB: tr[1], B16: b16, BHalf: half, Operands: f, OverwriteC: sh[0] == 264, Splits: 1}
 				if _, err := ks.CheckGemm(rng, c); err != nil {
 					return fmt.Errorf("self-check of %s, %d×%d×%d transA=%v transB=%v 16-bit B=%v: %w", t.v.Name, sh[0], sh[1], sh[2], tr[0], tr[1], b16, err)
 				}
@@ -64,6 +64,9 @@ type GemmCheck struct {
 	// OverwriteC runs it with β = 0 over a C of NaNs, which a kernel
 	// must not read then.
 	OverwriteC bool
+	// Splits is GemmArgs.Splits (0: split-K where Gemm chooses it; 1: one
+	// pass, on the variant Operands picks).
+	Splits int
 }
 
 // CheckGemm runs one product of normal random values (rounded to
@@ -164,7 +167,7 @@ func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 	}
 	defer r.Close()
 	if err := ks.Gemm(r, GemmArgs{M: m, N: n, K: k, TransA: c.TransA, TransB: c.TransB, Alpha: alpha, Beta: float32(beta),
-		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: c.B16, BHalf: c.BHalf, Operands: c.Operands}); err != nil {
+		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: c.B16, BHalf: c.BHalf, Operands: c.Operands, Splits: c.Splits}); err != nil {
 		return 0, err
 	}
 	if err := r.Submit(); err != nil {
