@@ -361,7 +361,8 @@ func (ks *Kernels) UseGemmVariant(v GemmVariant) error {
 
 // GemmNames names the GEMM variants in use: the fp32 one, then each
 // tensor-core one with the operands it takes ("scalar-tiled-64x64, fp16
-// products on coopmat-nv-fp16-128x128").
+// products on coopmat-nv-fp16-128x128"), and ", split-K off" where
+// KernelOptions.NoSplitK is set.
 func (ks *Kernels) GemmNames() string {
 	s := ks.Variant.Name
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
@@ -370,6 +371,9 @@ func (ks *Kernels) GemmNames() string {
 		} else if err := ks.TensorErrors[f]; err != nil {
 			s += fmt.Sprintf(", %s products off the tensor cores (%v)", f, err)
 		}
+	}
+	if ks.noSplitK {
+		s += ", split-K off"
 	}
 	return s
 }

@@ -204,6 +204,9 @@ func TestGemmSplitKPicked(t *testing.T) {
 	plain, err := NewKernelsWith(e.dev, KernelOptions{NoSplitK: true})
 	must(t, err)
 	defer plain.Close()
+	if got := plain.GemmNames(); !strings.HasSuffix(got, ", split-K off") {
+		t.Errorf("GemmNames() with NoSplitK = %q, want it to end \", split-K off\"", got)
+	}
 	for _, tc := range []struct {
 		name     string
 		ks       *Kernels
@@ -240,5 +243,58 @@ func TestGemmSplitKPicked(t *testing.T) {
 	}
 	if r.Len() != 0 {
 		t.Errorf("refused products recorded %d commands", r.Len())
+	}
+}
+
+// BenchmarkGemmSplitK times the LoRA adapters' thin products at
+// TinyLlama's shape (2048 tokens, width 2048, rank 8) split as Gemm
+// splits them and in one pass.
+func BenchmarkGemmSplitK(b *testing.B) {
+	e, ks := openKernels(b)
+	d := e.dev
+	for _, s := range []struct {
+		name           string
+		m, n, k        int
+		transA, transB bool
+	}{
+		{"xAt_2048x8x2048", 2048, 8, 2048, false, true},
+		{"dA_8x2048x2048", 8, 2048, 2048, true, false},
+		{"dB_2048x8x2048", 2048, 8, 2048, true, false},
+	} {
+		for _, splits := range []int{0, 1} {
+			name := s.name + "/split"
+			if splits == 1 {
+				name = s.name + "/one_pass"
+			}
+			b.Run(name, func(b *testing.B) {
+				var bufs []*Buffer
+				for _, n := range []int{s.m * s.k, s.k * s.n, s.m * s.n} {
+					buf, err := d.NewBuffer(4 * n)
+					must(b, err)
+					defer buf.Free()
+					bufs = append(bufs, buf)
+				}
+				lda, ldb := s.k, s.n
+				if s.transA {
+					lda = s.m
+				}
+				if s.transB {
+					ldb = s.k
+				}
+				g := GemmArgs{M: s.m, N: s.n, K: s.k, TransA: s.transA, TransB: s.transB, Alpha: 1,
+					A: bufs[0], B: bufs[1], C: bufs[2], Lda: lda, Ldb: ldb, Ldc: s.n, Splits: splits}
+				r, err := d.NewRecorder()
+				must(b, err)
+				defer r.Close()
+				must(b, ks.Gemm(r, g)) // warm: the pipelines compile on first use
+				must(b, r.Submit())
+				b.ResetTimer()
+				for b.Loop() {
+					must(b, ks.Gemm(r, g))
+					must(b, r.Submit())
+				}
+				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
