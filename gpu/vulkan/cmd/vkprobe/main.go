@@ -164,7 +164,8 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 	rng := rand.New(rand.NewPCG(7, 8))
 	if check {
 		fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24; tensor cores u = 2^-23:")
-		fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
+		fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format;")
+		fmt.Println("split-K into S chunks of at most c values of K: γ_{c+S+1}, u = 2^-24)")
 	}
 	built := map[string]error{} // by tensor-core variant: UseGemmVariant's error
 	var bs buffers
@@ -267,16 +268,19 @@ func printSplitK(ks *vulkan.Kernels, shapes []gemmShape, passed []gemmRun, times
 	if len(split) == 0 {
 		return
 	}
-	fmt.Println("\nsplit-K: TFLOP/s split (the scalar kernel, chunks of K summed in order) / in one pass (the run's variant)")
+	fmt.Println("\nsplit-K: µs a product and TFLOP/s, split (the scalar kernel, chunks of K summed in order) / in one pass (the run's variant)")
 	fmt.Printf("  %-36s", "variant, B")
 	for _, i := range split {
-		fmt.Printf(" %20s", shapes[i])
+		fmt.Printf(" %32s", shapes[i])
 	}
 	fmt.Println()
 	for _, g := range passed {
 		fmt.Printf("  %-36s", g.name)
 		for j, i := range split {
-			fmt.Printf(" %20s", fmt.Sprintf("%.3f / %.3f", times[g.name][i], onePass[g.name][j]))
+			sh := shapes[i]
+			us := func(tf float64) float64 { return 2 * float64(sh.m) * float64(sh.n) * float64(sh.k) / tf / 1e6 }
+			split, one := times[g.name][i], onePass[g.name][j]
+			fmt.Printf(" %32s", fmt.Sprintf("%.1f µs %.3f / %.1f µs %.3f", us(split), split, us(one), one))
 		}
 		fmt.Println()
 	}
@@ -466,7 +470,7 @@ func checkRun(ks *vulkan.Kernels, rng *rand.Rand, g gemmRun) error {
 	if g.operands != vulkan.NoRounding {
 		sizes = append(sizes, [5]float64{127, 129, 33, 1, 1}, [5]float64{3, 5, 7, 1, 1}, [5]float64{130, 70, 48, 0x1p-16, 1})
 	} else {
-		sizes = append(sizes, [5]float64{2048, 8, 2048, 1, 0})
+		sizes = append(sizes, [5]float64{1000, 8, 2048, 1, 0}) // 16 chunks of 128
 	}
 	for _, sz := range sizes {
 		m, n, k, scale, splits := int(sz[0]), int(sz[1]), int(sz[2]), sz[3], int(sz[4])
