@@ -281,19 +281,11 @@ func BenchmarkGemmSplitK(b *testing.B) {
 				if s.transB {
 					ldb = s.k
 				}
-				g := GemmArgs{M: s.m, N: s.n, K: s.k, TransA: s.transA, TransB: s.transB, Alpha: 1,
-					A: bufs[0], B: bufs[1], C: bufs[2], Lda: lda, Ldb: ldb, Ldc: s.n, Splits: splits}
 				r, err := d.NewRecorder()
 				must(b, err)
 				defer r.Close()
-				must(b, ks.Gemm(r, g)) // warm: the pipelines compile on first use
-				must(b, r.Submit())
-				b.ResetTimer()
-				for b.Loop() {
-					must(b, ks.Gemm(r, g))
-					must(b, r.Submit())
-				}
-				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				benchGemm(b, ks, r, GemmArgs{M: s.m, N: s.n, K: s.k, TransA: s.transA, TransB: s.transB, Alpha: 1,
+					A: bufs[0], B: bufs[1], C: bufs[2], Lda: lda, Ldb: ldb, Ldc: s.n, Splits: splits})
 			})
 		}
 	}
