@@ -289,9 +289,14 @@ type ComputeConfig struct {
 	// ScalarGEMM keeps the Vulkan engine's products on its scalar fp32
 	// GEMM where the device has tensor-core ones for the policy's 16-bit
 	// operands (to compare; the values differ only in summation order).
-	ScalarGEMM bool      `yaml:"scalar_gemm,omitempty"`
-	BLAS       blas.Kind `yaml:"blas"`
-	Threads    int       `yaml:"threads"`
+	ScalarGEMM bool `yaml:"scalar_gemm,omitempty"`
+	// NoSplitK keeps every Vulkan product in one pass over K: no split-K
+	// for the products with few tiles of C and a long K (the LoRA
+	// adapters' thin ones), to compare (only the fp32 summation order
+	// differs).
+	NoSplitK bool      `yaml:"no_split_k,omitempty"`
+	BLAS     blas.Kind `yaml:"blas"`
+	Threads  int       `yaml:"threads"`
 	// ActivationCheckpointing keeps only each decoder layer's input for
 	// the backward pass and recomputes the layer there: activation memory
 	// of one layer instead of all, for one more forward pass per step.

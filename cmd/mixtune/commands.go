@@ -89,7 +89,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm] [--no-split-k]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -105,6 +105,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, onednn, native or gonum")
 	fs.StringVar(&c.VulkanDevice, "vulkan-device", "", "train on the Vulkan engine on this device (an index, UUID or PCI bus id; see vkprobe), the optimizer there too")
 	fs.BoolVar(&c.ScalarGEMM, "scalar-gemm", false, "on the Vulkan engine, keep every product on the scalar fp32 GEMM (no tensor cores), to compare")
+	fs.BoolVar(&c.NoSplitK, "no-split-k", false, "on the Vulkan engine, run every product in one pass over K (no split-K for the LoRA adapters' thin products), to compare")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "untimed steps first")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")

@@ -46,6 +46,9 @@ type GemmVariant struct {
 	Name     string
 	F32, B16 string // SPIR-V file names under shaders/
 	Q4       string // the 4-bit weight variant (built on first use; the scalar variant only)
+	// SplitF32 and SplitB16 are the split-K builds (fp32 and 16-bit B;
+	// built on first use; the scalar variant only): see splitk.go.
+	SplitF32, SplitB16 string
 	// Operands is the format the variant multiplies in: NoRounding (fp32)
 	// for a general GEMM; RoundFP16 or RoundBF16 for a tensor-core one,
 	// which narrows op(A) and op(B) to that format and so runs only the
@@ -167,6 +170,7 @@ func GemmVariants() []GemmVariant {
 	return append(vs, GemmVariant{
 		Name: "scalar-tiled-64x64",
 		F32:  "gemm_f32.spv", B16: "gemm_b16.spv", Q4: "gemm_q4.spv",
+		SplitF32: "gemm_splitk_f32.spv", SplitB16: "gemm_splitk_b16.spv",
 		Operands: NoRounding,
 		// 8.5 KiB of shared memory and 256 invocations: every Vulkan device.
 		Supported: func(p *PhysicalDevice) bool { return p.MaxSharedMemory >= 8704 && p.MaxWorkgroupInvocations >= 256 },
@@ -206,9 +210,11 @@ type Kernels struct {
 	// TensorErrors holds, by operand format, why a tensor-core variant the
 	// device supports could not be built (its products run in fp32).
 	TensorErrors map[Rounding]error
-	round16      *Kernel
-	adamw        *Kernel
-	rmsnorm      *Kernel
+	// noSplitK keeps every product in one pass over K (KernelOptions).
+	noSplitK bool
+	round16  *Kernel
+	adamw    *Kernel
+	rmsnorm  *Kernel
 
 	mu   sync.Mutex
 	lazy map[string]*Kernel // built on first use (Kernels.kernel)
@@ -227,6 +233,10 @@ type KernelOptions struct {
 	// ScalarGEMM runs every product on the fp32 variant, leaving the
 	// tensor cores unused (to compare with them).
 	ScalarGEMM bool
+	// NoSplitK keeps every product in one pass over K: no split-K for
+	// products with few tiles of C and a long K (splitk.go), to compare
+	// with it. A GemmArgs.Splits other than 0 overrides it.
+	NoSplitK bool
 }
 
 // NewKernels builds every kernel for d, with the GEMM variants
@@ -239,7 +249,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}}
+	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK}
 	type spec struct {
 		dst  **Kernel
 		file string
@@ -351,7 +361,8 @@ func (ks *Kernels) UseGemmVariant(v GemmVariant) error {
 
 // GemmNames names the GEMM variants in use: the fp32 one, then each
 // tensor-core one with the operands it takes ("scalar-tiled-64x64, fp16
-// products on coopmat-nv-fp16-128x128").
+// products on coopmat-nv-fp16-128x128"), and ", split-K off" where
+// KernelOptions.NoSplitK is set.
 func (ks *Kernels) GemmNames() string {
 	s := ks.Variant.Name
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
@@ -360,6 +371,9 @@ func (ks *Kernels) GemmNames() string {
 		} else if err := ks.TensorErrors[f]; err != nil {
 			s += fmt.Sprintf(", %s products off the tensor cores (%v)", f, err)
 		}
+	}
+	if ks.noSplitK {
+		s += ", split-K off"
 	}
 	return s
 }
@@ -478,6 +492,12 @@ type GemmArgs struct {
 	BHalf            Half
 	Operands         Rounding
 	Q4               *Q4Weight
+	// Splits is how many chunks of K the product is split into (split-K,
+	// splitk.go): 0 lets Gemm choose from the shape (Kernels.SplitK), 1
+	// keeps one pass, more asks for up to that many chunks. A split
+	// product runs on the scalar variant, whatever Operands says (the same
+	// values: exact products, fp32 sums); 4-bit B is never split.
+	Splits int
 }
 
 // Q4Weight says where a frozen 4-bit weight's parts lie in the buffer
@@ -564,6 +584,9 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	if g.B16 && g.Q4 != nil {
 		return wrap(fmt.Errorf("B cannot be both 16-bit and 4-bit"))
 	}
+	if g.Splits < 0 || (g.Splits > 1 && g.Q4 != nil) {
+		return wrap(fmt.Errorf("%d splits of K: want 0 (automatic), 1 or more, and 4-bit B is never split", g.Splits))
+	}
 	ar, ac := g.M, g.K
 	if g.TransA {
 		ar, ac = g.K, g.M
@@ -602,20 +625,16 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	if g.A == g.C || g.B == g.C {
 		return wrap(fmt.Errorf("C must not share a buffer with A or B"))
 	}
+	if chunks, chunk := ks.SplitK(g); chunks > 1 {
+		if err := ks.gemmSplitK(r, g, chunks, chunk); err != nil {
+			return wrap(err)
+		}
+		return nil
+	}
 	gk := ks.gemmFor(g)
 	tile := gk.v.Workgroup
 	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
-	b01 := func(b bool) uint32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
-	words := []uint32{
-		uint32(g.M), uint32(g.N), uint32(g.K), uint32(g.Lda), uint32(g.Ldb), uint32(g.Ldc),
-		uint32(g.AOff), uint32(g.BOff), uint32(g.COff), b01(g.TransA), b01(g.TransB),
-		math.Float32bits(g.Alpha), math.Float32bits(g.Beta), b01(g.BHalf == FP16),
-	}
+	words := gemmWords(g)
 	k := gk.f32
 	switch {
 	case g.B16:
@@ -642,6 +661,23 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 		return wrap(err)
 	}
 	return nil
+}
+
+// b01 is b as a 32-bit push constant.
+func b01(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// gemmWords are gemm.comp's push constants for g, up to b16fp16.
+func gemmWords(g GemmArgs) []uint32 {
+	return []uint32{
+		uint32(g.M), uint32(g.N), uint32(g.K), uint32(g.Lda), uint32(g.Ldb), uint32(g.Ldc),
+		uint32(g.AOff), uint32(g.BOff), uint32(g.COff), b01(g.TransA), b01(g.TransB),
+		math.Float32bits(g.Alpha), math.Float32bits(g.Beta), b01(g.BHalf == FP16),
+	}
 }
 
 // gemmFor is the variant that runs g: its operands' format's, unless that
