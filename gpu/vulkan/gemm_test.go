@@ -772,3 +772,47 @@ func TestTensorCoreSelfCheck(t *testing.T) {
 		t.Fatal("selfCheck left its variant in ks.gemm")
 	}
 }
+
+// TestChooseTensorTile: KernelOptions.CoopTile picks the named tile where
+// the device holds it, ChooseGemmFor's choice for "", and an error naming the tile
+// where it does not fit (its products then stay in fp32, and the banner
+// says why); a name that is no tile is refused by NewKernelsWith.
+func TestChooseTensorTile(t *testing.T) {
+	fp16 := CoopMatShape{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3}
+	dev := func(shared uint32) *PhysicalDevice {
+		return &PhysicalDevice{Name: "H100-like", core12: true, VulkanMemoryModel: true, CoopMatNVFeature: true, ShaderFloat16: true,
+			SubgroupSize: 32, MaxSharedMemory: shared, MaxWorkgroupInvocations: 1024, CoopMatShapes: []CoopMatShape{fp16}}
+	}
+	if names := CoopTileNames(); len(names) != len(coopTiles()) || names[0] != defaultCoopTile {
+		t.Fatalf("CoopTileNames() = %v: want every tile, %s first", names, defaultCoopTile)
+	}
+	for _, tc := range []struct {
+		tile   string
+		shared uint32
+		want   string // variant name, or the error's text
+	}{
+		{"", 49152, "coopmat-nv-fp16-128x128"},
+		{"128x128", 49152, "coopmat-nv-fp16-128x128"},
+		{"128x256", 49152, "coopmat-nv-fp16-128x256"},
+		{"256x128", 49152, "coopmat-nv-fp16-256x128"},
+		{"128x128s4", 49152, "coopmat-nv-fp16-128x128s4"},
+		{"", 32768, "coopmat-nv-fp16-128x256"}, // the default does not fit: the first that does
+		{"128x128", 32768, "no fp16 GEMM variant of tile 128x128 runs on H100-like"},
+		{"256x128", 32768, "no fp16 GEMM variant of tile 256x128 runs on H100-like"},
+	} {
+		got := ""
+		v, err := chooseTensor(dev(tc.shared), RoundFP16, tc.tile)
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = v.Name
+		}
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("tile %q, %d B of shared memory: got %q, want %q", tc.tile, tc.shared, got, tc.want)
+		}
+	}
+	e, _ := openKernels(t)
+	if _, err := NewKernelsWith(e.dev, KernelOptions{CoopTile: "64x64"}); err == nil || !strings.Contains(err.Error(), `no tensor-core tile "64x64" (tiles: 128x128, 128x128s4, 128x256, 256x128)`) {
+		t.Errorf("CoopTile 64x64: err %v", err)
+	}
+}

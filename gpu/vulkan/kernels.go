@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -194,6 +196,21 @@ func ChooseGemmFor(p *PhysicalDevice, f Rounding) (GemmVariant, error) {
 	return GemmVariant{}, fmt.Errorf("vulkan: no %s GEMM variant runs on %s", f, p.Name)
 }
 
+// chooseTensor is ChooseGemmFor for 16-bit operands f on tile (a
+// CoopTileNames name), where p runs it; "" is ChooseGemmFor's choice (the
+// default tile, or the first that fits).
+func chooseTensor(p *PhysicalDevice, f Rounding, tile string) (GemmVariant, error) {
+	if tile == "" {
+		return ChooseGemmFor(p, f)
+	}
+	for _, v := range GemmVariants() {
+		if v.Operands == f && strings.HasSuffix(v.Name, "-"+tile) && v.Supported(p) {
+			return v, nil
+		}
+	}
+	return GemmVariant{}, fmt.Errorf("vulkan: no %s GEMM variant of tile %s runs on %s", f, tile, p.Name)
+}
+
 // gemmKernels are one variant's two kernels (fp32 B, 16-bit B).
 type gemmKernels struct {
 	v        GemmVariant
@@ -237,6 +254,24 @@ type KernelOptions struct {
 	// products with few tiles of C and a long K (splitk.go), to compare
 	// with it. A GemmArgs.Splits other than 0 overrides it.
 	NoSplitK bool
+	// CoopTile names the tensor-core tile (CoopTileNames) the 16-bit
+	// products run on, where the device runs it (else they run in fp32,
+	// and TensorErrors says why); "" is ChooseGemmFor's choice. It is for
+	// measuring the tiles end to end: vkprobe times them product by
+	// product only.
+	CoopTile string
+}
+
+// CoopTileNames lists the tensor-core tiles KernelOptions.CoopTile takes,
+// the default first.
+func CoopTileNames() []string {
+	names := []string{defaultCoopTile}
+	for _, t := range coopTiles() {
+		if t.name != defaultCoopTile {
+			names = append(names, t.name)
+		}
+	}
+	return names
 }
 
 // NewKernels builds every kernel for d, with the GEMM variants
@@ -281,16 +316,27 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	// The tensor-core variants: a driver that rejects one, or a variant
 	// that fails its self-check on the device, leaves its products on the
 	// fp32 kernel (TensorErrors says why).
+	if o.CoopTile != "" && !slices.Contains(CoopTileNames(), o.CoopTile) {
+		ks.Close()
+		return nil, fmt.Errorf("vulkan: no tensor-core tile %q (tiles: %s)", o.CoopTile, strings.Join(CoopTileNames(), ", "))
+	}
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
-		tv, err := ChooseGemmFor(d.Physical, f)
-		if err != nil || o.ScalarGEMM {
+		if o.ScalarGEMM {
+			continue
+		}
+		if _, err := ChooseGemmFor(d.Physical, f); err != nil {
 			continue // none: those products run in fp32
+		}
+		if ks.TensorErrors == nil {
+			ks.TensorErrors = map[Rounding]error{}
+		}
+		tv, err := chooseTensor(d.Physical, f, o.CoopTile)
+		if err != nil { // the tile asked for does not run here
+			ks.TensorErrors[f] = err
+			continue
 		}
 		t, err := ks.buildTensor(tv)
 		if err != nil {
-			if ks.TensorErrors == nil {
-				ks.TensorErrors = map[Rounding]error{}
-			}
 			ks.TensorErrors[f] = fmt.Errorf("%s: %w", tv.Name, err)
 			continue
 		}
