@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # device_check.sh pack   here, with Go: builds what scripts/gpu_check.sh and
 #                        scripts/bf16_device_check.sh build, plus gpu/vulkan's
-#                        test binary, into one solid xz archive,
-#                        .devcarry/bin.tar.xz (the device tool carries at most
-#                        64 MiB with the repository: carry .devcarry)
+#                        test binary and this machine's oneDNN (libdnnl.so.2
+#                        and the libraries it loads), into one solid xz
+#                        archive, .devcarry/bin.tar.xz (the device tool
+#                        carries at most 64 MiB with the repository: carry
+#                        .devcarry)
 # device_check.sh run    there, on an NVIDIA GPU host without Go (OUT names
-#                        the folder for the logs): in about 250 s, at once,
+#                        the folder for the logs): in about 300 s, at once,
 #                        - cores 0-3: vkprobe (every GEMM variant checked
-#                          against float64 and timed), TinyLlama-1.1B-shaped
-#                          LoRA tokens/s on the Vulkan engine (fp32, bf16 on
-#                          the tensor cores, bf16 on the scalar GEMM) and its
-#                          per-kernel profile, PyTorch's bf16 eager on the
-#                          same card, the per-op parity suite, quickstart
-#                          training against the CPU engine, the tensor-core
-#                          GEMM test and the attention benchmark;
-#                        - cores 4-13: the Llama-3.1-8B shape at 2 and 4
-#                          layers, NF4 and bf16 base, one timed step each;
-#                        - cores 14-15: scripts/bf16_device_check.sh (the
-#                          bf16 units: AMX and VDPBF16PS tests and GEMMs).
+#                          against float64 and timed, split-K against one
+#                          pass), TinyLlama-1.1B-shaped LoRA tokens/s on the
+#                          Vulkan engine (fp32; bf16 on the tensor cores,
+#                          on the 128x256 tile, without split-K, on the
+#                          scalar GEMM) and its per-kernel profile,
+#                          PyTorch's bf16 eager on the same card, the per-op
+#                          parity suite, quickstart training against the CPU
+#                          engine, the tensor-core GEMM test and the
+#                          attention benchmark;
+#                        - cores 4-5: scripts/bench_vs_torch.sh 3 1 on the
+#                          host CPU (mixtune native and oneDNN against
+#                          PyTorch's CPU autocast, fp32 and bf16, tokens/s
+#                          and peak RSS; cores 6-13 stay idle, so it is as
+#                          quiet as the GPU work beside it lets it be);
+#                        - cores 14-15: scripts/bf16_device_check.sh with
+#                          oneDNN (the bf16 units: AMX and VDPBF16PS tests,
+#                          GEMMs, the linear and attention benchmarks).
 # How the 2026-11-26 H100 figures in docs/gpus.md and docs/mixed-precision.md
-# were made.
+# were made (then with the 8B rows of docs/qlora.md on cores 4-13).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +39,12 @@ pack() {
 	CGO_ENABLED=0 go test -c -ldflags='-s -w' -o .devcarry/gpucheck/vulkan.test ./gpu/vulkan
 	cd .devcarry
 	for f in gpucheck/*.xz bf16/*.xz; do xz -d -f "$f"; done
-	local bins=(gpucheck/mixtune gpucheck/vkprobe gpucheck/train.test gpucheck/vkengine.test gpucheck/vulkan.test bf16/bf16.test bf16/nn.test)
+	mkdir -p dnnl
+	local lib
+	for lib in libdnnl.so.2 libgomp.so.1 libOpenCL.so.1; do
+		cp -L "$(ldconfig -p | grep "[[:space:]]$lib (" | head -1 | sed 's/.*=> //')" dnnl/
+	done
+	local bins=(gpucheck/mixtune gpucheck/vkprobe gpucheck/train.test gpucheck/vkengine.test gpucheck/vulkan.test bf16/bf16.test bf16/nn.test dnnl/libdnnl.so.2 dnnl/libgomp.so.1 dnnl/libOpenCL.so.1)
 	tar cf - "${bins[@]}" | xz -9e --lzma2=dict=64MiB -T2 >bin.tar.xz
 	rm -f "${bins[@]}"
 	du -sh bin.tar.xz .
@@ -41,7 +54,8 @@ gpu() {
 	local tiny="--vocab 32000 --dim 2048 --layers 22 --heads 32 --seq 2048 --batch 1" run name
 	echo "== vkprobe $(date +%T)"
 	timeout 60 "$G/vkprobe" -device "$uuid" -sizes 4096 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst"
-	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-scalar --precision bf16 --base-dtype bf16 --scalar-gemm"; do
+	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-128x256 --precision bf16 --base-dtype bf16 --gemm-tile 128x256" \
+		"bf16-no-split-k --precision bf16 --base-dtype bf16 --no-split-k" "bf16-scalar --precision bf16 --base-dtype bf16 --scalar-gemm"; do
 		set -- $run
 		name=$1
 		shift
@@ -67,16 +81,15 @@ gpu() {
 	echo "gpu done $(date +%T)"
 }
 
-llama8b() {
-	local layers base
-	for layers in 2 4; do
-		for base in "--quantize nf4" ""; do
-			echo "== 8B shape, $layers layers, bf16 base ${base:-only}: $(date +%T)"
-			timeout 120 "$M" bench --vocab 128256 --dim 4096 --layers "$layers" --heads 32 --kv-heads 8 --ffn 14336 --seq 2048 --batch 1 \
-				--checkpoint --threads 10 --steps 1 --warmup 1 --base-dtype bf16 $base --json 2>&1 | tail -2
-		done
-	done
-	echo "8B done $(date +%T)"
+# cpu_vs_torch: issue 23's table on two of the host's cores, mixtune's
+# native and oneDNN backends against PyTorch's CPU autocast.
+cpu_vs_torch() {
+	echo "== bench_vs_torch.sh 3 1 on cores $(taskset -pc $$ | sed 's/.*: //'): $(date +%T)"
+	lscpu | grep -E 'Model name' || true
+	echo "flags: $(grep -o -w -E 'avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+	LD_LIBRARY_PATH=$DNNL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} MIXTUNE=$M PYTHON=python3 PEER=$G/torch_peer.py \
+		bash scripts/bench_vs_torch.sh 3 1 2>&1
+	echo "cpu done $(date +%T)"
 }
 
 run() {
@@ -86,6 +99,9 @@ run() {
 	tar xJf .devcarry/bin.tar.xz -C .devcarry
 	chmod +x .devcarry/gpucheck/* .devcarry/bf16/*
 	G=$PWD/.devcarry/gpucheck M=$PWD/.devcarry/gpucheck/mixtune
+	# oneDNN for the CPU parts (PyTorch's wheels link theirs statically);
+	# bf16_device_check.sh and cpu_vs_torch put it on LD_LIBRARY_PATH
+	export DNNL_DIR=$PWD/.devcarry/dnnl
 	if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
 		for f in .devcarry/gl/*.deb; do dpkg -x "$f" /; done
 		ldconfig
@@ -94,13 +110,13 @@ run() {
 	[[ -e $icd ]] && export VK_DRIVER_FILES=$icd __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1 | tr -d ' ')
 	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-	export -f gpu llama8b
+	export -f gpu cpu_vs_torch
 	export G M uuid
-	taskset -c 0-3 timeout 250 bash -c gpu >"$OUT/gpu.log" 2>&1 &
-	taskset -c 4-13 timeout 250 bash -c llama8b >"$OUT/llama8b.log" 2>&1 &
-	(taskset -c 14,15 timeout 200 bash scripts/bf16_device_check.sh run .devcarry/bf16 >"$OUT/bf16.log" 2>&1) &
+	taskset -c 0-3 timeout 320 bash -c gpu >"$OUT/gpu.log" 2>&1 &
+	taskset -c 4,5 timeout 300 bash -c cpu_vs_torch >"$OUT/cpu.log" 2>&1 &
+	(taskset -c 14,15 timeout 280 bash scripts/bf16_device_check.sh run .devcarry/bf16 >"$OUT/bf16.log" 2>&1) &
 	wait
-	echo "end $(date +%T): logs in $OUT (gpu.log, llama8b.log, bf16.log)"
+	echo "end $(date +%T): logs in $OUT (gpu.log, cpu.log, bf16.log)"
 }
 
 case "${1:-}" in
