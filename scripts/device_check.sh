@@ -13,7 +13,9 @@
 #                          per-kernel profile, PyTorch's bf16 eager on the
 #                          same card, the per-op parity suite, quickstart
 #                          training against the CPU engine, the tensor-core
-#                          GEMM test and the attention benchmark;
+#                          GEMM test, the tensor-core attention test and
+#                          the attention benchmark (scalar and tensor-core
+#                          kernels);
 #                        - cores 4-13: the Llama-3.1-8B shape at 2 and 4
 #                          layers, NF4 and bf16 base, one timed step each;
 #                        - cores 14-15: scripts/bf16_device_check.sh (the
@@ -61,9 +63,11 @@ gpu() {
 	echo "== training against the CPU $(date +%T)"
 	(cd train && timeout 40 "$G/train.test" -test.run '^TestVulkanQuickstartMatchesCPU$' -test.v 2>&1 | grep -E "^--- |worst relative")
 	echo "== TestGemmTensorCores $(date +%T)"
-	(cd gpu/vulkan && timeout 30 "$G/vulkan.test" -test.run 'TensorCores' -test.v 2>&1 | grep -E "^--- |worst|variant|FAIL|PASS" | grep -v "    --- PASS")
-	echo "== attention benchmark $(date +%T)"
-	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 30 "$G/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x 2>&1 | grep -E "Benchmark|FAIL")
+	(cd gpu/vulkan && timeout 30 "$G/vulkan.test" -test.run '^TestGemmTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|variant|FAIL|PASS" | grep -v "    --- PASS")
+	echo "== TestAttentionTensorCores $(date +%T)"
+	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 40 "$G/vulkan.test" -test.run '^TestAttentionTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|products|FAIL|PASS|differs")
+	echo "== attention benchmark (scalar and coopmat kernels) $(date +%T)"
+	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 40 "$G/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x 2>&1 | grep -E "Benchmark|FAIL")
 	echo "gpu done $(date +%T)"
 }
 

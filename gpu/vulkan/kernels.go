@@ -206,6 +206,7 @@ type Kernels struct {
 	// TensorErrors holds, by operand format, why a tensor-core variant the
 	// device supports could not be built (its products run in fp32).
 	TensorErrors map[Rounding]error
+	attn         attnTensor // attention's tensor-core kernels (attention_coop.go)
 	round16      *Kernel
 	adamw        *Kernel
 	rmsnorm      *Kernel
@@ -286,6 +287,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		}
 		ks.gemm[f] = t
 	}
+	ks.chooseAttention()
 	return ks, nil
 }
 
