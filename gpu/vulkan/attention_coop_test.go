@@ -12,8 +12,9 @@ import (
 // one does: causal masking over a ragged last tile (T not a multiple of
 // 64), packed documents starting mid-tile, a window reaching across
 // tiles, grouped heads (2 and 4 query heads a key/value head, and none),
-// head dimensions 64 and 128 and one below its class (40: zero columns
-// in the fragments), two batch rows, and both formats. lavapipe compiles
+// head dimensions 64 and 128 and two below their class (40 and 18: zero
+// columns in the fragments; 18, no multiple of 4, staged two values at a
+// time rather than four), two batch rows, and both formats. lavapipe compiles
 // each set of kernels (a head-dimension class, a format) on first use in
 // about 25 s on 2 cores, the scalar kernel's too: the formats and classes
 // are spread over the cases rather than crossed, and -short (the
@@ -26,6 +27,7 @@ var attnCoopCases = []struct {
 }{
 	{"causal ragged", AttentionShape{Batch: 2, SeqLen: 70, Heads: 2, KVHeads: 2, HeadDim: 64}, nil, []Rounding{RoundBF16, RoundFP16}},
 	{"head dim 40 window", AttentionShape{Batch: 1, SeqLen: 66, Heads: 2, KVHeads: 2, HeadDim: 40, Window: 20}, nil, []Rounding{RoundFP16}},
+	{"head dim 18", AttentionShape{Batch: 1, SeqLen: 40, Heads: 2, KVHeads: 1, HeadDim: 18}, []int{25, 15}, []Rounding{RoundBF16}},
 	{"packed gqa", AttentionShape{Batch: 1, SeqLen: 100, Heads: 4, KVHeads: 2, HeadDim: 64}, []int{37, 50, 13}, []Rounding{RoundBF16, RoundFP16}},
 	{"window mqa", AttentionShape{Batch: 1, SeqLen: 130, Heads: 4, KVHeads: 1, HeadDim: 64, Window: 45}, nil, []Rounding{RoundBF16}},
 	{"head dim 128 packed gqa", AttentionShape{Batch: 1, SeqLen: 90, Heads: 2, KVHeads: 1, HeadDim: 128}, []int{70, 20}, []Rounding{RoundBF16}},

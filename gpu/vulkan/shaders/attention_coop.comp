@@ -99,6 +99,12 @@ layout(std430, set = 0, binding = 0) readonly buffer BufQ { float q[]; };  // [B
 layout(std430, set = 0, binding = 1) readonly buffer BufK { float k[]; };  // [B·T, KVH·D]
 layout(std430, set = 0, binding = 2) readonly buffer BufV { float v[]; };  // [B·T, KVH·D]
 layout(std430, set = 0, binding = 3) readonly buffer BufG { float g[]; };  // dO, [B·T, H·D]
+// Q, K, V and dO again by 16 bytes, for stage's loads when D is a
+// multiple of 4 (every row then starts 16-byte aligned).
+layout(std430, set = 0, binding = 0) readonly buffer BufQ4 { vec4 q4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufK4 { vec4 k4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer BufV4 { vec4 v4[]; };
+layout(std430, set = 0, binding = 3) readonly buffer BufG4 { vec4 g4[]; };
 layout(std430, set = 0, binding = 4) readonly buffer BufPos { int pos[]; }; // [B·T]
 layout(std430, set = 0, binding = 5) buffer BufStats { float stats[]; };  // [B, H, T, 2]: m, 1/l
 layout(std430, set = 0, binding = 6) buffer BufRowSum { float rowsum[]; }; // [B, H, T]
@@ -193,12 +199,38 @@ float ld(uint which, uint at) {
 	}
 }
 
+// ld4 is elements 4·at…4·at+3 of buffer which.
+vec4 ld4(uint which, uint at) {
+	switch (which) {
+	case 0u: return q4[at];
+	case 1u: return k4[at];
+	case 2u: return v4[at];
+	default: return g4[at];
+	}
+}
+
 // stage narrows rows r0… (< T) and columns c0… (< D) of buffer which
 // (row r at base + r·ld), rows × cols, into sh from off, lds uints a
-// row, two halves to a uint; zeros elsewhere. One copy of the loop (not
-// one per buffer): lavapipe compiles the emulated builds' code, all of
-// it inlined, in time proportional to its size.
+// row, two halves to a uint; zeros elsewhere. With D a multiple of 4 (and
+// so every row's offset, c0 being a multiple of 32) four columns a load;
+// else two, one at a time. One copy of each loop (not one per buffer):
+// lavapipe compiles the emulated builds' code, all of it inlined, in time
+// proportional to its size.
 void stage(uint which, uint off, uint lds, uint rows, uint cols, uint base, uint ldr, uint r0, uint c0) {
+	if (p.D % 4u == 0u) { // uniform
+		uint quads = cols / 4u;
+		for (uint e = gl_LocalInvocationIndex; e < rows * quads; e += 256u) {
+			uint r = e / quads, c = 4u * (e % quads);
+			uvec2 w = uvec2(0u);
+			if (r0 + r < p.T && c0 + c < p.D) {
+				vec4 x = ld4(which, (base + (r0 + r) * ldr + c0 + c) / 4u);
+				w = uvec2(narrow(x.x) | (narrow(x.y) << 16), narrow(x.z) | (narrow(x.w) << 16));
+			}
+			sh[off + r * lds + c / 2u] = w.x;
+			sh[off + r * lds + c / 2u + 1u] = w.y;
+		}
+		return;
+	}
 	uint pairs = cols / 2u;
 	for (uint e = gl_LocalInvocationIndex; e < rows * pairs; e += 256u) {
 		uint r = e / pairs, c = 2u * (e % pairs);
