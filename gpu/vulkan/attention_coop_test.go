@@ -54,7 +54,10 @@ func useEmulatedAttention(t *testing.T, ks *Kernels) {
 //     product in the scalar kernel's order (d in order; keys, or queries,
 //     in order, tile after tile), so any difference is in the rest of the
 //     kernel (staging, masks, the fragments' layout, the ways out);
-//   - twice, bit-identical.
+//   - twice, bit-identical;
+//
+// then the scalar kernel against the same reference, the reference
+// against a faulty kernel, and the self-check NewKernels runs.
 func TestAttentionCoopEmulated(t *testing.T) {
 	_, ks := openKernels(t)
 	rng := rand.New(rand.NewPCG(41, 43))
@@ -96,6 +99,10 @@ func TestAttentionCoopEmulated(t *testing.T) {
 	for f, w := range worst {
 		t.Logf("%s: worst error %.3g of the bound", f, w)
 	}
+	// on the same device: lavapipe compiles each kernel once per device
+	t.Run("scalar kernel against the reference", func(t *testing.T) { attnScalarAgainstReference(t, ks) })
+	t.Run("the reference catches a dropped rounding point", func(t *testing.T) { attnReferenceCatchesFaults(t, ks) })
+	t.Run("self-check", func(t *testing.T) { attnCoopSelfCheck(t, ks) })
 }
 
 // attnDiffer names the first value where a and b differ in bits, or "".
@@ -113,11 +120,10 @@ func attnDiffer(a, b attnOutputs) string {
 	return ""
 }
 
-// TestAttentionScalarAgainstReference holds the scalar kernel to the same
+// attnScalarAgainstReference holds the scalar kernel to the same
 // float64 reference and bound (it is a correct kernel too, so the bound
 // must hold for it): a check of the bound as much as of the kernel.
-func TestAttentionScalarAgainstReference(t *testing.T) {
-	_, ks := openKernels(t)
+func attnScalarAgainstReference(t *testing.T, ks *Kernels) {
 	ks.attn.builds = nil
 	rng := rand.New(rand.NewPCG(47, 53))
 	worst := 0.0
@@ -137,12 +143,11 @@ func TestAttentionScalarAgainstReference(t *testing.T) {
 	t.Logf("scalar kernel: worst error %.3g of the bound", worst)
 }
 
-// TestAttentionReferenceCatchesFaults: the reference's bound is tight
+// attnReferenceCatchesFaults: the reference's bound is tight
 // enough to see what a wrong kernel does: the scalar kernel run with a
 // rounding point dropped (P not rounded to the values' format before
 // P·V, dS not rounded) fails it.
-func TestAttentionReferenceCatchesFaults(t *testing.T) {
-	_, ks := openKernels(t)
+func attnReferenceCatchesFaults(t *testing.T, ks *Kernels) {
 	ks.attn.builds = nil
 	rng := rand.New(rand.NewPCG(59, 61))
 	rc := newAttnCase(rng, attnCoopCases[0].s, RoundBF16, nil)
@@ -156,16 +161,18 @@ func TestAttentionReferenceCatchesFaults(t *testing.T) {
 	}
 }
 
-// TestAttentionCoopSelfCheck: the check NewKernels runs before using the
-// tensor-core attention kernels passes their emulated builds and refuses
-// a planted fault (fp16 products on the build that narrows to bf16),
-// leaving the kernels in use as they were.
-func TestAttentionCoopSelfCheck(t *testing.T) {
-	_, ks := openKernels(t)
+// attnCoopSelfCheck: the check NewKernels runs before using the
+// tensor-core attention kernels passes their emulated bf16 builds and
+// refuses a planted fault (fp16 products on the build that narrows to
+// bf16), leaving the kernels in use as they were. (The fp16 builds are
+// the same source but for narrow: TestAttentionCoopEmulated runs them;
+// each build lavapipe compiles costs CI about 25 s, so -short, the
+// validation run, checks the fault alone.)
+func attnCoopSelfCheck(t *testing.T, ks *Kernels) {
 	before := ks.AttentionNames()
-	for _, f := range []Rounding{RoundFP16, RoundBF16} {
-		if err := ks.attnSelfCheck(f, attnBuild{"attention_coop_emu", f}); err != nil {
-			t.Fatalf("%s: %v", f, err)
+	if !testing.Short() {
+		if err := ks.attnSelfCheck(RoundBF16, attnBuild{"attention_coop_emu", RoundBF16}); err != nil {
+			t.Fatal(err)
 		}
 	}
 	err := ks.attnSelfCheck(RoundFP16, attnBuild{"attention_coop_emu", RoundBF16})

@@ -61,15 +61,21 @@ func roundedWithin(f Rounding, x, d float64) (float64, float64) {
 
 // attnReference computes attention's forward and backward in float64 on
 // the case's values, with the rounding points where the kernels have
-// them, and per value a first-order-free bound on a correct kernel's
-// error: each fp32 sum of products within γ_n·Σ|a||b| (u = 2^-23, any
-// order), each scalar fp32 operation within u = 2^-24, exp within
-// (3 + 2|x|) ulps and division within 2.5 (Vulkan's precision), errors
-// carried through every later operation (relative factors composed as
-// exp(Σ ρ) − 1), and each rounding point as roundedWithin: exact where the
-// value is far from a boundary, one step of the format where a boundary
-// lies within its error. The softmax's sum counts its tiles' rescalings
-// (64 keys a tile, attention.comp's online sum).
+// them, and per value a bound on a correct kernel's distance from it,
+// whatever its summation orders: each fp32 sum of products within
+// γ_n·Σ|a||b| (u = 2^-23: tensor cores may truncate), each scalar fp32
+// operation within u = 2^-24, exp within (3 + 2|x|) ulps and division
+// within 2.5 (Vulkan's precision), every error carried through the later
+// operations (through exp and products as relative factors, exp(Σ ρ) − 1;
+// the products of two errors kept where they can be large, as a flipped
+// probability times a flipped dP), and each rounding point as
+// roundedWithin: exact where no boundary of the format lies within the
+// value's error, else the step to the farthest value reachable. The
+// softmax's sum counts its tiles' rescalings (64 keys a tile,
+// attention.comp's online sum). It is the bound the kernels are tested
+// and self-checked against: the scalar kernel meets it too
+// and a kernel without one of the rounding points does not
+// (TestAttentionCoopEmulated).
 func attnReference(c attnRefCase) attnRefResult {
 	s := c.s
 	B, T, H, KVH, D := s.Batch, s.SeqLen, s.Heads, s.KVHeads, s.HeadDim
