@@ -141,6 +141,52 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 // matmul reads them.
 type attnFormats struct{ scores, softmax, values amp.Format }
 
+// probs is the format of the values the probabilities hold as the values
+// matmul (and dV's) reads them: rounded to the softmax's format, then to
+// the values matmul's, which in fp32 leaves them in the softmax's.
+func (f attnFormats) probs() amp.Format {
+	if f.values == amp.FP32 {
+		return f.softmax
+	}
+	return f.values
+}
+
+// attnPaths says which of attention's six products run on the engine's
+// bf16 GEMM: by Engine.bf16Path's rule, those whose two operands both
+// hold bf16 values, in a float32 graph. The rest run in the backend's
+// kernels as they always did, so an engine without a bf16 GEMM keeps its
+// bits.
+type attnPaths struct {
+	scores, values bool // Q·Kᵀ and P·V
+	dP, dQ, dK, dV bool // dO·Vᵀ, dS·K, dSᵀ·Q and Pᵀ·dO
+}
+
+// attnPathsOf is attnPaths for an attention op: Q, K and V hold their
+// input formats, the output gradient dO the op's output format (gradIn
+// rounds it there), P f.probs(), and dS the scores' format, to which the
+// backward pass rounds it.
+func attnPathsOf[T Float](o *opBase, f attnFormats) attnPaths {
+	if !isF32[T]() {
+		return attnPaths{}
+	}
+	e, q, k, v, g, p, ds := o.eng, o.inFm[0], o.inFm[1], o.inFm[2], o.out, f.probs(), f.scores
+	return attnPaths{
+		scores: e.bf16Path(q, k), values: e.bf16Path(p, v),
+		dP: e.bf16Path(g, v), dQ: e.bf16Path(ds, k), dK: e.bf16Path(ds, q), dV: e.bf16Path(p, g),
+	}
+}
+
+// attnGemm is one of attention's products, C = alpha·op(A)·op(B) + beta·C,
+// on the engine's bf16 GEMM where onBF16 (one of attnPaths), else in the
+// backend's fp32 (or float64) kernels. C is not rounded here.
+func attnGemm[T Float](e *Engine, onBF16, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	if onBF16 {
+		e.bf16Product(transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+		return
+	}
+	blas.Gemm(e.BLAS, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
 type attentionOp[T Float] struct {
 	opBase
 	s     AttentionShape
@@ -171,7 +217,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	}
 	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
-	be := o.eng.BLAS
+	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		pv := valuesScratch[T](o.f, T_*T_)
 		start := make([]int, T_)
@@ -182,11 +228,11 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
-				blas.Gemm(be, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
+				attnGemm(e, on.scores, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
 				round(o.f.scores, p)
 				causalSoftmax(p, T_, start)
 				round(o.f.softmax, p)
-				blas.Gemm(be, false, false, T_, s.HeadDim, T_, 1, asValues(o.f, p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
+				attnGemm(e, on.values, false, false, T_, s.HeadDim, T_, 1, asValues(o.f, p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
 		}
 	})
@@ -286,7 +332,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	T_ := s.SeqLen
 	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
-	be := o.eng.BLAS
+	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
@@ -298,23 +344,23 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 		}
 		// accumulate adds one head's gradient Aᵀ·B into dst (rows kw wide):
 		// directly, or, when rounded, after rounding it to f.
-		accumulate := func(first bool, f amp.Format, rounded bool, a []T, lda int, b []T, ldb int, alpha T, dst []T) {
+		accumulate := func(first bool, f amp.Format, rounded, onBF16 bool, a []T, lda int, b []T, ldb int, alpha T, dst []T) {
 			if !rounded {
 				var beta T // the first head of a group overwrites, the others add
 				if !first {
 					beta = 1
 				}
-				blas.Gemm(be, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, beta, dst, kw)
+				attnGemm(e, onBF16, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, beta, dst, kw)
 				return
 			}
 			if first { // the group's first head: straight into dst, rounded there
-				blas.Gemm(be, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, 0, dst, kw)
+				attnGemm(e, onBF16, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, 0, dst, kw)
 				for i := 0; i < T_; i++ {
 					round(f, dst[i*kw:i*kw+s.HeadDim])
 				}
 				return
 			}
-			blas.Gemm(be, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, 0, head, s.HeadDim)
+			attnGemm(e, onBF16, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, 0, head, s.HeadDim)
 			round(f, head)
 			for i := 0; i < T_; i++ {
 				d := dst[i*kw : i*kw+s.HeadDim]
@@ -332,12 +378,12 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
 				first := h == kh*group
 				if dv != nil {
-					accumulate(first, o.inFm[2], roundV, asValues(o.f, p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
+					accumulate(first, o.inFm[2], roundV, on.dV, asValues(o.f, p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
 				}
 				if dq == nil && dk == nil {
 					continue
 				}
-				blas.Gemm(be, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
+				attnGemm(e, on.dP, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
 				// gradient dtype = tensor dtype: dP in the values matmul's
 				// format, then the softmax output's, dS in the scores'
 				round(o.f.values, ds)
@@ -347,10 +393,10 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				}
 				round(o.f.scores, ds)
 				if dq != nil {
-					blas.Gemm(be, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
+					attnGemm(e, on.dQ, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
 				}
 				if dk != nil {
-					accumulate(first, o.inFm[1], roundK, ds, T_, q[qOff:], qw, scale, dk[kOff:])
+					accumulate(first, o.inFm[1], roundK, on.dK, ds, T_, q[qOff:], qw, scale, dk[kOff:])
 				}
 			}
 		}

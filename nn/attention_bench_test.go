@@ -10,6 +10,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
 // BenchmarkAttentionStep times attention's forward and backward pass, at
@@ -20,28 +21,50 @@ func BenchmarkAttentionStep(b *testing.B) {
 	s := AttentionShape{Batch: 8, SeqLen: 128, Heads: 8, KVHeads: 4, HeadDim: 32}
 	for _, f := range []amp.Format{amp.FP32, amp.BF16} {
 		b.Run(f.String(), func(b *testing.B) {
-			bl := NewBuilder(&Engine{BLAS: blas.Native{}, Workers: 2}, tensor.Float32)
+			var p *amp.Policy
 			if f != amp.FP32 {
-				p := amp.DefaultPolicy(f)
-				bl.Policy = &p
+				dp := amp.DefaultPolicy(f)
+				p = &dp
 			}
-			rng := rand.New(rand.NewPCG(1, 1))
-			n := s.Batch * s.SeqLen
-			q := randParam(bl, rng, "q", 1, n, s.Heads*s.HeadDim)
-			k := randParam(bl, rng, "k", 1, n, s.KVHeads*s.HeadDim)
-			v := randParam(bl, rng, "v", 1, n, s.KVHeads*s.HeadDim)
-			if _, err := G.Grad(G.Must(G.Sum(bl.Attention(q, k, v, s))), q, k, v); err != nil {
-				b.Fatal(err)
-			}
-			vm := G.NewTapeMachine(bl.G)
-			defer vm.Close()
-			for b.Loop() {
-				vm.Reset()
-				if err := vm.RunAll(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchAttention(b, &Engine{BLAS: blas.Native{}, Workers: 2}, p, s)
 		})
+	}
+}
+
+// benchAttention times attention's forward and backward pass (every
+// input's gradient) of shape s on eng under policy p (nil: fp32), on
+// seeded random inputs, and returns attention's node.
+func benchAttention(b *testing.B, eng *Engine, p *amp.Policy, s AttentionShape) *G.Node {
+	bl, out, err := attentionStep(eng, p, s, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchGraph(b, bl.G)
+	return out
+}
+
+// attentionStep builds attention of shape s and the gradients of its
+// output's sum with respect to q, k and v, on eng under policy p (nil:
+// fp32), with inputs in [-1, 1) drawn from rng; it returns attention's
+// node.
+func attentionStep(eng *Engine, p *amp.Policy, s AttentionShape, rng *rand.Rand) (*Builder, *G.Node, error) {
+	bl := NewBuilder(eng, tensor.Float32)
+	bl.Policy = p
+	q, k, v := attnInputs(bl, rng, s)
+	out := bl.Attention(q, k, v, s)
+	_, err := G.Grad(G.Must(G.Sum(out)), q, k, v)
+	return bl, out, err
+}
+
+// benchGraph runs graph g once per iteration of benchmark b.
+func benchGraph(b *testing.B, g *G.ExprGraph) {
+	vm := G.NewTapeMachine(g)
+	defer vm.Close()
+	for b.Loop() {
+		vm.Reset()
+		if err := vm.RunAll(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -57,25 +80,8 @@ func BenchmarkAttentionKernels(b *testing.B) {
 			name := map[AttentionKernel]string{AttentionFull: "full", AttentionTiled: "tiled"}[kind]
 			b.Run(fmt.Sprintf("T%d/%s", seq, name), func(b *testing.B) {
 				s := AttentionShape{Batch: 1, SeqLen: seq, Heads: 8, KVHeads: 8, HeadDim: 64, Kernel: kind}
-				bl := NewBuilder(&Engine{BLAS: blas.Native{}, Workers: 2}, tensor.Float32)
-				rng := rand.New(rand.NewPCG(1, 1))
-				n := s.Batch * s.SeqLen
-				q := randParam(bl, rng, "q", 1, n, s.Heads*s.HeadDim)
-				k := randParam(bl, rng, "k", 1, n, s.KVHeads*s.HeadDim)
-				v := randParam(bl, rng, "v", 1, n, s.KVHeads*s.HeadDim)
-				out := bl.Attention(q, k, v, s)
-				if _, err := G.Grad(G.Must(G.Sum(out)), q, k, v); err != nil {
-					b.Fatal(err)
-				}
-				vm := G.NewTapeMachine(bl.G)
-				defer vm.Close()
 				b.ReportAllocs()
-				for b.Loop() {
-					vm.Reset()
-					if err := vm.RunAll(); err != nil {
-						b.Fatal(err)
-					}
-				}
+				out := benchAttention(b, &Engine{BLAS: blas.Native{}, Workers: 2}, nil, s)
 				var saved int
 				switch op := out.Op().(type) {
 				case *attentionOp[float32]:
@@ -84,6 +90,62 @@ func BenchmarkAttentionKernels(b *testing.B) {
 					saved = len(op.stats)
 				}
 				b.ReportMetric(float64(saved*4)/(1<<20), "saved-MiB")
+			})
+		}
+	}
+}
+
+// BenchmarkAttentionBF16 times one forward and backward pass of attention
+// at SmolLM2-135M's shape (512 tokens, 9 query heads sharing 3 key/value
+// heads of 64) under the bf16 policy, 2 workers: its products emulated in
+// the fp32 kernels of native and of oneDNN, and on the bf16 GEMMs that run
+// on the CPU's bf16 units, the native kernel (AMX where the CPU has it and
+// the OS grants it, else VDPBF16PS) and oneDNN's. A GEMM that does not run
+// here is skipped, with the reason: the Go models of the kernels, which
+// run anywhere, are far too slow to time. GFLOP/s counts the products'
+// multiply-adds, those the tiled kernel skips above the diagonal too.
+//
+//	go test ./nn -run '^$' -bench AttentionBF16 -benchtime 3x
+func BenchmarkAttentionBF16(b *testing.B) {
+	s := AttentionShape{Batch: 1, SeqLen: 512, Heads: 9, KVHeads: 3, HeadDim: 64}
+	native, nativeErr := blas.NewNativeBF16(cpufeat.Detect(), 2)
+	dnn, dnnErr := blas.OpenOneDNN(2)
+	dnnBF16Err := dnnErr
+	if dnnErr == nil && !dnn.BF16() {
+		dnnBF16Err = fmt.Errorf("oneDNN loads but its bf16 GEMM needs AVX-512 (%s)", dnn.Name())
+	}
+	gemms := []struct {
+		name string
+		be   func() (blas.Backend, error)
+		bf16 func() (blas.BF16Gemmer, error)
+	}{
+		{"emulated-native", func() (blas.Backend, error) { return blas.Native{Workers: 2}, nil }, nil},
+		{"emulated-onednn", func() (blas.Backend, error) { return dnn, dnnErr }, nil},
+		{"native-bf16", func() (blas.Backend, error) { return blas.Native{Workers: 2}, nil }, func() (blas.BF16Gemmer, error) { return native, nativeErr }},
+		{"onednn-bf16", func() (blas.Backend, error) { return dnn, dnnErr }, func() (blas.BF16Gemmer, error) { return dnn, dnnBF16Err }},
+	}
+	for _, kind := range []AttentionKernel{AttentionFull, AttentionTiled} {
+		kname := map[AttentionKernel]string{AttentionFull: "full", AttentionTiled: "tiled"}[kind]
+		for _, g := range gemms {
+			b.Run(fmt.Sprintf("T%d/%s/%s", s.SeqLen, kname, g.name), func(b *testing.B) {
+				be, err := g.be()
+				if err != nil {
+					b.Skip(err)
+				}
+				eng := &Engine{BLAS: be, Workers: 2}
+				if g.bf16 != nil {
+					if eng.BF16, err = g.bf16(); err != nil {
+						b.Skip(err)
+					}
+					b.Logf("%s", eng.BF16.Name())
+				}
+				s := s
+				s.Kernel = kind
+				p := amp.DefaultPolicy(amp.BF16)
+				benchAttention(b, eng, &p, s)
+				// six products of T×T×HeadDim per head
+				macs := 6 * float64(s.Batch*s.Heads) * float64(s.SeqLen) * float64(s.SeqLen) * float64(s.HeadDim)
+				b.ReportMetric(2*macs*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
 	}

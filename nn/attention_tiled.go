@@ -8,7 +8,6 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/mixtune/mixtune/amp"
-	"github.com/mixtune/mixtune/blas"
 )
 
 // The tiled attention kernel computes what attentionOp computes without
@@ -68,9 +67,10 @@ func (o *attentionTiledOp[T]) units() int { return o.s.Batch * o.s.KVHeads }
 // scores fills sb with the rounded scores of query rows [r0, r1) of the
 // head at qOff against the keys they may see, from c0, the earliest start
 // among them, to r1−1, and returns c0 and the block, [r1−r0, r1−c0].
-// The backward pass calls it with the same arguments as the forward, so
-// it gets the same bits.
-func (o *attentionTiledOp[T]) scores(sb []T, start []int, q, k []T, qOff, kOff, r0, r1 int) (int, []T) {
+// on says whether the product runs on the engine's bf16 GEMM
+// (attnPaths.scores). The backward pass calls it with the same arguments
+// as the forward, so it gets the same bits.
+func (o *attentionTiledOp[T]) scores(on bool, sb []T, start []int, q, k []T, qOff, kOff, r0, r1 int) (int, []T) {
 	s := o.s
 	c0 := start[r0]
 	for _, st := range start[r0+1 : r1] {
@@ -79,7 +79,7 @@ func (o *attentionTiledOp[T]) scores(sb []T, start []int, q, k []T, qOff, kOff, 
 	qw, kw, l := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, r1-c0
 	p := sb[:(r1-r0)*l]
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
-	blas.Gemm(o.eng.BLAS, false, true, r1-r0, l, s.HeadDim, scale, q[qOff+r0*qw:], qw, k[kOff+c0*kw:], kw, 0, p, l)
+	attnGemm(o.eng, on, false, true, r1-r0, l, s.HeadDim, scale, q[qOff+r0*qw:], qw, k[kOff+c0*kw:], kw, 0, p, l)
 	round(o.f.scores, p)
 	return c0, p
 }
@@ -94,6 +94,7 @@ func (o *attentionTiledOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		o.stats = make([]T, s.Batch*s.Heads*n*2)
 	}
 	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
+	on := attnPathsOf[T](&o.opBase, o.f)
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		sb := make([]T, attnTile*n)
 		pv := valuesScratch[T](o.f, attnTile*n)
@@ -107,13 +108,13 @@ func (o *attentionTiledOp[T]) Do(vs ...G.Value) (G.Value, error) {
 				st := o.stats[(bi*s.Heads+h)*n*2 : (bi*s.Heads+h+1)*n*2]
 				for r0 := 0; r0 < n; r0 += attnTile {
 					r1 := min(r0+attnTile, n)
-					c0, p := o.scores(sb, start, q, k, qOff, kOff, r0, r1)
+					c0, p := o.scores(on.scores, sb, start, q, k, qOff, kOff, r0, r1)
 					l := r1 - c0
 					for i := r0; i < r1; i++ {
 						st[2*i], st[2*i+1] = causalSoftmaxRow(p[(i-r0)*l:(i-r0+1)*l], start[i]-c0, i-c0)
 					}
 					round(o.f.softmax, p)
-					blas.Gemm(o.eng.BLAS, false, false, r1-r0, s.HeadDim, l, 1, asValues(o.f, p, pv), l, v[kOff+c0*kw:], kw, 0, out[qOff+r0*qw:], qw)
+					attnGemm(o.eng, on.values, false, false, r1-r0, s.HeadDim, l, 1, asValues(o.f, p, pv), l, v[kOff+c0*kw:], kw, 0, out[qOff+r0*qw:], qw)
 				}
 			}
 		}
@@ -198,7 +199,7 @@ func (o *attentionTiledOp[T]) backward(in [][]T, grads [][]T) error {
 	n, hd := s.SeqLen, s.HeadDim
 	qw, kw, group := s.Heads*hd, s.KVHeads*hd, s.Heads/s.KVHeads
 	scale := T(1 / math.Sqrt(float64(hd)))
-	be := o.eng.BLAS
+	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		sb := make([]T, attnTile*n)
@@ -232,7 +233,7 @@ func (o *attentionTiledOp[T]) backward(in [][]T, grads [][]T) error {
 				gv.begin(first)
 				for r0 := 0; r0 < n; r0 += attnTile {
 					r1 := min(r0+attnTile, n)
-					c0, p := o.scores(sb, start, q, k, qOff, kOff, r0, r1)
+					c0, p := o.scores(on.scores, sb, start, q, k, qOff, kOff, r0, r1)
 					l, rows := r1-c0, r1-r0
 					for i := r0; i < r1; i++ {
 						row, s0, m, inv := p[(i-r0)*l:(i-r0+1)*l], start[i]-c0, st[2*i], st[2*i+1]
@@ -246,13 +247,13 @@ func (o *attentionTiledOp[T]) backward(in [][]T, grads [][]T) error {
 					}
 					round(o.f.softmax, p)
 					if dv != nil {
-						blas.Gemm(be, true, false, l, hd, rows, 1, asValues(o.f, p, pv), l, g[qOff+r0*qw:], qw, 1, gv.into[c0*gv.ld:], gv.ld)
+						attnGemm(e, on.dV, true, false, l, hd, rows, 1, asValues(o.f, p, pv), l, g[qOff+r0*qw:], qw, 1, gv.into[c0*gv.ld:], gv.ld)
 					}
 					if dq == nil && dk == nil {
 						continue
 					}
 					d := ds[:rows*l]
-					blas.Gemm(be, false, true, rows, l, hd, 1, g[qOff+r0*qw:], qw, v[kOff+c0*kw:], kw, 0, d, l)
+					attnGemm(e, on.dP, false, true, rows, l, hd, 1, g[qOff+r0*qw:], qw, v[kOff+c0*kw:], kw, 0, d, l)
 					// gradient dtype = tensor dtype: dP in the values matmul's
 					// format, then the softmax output's, dS in the scores'
 					round(o.f.values, d)
@@ -262,10 +263,10 @@ func (o *attentionTiledOp[T]) backward(in [][]T, grads [][]T) error {
 					}
 					round(o.f.scores, d)
 					if dq != nil {
-						blas.Gemm(be, false, false, rows, hd, l, scale, d, l, k[kOff+c0*kw:], kw, 0, dq[qOff+r0*qw:], qw)
+						attnGemm(e, on.dQ, false, false, rows, hd, l, scale, d, l, k[kOff+c0*kw:], kw, 0, dq[qOff+r0*qw:], qw)
 					}
 					if dk != nil {
-						blas.Gemm(be, true, false, l, hd, rows, scale, d, l, q[qOff+r0*qw:], qw, 1, gk.into[c0*gk.ld:], gk.ld)
+						attnGemm(e, on.dK, true, false, l, hd, rows, scale, d, l, q[qOff+r0*qw:], qw, 1, gk.into[c0*gk.ld:], gk.ld)
 					}
 				}
 				gk.end(first)

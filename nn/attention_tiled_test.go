@@ -68,10 +68,7 @@ func TestTiledAttentionGradients(t *testing.T) {
 			b := NewBuilder(&Engine{BLAS: blas.Gonum{}, Workers: 3}, tensor.Float64)
 			s := tc.s
 			s.Kernel = AttentionTiled
-			n := s.Batch * s.SeqLen
-			q := randParam(b, rng, "q", 1, n, s.Heads*s.HeadDim)
-			k := randParam(b, rng, "k", 1, n, s.KVHeads*s.HeadDim)
-			v := randParam(b, rng, "v", 1, n, s.KVHeads*s.HeadDim)
+			q, k, v := attnInputs(b, rng, s)
 			out := b.Attention(q, k, v, s)
 			if _, ok := out.Op().(*attentionTiledOp[float64]); !ok {
 				t.Fatalf("Kernel: AttentionTiled built %T", out.Op())
@@ -80,6 +77,16 @@ func TestTiledAttentionGradients(t *testing.T) {
 			t.Logf("worst relative error %.2g", worst)
 		})
 	}
+}
+
+// attnInputs draws attention's inputs q, k and v of shape s, in [-1, 1),
+// from rng, as parameters that need gradients.
+func attnInputs(b *Builder, rng *rand.Rand, s AttentionShape) (q, k, v *G.Node) {
+	n := s.Batch * s.SeqLen
+	q = randParam(b, rng, "q", 1, n, s.Heads*s.HeadDim)
+	k = randParam(b, rng, "k", 1, n, s.KVHeads*s.HeadDim)
+	v = randParam(b, rng, "v", 1, n, s.KVHeads*s.HeadDim)
+	return q, k, v
 }
 
 // attnResult is one run's output and input gradients, and its inputs:
@@ -92,19 +99,24 @@ type attnResult struct{ out, dq, dk, dv, q, k, v, r []float64 }
 // policy of f.
 func runAttention(t *testing.T, s AttentionShape, kind AttentionKernel, dt tensor.Dtype, f amp.Format, eng *Engine) attnResult {
 	t.Helper()
-	b := NewBuilder(eng, dt)
+	var p *amp.Policy
 	if f != amp.FP32 {
-		p := amp.DefaultPolicy(f)
-		b.Policy = &p
+		dp := amp.DefaultPolicy(f)
+		p = &dp
 	}
+	return runAttentionPolicy(t, s, kind, dt, p, eng)
+}
+
+// runAttentionPolicy is runAttention under precision policy p (nil: fp32).
+func runAttentionPolicy(t *testing.T, s AttentionShape, kind AttentionKernel, dt tensor.Dtype, p *amp.Policy, eng *Engine) attnResult {
+	t.Helper()
+	b := NewBuilder(eng, dt)
+	b.Policy = p
 	rng := rand.New(rand.NewPCG(3, 5))
 	s.Kernel = kind
-	n := s.Batch * s.SeqLen
-	q := randParam(b, rng, "q", 1, n, s.Heads*s.HeadDim)
-	k := randParam(b, rng, "k", 1, n, s.KVHeads*s.HeadDim)
-	v := randParam(b, rng, "v", 1, n, s.KVHeads*s.HeadDim)
+	q, k, v := attnInputs(b, rng, s)
 	out := b.Attention(q, k, v, s)
-	r := randParam(b, rng, "r", 1, n, s.Heads*s.HeadDim)
+	r := randParam(b, rng, "r", 1, s.Batch*s.SeqLen, s.Heads*s.HeadDim)
 	grads, err := G.Grad(G.Must(G.Sum(G.Must(G.HadamardProd(out, r)))), q, k, v)
 	if err != nil {
 		t.Fatal(err)
@@ -439,16 +451,7 @@ func TestTiledAttentionDeterministic(t *testing.T) {
 		t.Run(f.String(), func(t *testing.T) {
 			one := runAttention(t, s, AttentionTiled, tensor.Float32, f, &Engine{BLAS: blas.Native{Workers: 1}, Workers: 1})
 			three := runAttention(t, s, AttentionTiled, tensor.Float32, f, &Engine{BLAS: blas.Native{Workers: 3}, Workers: 3})
-			for _, c := range []struct {
-				name       string
-				one, three []float64
-			}{{"out", one.out, three.out}, {"dq", one.dq, three.dq}, {"dk", one.dk, three.dk}, {"dv", one.dv, three.dv}} {
-				for i := range c.one {
-					if math.Float32bits(float32(c.one[i])) != math.Float32bits(float32(c.three[i])) {
-						t.Fatalf("%s[%d] = %v with 1 worker, %v with 3", c.name, i, c.one[i], c.three[i])
-					}
-				}
-			}
+			sameAttnBits(t, "3 workers against 1", three, one)
 		})
 	}
 }
@@ -463,14 +466,9 @@ func TestTiledAttentionMemory(t *testing.T) {
 	const seq = 1024
 	s := AttentionShape{Batch: 1, SeqLen: seq, Heads: 2, KVHeads: 1, HeadDim: 16}
 	step := func(kind AttentionKernel) (allocated uint64, saved int) {
-		b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 1}, Workers: 2}, tensor.Float32)
-		rng := rand.New(rand.NewPCG(1, 2))
 		s.Kernel = kind
-		q := randParam(b, rng, "q", 1, seq, s.Heads*s.HeadDim)
-		k := randParam(b, rng, "k", 1, seq, s.KVHeads*s.HeadDim)
-		v := randParam(b, rng, "v", 1, seq, s.KVHeads*s.HeadDim)
-		out := b.Attention(q, k, v, s)
-		if _, err := G.Grad(G.Must(G.Sum(out)), q, k, v); err != nil {
+		b, out, err := attentionStep(&Engine{BLAS: blas.Native{Workers: 1}, Workers: 2}, nil, s, rand.New(rand.NewPCG(1, 2)))
+		if err != nil {
 			t.Fatal(err)
 		}
 		vm := G.NewTapeMachine(b.G)

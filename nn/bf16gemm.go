@@ -116,11 +116,7 @@ func extent(trans bool, rows, cols, ld int) int {
 // bf16Bits encodes x as bf16 bits in a buffer lent from the engine's
 // pool; release gives it back.
 func (e *Engine) bf16Bits(x []float32) (bits []uint16, release func()) {
-	p, _ := e.bits.Get().(*[]uint16)
-	if p == nil || cap(*p) < len(x) {
-		b := make([]uint16, len(x))
-		p = &b
-	}
+	p := e.lendBits(len(x))
 	bits = (*p)[:len(x)]
 	e.parallel(len(x), 1<<14, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -128,4 +124,60 @@ func (e *Engine) bf16Bits(x []float32) (bits []uint16, release func()) {
 		}
 	})
 	return bits, func() { e.bits.Put(p) }
+}
+
+// lendBits lends a buffer of at least n bf16 values from the engine's
+// pool; the borrower puts it back (e.bits.Put).
+func (e *Engine) lendBits(n int) *[]uint16 {
+	p, _ := e.bits.Get().(*[]uint16)
+	if p == nil || cap(*p) < n {
+		b := make([]uint16, n)
+		p = &b
+	}
+	return p
+}
+
+// bf16Product computes C = alpha·op(A)·op(B) + beta·C on the engine's
+// bf16 GEMM, A and B holding bf16 values as float32 (row-major, row
+// strides lda and ldb), and leaves C unrounded: attention's products,
+// whose kernels round each output where the emulated path does.
+//
+// A bf16Packer rounds the operands to bf16 bits as it packs them (exact
+// here). Any other GEMM gets the bits of just the elements it reads,
+// packed densely into buffers lent from the engine's pool: attention
+// reads one head of a [T, Heads·HeadDim] tensor, and encoding every head
+// between its rows would cost Heads times more. Nothing here splits the
+// product: the GEMM's own threading decides, and each bf16 GEMM gives the
+// same bits for any thread count (NativeBF16 by design; oneDNN runs fixed
+// row blocks of C, each on one OpenMP thread).
+func (e *Engine) bf16Product(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if p, ok := e.BF16.(bf16Packer); ok {
+		p.Gemm(transA, transB, m, n, k, alpha, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Ld: ldb}, nil, beta, c, ldc, nil)
+		return
+	}
+	pa, pb := e.lendBits(m*k), e.lendBits(k*n)
+	defer e.bits.Put(pa)
+	defer e.bits.Put(pb)
+	ab, ldab := denseBF16((*pa)[:m*k], transA, m, k, a, lda)
+	bb, ldbb := denseBF16((*pb)[:k*n], transB, k, n, b, ldb)
+	e.BF16.GemmBF16(transA, transB, m, n, k, alpha, ab, ldab, bb, ldbb, beta, c, ldc)
+}
+
+// denseBF16 encodes op(X), rows×cols (stored transposed when trans, with
+// row stride ld), as bf16 bits into dst (rows·cols values), stored as X
+// is, its rows packed without gaps; it returns dst and its row stride.
+func denseBF16(dst []uint16, trans bool, rows, cols int, x []float32, ld int) ([]uint16, int) {
+	if trans {
+		rows, cols = cols, rows
+	}
+	for i := 0; i < rows; i++ {
+		out := dst[i*cols : (i+1)*cols]
+		for j, v := range x[i*ld : i*ld+cols] {
+			out[j] = amp.BF16Bits(v)
+		}
+	}
+	return dst, max(1, cols)
 }

@@ -115,14 +115,15 @@ func TestLinearBF16Path(t *testing.T) {
 	}
 }
 
-// realBF16Gemmers are the bf16 GEMMs that run on this machine: oneDNN's
-// where it loads with its bf16 GEMM, the AMX kernel where the CPU has
-// AMX-BF16 and the OS grants it, the VDPBF16PS kernel where the CPU has
-// AVX512_BF16.
-func realBF16Gemmers(t *testing.T) []blas.BF16Gemmer {
+// realBF16Gemmers are the bf16 GEMMs that run on this machine, each
+// sharing a product among workers goroutines: oneDNN's where it loads
+// with its bf16 GEMM, the AMX kernel where the CPU has AMX-BF16 and the
+// OS grants it, the VDPBF16PS kernel where the CPU has AVX512_BF16; then
+// the native driver on the Go models of both kernels, which run anywhere.
+func realBF16Gemmers(t *testing.T, workers int) []blas.BF16Gemmer {
 	var gs []blas.BF16Gemmer
 	var why []string
-	if d, err := blas.OpenOneDNN(2); err != nil {
+	if d, err := blas.OpenOneDNN(workers); err != nil {
 		why = append(why, err.Error())
 	} else if !d.BF16() {
 		why = append(why, "oneDNN's bf16 GEMM needs AVX-512")
@@ -130,14 +131,14 @@ func realBF16Gemmers(t *testing.T) []blas.BF16Gemmer {
 		gs = append(gs, d)
 	}
 	f := cpufeat.Detect()
-	if nb, err := blas.NewNativeBF16(f, 2); err != nil {
+	if nb, err := blas.NewNativeBF16(f, workers); err != nil {
 		why = append(why, err.Error())
 	} else {
 		gs = append(gs, nb)
 	}
 	if f.AMX() && f.AVX512BF16 { // the VDPBF16PS kernel too, which AMX displaces
 		f.AMXPermitted = false
-		if nb, err := blas.NewNativeBF16(f, 2); err == nil {
+		if nb, err := blas.NewNativeBF16(f, workers); err == nil {
 			gs = append(gs, nb)
 		}
 	}
@@ -146,7 +147,7 @@ func realBF16Gemmers(t *testing.T) []blas.BF16Gemmer {
 	}
 	// the native driver (packing float32 operands, a packed weight, the
 	// rounding epilogue) on the Go models of its kernels, on every CPU
-	return append(gs, blas.NewNativeBF16Go(2), blas.NewNativeAMXGo(2))
+	return append(gs, blas.NewNativeBF16Go(workers), blas.NewNativeAMXGo(workers))
 }
 
 // TestLinearOnBF16Units runs a linear layer's forward and dx on each real
@@ -184,7 +185,7 @@ func TestLinearOnBF16Units(t *testing.T) {
 		wf[i] = math.Abs(float64(amp.BF16.FromBits16(h)))
 	}
 	yEmu, dxEmu := run(nil)
-	for _, g := range realBF16Gemmers(t) {
+	for _, g := range realBF16Gemmers(t, 2) {
 		y, dx := run(g)
 		for i := 0; i < n; i++ {
 			for o := 0; o < out; o++ {

@@ -48,14 +48,7 @@ func BenchmarkLMHeadLoss(b *testing.B) {
 			if _, err := G.Backpropagate(G.Nodes{loss}, G.Nodes{seed}, G.Nodes{x}); err != nil {
 				b.Fatal(err)
 			}
-			vm := G.NewTapeMachine(bl.G)
-			defer vm.Close()
-			for b.Loop() {
-				vm.Reset()
-				if err := vm.RunAll(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchGraph(b, bl.G)
 		})
 	}
 }

@@ -41,7 +41,13 @@ type BenchConfig struct {
 	// ScalarGEMM keeps the Vulkan engine off the tensor cores
 	// (compute.scalar_gemm).
 	ScalarGEMM bool
-	Threads    int
+	// NoSplitK keeps the Vulkan engine's products in one pass over K
+	// (compute.no_split_k).
+	NoSplitK bool
+	// GemmTile picks the Vulkan engine's tensor-core tile
+	// (compute.gemm_tile).
+	GemmTile string
+	Threads  int
 	// Comm, with several ranks, splits each batch's rows among them and
 	// sums the gradients (as training does; Overlap and BucketBytes as in
 	// Options): the batch stays the global one.
@@ -258,7 +264,7 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 		if b.dp.size > 1 || c.Checkpoint {
 			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")
 		}
-		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM}, device.Selection{}); err != nil {
+		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, GemmTile: c.GemmTile}, device.Selection{}); err != nil {
 			return nil, err
 		}
 		tg.gpu = b.gpu

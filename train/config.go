@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/device"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/internal/readlimit"
 	"github.com/mixtune/mixtune/internal/yamlconf"
 	"github.com/mixtune/mixtune/model"
@@ -289,9 +292,18 @@ type ComputeConfig struct {
 	// ScalarGEMM keeps the Vulkan engine's products on its scalar fp32
 	// GEMM where the device has tensor-core ones for the policy's 16-bit
 	// operands (to compare; the values differ only in summation order).
-	ScalarGEMM bool      `yaml:"scalar_gemm,omitempty"`
-	BLAS       blas.Kind `yaml:"blas"`
-	Threads    int       `yaml:"threads"`
+	ScalarGEMM bool `yaml:"scalar_gemm,omitempty"`
+	// NoSplitK keeps every Vulkan product in one pass over K: no split-K
+	// for the products with few tiles of C and a long K (the LoRA
+	// adapters' thin ones), to compare (only the fp32 summation order
+	// differs).
+	NoSplitK bool `yaml:"no_split_k,omitempty"`
+	// GemmTile names the tensor-core tile of the Vulkan engine's 16-bit
+	// products (vulkan.CoopTileNames; "" the default), to compare tiles
+	// end to end.
+	GemmTile string    `yaml:"gemm_tile,omitempty"`
+	BLAS     blas.Kind `yaml:"blas"`
+	Threads  int       `yaml:"threads"`
 	// ActivationCheckpointing keeps only each decoder layer's input for
 	// the backward pass and recomputes the layer there: activation memory
 	// of one layer instead of all, for one more forward pass per step.
@@ -413,6 +425,9 @@ func (r *Recipe) check() yamlconf.Errors {
 	}
 	if c.Compute.Threads < 0 {
 		bad("compute.threads", "must be >= 0 (0: every core), got %d", c.Compute.Threads)
+	}
+	if t := c.Compute.GemmTile; t != "" && !slices.Contains(GemmTiles(), t) {
+		bad("compute.gemm_tile", "must be one of %s, got %q", strings.Join(GemmTiles(), ", "), t)
 	}
 	if c.Compute.Device == ComputeCPU && c.Compute.VulkanDevice != "" {
 		bad("compute.vulkan_device", "names a Vulkan device, but compute.device is cpu")
@@ -729,3 +744,7 @@ func archConfig(a Architecture, tok data.Tokenizer) model.Config {
 		BOSTokenID: tok.BOS(), EOSTokenID: tok.EOS(), PadTokenID: tok.PAD(),
 	}
 }
+
+// GemmTiles lists the tensor-core tiles compute.gemm_tile takes, the
+// default first.
+func GemmTiles() []string { return vulkan.CoopTileNames() }

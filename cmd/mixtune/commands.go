@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
@@ -89,7 +91,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm] [--no-split-k] [--gemm-tile T]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -105,6 +107,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, onednn, native or gonum")
 	fs.StringVar(&c.VulkanDevice, "vulkan-device", "", "train on the Vulkan engine on this device (an index, UUID or PCI bus id; see vkprobe), the optimizer there too")
 	fs.BoolVar(&c.ScalarGEMM, "scalar-gemm", false, "on the Vulkan engine, keep every product on the scalar fp32 GEMM (no tensor cores), to compare")
+	fs.StringVar(&c.GemmTile, "gemm-tile", "", "on the Vulkan engine, the tensor-core tile of the 16-bit products ("+strings.Join(train.GemmTiles(), ", ")+"; the first is the default), to compare")
+	fs.BoolVar(&c.NoSplitK, "no-split-k", false, "on the Vulkan engine, run every product in one pass over K (no split-K for the LoRA adapters' thin products), to compare")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
 	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "untimed steps first")
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
@@ -141,6 +145,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		if f.v <= 0 {
 			return usageError{fmt.Sprintf("--%s must be positive, got %d", f.name, f.v)}
 		}
+	}
+	if c.GemmTile != "" && !slices.Contains(train.GemmTiles(), c.GemmTile) {
+		return usageError{fmt.Sprintf("--gemm-tile: must be one of %s, got %q", strings.Join(train.GemmTiles(), ", "), c.GemmTile)}
 	}
 	if c.Profile && c.VulkanDevice == "" {
 		return usageError{"--profile: the profile is of the Vulkan engine's GPU kernels; give --vulkan-device (the CPU engine has no per-op timing)"}

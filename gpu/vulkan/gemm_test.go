@@ -32,6 +32,10 @@ type gemmCase struct {
 	// fp16 subnormals).
 	operands Rounding
 	aScale   float64
+	// splits is GemmArgs.Splits: 0 lets Gemm split K where the shape
+	// asks for it, 1 keeps one pass (the tensor-core cases: a split
+	// product runs on the scalar kernel).
+	splits int
 }
 
 func (c gemmCase) String() string {
@@ -44,6 +48,9 @@ func (c gemmCase) String() string {
 	}
 	if c.aScale != 0 {
 		s += fmt.Sprintf("_ascale%g", c.aScale)
+	}
+	if c.splits != 0 {
+		s += fmt.Sprintf("_splits%d", c.splits)
 	}
 	return s
 }
@@ -62,7 +69,10 @@ func tensorGamma(n int) float64 {
 // fraction of its bound. The bound on each element is
 // γ_{k+2}·(|α|·Σ|a||b| + |β·c|): k fused multiply-adds into the
 // accumulator, then α·acc and the fma with β·c, one rounding each; the
-// float64 reference's own error is below it by a factor of 2^29.
+// float64 reference's own error is below it by a factor of 2^29. A
+// product split into S chunks of at most c values of K (split-K) is held
+// to γ_{c+S+1}: c fmas into a chunk's sum, S−1 additions of the chunks'
+// sums, α and β.
 func (c gemmCase) run(t *testing.T, ks *Kernels, d *Device, rng *rand.Rand) float64 {
 	t.Helper()
 	ar, ac := c.m, c.k
@@ -136,7 +146,7 @@ func (c gemmCase) run(t *testing.T, ks *Kernels, d *Device, rng *rand.Rand) floa
 	args := GemmArgs{
 		M: c.m, N: c.n, K: c.k, TransA: c.transA, TransB: c.transB, Alpha: c.alpha, Beta: c.beta,
 		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: ldc, AOff: c.off, BOff: c.off, COff: c.off,
-		B16: c.b16, BHalf: c.half, Operands: c.operands,
+		B16: c.b16, BHalf: c.half, Operands: c.operands, Splits: c.splits,
 	}
 	must(t, ks.Gemm(r, args))
 	must(t, r.Submit())
@@ -145,6 +155,9 @@ func (c gemmCase) run(t *testing.T, ks *Kernels, d *Device, rng *rand.Rand) floa
 
 	worst := 0.0
 	g := gamma(c.k + 2)
+	if chunks, chunk := ks.SplitK(args); chunks > 1 {
+		g = gamma(chunk + chunks + 1)
+	}
 	var scalar []float32 // the fp32 kernel's C, for a tensor-core case
 	if c.operands != NoRounding {
 		g = tensorGamma(c.k + 2)
@@ -305,7 +318,7 @@ func TestGemmTensorCores(t *testing.T) {
 		}
 		for _, s := range sizes {
 			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-				c := gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], alpha: 1, operands: f}
+				c := gemmCase{m: s[0], n: s[1], k: s[2], transA: tr[0], transB: tr[1], alpha: 1, operands: f, splits: 1}
 				if s[0]%2 == 1 {
 					c.alpha, c.beta, c.pad, c.off = 1.5, -0.75, 3, 5
 				}
@@ -710,17 +723,24 @@ func BenchmarkGemm(b *testing.B) {
 			r, err := d.NewRecorder()
 			must(b, err)
 			defer r.Close()
-			g := GemmArgs{M: s.n, N: s.n, K: s.n, Alpha: 1, A: A, B: B, C: C, Lda: s.n, Ldb: s.n, Ldc: s.n, B16: s.b16}
-			must(b, ks.Gemm(r, g)) // warm: the pipeline compiles on first use
-			must(b, r.Submit())
-			b.ResetTimer()
-			for b.Loop() {
-				must(b, ks.Gemm(r, g))
-				must(b, r.Submit())
-			}
-			b.ReportMetric(2*float64(s.n*s.n*s.n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			// One pass over K: the kernel itself (BenchmarkGemmSplitK times split-K).
+			benchGemm(b, ks, r, GemmArgs{M: s.n, N: s.n, K: s.n, Alpha: 1, A: A, B: B, C: C, Lda: s.n, Ldb: s.n, Ldc: s.n, B16: s.b16, Splits: 1})
 		})
 	}
+}
+
+// benchGemm times g, a batch of its own on r per product, after one
+// untimed run (the driver compiles the pipelines on first use), and
+// reports GFLOP/s.
+func benchGemm(b *testing.B, ks *Kernels, r *Recorder, g GemmArgs) {
+	must(b, ks.Gemm(r, g))
+	must(b, r.Submit())
+	b.ResetTimer()
+	for b.Loop() {
+		must(b, ks.Gemm(r, g))
+		must(b, r.Submit())
+	}
+	b.ReportMetric(2*float64(g.M)*float64(g.N)*float64(g.K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
 // TestTensorCoreSelfCheck: the check NewKernels runs on a tensor-core
@@ -750,5 +770,49 @@ func TestTensorCoreSelfCheck(t *testing.T) {
 	}
 	if _, ok := ks.gemm[RoundFP16]; ok {
 		t.Fatal("selfCheck left its variant in ks.gemm")
+	}
+}
+
+// TestChooseTensorTile: KernelOptions.CoopTile picks the named tile where
+// the device holds it, ChooseGemmFor's choice for "", and an error naming the tile
+// where it does not fit (its products then stay in fp32, and the banner
+// says why); a name that is no tile is refused by NewKernelsWith.
+func TestChooseTensorTile(t *testing.T) {
+	fp16 := CoopMatShape{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3}
+	dev := func(shared uint32) *PhysicalDevice {
+		return &PhysicalDevice{Name: "H100-like", core12: true, VulkanMemoryModel: true, CoopMatNVFeature: true, ShaderFloat16: true,
+			SubgroupSize: 32, MaxSharedMemory: shared, MaxWorkgroupInvocations: 1024, CoopMatShapes: []CoopMatShape{fp16}}
+	}
+	if names := CoopTileNames(); len(names) != len(coopTiles()) || names[0] != defaultCoopTile {
+		t.Fatalf("CoopTileNames() = %v: want every tile, %s first", names, defaultCoopTile)
+	}
+	for _, tc := range []struct {
+		tile   string
+		shared uint32
+		want   string // variant name, or the error's text
+	}{
+		{"", 49152, "coopmat-nv-fp16-128x128"},
+		{"128x128", 49152, "coopmat-nv-fp16-128x128"},
+		{"128x256", 49152, "coopmat-nv-fp16-128x256"},
+		{"256x128", 49152, "coopmat-nv-fp16-256x128"},
+		{"128x128s4", 49152, "coopmat-nv-fp16-128x128s4"},
+		{"", 32768, "coopmat-nv-fp16-128x256"}, // the default does not fit: the first that does
+		{"128x128", 32768, "no fp16 GEMM variant of tile 128x128 runs on H100-like"},
+		{"256x128", 32768, "no fp16 GEMM variant of tile 256x128 runs on H100-like"},
+	} {
+		got := ""
+		v, err := chooseTensor(dev(tc.shared), RoundFP16, tc.tile)
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = v.Name
+		}
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("tile %q, %d B of shared memory: got %q, want %q", tc.tile, tc.shared, got, tc.want)
+		}
+	}
+	e, _ := openKernels(t)
+	if _, err := NewKernelsWith(e.dev, KernelOptions{CoopTile: "64x64"}); err == nil || !strings.Contains(err.Error(), `no tensor-core tile "64x64" (tiles: 128x128, 128x128s4, 128x256, 256x128)`) {
+		t.Errorf("CoopTile 64x64: err %v", err)
 	}
 }

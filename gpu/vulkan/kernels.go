@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -46,6 +48,9 @@ type GemmVariant struct {
 	Name     string
 	F32, B16 string // SPIR-V file names under shaders/
 	Q4       string // the 4-bit weight variant (built on first use; the scalar variant only)
+	// SplitF32 and SplitB16 are the split-K builds (fp32 and 16-bit B;
+	// built on first use; the scalar variant only): see splitk.go.
+	SplitF32, SplitB16 string
 	// Operands is the format the variant multiplies in: NoRounding (fp32)
 	// for a general GEMM; RoundFP16 or RoundBF16 for a tensor-core one,
 	// which narrows op(A) and op(B) to that format and so runs only the
@@ -167,6 +172,7 @@ func GemmVariants() []GemmVariant {
 	return append(vs, GemmVariant{
 		Name: "scalar-tiled-64x64",
 		F32:  "gemm_f32.spv", B16: "gemm_b16.spv", Q4: "gemm_q4.spv",
+		SplitF32: "gemm_splitk_f32.spv", SplitB16: "gemm_splitk_b16.spv",
 		Operands: NoRounding,
 		// 8.5 KiB of shared memory and 256 invocations: every Vulkan device.
 		Supported: func(p *PhysicalDevice) bool { return p.MaxSharedMemory >= 8704 && p.MaxWorkgroupInvocations >= 256 },
@@ -190,6 +196,21 @@ func ChooseGemmFor(p *PhysicalDevice, f Rounding) (GemmVariant, error) {
 	return GemmVariant{}, fmt.Errorf("vulkan: no %s GEMM variant runs on %s", f, p.Name)
 }
 
+// chooseTensor is ChooseGemmFor for 16-bit operands f on tile (a
+// CoopTileNames name), where p runs it; "" is ChooseGemmFor's choice (the
+// default tile, or the first that fits).
+func chooseTensor(p *PhysicalDevice, f Rounding, tile string) (GemmVariant, error) {
+	if tile == "" {
+		return ChooseGemmFor(p, f)
+	}
+	for _, v := range GemmVariants() {
+		if v.Operands == f && strings.HasSuffix(v.Name, "-"+tile) && v.Supported(p) {
+			return v, nil
+		}
+	}
+	return GemmVariant{}, fmt.Errorf("vulkan: no %s GEMM variant of tile %s runs on %s", f, tile, p.Name)
+}
+
 // gemmKernels are one variant's two kernels (fp32 B, 16-bit B).
 type gemmKernels struct {
 	v        GemmVariant
@@ -206,10 +227,12 @@ type Kernels struct {
 	// TensorErrors holds, by operand format, why a tensor-core variant the
 	// device supports could not be built (its products run in fp32).
 	TensorErrors map[Rounding]error
-	attn         attnTensor // attention's tensor-core kernels (attention_coop.go)
-	round16      *Kernel
-	adamw        *Kernel
-	rmsnorm      *Kernel
+	// noSplitK keeps every product in one pass over K (KernelOptions).
+	noSplitK bool
+	attn     attnTensor // attention's tensor-core kernels (attention_coop.go)
+	round16  *Kernel
+	adamw    *Kernel
+	rmsnorm  *Kernel
 
 	mu   sync.Mutex
 	lazy map[string]*Kernel // built on first use (Kernels.kernel)
@@ -228,6 +251,28 @@ type KernelOptions struct {
 	// ScalarGEMM runs every product on the fp32 variant, leaving the
 	// tensor cores unused (to compare with them).
 	ScalarGEMM bool
+	// NoSplitK keeps every product in one pass over K: no split-K for
+	// products with few tiles of C and a long K (splitk.go), to compare
+	// with it. A GemmArgs.Splits other than 0 overrides it.
+	NoSplitK bool
+	// CoopTile names the tensor-core tile (CoopTileNames) the 16-bit
+	// products run on, where the device runs it (else they run in fp32,
+	// and TensorErrors says why); "" is ChooseGemmFor's choice. It is for
+	// measuring the tiles end to end: vkprobe times them product by
+	// product only.
+	CoopTile string
+}
+
+// CoopTileNames lists the tensor-core tiles KernelOptions.CoopTile takes,
+// the default first.
+func CoopTileNames() []string {
+	names := []string{defaultCoopTile}
+	for _, t := range coopTiles() {
+		if t.name != defaultCoopTile {
+			names = append(names, t.name)
+		}
+	}
+	return names
 }
 
 // NewKernels builds every kernel for d, with the GEMM variants
@@ -240,7 +285,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}}
+	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK}
 	type spec struct {
 		dst  **Kernel
 		file string
@@ -272,16 +317,27 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	// The tensor-core variants: a driver that rejects one, or a variant
 	// that fails its self-check on the device, leaves its products on the
 	// fp32 kernel (TensorErrors says why).
+	if o.CoopTile != "" && !slices.Contains(CoopTileNames(), o.CoopTile) {
+		ks.Close()
+		return nil, fmt.Errorf("vulkan: no tensor-core tile %q (tiles: %s)", o.CoopTile, strings.Join(CoopTileNames(), ", "))
+	}
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
-		tv, err := ChooseGemmFor(d.Physical, f)
-		if err != nil || o.ScalarGEMM {
+		if o.ScalarGEMM {
+			continue
+		}
+		if _, err := ChooseGemmFor(d.Physical, f); err != nil {
 			continue // none: those products run in fp32
+		}
+		if ks.TensorErrors == nil {
+			ks.TensorErrors = map[Rounding]error{}
+		}
+		tv, err := chooseTensor(d.Physical, f, o.CoopTile)
+		if err != nil { // the tile asked for does not run here
+			ks.TensorErrors[f] = err
+			continue
 		}
 		t, err := ks.buildTensor(tv)
 		if err != nil {
-			if ks.TensorErrors == nil {
-				ks.TensorErrors = map[Rounding]error{}
-			}
 			ks.TensorErrors[f] = fmt.Errorf("%s: %w", tv.Name, err)
 			continue
 		}
@@ -353,7 +409,8 @@ func (ks *Kernels) UseGemmVariant(v GemmVariant) error {
 
 // GemmNames names the GEMM variants in use: the fp32 one, then each
 // tensor-core one with the operands it takes ("scalar-tiled-64x64, fp16
-// products on coopmat-nv-fp16-128x128").
+// products on coopmat-nv-fp16-128x128"), and ", split-K off" where
+// KernelOptions.NoSplitK is set.
 func (ks *Kernels) GemmNames() string {
 	s := ks.Variant.Name
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
@@ -362,6 +419,9 @@ func (ks *Kernels) GemmNames() string {
 		} else if err := ks.TensorErrors[f]; err != nil {
 			s += fmt.Sprintf(", %s products off the tensor cores (%v)", f, err)
 		}
+	}
+	if ks.noSplitK {
+		s += ", split-K off"
 	}
 	return s
 }
@@ -480,6 +540,12 @@ type GemmArgs struct {
 	BHalf            Half
 	Operands         Rounding
 	Q4               *Q4Weight
+	// Splits is how many chunks of K the product is split into (split-K,
+	// splitk.go): 0 lets Gemm choose from the shape (Kernels.SplitK), 1
+	// keeps one pass, more asks for up to that many chunks. A split
+	// product runs on the scalar variant, whatever Operands says (the same
+	// values: exact products, fp32 sums); 4-bit B is never split.
+	Splits int
 }
 
 // Q4Weight says where a frozen 4-bit weight's parts lie in the buffer
@@ -566,6 +632,9 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	if g.B16 && g.Q4 != nil {
 		return wrap(fmt.Errorf("B cannot be both 16-bit and 4-bit"))
 	}
+	if g.Splits < 0 || (g.Splits > 1 && g.Q4 != nil) {
+		return wrap(fmt.Errorf("%d splits of K: want 0 (automatic), 1 or more, and 4-bit B is never split", g.Splits))
+	}
 	ar, ac := g.M, g.K
 	if g.TransA {
 		ar, ac = g.K, g.M
@@ -604,20 +673,16 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 	if g.A == g.C || g.B == g.C {
 		return wrap(fmt.Errorf("C must not share a buffer with A or B"))
 	}
+	if chunks, chunk := ks.SplitK(g); chunks > 1 {
+		if err := ks.gemmSplitK(r, g, chunks, chunk); err != nil {
+			return wrap(err)
+		}
+		return nil
+	}
 	gk := ks.gemmFor(g)
 	tile := gk.v.Workgroup
 	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
-	b01 := func(b bool) uint32 {
-		if b {
-			return 1
-		}
-		return 0
-	}
-	words := []uint32{
-		uint32(g.M), uint32(g.N), uint32(g.K), uint32(g.Lda), uint32(g.Ldb), uint32(g.Ldc),
-		uint32(g.AOff), uint32(g.BOff), uint32(g.COff), b01(g.TransA), b01(g.TransB),
-		math.Float32bits(g.Alpha), math.Float32bits(g.Beta), b01(g.BHalf == FP16),
-	}
+	words := gemmWords(g)
 	k := gk.f32
 	switch {
 	case g.B16:
@@ -644,6 +709,23 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 		return wrap(err)
 	}
 	return nil
+}
+
+// b01 is b as a 32-bit push constant.
+func b01(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// gemmWords are gemm.comp's push constants for g, up to b16fp16.
+func gemmWords(g GemmArgs) []uint32 {
+	return []uint32{
+		uint32(g.M), uint32(g.N), uint32(g.K), uint32(g.Lda), uint32(g.Ldb), uint32(g.Ldc),
+		uint32(g.AOff), uint32(g.BOff), uint32(g.COff), b01(g.TransA), b01(g.TransB),
+		math.Float32bits(g.Alpha), math.Float32bits(g.Beta), b01(g.BHalf == FP16),
+	}
 }
 
 // gemmFor is the variant that runs g: its operands' format's, unless that

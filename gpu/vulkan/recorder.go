@@ -2,6 +2,8 @@ package vulkan
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"unsafe"
 )
 
@@ -35,6 +37,34 @@ type Recorder struct {
 	timing    *timer // nil: no timestamps recorded
 	scope     Scope  // what the commands recorded next belong to
 	stamps    int    // timestamp writes recorded since NewRecorder
+	// part is the scratch the batch's commands share (split-K's partial
+	// products); retired are smaller ones it replaced during the batch,
+	// which commands already recorded still use: freed at its end.
+	part    *Buffer
+	retired []*Buffer
+}
+
+// scratch is a device buffer of at least size bytes for one command's
+// intermediate values, shared by every command recorded: the barrier
+// between two commands orders one's use of it after the other's. A need
+// larger than the buffer replaces it (sized to the next power of two),
+// the old one freed when the batch is done.
+func (r *Recorder) scratch(size uint64) (*Buffer, error) {
+	if r.part != nil && uint64(r.part.Size()) >= size {
+		return r.part, nil
+	}
+	if size > math.MaxInt32 {
+		return nil, fmt.Errorf("vulkan: %d bytes of scratch", size)
+	}
+	b, err := r.d.NewBuffer(1 << bits.Len64(max(size, 1<<16)-1))
+	if err != nil {
+		return nil, err
+	}
+	if r.part != nil {
+		r.retired = append(r.retired, r.part)
+	}
+	r.part = b
+	return b, nil
 }
 
 // NewRecorder makes a command pool, a command buffer and a fence.
@@ -263,6 +293,10 @@ func (r *Recorder) reset() {
 		call(f.resetDescriptorPool, r.d.h, uintptr(p), 0)
 	}
 	r.dpUsed, r.commands, r.recording, r.scope = 0, 0, false, Scope{}
+	for _, b := range r.retired {
+		b.Free()
+	}
+	r.retired = nil
 	if r.timing != nil {
 		r.timing.used, r.timing.cmds = 0, r.timing.cmds[:0]
 	}
@@ -272,6 +306,12 @@ func (r *Recorder) reset() {
 func (r *Recorder) Close() {
 	d, f := r.d, &r.d.fn
 	r.stopTiming()
+	for _, b := range append(r.retired, r.part) {
+		if b != nil {
+			b.Free()
+		}
+	}
+	r.retired, r.part = nil, nil
 	if r.fence != 0 {
 		call(f.destroyFence, d.h, uintptr(r.fence), 0)
 	}

@@ -41,7 +41,7 @@ func (ks *Kernels) selfCheck(f Rounding, t gemmKernels) (err error) {
 				if (b16 && t.b16 == nil) || (!b16 && t.f32 == nil) {
 					continue
 				}
-				c := GemmCheck{M: sh[0], N: sh[1], K: sh[2], TransA: tr[0], TransB: tr[1], B16: b16, BHalf: half, Operands: f, OverwriteC: sh[0] == 264}
+				c := GemmCheck{M: sh[0], N: sh[1], K: sh[2], TransA: tr[0], TransB: tr[1], B16: b16, BHalf: half, Operands: f, OverwriteC: sh[0] == 264, Splits: 1}
 				if _, err := ks.CheckGemm(rng, c); err != nil {
 					return fmt.Errorf("self-check of %s, %d×%d×%d transA=%v transB=%v 16-bit B=%v: %w", t.v.Name, sh[0], sh[1], sh[2], tr[0], tr[1], b16, err)
 				}
@@ -64,14 +64,19 @@ type GemmCheck struct {
 	// OverwriteC runs it with β = 0 over a C of NaNs, which a kernel
 	// must not read then.
 	OverwriteC bool
+	// Splits is GemmArgs.Splits (0: split-K where Gemm chooses it; 1: one
+	// pass, on the variant Operands picks).
+	Splits int
 }
 
 // CheckGemm runs one product of normal random values (rounded to
 // c.Operands' format; B to BHalf when B16) with α = 1.25, β = −0.5 (β = 0
 // with OverwriteC) on the device and holds every element to a float64 reference within
 // γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24 for fp32 operands and 2^-23 for
-// 16-bit ones (tensor cores may truncate fp32 sums). It returns the worst
-// error as a fraction of its bound.
+// 16-bit ones (tensor cores may truncate fp32 sums); a product Gemm splits
+// into S chunks of at most c values of K (split-K, on the scalar kernel)
+// within γ_{c+S+1}, u = 2^-24. It returns the worst error as a fraction
+// of its bound.
 func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 	d, m, n, k := ks.d, c.M, c.N, c.K
 	a, b, cv := make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
@@ -163,8 +168,9 @@ func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 		return 0, err
 	}
 	defer r.Close()
-	if err := ks.Gemm(r, GemmArgs{M: m, N: n, K: k, TransA: c.TransA, TransB: c.TransB, Alpha: alpha, Beta: float32(beta),
-		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: c.B16, BHalf: c.BHalf, Operands: c.Operands}); err != nil {
+	g := GemmArgs{M: m, N: n, K: k, TransA: c.TransA, TransB: c.TransB, Alpha: alpha, Beta: float32(beta),
+		A: A, B: B, C: C, Lda: lda, Ldb: ldb, Ldc: n, B16: c.B16, BHalf: c.BHalf, Operands: c.Operands, Splits: c.Splits}
+	if err := ks.Gemm(r, g); err != nil {
 		return 0, err
 	}
 	if err := r.Submit(); err != nil {
@@ -175,6 +181,9 @@ func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 		return 0, err
 	}
 	nu := float64(k+2) * u
+	if chunks, chunk := ks.SplitK(g); chunks > 1 { // split-K: on the scalar kernel
+		nu = float64(chunk+chunks+1) * 0x1p-24
+	}
 	gk := nu / (1 - nu)
 	worst := 0.0
 	for i := range m {

@@ -24,6 +24,14 @@
 // CPU's bit for bit, and the product is the fp32 product of them. Element
 // e of B is the row-major element e of the weight (bOff is 0).
 //
+// Compiled with -DSPLITK (and -DSPLITK -DB16) for split-K: workgroup z
+// of the grid walks only K's chunk [z·kChunk, min(K, (z+1)·kChunk)) and
+// writes its raw fp32 sums (no α, β) to the scratch bound as C, packed:
+// element (m, n) of chunk z at (z·M + m)·N + n. gemm_splitk_reduce.comp
+// then adds the chunks in order 0, 1, … and applies α, β to C, so a
+// product with few tiles of C and a long K fills the GPU with
+// chunks × tiles workgroups (kernels.go's splitK).
+//
 // A 64×64 tile of C per workgroup of 16×16 invocations, each computing a
 // 4×4 block; K is walked 16 at a time through shared memory tiles of
 // 16×64 floats for A and B (8.5 KiB in all: fits lavapipe's 32 KiB and
@@ -46,6 +54,9 @@ layout(push_constant) uniform Params {
 	uint transA, transB;
 	float alpha, beta;
 	uint b16fp16; // B16 only: 1 if B is fp16, 0 if bf16
+#ifdef SPLITK
+	uint kChunk; // the K values each workgroup z walks
+#endif
 #ifdef Q4
 	// where the blob's parts lie: word offsets of the float parts, byte
 	// offsets of the byte parts (quant.BlobLayout)
@@ -84,17 +95,24 @@ float dequant4(uint e) {
 }
 #endif
 
+#ifdef SPLITK
+uint kEnd; // this workgroup's chunk of K ends here (set in main)
+#define KEND kEnd
+#else
+#define KEND p.K
+#endif
+
 const uint TM = 64, TN = 64, TK = 16;
 shared float As[TK][TM + 1];
 shared float Bs[TK][TN + 1];
 
 float loadA(uint m, uint k) {
-	if (m >= p.M || k >= p.K) return 0.0;
+	if (m >= p.M || k >= KEND) return 0.0;
 	return p.transA != 0 ? a[p.aOff + k * p.lda + m] : a[p.aOff + m * p.lda + k];
 }
 
 float loadB(uint k, uint n) {
-	if (k >= p.K || n >= p.N) return 0.0;
+	if (k >= KEND || n >= p.N) return 0.0;
 	uint e = p.bOff + (p.transB != 0 ? n * p.ldb + k : k * p.ldb + n);
 #ifdef Q4
 	return dequant4(e);
@@ -122,7 +140,13 @@ void main() {
 	for (int i = 0; i < 4; i++)
 		for (int j = 0; j < 4; j++) acc[i][j] = 0.0;
 
-	for (uint k0 = 0; k0 < p.K; k0 += TK) {
+#ifdef SPLITK
+	uint kBeg = gl_WorkGroupID.z * p.kChunk;
+	kEnd = min(p.K, kBeg + p.kChunk);
+#else
+	const uint kBeg = 0;
+#endif
+	for (uint k0 = kBeg; k0 < KEND; k0 += TK) {
 		// 256 invocations load 16×64 = 1024 values of each tile, 4 each.
 		for (uint r = 0; r < 4; r++) {
 			uint idx = tid + r * 256;
@@ -152,10 +176,14 @@ void main() {
 		for (int j = 0; j < 4; j++) {
 			uint n = n0 + tx + 16 * j;
 			if (n >= p.N) continue;
+#ifdef SPLITK
+			c[(gl_WorkGroupID.z * p.M + m) * p.N + n] = acc[i][j];
+#else
 			uint ci = p.cOff + m * p.ldc + n;
 			float v = p.alpha * acc[i][j];
 			if (p.beta != 0.0) v = fma(p.beta, c[ci], v);
 			c[ci] = v;
+#endif
 		}
 	}
 }

@@ -3,8 +3,9 @@
 // (every GEMM variant the device runs in all transpose combinations: the
 // scalar kernel with fp32, bf16 or fp16 B, and every tile of the fp16
 // and bf16 tensor-core kernels, each with fp32 and 16-bit B; the
-// bf16/fp16 rounding kernels bit for bit), and measures each GEMM
-// variant's TFLOP/s at square and training shapes.
+// bf16/fp16 rounding kernels bit for bit; split-K on the LoRA adapters'
+// thin products), and measures each GEMM variant's TFLOP/s at square and
+// training shapes, the thin products with and without split-K.
 //
 // It is built without cgo and needs only the Vulkan loader
 // (libvulkan.so.1) and a driver (ICD) at run time:
@@ -159,10 +160,12 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 	var passed []gemmRun
 	var failed []string
 	times := map[string][]float64{}
+	onePass := map[string][]float64{} // the split shapes' times without split-K
 	rng := rand.New(rand.NewPCG(7, 8))
 	if check {
 		fmt.Println("\nchecks against the CPU (float64 reference; bound γ_{k+2}·(|α|Σ|a||b| + |βc|), u = 2^-24; tensor cores u = 2^-23:")
-		fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format)")
+		fmt.Println("they truncate in fp32 accumulation; their operands are values of their 16-bit format;")
+		fmt.Println("split-K into S chunks of at most c values of K: γ_{c+S+1}, u = 2^-24)")
 	}
 	built := map[string]error{} // by tensor-core variant: UseGemmVariant's error
 	var bs buffers
@@ -199,11 +202,17 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 			}
 		}
 		for i, sh := range shapes {
-			tf, err := timeGemm(d, ks, sh, ops[i], reps, g)
+			tf, err := timeGemm(d, ks, sh, ops[i], reps, g, 0)
 			if err != nil {
 				return fmt.Errorf("timing %s %s: %w", sh, g.name, err)
 			}
 			times[g.name] = append(times[g.name], tf)
+			if chunks, _ := ks.SplitK(sh.args()); chunks > 1 {
+				if tf, err = timeGemm(d, ks, sh, ops[i], reps, g, 1); err != nil {
+					return fmt.Errorf("timing %s %s in one pass: %w", sh, g.name, err)
+				}
+				onePass[g.name] = append(onePass[g.name], tf)
+			}
 		}
 		passed = append(passed, g)
 	}
@@ -239,11 +248,51 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 			fmt.Printf("  %s: %s\n", sh, sh.note)
 		}
 	}
+	printSplitK(ks, shapes, passed, times, onePass)
 	if len(failed) > 0 {
 		return fmt.Errorf("%d GEMM variant runs failed their checks: %s", len(failed), strings.Join(failed, ", "))
 	}
 	return nil
 }
+
+// printSplitK prints, for the shapes Gemm splits K of, each run's
+// TFLOP/s with split-K (as Gemm picks it: on the scalar kernel, whatever
+// the operands) and in one pass (on the run's variant).
+func printSplitK(ks *vulkan.Kernels, shapes []gemmShape, passed []gemmRun, times, onePass map[string][]float64) {
+	var split []int // indices into shapes
+	for i, sh := range shapes {
+		if chunks, _ := ks.SplitK(sh.args()); chunks > 1 {
+			split = append(split, i)
+		}
+	}
+	if len(split) == 0 {
+		return
+	}
+	fmt.Println("\nsplit-K: µs a product and TFLOP/s, split (the scalar kernel, chunks of K summed in order) / in one pass (the run's variant)")
+	fmt.Printf("  %-36s", "variant, B")
+	for _, i := range split {
+		fmt.Printf(" %32s", shapes[i])
+	}
+	fmt.Println()
+	for _, g := range passed {
+		fmt.Printf("  %-36s", g.name)
+		for j, i := range split {
+			sh := shapes[i]
+			us := func(tf float64) float64 { return 2 * float64(sh.m) * float64(sh.n) * float64(sh.k) / tf / 1e6 }
+			split, one := times[g.name][i], onePass[g.name][j]
+			fmt.Printf(" %32s", fmt.Sprintf("%.1f µs %.3f / %.1f µs %.3f", us(split), split, us(one), one))
+		}
+		fmt.Println()
+	}
+	for _, i := range split {
+		chunks, chunk := ks.SplitK(shapes[i].args())
+		fmt.Printf("  %s: %d chunks of %d, %d workgroups split, %d in one pass on the scalar kernel\n", shapes[i], chunks, chunk,
+			chunks*tiles(shapes[i], 64, 64), tiles(shapes[i], 64, 64))
+	}
+}
+
+// tiles is how many tm×tn tiles of C shape sh has.
+func tiles(sh gemmShape, tm, tn int) int { return ((sh.m + tm - 1) / tm) * ((sh.n + tn - 1) / tn) }
 
 // gemmRun is one way to run a GEMM: a variant, B's storage and the
 // operands' format (which picks the tensor-core variant).
@@ -300,6 +349,18 @@ type gemmShape struct {
 	note           string
 }
 
+// args are the shape's GemmArgs without buffers (packed operands).
+func (s gemmShape) args() vulkan.GemmArgs {
+	lda, ldb := s.k, s.n
+	if s.transA {
+		lda = s.m
+	}
+	if s.transB {
+		ldb = s.k
+	}
+	return vulkan.GemmArgs{M: s.m, N: s.n, K: s.k, TransA: s.transA, TransB: s.transB, Alpha: 1, Lda: lda, Ldb: ldb, Ldc: s.n}
+}
+
 func (s gemmShape) String() string {
 	t := func(b bool) string {
 		if b {
@@ -318,6 +379,14 @@ var trainingShapes = []gemmShape{
 	{m: 2048, n: 2048, k: 5632, note: "g·W: gate/up dx"},
 	{m: 2048, n: 5632, k: 2048, note: "g·W: down dx"},
 	{m: 4096, n: 2048, k: 2048, transB: true, note: "x·Wᵀ: q/o projection, 4096 tokens"},
+	// The LoRA adapters' products at rank 8 (A: 8×2048, B: 2048×8): the
+	// thin ones, K long and C a few tiles, are split-K's.
+	{m: 2048, n: 8, k: 2048, transB: true, note: "x·Aᵀ: LoRA down, rank 8"},
+	{m: 2048, n: 2048, k: 8, transB: true, note: "u·Bᵀ: LoRA up, rank 8"},
+	{m: 2048, n: 8, k: 2048, note: "dY·B: LoRA du, rank 8"},
+	{m: 8, n: 2048, k: 2048, transA: true, note: "(dY·B)ᵀ·x: LoRA dA, rank 8"},
+	{m: 2048, n: 8, k: 2048, transA: true, note: "dYᵀ·u: LoRA dB, rank 8"},
+	{m: 2048, n: 2048, k: 8, note: "du·A: LoRA dx, rank 8"},
 }
 
 // parseShape reads MxNxK, with a t after M (A transposed) or N (B
@@ -392,18 +461,21 @@ func (bs buffers) free() {
 }
 
 // checkRun runs g on the device in every transpose combination and
-// compares with the CPU: a 257×193×320 product and, for a tensor-core
-// variant, products across ragged edges, below one tile and with fp16
-// subnormal operands (|a| ≈ 2^-16).
+// compares with the CPU: a 257×193×320 product in one pass and, for a
+// tensor-core variant, products across ragged edges, below one tile and
+// with fp16 subnormal operands (|a| ≈ 2^-16); for the scalar kernel, a
+// LoRA adapter's thin product split as Gemm splits it (split-K).
 func checkRun(ks *vulkan.Kernels, rng *rand.Rand, g gemmRun) error {
-	sizes := [][4]float64{{257, 193, 320, 1}}
+	sizes := [][5]float64{{257, 193, 320, 1, 1}}
 	if g.operands != vulkan.NoRounding {
-		sizes = append(sizes, [4]float64{127, 129, 33, 1}, [4]float64{3, 5, 7, 1}, [4]float64{130, 70, 48, 0x1p-16})
+		sizes = append(sizes, [5]float64{127, 129, 33, 1, 1}, [5]float64{3, 5, 7, 1, 1}, [5]float64{130, 70, 48, 0x1p-16, 1})
+	} else {
+		sizes = append(sizes, [5]float64{1000, 8, 2048, 1, 0}) // 16 chunks of 128
 	}
 	for _, sz := range sizes {
-		m, n, k, scale := int(sz[0]), int(sz[1]), int(sz[2]), sz[3]
+		m, n, k, scale, splits := int(sz[0]), int(sz[1]), int(sz[2]), sz[3], int(sz[4])
 		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-			worst, err := gemmCheck(ks, rng, m, n, k, tr[0], tr[1], scale, g)
+			worst, err := gemmCheck(ks, rng, m, n, k, tr[0], tr[1], scale, splits, g)
 			if err != nil {
 				return fmt.Errorf("GEMM %s %d×%d×%d (A scaled by %g) transA=%v transB=%v: %w", g.name, m, n, k, scale, tr[0], tr[1], err)
 			}
@@ -411,15 +483,18 @@ func checkRun(ks *vulkan.Kernels, rng *rand.Rand, g gemmRun) error {
 			if scale != 1 {
 				s = fmt.Sprintf(", A scaled by %g", scale)
 			}
+			if chunks, chunk := ks.SplitK(vulkan.GemmArgs{M: m, N: n, K: k, Splits: splits}); chunks > 1 {
+				s += fmt.Sprintf(", split-K: %d chunks of %d", chunks, chunk)
+			}
 			fmt.Printf("  GEMM %-36s %d×%d×%d transA=%-5v transB=%-5v ok: worst error %.3f of the bound%s\n", g.name, m, n, k, tr[0], tr[1], worst, s)
 		}
 	}
 	return nil
 }
 
-func gemmCheck(ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb bool, scale float64, g gemmRun) (float64, error) {
+func gemmCheck(ks *vulkan.Kernels, rng *rand.Rand, m, n, k int, ta, tb bool, scale float64, splits int, g gemmRun) (float64, error) {
 	return ks.CheckGemm(rng, vulkan.GemmCheck{M: m, N: n, K: k, TransA: ta, TransB: tb,
-		B16: g.b16, BHalf: g.half, Operands: g.operands, AScale: scale})
+		B16: g.b16, BHalf: g.half, Operands: g.operands, AScale: scale, Splits: splits})
 }
 
 // roundCheck rounds every bf16 tie and its neighbours, every fp16 bit
@@ -506,7 +581,8 @@ func shapeOperands(d *vulkan.Device, bs *buffers, sh gemmShape) (operands, error
 
 // timeGemm is the best TFLOP/s of 3 batches of reps GEMMs of shape sh
 // on its operands o.
-func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, o operands, reps int, run gemmRun) (float64, error) {
+// splits is GemmArgs.Splits (0: as Gemm picks; 1: one pass).
+func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, o operands, reps int, run gemmRun, splits int) (float64, error) {
 	m, n, k := sh.m, sh.n, sh.k
 	A, B, C := o.a, o.b, o.c
 	r, err := d.NewRecorder()
@@ -514,15 +590,8 @@ func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, o operands, re
 		return 0, err
 	}
 	defer r.Close()
-	lda, ldb := k, n
-	if sh.transA {
-		lda = m
-	}
-	if sh.transB {
-		ldb = k
-	}
-	g := vulkan.GemmArgs{M: m, N: n, K: k, TransA: sh.transA, TransB: sh.transB, Alpha: 1, A: A, B: B, C: C,
-		Lda: lda, Ldb: ldb, Ldc: n, B16: run.b16, BHalf: run.half, Operands: run.operands}
+	g := sh.args()
+	g.A, g.B, g.C, g.B16, g.BHalf, g.Operands, g.Splits = A, B, C, run.b16, run.half, run.operands, splits
 	if err := ks.Gemm(r, g); err != nil { // warm up: the driver compiles the pipeline
 		return 0, err
 	}
