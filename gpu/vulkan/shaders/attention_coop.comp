@@ -32,8 +32,8 @@
 // (sg%2)·NF … +NF−1 (NF = MAXD/32), kept in registers across the tiles.
 //
 // Shared memory (one uint array, sh): STG, the staged operands (two
-// 64-row chunks of 32 halves for a dot tile, or 32 rows of MAXD halves of
-// X) and the forward's per-invocation row maxima; SF, a tile of fp32
+// 64-row chunks of 32 halves for a dot tile, or XK rows of MAXD halves of
+// X: all 64 for MAXD 64, 32 for 128) and the forward's per-invocation row maxima; SF, a tile of fp32
 // scores as the fragments store it (row stride 64), or of fp32 W (row
 // stride 65), or of 16-bit W (36 uints a row); the row starts and sums.
 // 27 KiB (attention_coop.go's attnCoopShared).
@@ -125,7 +125,7 @@ layout(push_constant) uniform Params {
 const uint TILE = 64u, SUB = 4u;
 const uint CH = 32u;                 // head-dimension chunk of a staged dot operand
 const uint LDC = (CH + 8u) / 2u;     // uints per staged dot row (padded by 8 halves)
-const uint XK = 32u;                 // rows of X staged at a time
+const uint XK = MAXD <= 64u ? 64u : 32u; // rows of X staged at a time (all 64 when they fit STG)
 const uint LDX = (MAXD + 8u) / 2u;   // uints per staged X row
 const uint NF = MAXD / 32u;          // output fragments per subgroup
 const uint LDW = (TILE + 8u) / 2u;   // uints per 16-bit W row
