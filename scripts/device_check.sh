@@ -7,7 +7,7 @@
 #                        carries at most 64 MiB with the repository: carry
 #                        .devcarry)
 # device_check.sh run    there, on an NVIDIA GPU host without Go (OUT names
-#                        the folder for the logs): in about 300 s, at once,
+#                        the folder for the logs): in at most 420 s, at once,
 #                        - cores 0-3: vkprobe (every GEMM variant checked
 #                          against float64 and timed, split-K against one
 #                          pass), TinyLlama-1.1B-shaped LoRA tokens/s on the
@@ -16,8 +16,9 @@
 #                          scalar GEMM) and its per-kernel profile,
 #                          PyTorch's bf16 eager on the same card, the per-op
 #                          parity suite, quickstart training against the CPU
-#                          engine, the tensor-core GEMM test and the
-#                          attention benchmark;
+#                          engine, the tensor-core GEMM and attention
+#                          tests and the attention benchmark (scalar and
+#                          tensor-core kernels);
 #                        - cores 4-5: scripts/bench_vs_torch.sh 3 1 on the
 #                          host CPU (mixtune native and oneDNN against
 #                          PyTorch's CPU autocast, fp32 and bf16, tokens/s
@@ -54,6 +55,11 @@ gpu() {
 	local tiny="--vocab 32000 --dim 2048 --layers 22 --heads 32 --seq 2048 --batch 1" run name
 	echo "== vkprobe $(date +%T)"
 	timeout 60 "$G/vkprobe" -device "$uuid" -sizes 4096 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst"
+	# the tensor cores' correctness first, then the timings
+	echo "== TestGemmTensorCores $(date +%T)"
+	(cd gpu/vulkan && timeout 30 "$G/vulkan.test" -test.run '^TestGemmTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|variant|FAIL|PASS" | grep -v "    --- PASS")
+	echo "== TestAttentionTensorCores $(date +%T)"
+	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 40 "$G/vulkan.test" -test.run '^TestAttentionTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|products|FAIL|PASS|differs")
 	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-128x256 --precision bf16 --base-dtype bf16 --gemm-tile 128x256" \
 		"bf16-no-split-k --precision bf16 --base-dtype bf16 --no-split-k" "bf16-scalar --precision bf16 --base-dtype bf16 --scalar-gemm"; do
 		set -- $run
@@ -74,10 +80,8 @@ gpu() {
 	(cd gpu/vkengine && timeout 40 "$G/vkengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- FAIL|ok|FAIL|PASS)")
 	echo "== training against the CPU $(date +%T)"
 	(cd train && timeout 40 "$G/train.test" -test.run '^TestVulkanQuickstartMatchesCPU$' -test.v 2>&1 | grep -E "^--- |worst relative")
-	echo "== TestGemmTensorCores $(date +%T)"
-	(cd gpu/vulkan && timeout 30 "$G/vulkan.test" -test.run 'TensorCores' -test.v 2>&1 | grep -E "^--- |worst|variant|FAIL|PASS" | grep -v "    --- PASS")
-	echo "== attention benchmark $(date +%T)"
-	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 30 "$G/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x 2>&1 | grep -E "Benchmark|FAIL")
+	echo "== attention benchmark (scalar and coopmat kernels) $(date +%T)"
+	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 40 "$G/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x 2>&1 | grep -E "Benchmark|FAIL")
 	echo "gpu done $(date +%T)"
 }
 
@@ -112,7 +116,7 @@ run() {
 	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 	export -f gpu cpu_vs_torch
 	export G M uuid
-	taskset -c 0-3 timeout 320 bash -c gpu >"$OUT/gpu.log" 2>&1 &
+	taskset -c 0-3 timeout 420 bash -c gpu >"$OUT/gpu.log" 2>&1 &
 	taskset -c 4,5 timeout 300 bash -c cpu_vs_torch >"$OUT/cpu.log" 2>&1 &
 	(taskset -c 14,15 timeout 280 bash scripts/bf16_device_check.sh run .devcarry/bf16 >"$OUT/bf16.log" 2>&1) &
 	wait

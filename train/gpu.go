@@ -131,6 +131,11 @@ func openGPU(c ComputeConfig, sel device.Selection) (*gpuEngine, string, error) 
 		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
 	}
 	g.variant = g.eng.Kernels.GemmNames()
+	// attention's kernels, where its 16-bit products run on tensor cores
+	// or a self-check kept them off
+	if a := g.eng.Kernels.AttentionNames(); strings.Contains(a, "products") {
+		g.variant += " · " + a
+	}
 	return g, reason, nil
 }
 

@@ -489,3 +489,61 @@ func attentionTolerance(t *testing.T, s nn.AttentionShape, pol *amp.Policy) floa
 	}
 	return tol
 }
+
+// TestAttentionTensorCoreOperands: the engine marks attention's operands
+// as 16-bit values (vulkan.AttentionShape.Operands, which lets the
+// products run on tensor cores) exactly where they are: under the bf16
+// and fp16 policies, with the softmax in fp32 or bf16, q, k and v arrive
+// in the scores' and values' format and dO (the backward's fourth input)
+// rounded to the output's, the values' format; in fp32 nothing is marked.
+func TestAttentionTensorCoreOperands(t *testing.T) {
+	e := openEngine(t)
+	bf16, fp16 := amp.DefaultPolicy(amp.BF16), amp.DefaultPolicy(amp.FP16)
+	bf16Softmax := amp.DefaultPolicy(amp.BF16)
+	if err := bf16Softmax.Move("softmax", amp.LowPrecision); err != nil {
+		t.Fatal(err)
+	}
+	s := attentionCases[0].s
+	for _, c := range []struct {
+		name string
+		pol  *amp.Policy
+		want vulkan.Rounding
+	}{{"fp32", nil, vulkan.NoRounding}, {"bf16", &bf16, vulkan.RoundBF16}, {"bf16 softmax", &bf16Softmax, vulkan.RoundBF16}, {"fp16", &fp16, vulkan.RoundFP16}} {
+		b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+		b.Policy = c.pol
+		out, wrt, dy := buildCase(t, b, opCase{name: c.name, build: attentionBuild(s), policy: c.pol})
+		if _, err := G.Backpropagate(G.Nodes{out}, G.Nodes{dy}, wrt); err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.Compile(b.G, b.IsParam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, nd := range p.nodes {
+			spec := nd.spec
+			switch spec.Kind {
+			case "attention":
+			case "attention.backward":
+				spec = *nd.spec.Forward
+				if g := p.nodes[nd.inN[3]]; c.want != vulkan.NoRounding && (g == nil || g.spec.Out != spec.Out) {
+					t.Errorf("%s: dO does not come from an op rounding it to the output's format %v", c.name, spec.Out)
+				}
+			default:
+				continue
+			}
+			seen++
+			sh, err := attentionShape(p, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sh.Operands != c.want {
+				t.Errorf("%s %s: operands marked %v, want %v", c.name, nd.spec.Kind, sh.Operands, c.want)
+			}
+		}
+		p.Close()
+		if seen != 2 {
+			t.Errorf("%s: %d attention ops, want the forward and its backward", c.name, seen)
+		}
+	}
+}

@@ -22,6 +22,15 @@ func attentionShape(p *Program, spec nn.OpSpec) (vulkan.AttentionShape, error) {
 	}
 	s := vulkan.AttentionShape{Batch: a.Batch, SeqLen: a.SeqLen, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim,
 		Window: a.Window, Scores: rounding(a.Scores), Softmax: rounding(a.Softmax), Values: rounding(a.Values)}
+	// The products may run on tensor cores (vulkan's tensor-core attention,
+	// where the device has one) when every operand is a value of one 16-bit
+	// format: q and k of the scores', v of the values', the same format,
+	// and dO rounded to the output's (nn's gradIn rounds the gradient an op
+	// receives to its output format); P and dS are then rounded to it too.
+	if a.Scores == a.Values && a.Scores != amp.FP32 && len(spec.In) == 3 &&
+		spec.In[0] == a.Scores && spec.In[1] == a.Scores && spec.In[2] == a.Values && spec.Out == a.Values {
+		s.Operands = rounding(a.Scores)
+	}
 	if a.Positions != nil {
 		b, err := p.HostInts(a.Positions)
 		if err != nil {

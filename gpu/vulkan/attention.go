@@ -23,6 +23,14 @@ type AttentionShape struct {
 	// of the probabilities, and of the probabilities as the values
 	// matmul reads them.
 	Scores, Softmax, Values Rounding
+	// Operands is the format every value of Q, K and V (and of dO, for
+	// AttentionBackward) already has (the graph's casts and gradient
+	// roundings put them there): RoundBF16 or RoundFP16, with Scores and
+	// Values rounded to it too, lets the kernels run the products on that
+	// format's tensor cores where the device has them (attention_coop.go),
+	// exact in their products and fp32 in their sums like the scalar
+	// kernel. NoRounding, the zero value, keeps the scalar kernel.
+	Operands Rounding
 }
 
 // AttentionMaxHeadDim is the largest head dimension the kernels take:
@@ -94,7 +102,7 @@ func (s AttentionShape) check(ks *Kernels, q, k, v *Buffer) error {
 	if s.HeadDim <= 0 || s.HeadDim > AttentionMaxHeadDim {
 		return fmt.Errorf("head dimension %d: the kernels take 1 to %d", s.HeadDim, AttentionMaxHeadDim)
 	}
-	for _, r := range []Rounding{s.Scores, s.Softmax, s.Values} {
+	for _, r := range []Rounding{s.Scores, s.Softmax, s.Values, s.Operands} {
 		if r > RoundFP16 {
 			return fmt.Errorf("unknown rounding %d", r)
 		}
@@ -161,7 +169,7 @@ func (ks *Kernels) AttentionForward(r *Recorder, s AttentionShape, q, k, v, stat
 	if out == q || out == k || out == v || out == stats {
 		return wrap(fmt.Errorf("out must not share a buffer with q, k, v or stats"))
 	}
-	kern, err := ks.kernel(s.kernelFile("fwd"), 10, attnPush)
+	kern, err := ks.kernel(ks.attentionFile(s, "fwd"), 10, attnPush)
 	if err != nil {
 		return wrap(err)
 	}
@@ -269,7 +277,7 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	push := s.push(g.DQRound, g.DKRound, g.DVRound, roundHeads, need)
 	pos := standIn(s.Positions, q)
 	if need&3 != 0 { // dQ and dK need the row sums
-		kern, err := ks.kernel(s.kernelFile("dq"), 10, attnPush)
+		kern, err := ks.kernel(ks.attentionFile(s, "dq"), 10, attnPush)
 		if err != nil {
 			return wrap(err)
 		}
@@ -281,7 +289,7 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	if need&6 == 0 {
 		return nil
 	}
-	kern, err := ks.kernel(s.kernelFile("dkv"), 10, attnPush)
+	kern, err := ks.kernel(ks.attentionFile(s, "dkv"), 10, attnPush)
 	if err != nil {
 		return wrap(err)
 	}

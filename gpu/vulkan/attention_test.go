@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/mixtune/mixtune/amp"
 )
 
 // TestAttentionBadArguments: the attention kernels refuse shapes they
@@ -112,11 +114,13 @@ func TestAttentionBadArguments(t *testing.T) {
 //
 // A product is 2·HeadDim flops; GFLOP/op is the flops a run executes,
 // GFLOP/s those over the time, so the dK/dV pass alone takes backward's
-// time less dq's for 4 products.
+// time less dq's for 4 products. Each runs on the scalar kernel
+// ("scalar") and, where the device runs them, on the tensor-core kernels
+// ("coopmat": the products' operands are bf16 values, Operands).
 func BenchmarkAttention(b *testing.B) {
 	e, ks := openKernels(b)
 	d := e.dev
-	s := AttentionShape{Batch: 1, SeqLen: 2048, Heads: 32, KVHeads: 4, HeadDim: 64, Scores: RoundBF16, Values: RoundBF16}
+	s := AttentionShape{Batch: 1, SeqLen: 2048, Heads: 32, KVHeads: 4, HeadDim: 64, Scores: RoundBF16, Values: RoundBF16, Operands: RoundBF16}
 	if d.Physical.Type == TypeCPU {
 		s.SeqLen = 256
 	}
@@ -128,7 +132,7 @@ func BenchmarkAttention(b *testing.B) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		xs := make([]float32, n)
 		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
+			xs[i] = amp.BF16.Round(float32(rng.NormFloat64())) // the values Operands promises
 		}
 		must(b, buf.WriteFloat32(0, xs))
 		return buf
@@ -157,17 +161,26 @@ func BenchmarkAttention(b *testing.B) {
 				DQRound: RoundBF16, DKRound: RoundBF16, DVRound: RoundBF16, RoundHeadsK: true, RoundHeadsV: true})
 		}},
 	} {
-		b.Run(fmt.Sprintf("%s_T%d_H%d_KV%d_D%d", c.name, s.SeqLen, s.Heads, s.KVHeads, s.HeadDim), func(b *testing.B) {
-			must(b, c.record()) // warm: the pipeline compiles on first use
-			must(b, r.Submit())
-			b.ResetTimer()
-			for b.Loop() {
-				must(b, c.record())
-				must(b, r.Submit())
+		builds := ks.attn.builds
+		for _, kernel := range []string{"scalar", "coopmat"} {
+			if kernel == "scalar" {
+				ks.attn.builds = nil
+			} else if ks.attn.builds = builds; s.tensorFormat() == NoRounding || builds[s.tensorFormat()] == (attnBuild{}) {
+				continue // no tensor-core attention here
 			}
-			flops := c.products * product
-			b.ReportMetric(flops/1e9, "GFLOP/op")
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
+			b.Run(fmt.Sprintf("%s_T%d_H%d_KV%d_D%d_%s", c.name, s.SeqLen, s.Heads, s.KVHeads, s.HeadDim, kernel), func(b *testing.B) {
+				must(b, c.record()) // warm: the pipeline compiles on first use
+				must(b, r.Submit())
+				b.ResetTimer()
+				for b.Loop() {
+					must(b, c.record())
+					must(b, r.Submit())
+				}
+				flops := c.products * product
+				b.ReportMetric(flops/1e9, "GFLOP/op")
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+		ks.attn.builds = builds
 	}
 }

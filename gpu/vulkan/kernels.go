@@ -229,6 +229,7 @@ type Kernels struct {
 	TensorErrors map[Rounding]error
 	// noSplitK keeps every product in one pass over K (KernelOptions).
 	noSplitK bool
+	attn     attnTensor // attention's tensor-core kernels (attention_coop.go)
 	round16  *Kernel
 	adamw    *Kernel
 	rmsnorm  *Kernel
@@ -342,6 +343,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		}
 		ks.gemm[f] = t
 	}
+	ks.chooseAttention()
 	return ks, nil
 }
 

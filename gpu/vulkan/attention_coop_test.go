@@ -1,0 +1,251 @@
+package vulkan
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// attnCoopCases cover what the tensor-core kernels must do as the scalar
+// one does: causal masking over a ragged last tile (T not a multiple of
+// 64), packed documents starting mid-tile, a window reaching across
+// tiles, grouped heads (2 and 4 query heads a key/value head, and none),
+// head dimensions 64 and 128 and two below their class (40 and 18: zero
+// columns in the fragments; 18, no multiple of 4, staged two values at a
+// time rather than four), two batch rows, and both formats. lavapipe compiles
+// each set of kernels (a head-dimension class, a format) on first use in
+// about 25 s on 2 cores, the scalar kernel's too: the formats and classes
+// are spread over the cases rather than crossed, and -short (the
+// validation run) keeps the first two.
+var attnCoopCases = []struct {
+	name    string
+	s       AttentionShape
+	docs    []int
+	formats []Rounding
+}{
+	{"causal ragged", AttentionShape{Batch: 2, SeqLen: 70, Heads: 2, KVHeads: 2, HeadDim: 64}, nil, []Rounding{RoundBF16, RoundFP16}},
+	{"head dim 40 window", AttentionShape{Batch: 1, SeqLen: 66, Heads: 2, KVHeads: 2, HeadDim: 40, Window: 20}, nil, []Rounding{RoundFP16}},
+	{"head dim 18", AttentionShape{Batch: 1, SeqLen: 40, Heads: 2, KVHeads: 1, HeadDim: 18}, []int{25, 15}, []Rounding{RoundBF16}},
+	{"packed gqa", AttentionShape{Batch: 1, SeqLen: 100, Heads: 4, KVHeads: 2, HeadDim: 64}, []int{37, 50, 13}, []Rounding{RoundBF16, RoundFP16}},
+	{"window mqa", AttentionShape{Batch: 1, SeqLen: 130, Heads: 4, KVHeads: 1, HeadDim: 64, Window: 45}, nil, []Rounding{RoundBF16}},
+	{"head dim 128 packed gqa", AttentionShape{Batch: 1, SeqLen: 90, Heads: 2, KVHeads: 1, HeadDim: 128}, []int{70, 20}, []Rounding{RoundBF16}},
+}
+
+// useEmulatedAttention gives both 16-bit formats' attention to the
+// -DEMULATE builds of attention_coop.comp (their fragments in plain
+// code), until the test ends.
+func useEmulatedAttention(t *testing.T, ks *Kernels) {
+	t.Helper()
+	had := ks.attn.builds
+	ks.attn.builds = map[Rounding]attnBuild{RoundFP16: {"attention_coop_emu", RoundFP16}, RoundBF16: {"attention_coop_emu", RoundBF16}}
+	t.Cleanup(func() { ks.attn.builds = had })
+}
+
+// TestAttentionCoopEmulated runs the tensor-core attention kernels'
+// source on any device, lavapipe included, with the fragments emulated
+// (fp32 fmas in k order), for bf16 and fp16 products:
+//   - against attnReference (float64 on the same 16-bit inputs, every
+//     value within its bound: the products' sums within γ_n·Σ|a||b|
+//     propagated through the softmax and its backward, a rounding point
+//     exact unless a boundary lies within its value's error);
+//   - against the scalar kernel, bit for bit: the emulation sums each
+//     product in the scalar kernel's order (d in order; keys, or queries,
+//     in order, tile after tile), so any difference is in the rest of the
+//     kernel (staging, masks, the fragments' layout, the ways out);
+//   - twice, bit-identical;
+//
+// then the scalar kernel against the same reference, the reference
+// against a faulty kernel, and the self-check NewKernels runs.
+func TestAttentionCoopEmulated(t *testing.T) {
+	_, ks := openKernels(t)
+	rng := rand.New(rand.NewPCG(41, 43))
+	worst := map[Rounding]float64{}
+	cases := attnCoopCases
+	if testing.Short() {
+		cases = cases[:2]
+	}
+	for _, c := range cases {
+		for _, f := range c.formats {
+			rc := newAttnCase(rng, c.s, f, c.docs)
+			t.Run(c.name+"/"+f.String(), func(t *testing.T) {
+				useEmulatedAttention(t, ks)
+				if got := ks.attentionFile(rc.s, "dkv"); !strings.Contains(got, "coop_emu") {
+					t.Fatalf("the shape runs %s, not the emulated tensor-core kernel", got)
+				}
+				got, err := ks.runAttention(rc)
+				must(t, err)
+				w, differ, n, err := attnCompare(attnReference(rc), got, 1)
+				if err != nil {
+					t.Fatalf("%s: %v", rc, err)
+				}
+				t.Logf("%s: worst error %.3g of the bound; %d of %d values differ from the float64 reference's", rc, w, differ, n)
+				worst[f] = max(worst[f], w)
+				again, err := ks.runAttention(rc)
+				must(t, err)
+				if d := attnDiffer(got, again); d != "" {
+					t.Errorf("rerun differs: %s", d)
+				}
+				ks.attn.builds = nil // the scalar kernel
+				scalar, err := ks.runAttention(rc)
+				must(t, err)
+				if d := attnDiffer(got, scalar); d != "" {
+					t.Errorf("emulated tensor-core kernel differs from the scalar kernel: %s", d)
+				}
+			})
+		}
+	}
+	for f, w := range worst {
+		t.Logf("%s: worst error %.3g of the bound", f, w)
+	}
+	// on the same device: lavapipe compiles each kernel once per device
+	t.Run("scalar kernel against the reference", func(t *testing.T) { attnScalarAgainstReference(t, ks) })
+	t.Run("the reference catches a dropped rounding point", func(t *testing.T) { attnReferenceCatchesFaults(t, ks) })
+	t.Run("self-check", func(t *testing.T) { attnCoopSelfCheck(t, ks) })
+}
+
+// attnDiffer names the first value where a and b differ in bits, or "".
+func attnDiffer(a, b attnOutputs) string {
+	for _, x := range []struct {
+		name string
+		a, b []float32
+	}{{"O", a.o, b.o}, {"stats", a.stats, b.stats}, {"dQ", a.dq, b.dq}, {"dK", a.dk, b.dk}, {"dV", a.dv, b.dv}} {
+		for i := range x.a {
+			if math.Float32bits(x.a[i]) != math.Float32bits(x.b[i]) {
+				return x.name + "[" + strconv.Itoa(i) + "]: " + strconv.FormatFloat(float64(x.a[i]), 'g', -1, 32) + " and " + strconv.FormatFloat(float64(x.b[i]), 'g', -1, 32)
+			}
+		}
+	}
+	return ""
+}
+
+// attnScalarAgainstReference holds the scalar kernel to the same
+// float64 reference and bound (it is a correct kernel too, so the bound
+// must hold for it): a check of the bound as much as of the kernel.
+func attnScalarAgainstReference(t *testing.T, ks *Kernels) {
+	ks.attn.builds = nil
+	rng := rand.New(rand.NewPCG(47, 53))
+	worst := 0.0
+	for _, c := range attnCoopCases[:2] {
+		for _, f := range c.formats {
+			rc := newAttnCase(rng, c.s, f, c.docs)
+			got, err := ks.runAttention(rc)
+			must(t, err)
+			w, differ, n, err := attnCompare(attnReference(rc), got, 1)
+			if err != nil {
+				t.Fatalf("%s: %v", rc, err)
+			}
+			t.Logf("%s: worst error %.3g of the bound; %d of %d values differ from the float64 reference's", rc, w, differ, n)
+			worst = max(worst, w)
+		}
+	}
+	t.Logf("scalar kernel: worst error %.3g of the bound", worst)
+}
+
+// attnReferenceCatchesFaults: the reference's bound is tight
+// enough to see what a wrong kernel does: the scalar kernel run with a
+// rounding point dropped (P not rounded to the values' format before
+// P·V, dS not rounded) fails it.
+func attnReferenceCatchesFaults(t *testing.T, ks *Kernels) {
+	ks.attn.builds = nil
+	rng := rand.New(rand.NewPCG(59, 61))
+	rc := newAttnCase(rng, attnCoopCases[0].s, RoundBF16, nil)
+	ref := attnReference(rc)
+	bad := rc
+	bad.s.Values, bad.s.Operands = NoRounding, NoRounding // P·V and dP in fp32
+	got, err := ks.runAttention(bad)
+	must(t, err)
+	if _, _, _, err := attnCompare(ref, got, 1); err == nil {
+		t.Error("a kernel without the values' rounding point passes the reference")
+	}
+}
+
+// attnCoopSelfCheck: the check NewKernels runs before using the
+// tensor-core attention kernels passes their emulated bf16 builds and
+// refuses a planted fault (fp16 products on the build that narrows to
+// bf16), leaving the kernels in use as they were. (The fp16 builds are
+// the same source but for narrow: TestAttentionCoopEmulated runs them;
+// each build lavapipe compiles costs CI about 25 s, so -short, the
+// validation run, checks the fault alone.)
+func attnCoopSelfCheck(t *testing.T, ks *Kernels) {
+	before := ks.AttentionNames()
+	if !testing.Short() {
+		if err := ks.attnSelfCheck(RoundBF16, attnBuild{"attention_coop_emu", RoundBF16}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := ks.attnSelfCheck(RoundFP16, attnBuild{"attention_coop_emu", RoundBF16})
+	if err == nil || !strings.Contains(err.Error(), "self-check of the fp16 attention kernels") {
+		t.Fatalf("fp16 products on the bf16 build: %v, want a self-check failure", err)
+	}
+	t.Logf("planted fault: %v", err)
+	if got := ks.AttentionNames(); got != before {
+		t.Errorf("after the self-checks AttentionNames() = %q, was %q", got, before)
+	}
+}
+
+// TestAttentionTensorCores checks the tensor-core attention kernels the
+// device runs (a GPU with cooperative matrices; NewKernels self-checked
+// them) on every case of attnCoopCases in both formats: against
+// attnReference within its bound, against the scalar kernel within twice
+// it (each is within the bound of the reference), and twice
+// bit-identical. It skips where no tensor-core attention is in use, as on
+// lavapipe (TestAttentionCoopEmulated runs their source there).
+func TestAttentionTensorCores(t *testing.T) {
+	e, ks := openKernels(t)
+	var formats []Rounding
+	for _, f := range []Rounding{RoundBF16, RoundFP16} {
+		if name, ok := ks.AttentionVariant(f); ok {
+			t.Logf("%s products: %s", f, name)
+			formats = append(formats, f)
+		}
+	}
+	if len(formats) == 0 {
+		t.Skipf("%s runs no tensor-core attention (%s): it needs the tensor-core GEMM of the format in use (cooperative matrices)", e.dev.Physical.Name, ks.AttentionNames())
+	}
+	rng := rand.New(rand.NewPCG(67, 71))
+	builds := ks.attn.builds
+	defer func() { ks.attn.builds = builds }()
+	for _, f := range formats {
+		worst, worstScalar := 0.0, 0.0
+		for _, c := range attnCoopCases {
+			rc := newAttnCase(rng, c.s, f, c.docs)
+			ks.attn.builds = builds
+			got, err := ks.runAttention(rc)
+			must(t, err)
+			ref := attnReference(rc)
+			w, differ, n, err := attnCompare(ref, got, 1)
+			if err != nil {
+				t.Fatalf("%s: %v", rc, err)
+			}
+			t.Logf("%s: worst error %.3g of the bound; %d of %d values differ from the float64 reference's", rc, w, differ, n)
+			worst = max(worst, w)
+			again, err := ks.runAttention(rc)
+			must(t, err)
+			if d := attnDiffer(got, again); d != "" {
+				t.Errorf("%s: rerun differs: %s", rc, d)
+			}
+			ks.attn.builds = nil
+			scalar, err := ks.runAttention(rc)
+			must(t, err)
+			// the scalar kernel's values as a reference with twice the bound
+			sref := attnRefResult{o: attnBounded{f64(scalar.o), ref.o.bound}, stats: attnBounded{f64(scalar.stats), ref.stats.bound},
+				dq: attnBounded{f64(scalar.dq), ref.dq.bound}, dk: attnBounded{f64(scalar.dk), ref.dk.bound}, dv: attnBounded{f64(scalar.dv), ref.dv.bound}}
+			ws, _, _, err := attnCompare(sref, got, 2)
+			if err != nil {
+				t.Errorf("%s: against the scalar kernel: %v", rc, err)
+			}
+			worstScalar = max(worstScalar, ws)
+		}
+		t.Logf("%s: worst error %.3g of the bound against float64, %.3g of twice it against the scalar kernel", f, worst, worstScalar)
+	}
+}
+
+func f64(xs []float32) []float64 {
+	ys := make([]float64, len(xs))
+	for i, x := range xs {
+		ys[i] = float64(x)
+	}
+	return ys
+}
