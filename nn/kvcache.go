@@ -8,8 +8,6 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
-
-	"github.com/mixtune/mixtune/blas"
 )
 
 // KVCache is what decoding keeps between runs of a graph: for every
@@ -163,7 +161,7 @@ func (o *attentionCacheOp) Do(vs ...G.Value) (G.Value, error) {
 	t, out := o.buf.get()
 	qw, group := s.Heads*s.HeadDim, s.Heads/s.KVHeads
 	scale := float32(1 / math.Sqrt(float64(s.HeadDim)))
-	be := o.eng.BLAS
+	paths := attnPathsOf[float32](&o.opBase, o.f) // the training graph's
 	o.eng.parallel(len(c.segs)*s.KVHeads, 1, func(lo, hi int) {
 		var p, pv []float32
 		for u := lo; u < hi; u++ {
@@ -177,7 +175,7 @@ func (o *attentionCacheOp) Do(vs ...G.Value) (G.Value, error) {
 			K, V := c.k[g.seq][l][kh*s.HeadDim:], c.v[g.seq][l][kh*s.HeadDim:]
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := g.row*qw + h*s.HeadDim
-				blas.Gemm(be, false, true, g.rows, keys, s.HeadDim, scale, q[qOff:], qw, K, w, 0, p, keys)
+				attnGemm(o.eng, paths.scores, false, true, g.rows, keys, s.HeadDim, scale, q[qOff:], qw, K, w, 0, p, keys)
 				round(o.f.scores, p)
 				for i := 0; i < g.rows; i++ {
 					at, first := g.pos+i, 0
@@ -187,7 +185,7 @@ func (o *attentionCacheOp) Do(vs ...G.Value) (G.Value, error) {
 					causalSoftmaxRow(p[i*keys:(i+1)*keys], first, at)
 				}
 				round(o.f.softmax, p)
-				blas.Gemm(be, false, false, g.rows, s.HeadDim, keys, 1, asValues(o.f, p, pv), keys, V, w, 0, out[qOff:], qw)
+				attnGemm(o.eng, paths.values, false, false, g.rows, s.HeadDim, keys, 1, asValues(o.f, p, pv), keys, V, w, 0, out[qOff:], qw)
 			}
 		}
 	})

@@ -3,6 +3,7 @@ package nn
 import (
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -14,9 +15,9 @@ import (
 
 // attentionOutput runs one attention op on q, k, v ([rows, width] each) in a
 // float32 graph and returns its output.
-func attentionOutput(t *testing.T, be blas.Backend, policy *amp.Policy, s AttentionShape, q, k, v []float32) []float64 {
+func attentionOutput(t *testing.T, e *Engine, policy *amp.Policy, s AttentionShape, q, k, v []float32) []float64 {
 	t.Helper()
-	b := NewBuilder(&Engine{BLAS: be, Workers: 2}, tensor.Float32)
+	b := NewBuilder(e, tensor.Float32)
 	b.Policy = policy
 	n := len(q) / (s.Heads * s.HeadDim)
 	out := b.Attention(b.Param("q", []int{n, s.Heads * s.HeadDim}, q, false),
@@ -42,7 +43,8 @@ func attentionOutput(t *testing.T, be blas.Backend, policy *amp.Policy, s Attent
 // On the native backend, whose every element of a product is summed in
 // an order that depends on k alone, and where the keys training weights
 // by 0 beyond a row's position add exact zeros, the rows are the training
-// op's bits, in fp32 and under the bf16 policy. On another backend
+// op's bits, in fp32 and under the bf16 policy, and so are they with
+// attention's bf16 products on the native bf16 GEMM. On another backend
 // (gonum, OpenBLAS where it loads) the products may sum in other orders;
 // in fp32 the bound follows from the standard one for a sum of k
 // products, |error| ≤ γ_k·Σ|a·b| with γ_k = k·u/(1−k·u), u = 2⁻²⁴, for
@@ -70,24 +72,41 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 		{"gqa window", AttentionShape{Batch: 2, SeqLen: 40, Heads: 4, KVHeads: 2, HeadDim: 8, Window: 7}},
 		{"mqa long", AttentionShape{Batch: 2, SeqLen: 300, Heads: 3, KVHeads: 1, HeadDim: 16}},
 	}
-	backends := []blas.Backend{blas.Native{Workers: 2}, blas.Gonum{}}
+	// The engines and the policies each runs: the native backend in fp32
+	// and bf16, the others in fp32 (see above), and the native backend
+	// with each native bf16 GEMM that runs here (real or the Go models of
+	// its kernels, whose sums' order also depends on k alone) in bf16,
+	// where attention's products run on that GEMM.
+	type engine struct {
+		be       blas.Backend
+		bf16     blas.BF16Gemmer
+		policies []*amp.Policy
+	}
+	engines := []engine{{blas.Native{Workers: 2}, nil, []*amp.Policy{nil, &bf16}}, {blas.Gonum{}, nil, []*amp.Policy{nil}}}
 	if ob, err := blas.OpenOpenBLAS(1); err == nil {
-		backends = append(backends, ob)
+		engines = append(engines, engine{ob, nil, []*amp.Policy{nil}})
 	} else {
 		t.Logf("OpenBLAS not checked: %v", err)
+	}
+	for _, g := range realBF16Gemmers(t, 2) {
+		if nb, ok := g.(*blas.NativeBF16); ok {
+			engines = append(engines, engine{blas.Native{Workers: 2}, &productCounter{NativeBF16: nb}, []*amp.Policy{&bf16}})
+		}
 	}
 	const u = 0x1p-24
 	gamma := func(k int) float64 { return float64(k) * u / (1 - float64(k)*u) }
 	for _, tc := range cases {
-		for _, be := range backends {
+		for _, en := range engines {
+			be := en.be
 			_, native := be.(blas.Native)
-			for _, policy := range []*amp.Policy{nil, &bf16} {
-				if !native && policy != nil {
-					continue
-				}
+			eng := func() *Engine { return &Engine{BLAS: be, BF16: en.bf16, Workers: 2} }
+			for _, policy := range en.policies {
 				name := tc.name + "/" + be.Name() + "/fp32"
 				if policy != nil {
 					name = tc.name + "/" + be.Name() + "/bf16"
+				}
+				if en.bf16 != nil {
+					name = tc.name + "/" + en.bf16.Name() + "/bf16"
 				}
 				t.Run(name, func(t *testing.T) {
 					s, T := tc.s, tc.s.SeqLen
@@ -101,7 +120,7 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 						return x
 					}
 					q, k, v := rnd(2*T*qw), rnd(2*T*kw), rnd(2*T*kw)
-					want := attentionOutput(t, be, policy, s, q, k, v)
+					want := attentionOutput(t, eng(), policy, s, q, k, v)
 					const maxAbs = 2 // of every q, k and v
 					scale := 1 / math.Sqrt(float64(s.HeadDim))
 					maxS := scale * float64(s.HeadDim) * maxAbs * maxAbs
@@ -141,7 +160,14 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 						}
 						cs := s
 						cs.Batch, cs.SeqLen, cs.Cache = n, 1, c
-						got := attentionOutput(t, be, policy, cs, pick(q, qw), pick(k, kw), pick(v, kw))
+						var before int64
+						if pc, ok := en.bf16.(*productCounter); ok {
+							before = pc.calls.Load()
+						}
+						got := attentionOutput(t, eng(), policy, cs, pick(q, qw), pick(k, kw), pick(v, kw))
+						if pc, ok := en.bf16.(*productCounter); ok && pc.calls.Load() == before {
+							t.Fatalf("run %d: no product of the cached attention ran on %s", ri, pc.Name())
+						}
 						for r, i := range src {
 							for j := 0; j < qw; j++ {
 								g, w := got[r*qw+j], want[i*qw+j]
@@ -158,6 +184,17 @@ func TestCachedAttentionMatchesAttention(t *testing.T) {
 			}
 		}
 	}
+}
+
+// productCounter is a native bf16 GEMM counting its products.
+type productCounter struct {
+	*blas.NativeBF16
+	calls atomic.Int64
+}
+
+func (c *productCounter) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, pb *blas.PackedBF16, beta float32, cm []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	c.calls.Add(1)
+	c.NativeBF16.Gemm(transA, transB, m, n, k, alpha, a, b, pb, beta, cm, ldc, done)
 }
 
 func TestKVCacheRows(t *testing.T) {
