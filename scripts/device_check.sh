@@ -117,7 +117,7 @@ run() {
 	export -f gpu cpu_vs_torch
 	export G M uuid
 	taskset -c 0-3 timeout 420 bash -c gpu >"$OUT/gpu.log" 2>&1 &
-	taskset -c 4,5 timeout 300 bash -c cpu_vs_torch >"$OUT/cpu.log" 2>&1 &
+	taskset -c 4,5 timeout 420 bash -c cpu_vs_torch >"$OUT/cpu.log" 2>&1 &
 	(taskset -c 14,15 timeout 280 bash scripts/bf16_device_check.sh run .devcarry/bf16 >"$OUT/bf16.log" 2>&1) &
 	wait
 	echo "end $(date +%T): logs in $OUT (gpu.log, cpu.log, bf16.log)"
