@@ -3,7 +3,9 @@ package train
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"runtime/pprof"
 	"time"
 
 	"github.com/mixtune/mixtune/amp"
@@ -57,6 +59,9 @@ type BenchConfig struct {
 	// Profile times every command of the timed steps with GPU timestamps
 	// (the Vulkan engine only) and reports the time by kernel and op kind.
 	Profile bool
+	// CPUProfile, when not nil, receives a Go CPU profile (runtime/pprof)
+	// of the timed steps alone: no setup, warm-up or backend measurement.
+	CPUProfile io.Writer
 }
 
 // DefaultBench is the benchmark configuration.
@@ -179,13 +184,24 @@ func Bench(c BenchConfig) (BenchResult, error) {
 			return BenchResult{}, fmt.Errorf("bench: profile on %s: %w", b.gpu.phys.Name, err)
 		}
 	}
+	if c.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(c.CPUProfile); err != nil {
+			return BenchResult{}, fmt.Errorf("bench: CPU profile: %w", err)
+		}
+	}
 	t0 := time.Now()
 	for i := 0; i < c.Steps; i++ {
 		if err := b.step(); err != nil {
+			if c.CPUProfile != nil {
+				pprof.StopCPUProfile()
+			}
 			return BenchResult{}, err
 		}
 	}
 	dt := time.Since(t0).Seconds() / float64(c.Steps)
+	if c.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	res := b.result(dt)
 	if prof != nil {
 		if err := b.gpu.eng.Time(nil); err != nil {

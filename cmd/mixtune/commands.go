@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
@@ -91,7 +92,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm] [--no-split-k] [--gemm-tile T]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm] [--no-split-k] [--gemm-tile T]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--cpuprofile FILE] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -121,6 +122,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.Quantize.Double, "double-quant", true, "with --quantize: quantize the per-block absmax values to 8 bits too")
 	asJSON := fs.Bool("json", false, "print one JSON line")
 	fs.BoolVar(&c.Profile, "profile", false, "with --vulkan-device: time every GPU command of the timed steps with GPU timestamps and print where the step's time goes, by kernel and op kind")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the timed steps to this file (go tool pprof FILE)")
 	fs.BoolVar(&c.Overlap, "overlap", true, "under mpirun or srun: sum gradients during the backward pass")
 	bucketMB := fs.Float64("bucket-mb", 4, "under mpirun or srun, with --overlap: MiB of gradients per sum")
 	allreduce := fs.String("allreduce", "native", "under mpirun or srun: native or ordered sums")
@@ -165,6 +167,14 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	red, err := dist.ParseReduction(*allreduce)
 	if err != nil {
 		return usageError{"--allreduce: " + err.Error()}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return usageError{"--cpuprofile: " + err.Error()}
+		}
+		defer f.Close()
+		c.CPUProfile = f
 	}
 	// Under a launcher every rank computes its rows of the batch; rank 0
 	// reports.

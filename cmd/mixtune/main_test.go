@@ -403,6 +403,7 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{[]string{"bench", "--heads", "8", "--kv-heads", "3"}, "--kv-heads 3 must divide --heads 8"},
 		{[]string{"bench", "--warmup", "-1"}, "--warmup must be 0 or more, got -1"},
 		{[]string{"bench", "--profile"}, "--profile: the profile is of the Vulkan engine's GPU kernels; give --vulkan-device"},
+		{[]string{"bench", "--cpuprofile", filepath.Join(dir, "no-such-dir", "cpu.prof")}, "--cpuprofile: open " + filepath.Join(dir, "no-such-dir", "cpu.prof")},
 		{[]string{"generate", "--model", modelDir, "--prompt", "x", "--temperature", "NaN"}, "--temperature must be a finite number >= 0, got NaN"},
 		{[]string{"extract-lora", "--base", modelDir, "--tuned", nanModel, "--rank", "2", "--out", filepath.Join(dir, "x")}, "tensor model.layers.0.self_attn.v_proj.weight holds a non-finite value"},
 	} {

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,6 +51,35 @@ func TestPrintProfile(t *testing.T) {
 				t.Errorf("times line %q", lines[1])
 			}
 		})
+	}
+}
+
+// mixtune bench --cpuprofile FILE writes a Go CPU profile of the timed
+// steps: a gzipped pprof protobuf that names mixtune's functions.
+func TestBenchCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	code, out, stderr := runIn(t, "bench", "--vocab", "64", "--dim", "64", "--layers", "1", "--heads", "2", "--ffn", "96", "--seq", "64", "--batch", "4",
+		"--steps", "60", "--warmup", "0", "--blas", "native", "--cpuprofile", path)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, stderr)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s is not gzipped: %v", path, err)
+	}
+	body, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the profile's string table holds the sampled functions' names: the
+	// timed steps (about half a second) run mixtune's kernels
+	if !bytes.Contains(body, []byte("github.com/mixtune/mixtune/")) {
+		t.Errorf("the profile (%d bytes unzipped) names no function of mixtune", len(body))
 	}
 }
 

@@ -779,40 +779,44 @@ func TestTensorCoreSelfCheck(t *testing.T) {
 // says why); a name that is no tile is refused by NewKernelsWith.
 func TestChooseTensorTile(t *testing.T) {
 	fp16 := CoopMatShape{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3}
-	dev := func(shared uint32) *PhysicalDevice {
+	dev := func(shared, invocations uint32) *PhysicalDevice {
 		return &PhysicalDevice{Name: "H100-like", core12: true, VulkanMemoryModel: true, CoopMatNVFeature: true, ShaderFloat16: true,
-			SubgroupSize: 32, MaxSharedMemory: shared, MaxWorkgroupInvocations: 1024, CoopMatShapes: []CoopMatShape{fp16}}
+			SubgroupSize: 32, MaxSharedMemory: shared, MaxWorkgroupInvocations: invocations, CoopMatShapes: []CoopMatShape{fp16}}
 	}
 	if names := CoopTileNames(); len(names) != len(coopTiles()) || names[0] != defaultCoopTile {
 		t.Fatalf("CoopTileNames() = %v: want every tile, %s first", names, defaultCoopTile)
 	}
+	// shared memory: 128x256 29,184 B, 256x128 33,280 B, 128x128 and
+	// 128x128s4 37,888 B; invocations: 128x128s4 128, the others 256
 	for _, tc := range []struct {
-		tile   string
-		shared uint32
-		want   string // variant name, or the error's text
+		tile                string
+		shared, invocations uint32
+		want                string // variant name, or the error's text
 	}{
-		{"", 49152, "coopmat-nv-fp16-128x128"},
-		{"128x128", 49152, "coopmat-nv-fp16-128x128"},
-		{"128x256", 49152, "coopmat-nv-fp16-128x256"},
-		{"256x128", 49152, "coopmat-nv-fp16-256x128"},
-		{"128x128s4", 49152, "coopmat-nv-fp16-128x128s4"},
-		{"", 32768, "coopmat-nv-fp16-128x256"}, // the default does not fit: the first that does
-		{"128x128", 32768, "no fp16 GEMM variant of tile 128x128 runs on H100-like"},
-		{"256x128", 32768, "no fp16 GEMM variant of tile 256x128 runs on H100-like"},
+		{"", 49152, 1024, "coopmat-nv-fp16-128x256"},
+		{"128x128", 49152, 1024, "coopmat-nv-fp16-128x128"},
+		{"128x256", 49152, 1024, "coopmat-nv-fp16-128x256"},
+		{"256x128", 49152, 1024, "coopmat-nv-fp16-256x128"},
+		{"128x128s4", 49152, 1024, "coopmat-nv-fp16-128x128s4"},
+		{"", 32768, 1024, "coopmat-nv-fp16-128x256"},
+		{"", 49152, 128, "coopmat-nv-fp16-128x128s4"}, // the default does not fit: the first that does
+		{"128x128", 32768, 1024, "no fp16 GEMM variant of tile 128x128 runs on H100-like"},
+		{"256x128", 32768, 1024, "no fp16 GEMM variant of tile 256x128 runs on H100-like"},
+		{"", 16384, 1024, "no fp16 GEMM variant runs on H100-like"},
 	} {
 		got := ""
-		v, err := chooseTensor(dev(tc.shared), RoundFP16, tc.tile)
+		v, err := chooseTensor(dev(tc.shared, tc.invocations), RoundFP16, tc.tile)
 		if err != nil {
 			got = err.Error()
 		} else {
 			got = v.Name
 		}
 		if !strings.Contains(got, tc.want) {
-			t.Errorf("tile %q, %d B of shared memory: got %q, want %q", tc.tile, tc.shared, got, tc.want)
+			t.Errorf("tile %q, %d B of shared memory, %d invocations: got %q, want %q", tc.tile, tc.shared, tc.invocations, got, tc.want)
 		}
 	}
 	e, _ := openKernels(t)
-	if _, err := NewKernelsWith(e.dev, KernelOptions{CoopTile: "64x64"}); err == nil || !strings.Contains(err.Error(), `no tensor-core tile "64x64" (tiles: 128x128, 128x128s4, 128x256, 256x128)`) {
+	if _, err := NewKernelsWith(e.dev, KernelOptions{CoopTile: "64x64"}); err == nil || !strings.Contains(err.Error(), `no tensor-core tile "64x64" (tiles: 128x256, 128x128, 128x128s4, 256x128)`) {
 		t.Errorf("CoopTile 64x64: err %v", err)
 	}
 }

@@ -67,8 +67,11 @@ const coopM, coopN, coopK = 16, 16, 16
 
 // defaultCoopTile names the coopTile whose variants GemmVariants lists
 // first for each 16-bit format, so ChooseGemmFor takes them where the
-// device runs them (vkprobe times every tile).
-const defaultCoopTile = "128x128"
+// device runs them (vkprobe times every tile). 128×256: on an H100 it ran
+// the base's bf16 products 1.3–1.4× faster than 128×128 and TinyLlama's
+// LoRA step 1.14× (docs/gpus.md); a device that cannot hold it takes the
+// first tile that fits.
+const defaultCoopTile = "128x256"
 
 // coopTile is one build of gemm_coopmat.comp (shaders/build.txt): the
 // workgroup's tile of C, its invocations (subgroups of 32) and its K step.
