@@ -27,6 +27,15 @@
 #                        - cores 14-15: scripts/bf16_device_check.sh with
 #                          oneDNN (the bf16 units: AMX and VDPBF16PS tests,
 #                          GEMMs, the linear and attention benchmarks).
+# device_check.sh diagnose   there, after run, in at most 280 s: how long
+#                        an engine takes to start with the driver's shader
+#                        cache cold and warm, TinyLlama-1.1B-shaped tokens/s
+#                        (fp32; bf16 on the default tile and on 128x128)
+#                        against PyTorch's bf16 eager and SDPA, the per-op
+#                        parity suite given 150 s, vkprobe's GEMM timings
+#                        without its checks; on cores 4-5, `mixtune bench`
+#                        in bf16 with the base in fp32 and in bf16, with a
+#                        Go CPU profile of each (OUT gets cpu-*.prof).
 # How the 2026-11-26 H100 figures in docs/gpus.md and docs/mixed-precision.md
 # were made (then with the 8B rows of docs/qlora.md on cores 4-13).
 set -uo pipefail
@@ -85,6 +94,46 @@ gpu() {
 	echo "gpu done $(date +%T)"
 }
 
+# gpu_diagnose: diagnose's GPU half (see the top of this file).
+gpu_diagnose() {
+	local tiny="--vocab 32000 --dim 2048 --layers 22 --heads 32 --seq 2048 --batch 1" small="--vocab 512 --dim 256 --layers 2 --heads 4 --ffn 688 --seq 128 --batch 2" run name t0 rc
+	for run in cold warm; do
+		t0=$(date +%s%N)
+		timeout 90 "$M" bench $small --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --json >/dev/null 2>&1
+		rc=$?
+		echo "engine start and one small bf16 step, driver cache $run: $((($(date +%s%N) - t0) / 1000000)) ms (exit $rc)"
+	done
+	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-128x128 --precision bf16 --base-dtype bf16 --gemm-tile 128x128"; do
+		set -- $run
+		name=$1
+		shift
+		echo "mixtune tinyllama $name: $(timeout 50 "$M" bench $tiny --ffn 5632 --steps 3 --warmup 1 --vulkan-device "$uuid" "$@" --json 2>&1 | tail -1 | grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"peak_rss_bytes":[0-9]*' | tr '\n' ' ')"
+	done
+	echo "== PyTorch tinyllama bf16 eager, then SDPA $(date +%T)"
+	timeout 40 python3 "$G/torch_peer.py" $tiny --hidden 5632 --steps 3 --adapters lora --modes bf16 --device cuda --base-dtype bf16 2>&1 | tail -1
+	timeout 40 python3 "$G/torch_peer.py" $tiny --hidden 5632 --steps 3 --adapters lora --modes bf16 --device cuda --base-dtype bf16 --sdpa 2>&1 | tail -1
+	echo "== per-op parity suite $(date +%T)"
+	(cd gpu/vkengine && timeout 150 "$G/vkengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- FAIL|ok|FAIL|PASS)|^--- PASS" | tail -60)
+	echo "== vkprobe without checks $(date +%T)"
+	timeout 40 "$G/vkprobe" -device "$uuid" -sizes 4096 -check=false 2>&1 | grep -v "cooperative-matrix shape" | tail -40
+	echo "gpu done $(date +%T)"
+}
+
+# cpu_diagnose: diagnose's CPU half: bf16 with the base in fp32 and in
+# bf16, each with its Go CPU profile in OUT.
+cpu_diagnose() {
+	lscpu | grep -E 'Model name' || true
+	local s b blas
+	local -A shape=([bench]="--vocab 512 --dim 256 --layers 4 --heads 8 --ffn 688 --seq 128 --batch 8" [mid]="--vocab 8192 --dim 512 --layers 8 --heads 8 --ffn 1376 --seq 256 --batch 4")
+	for s in bench mid; do
+		for b in fp32 bf16; do
+			echo "$s base $b native: $(timeout 60 "$M" bench ${shape[$s]} --blas native --precision bf16 --base-dtype $b --steps 6 --warmup 1 --cpuprofile "$OUT/cpu-$s-$b.prof" --json 2>&1 | tail -1)"
+		done
+	done
+	echo "mid base bf16 onednn, hardware: $(LD_LIBRARY_PATH=$DNNL_DIR timeout 60 "$M" bench ${shape[mid]} --blas onednn --precision bf16 --bf16-matmul hardware --base-dtype bf16 --steps 6 --warmup 1 --cpuprofile "$OUT/cpu-mid-bf16-onednn.prof" --json 2>&1 | tail -1)"
+	echo "cpu done $(date +%T)"
+}
+
 # cpu_vs_torch: issue 23's table on two of the host's cores, mixtune's
 # native and oneDNN backends against PyTorch's CPU autocast.
 cpu_vs_torch() {
@@ -96,10 +145,9 @@ cpu_vs_torch() {
 	echo "cpu done $(date +%T)"
 }
 
-run() {
-	: "${OUT:?OUT must name a folder for the logs}"
-	unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-	export PYTHONUNBUFFERED=1
+# unpack: the binaries, oneDNN and (where the host has none) the Vulkan
+# loader; G, M, DNNL_DIR and uuid for the checks.
+unpack() {
 	tar xJf .devcarry/bin.tar.xz -C .devcarry
 	chmod +x .devcarry/gpucheck/* .devcarry/bf16/*
 	G=$PWD/.devcarry/gpucheck M=$PWD/.devcarry/gpucheck/mixtune
@@ -113,9 +161,16 @@ run() {
 	local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 	[[ -e $icd ]] && export VK_DRIVER_FILES=$icd __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1 | tr -d ' ')
+	export G M uuid
+}
+
+run() {
+	: "${OUT:?OUT must name a folder for the logs}"
+	unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+	export PYTHONUNBUFFERED=1
+	unpack
 	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 	export -f gpu cpu_vs_torch
-	export G M uuid
 	taskset -c 0-3 timeout 420 bash -c gpu >"$OUT/gpu.log" 2>&1 &
 	taskset -c 4,5 timeout 420 bash -c cpu_vs_torch >"$OUT/cpu.log" 2>&1 &
 	(taskset -c 14,15 timeout 280 bash scripts/bf16_device_check.sh run .devcarry/bf16 >"$OUT/bf16.log" 2>&1) &
@@ -123,11 +178,26 @@ run() {
 	echo "end $(date +%T): logs in $OUT (gpu.log, cpu.log, bf16.log)"
 }
 
+# diagnose: the follow-up run (see the top of this file).
+diagnose() {
+	: "${OUT:?OUT must name a folder for the logs}"
+	unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+	export PYTHONUNBUFFERED=1
+	unpack
+	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+	export -f gpu_diagnose cpu_diagnose
+	taskset -c 0-3 timeout 280 bash -c gpu_diagnose >"$OUT/gpu.log" 2>&1 &
+	taskset -c 4,5 timeout 280 bash -c cpu_diagnose >"$OUT/cpu.log" 2>&1 &
+	wait
+	echo "end $(date +%T): logs in $OUT"
+}
+
 case "${1:-}" in
 pack) pack ;;
 run) run ;;
+diagnose) diagnose ;;
 *)
-	echo "usage: $0 pack|run" >&2
+	echo "usage: $0 pack|run|diagnose" >&2
 	exit 2
 	;;
 esac
