@@ -158,15 +158,20 @@ func (ks *Kernels) attnCoopFits(b attnBuild) error {
 	return nil
 }
 
+// attnCheckShape is one of the self-check's shapes and its documents.
+type attnCheckShape struct {
+	s    AttentionShape
+	docs []int // document lengths of each batch row (nil: one)
+}
+
 // attnCheckShapes are the self-check's shapes: each head-dimension class,
 // a ragged last tile, several tiles, grouped heads, packed documents and
 // a window.
-var attnCheckShapes = []struct {
-	s    AttentionShape
-	docs []int // document lengths of each batch row (nil: one)
-}{
-	{AttentionShape{Batch: 1, SeqLen: 80, Heads: 2, KVHeads: 1, HeadDim: 64}, []int{30, 50}},
-	{AttentionShape{Batch: 1, SeqLen: 70, Heads: 2, KVHeads: 2, HeadDim: 128, Window: 33}, nil},
+func attnCheckShapes() []attnCheckShape {
+	return []attnCheckShape{
+		{AttentionShape{Batch: 1, SeqLen: 80, Heads: 2, KVHeads: 1, HeadDim: 64}, []int{30, 50}},
+		{AttentionShape{Batch: 1, SeqLen: 70, Heads: 2, KVHeads: 2, HeadDim: 128, Window: 33}, nil},
+	}
 }
 
 // attnSelfCheck runs build b's tensor-core attention kernels for the
@@ -187,7 +192,7 @@ func (ks *Kernels) attnSelfCheck(f Rounding, b attnBuild) (err error) {
 		}
 	}()
 	rng := rand.New(rand.NewPCG(31, 37))
-	for _, c := range attnCheckShapes {
+	for _, c := range attnCheckShapes() {
 		rc := newAttnCase(rng, c.s, f, c.docs)
 		got, err := ks.runAttention(rc)
 		if err != nil {

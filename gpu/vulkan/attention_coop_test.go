@@ -74,13 +74,7 @@ func TestAttentionCoopEmulated(t *testing.T) {
 				if got := ks.attentionFile(rc.s, "dkv"); !strings.Contains(got, "coop_emu") {
 					t.Fatalf("the shape runs %s, not the emulated tensor-core kernel", got)
 				}
-				got, err := ks.runAttention(rc)
-				must(t, err)
-				w, differ, n, err := attnCompare(attnReference(rc), got, 1)
-				if err != nil {
-					t.Fatalf("%s: %v", rc, err)
-				}
-				t.Logf("%s: worst error %.3g of the bound; %d of %d values differ from the float64 reference's", rc, w, differ, n)
+				got, _, w := attnRunAgainstReference(t, ks, rc)
 				worst[f] = max(worst[f], w)
 				again, err := ks.runAttention(rc)
 				must(t, err)
@@ -103,6 +97,23 @@ func TestAttentionCoopEmulated(t *testing.T) {
 	t.Run("scalar kernel against the reference", func(t *testing.T) { attnScalarAgainstReference(t, ks) })
 	t.Run("the reference catches a dropped rounding point", func(t *testing.T) { attnReferenceCatchesFaults(t, ks) })
 	t.Run("self-check", func(t *testing.T) { attnCoopSelfCheck(t, ks) })
+}
+
+// attnRunAgainstReference runs rc on the attention kernels ks has in use
+// and holds every output to attnReference within its bound, failing the
+// test where one is outside it; it logs how close the worst came and
+// returns the outputs, the reference and that worst ratio to the bound.
+func attnRunAgainstReference(t *testing.T, ks *Kernels, rc attnRefCase) (attnOutputs, attnRefResult, float64) {
+	t.Helper()
+	got, err := ks.runAttention(rc)
+	must(t, err)
+	ref := attnReference(rc)
+	w, differ, n, err := attnCompare(ref, got, 1)
+	if err != nil {
+		t.Fatalf("%s: %v", rc, err)
+	}
+	t.Logf("%s: worst error %.3g of the bound; %d of %d values differ from the float64 reference's", rc, w, differ, n)
+	return got, ref, w
 }
 
 // attnDiffer names the first value where a and b differ in bits, or "".
@@ -130,13 +141,7 @@ func attnScalarAgainstReference(t *testing.T, ks *Kernels) {
 	for _, c := range attnCoopCases[:2] {
 		for _, f := range c.formats {
 			rc := newAttnCase(rng, c.s, f, c.docs)
-			got, err := ks.runAttention(rc)
-			must(t, err)
-			w, differ, n, err := attnCompare(attnReference(rc), got, 1)
-			if err != nil {
-				t.Fatalf("%s: %v", rc, err)
-			}
-			t.Logf("%s: worst error %.3g of the bound; %d of %d values differ from the float64 reference's", rc, w, differ, n)
+			_, _, w := attnRunAgainstReference(t, ks, rc)
 			worst = max(worst, w)
 		}
 	}
@@ -212,14 +217,7 @@ func TestAttentionTensorCores(t *testing.T) {
 		for _, c := range attnCoopCases {
 			rc := newAttnCase(rng, c.s, f, c.docs)
 			ks.attn.builds = builds
-			got, err := ks.runAttention(rc)
-			must(t, err)
-			ref := attnReference(rc)
-			w, differ, n, err := attnCompare(ref, got, 1)
-			if err != nil {
-				t.Fatalf("%s: %v", rc, err)
-			}
-			t.Logf("%s: worst error %.3g of the bound; %d of %d values differ from the float64 reference's", rc, w, differ, n)
+			got, ref, w := attnRunAgainstReference(t, ks, rc)
 			worst = max(worst, w)
 			again, err := ks.runAttention(rc)
 			must(t, err)

@@ -124,12 +124,7 @@ func attnReference(c attnRefCase) attnRefResult {
 					tiles := i/64 + 2
 					m, dm, lo := math.Inf(-1), 0.0, math.Inf(1)
 					for j := st; j <= i; j++ {
-						var dot, abs float64
-						for d := range D {
-							x := float64(c.q[qBase+i*qw+d]) * float64(c.k[kBase+j*kw+d])
-							dot += x
-							abs += math.Abs(x)
-						}
+						dot, abs := rowDot(c.q[qBase+i*qw:][:D], c.k[kBase+j*kw:][:D])
 						x := scale * dot
 						S[j], Sb[j] = roundedWithin(s.Scores, x, scale*gammaN(D+1, attnUSum)*abs)
 						m = max(m, S[j])
@@ -160,25 +155,14 @@ func attnReference(c attnRefCase) attnRefResult {
 					}
 					// O
 					for d := range D {
-						var sum, abs, del float64
-						for j := st; j <= i; j++ {
-							vv := float64(c.v[kBase+j*kw+d])
-							sum += P[j] * vv
-							abs += math.Abs(P[j] * vv)
-							del += Pb[j] * math.Abs(vv)
-						}
+						sum, abs, del := keysWeighted(P[st:i+1], Pb[st:i+1], c.v, kBase+st*kw+d, kw)
 						at := qBase + i*qw + d
 						res.o.want[at], res.o.bound[at] = roundedWithin(c.out, sum, del+gammaN(n, attnUSum)*abs)
 					}
 					// dP, the row sum, dS
 					var r, dr, rAbs float64
 					for j := st; j <= i; j++ {
-						var y, abs float64
-						for d := range D {
-							x := float64(c.dO[qBase+i*qw+d]) * float64(c.v[kBase+j*kw+d])
-							y += x
-							abs += math.Abs(x)
-						}
+						y, abs := rowDot(c.dO[qBase+i*qw:][:D], c.v[kBase+j*kw:][:D])
 						yv, yb := roundedWithin(s.Values, y, gammaN(D, attnUSum)*abs)
 						dP[j], dPb[j] = roundedWithin(s.Softmax, yv, yb)
 						r += pr[j] * dP[j]
@@ -193,13 +177,7 @@ func attnReference(c attnRefCase) attnRefResult {
 					}
 					// dQ
 					for d := range D {
-						var sum, abs, del float64
-						for j := st; j <= i; j++ {
-							kv := float64(c.k[kBase+j*kw+d])
-							sum += dS[j] * kv
-							abs += math.Abs(dS[j] * kv)
-							del += dSb[j] * math.Abs(kv)
-						}
+						sum, abs, del := keysWeighted(dS[st:i+1], dSb[st:i+1], c.k, kBase+st*kw+d, kw)
 						x := scale * sum
 						at := qBase + i*qw + d
 						res.dq.want[at], res.dq.bound[at] = roundedWithin(c.dq, x, scale*(del+gammaN(n, attnUSum)*abs)+attnUOp*math.Abs(x))
@@ -265,6 +243,31 @@ func attnReference(c attnRefCase) attnRefResult {
 		}
 	}
 	return res
+}
+
+// rowDot is the float64 dot product of a query row's head and a key's
+// (as q·k or dO·v), with Σ|a_d·b_d| for the sum's γ.
+func rowDot(a, b []float32) (dot, abs float64) {
+	for d := range a {
+		x := float64(a[d]) * float64(b[d])
+		dot += x
+		abs += math.Abs(x)
+	}
+	return dot, abs
+}
+
+// keysWeighted is the float64 sum Σ_j w_j·x_j over the keys a query row
+// sees (w_j its weight, as P or dS; x_j one column of V or K, the j-th at
+// at + j·stride), with Σ|w_j·x_j| for the sum's γ and Σ wb_j·|x_j|, the
+// weights' errors (bounds wb) carried through the products.
+func keysWeighted(w, wb []float64, x []float32, at, stride int) (sum, abs, del float64) {
+	for j := range w {
+		xv := float64(x[at+j*stride])
+		sum += w[j] * xv
+		abs += math.Abs(w[j] * xv)
+		del += wb[j] * math.Abs(xv)
+	}
+	return sum, abs, del
 }
 
 // attnShare is one query head's share of dK or dV: its terms' sum, their

@@ -402,7 +402,7 @@ func TestGemmCoopmatEmulated(t *testing.T) {
 			h        string
 			f32, b16 bool
 		}{{RoundFP16, "fp16", true, true}, {RoundBF16, "bf16", false, true}} {
-			g := gemmKernels{v: GemmVariant{Name: "emulated coopmat " + emu.h + " " + tile.name, Operands: emu.f, Workgroup: [2]uint32{tile.m, tile.n}}}
+			g := gemmKernels{v: GemmVariant{Name: "emulated coopmat " + emu.h + " " + tile.name, Tile: tile.name, Operands: emu.f, Workgroup: [2]uint32{tile.m, tile.n}}}
 			var err error
 			if emu.f32 {
 				g.f32, err = ks.kernel(tile.spirv(emu.h, "f32", true), 3, gemmPush)
@@ -751,7 +751,7 @@ func TestTensorCoreSelfCheck(t *testing.T) {
 	_, ks := openKernels(t)
 	var good gemmKernels
 	for _, tile := range emulatedTiles(t, ks.d.Physical) {
-		good = gemmKernels{v: GemmVariant{Name: "emulated coopmat fp16 " + tile.name, Operands: RoundFP16, Workgroup: [2]uint32{tile.m, tile.n}}}
+		good = gemmKernels{v: GemmVariant{Name: "emulated coopmat fp16 " + tile.name, Tile: tile.name, Operands: RoundFP16, Workgroup: [2]uint32{tile.m, tile.n}}}
 		var err error
 		good.f32, err = ks.kernel(tile.spirv("fp16", "f32", true), 3, gemmPush)
 		must(t, err)
@@ -786,6 +786,21 @@ func TestChooseTensorTile(t *testing.T) {
 	if names := CoopTileNames(); len(names) != len(coopTiles()) || names[0] != defaultCoopTile {
 		t.Fatalf("CoopTileNames() = %v: want every tile, %s first", names, defaultCoopTile)
 	}
+	// each tensor-core variant names its coopTile (the scalar one none),
+	// the tile its name ends in and its workgroup computes
+	tiles := map[string]coopTile{}
+	for _, tile := range coopTiles() {
+		tiles[tile.name] = tile
+	}
+	for _, v := range GemmVariants() {
+		tile, ok := tiles[v.Tile]
+		switch {
+		case v.Operands == NoRounding && v.Tile != "":
+			t.Errorf("%s: the scalar variant has Tile %q, want none", v.Name, v.Tile)
+		case v.Operands != NoRounding && (!ok || !strings.HasSuffix(v.Name, "-"+v.Tile) || v.Workgroup != [2]uint32{tile.m, tile.n}):
+			t.Errorf("%s: Tile %q, workgroup %v: not one coopTile's", v.Name, v.Tile, v.Workgroup)
+		}
+	}
 	// shared memory: 128x256 29,184 B, 256x128 33,280 B, 128x128 and
 	// 128x128s4 37,888 B; invocations: 128x128s4 128, the others 256
 	for _, tc := range []struct {
@@ -810,6 +825,9 @@ func TestChooseTensorTile(t *testing.T) {
 			got = err.Error()
 		} else {
 			got = v.Name
+			if tc.tile != "" && v.Tile != tc.tile {
+				t.Errorf("tile %q: chose %s, whose Tile is %q", tc.tile, v.Name, v.Tile)
+			}
 		}
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("tile %q, %d B of shared memory, %d invocations: got %q, want %q", tc.tile, tc.shared, tc.invocations, got, tc.want)

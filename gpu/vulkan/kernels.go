@@ -46,6 +46,7 @@ func (h Half) String() string {
 // Supported accepts the device.
 type GemmVariant struct {
 	Name     string
+	Tile     string // the coopTile a tensor-core variant is built of ("" for the scalar variant)
 	F32, B16 string // SPIR-V file names under shaders/
 	Q4       string // the 4-bit weight variant (built on first use; the scalar variant only)
 	// SplitF32 and SplitB16 are the split-K builds (fp32 and 16-bit B;
@@ -164,6 +165,7 @@ func GemmVariants() []GemmVariant {
 		for _, t := range tiles {
 			vs = append(vs, GemmVariant{
 				Name: fmt.Sprintf("coopmat-%s-%s-%s", f.api, f.h, t.name),
+				Tile: t.name,
 				F32:  t.spirv(f.h, "f32", false), B16: t.spirv(f.h, "b16", false),
 				Operands:  f.r,
 				Supported: func(p *PhysicalDevice) bool { return f.ok(p, t) },
@@ -207,7 +209,7 @@ func chooseTensor(p *PhysicalDevice, f Rounding, tile string) (GemmVariant, erro
 		return ChooseGemmFor(p, f)
 	}
 	for _, v := range GemmVariants() {
-		if v.Operands == f && strings.HasSuffix(v.Name, "-"+tile) && v.Supported(p) {
+		if v.Operands == f && v.Tile == tile && v.Supported(p) {
 			return v, nil
 		}
 	}
