@@ -231,6 +231,26 @@ func bf16Bits(x float32) uint16 {
 
 func bf16FromBits(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
 
+// Bits16Slice encodes float32 values as 16-bit values of f (BF16 or
+// FP16): dst[i] = f.Bits16(src[i]), for len(src) values, rounding to
+// nearest even. bf16 GEMMs that read bits call it on their fp32 operands
+// per product, so it avoids per-value calls.
+func (f Format) Bits16Slice(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	if n := narrow16Fast(f, dst, src); n > 0 {
+		dst, src = dst[n:], src[n:]
+	}
+	if f == FP16 {
+		for i, x := range src {
+			dst[i] = uint16(float16.Fromfloat32(x))
+		}
+		return
+	}
+	for i, x := range src {
+		dst[i] = bf16Bits(x)
+	}
+}
+
 // FromBits16Slice widens 16-bit values of f to float32: dst[i] =
 // f.FromBits16(src[i]), for len(src) values (exact: every fp16 and bf16
 // value is a float32). Matmuls over 16-bit weights call it per block, so

@@ -85,6 +85,22 @@ func widenBF16AVX2(dst []float32, src []uint16)
 //go:noescape
 func widenFP16F16C(dst []float32, src []uint16)
 
+//go:noescape
+func narrowBF16AVX2(dst []uint16, src []float32)
+
+// narrow16Fast encodes the leading multiple of 8 values of src as bf16
+// bits in assembly where the CPU allows (fp16 never: it stays on the
+// scalar path), and returns how many it encoded. bf16 GEMMs that take
+// bits (oneDNN's) have their fp32 operands encoded on every call.
+func narrow16Fast(f Format, dst []uint16, src []float32) int {
+	n := len(src) &^ 7
+	if n == 0 || f != BF16 || !haveAVX2 {
+		return 0
+	}
+	narrowBF16AVX2(dst[:n], src[:n])
+	return n
+}
+
 func cpuidECX1() uint32
 
 // haveF16C: the CPU converts fp16 to float32 in hardware (CPUID.1:ECX

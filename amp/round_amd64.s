@@ -325,3 +325,50 @@ floop:
 fdone:
 	MOVQ R8, ret+32(FP)
 	RET
+
+// func narrowBF16AVX2(dst []uint16, src []float32)
+// len(src) is a multiple of 8 and len(dst) >= len(src): dst[i] = the bf16
+// bits of src[i] rounded to nearest even, NaN kept a quiet NaN (as
+// roundBF16AVX2 rounds, then the high halves packed).
+TEXT ·narrowBF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), CX
+	SHRQ $3, CX
+	JZ   nbdone
+	MOVL $0x7fff, AX
+	VMOVD AX, X10
+	VPBROADCASTD X10, Y10          // bias
+	MOVL $1, AX
+	VMOVD AX, X11
+	VPBROADCASTD X11, Y11          // one
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13          // abs mask
+	MOVL $0x7f800000, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14          // +Inf bits
+	MOVL $0x00400000, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15          // quiet bit
+nbloop:
+	VMOVDQU (SI), Y0               // u
+	VPSRLD  $16, Y0, Y1
+	VPAND   Y11, Y1, Y1            // lsb
+	VPADDD  Y10, Y0, Y2
+	VPADDD  Y1, Y2, Y2             // rounded in the high half
+	VPAND   Y13, Y0, Y3            // abs
+	VPCMPGTD Y14, Y3, Y4           // abs > Inf: NaN
+	VPOR    Y15, Y0, Y5            // NaN kept NaN, quiet
+	VPBLENDVB Y4, Y5, Y2, Y2
+	VPSRLD  $16, Y2, Y2            // the bf16 bits, zero-extended
+	VPACKUSDW Y2, Y2, Y2           // per 128-bit lane: its 4 words twice
+	VPERMQ  $0x08, Y2, Y2          // lanes' first quadwords together
+	VMOVDQU X2, (DI)
+	ADDQ    $32, SI
+	ADDQ    $16, DI
+	DECQ    CX
+	JNZ     nbloop
+	VZEROUPPER
+nbdone:
+	RET

@@ -118,11 +118,7 @@ func extent(trans bool, rows, cols, ld int) int {
 func (e *Engine) bf16Bits(x []float32) (bits []uint16, release func()) {
 	p := e.lendBits(len(x))
 	bits = (*p)[:len(x)]
-	e.parallel(len(x), 1<<14, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			bits[i] = amp.BF16.Bits16(x[i])
-		}
-	})
+	e.parallel(len(x), 1<<14, func(lo, hi int) { amp.BF16.Bits16Slice(bits[lo:hi], x[lo:hi]) })
 	return bits, func() { e.bits.Put(p) }
 }
 
@@ -174,10 +170,7 @@ func denseBF16(dst []uint16, trans bool, rows, cols int, x []float32, ld int) ([
 		rows, cols = cols, rows
 	}
 	for i := 0; i < rows; i++ {
-		out := dst[i*cols : (i+1)*cols]
-		for j, v := range x[i*ld : i*ld+cols] {
-			out[j] = amp.BF16Bits(v)
-		}
+		amp.BF16.Bits16Slice(dst[i*cols:(i+1)*cols], x[i*ld:i*ld+cols])
 	}
 	return dst, max(1, cols)
 }
