@@ -32,23 +32,45 @@ type BF16Choice struct {
 var ErrNoBF16Gemm = errors.New("no bf16 GEMM runs on this machine")
 
 // ChooseBF16 picks the bf16 GEMM for a run on backend be, on a CPU with
-// features f: oneDNN's dnnl_gemm_bf16bf16f32 (which uses AMX where the
-// CPU has it) when be is oneDNN or oneDNN loads beside it and its bf16
-// GEMM runs; else the native AMX kernel where f has AMX-BF16 that the OS
-// grants, or the native VDPBF16PS kernel where f has AVX512_BF16;
-// otherwise ErrNoBF16Gemm, with the reasons. threads is how many
-// goroutines share a large product (0: GOMAXPROCS).
+// features f: the first of BF16Candidates (amp.bf16_matmul: hardware).
+// threads is how many goroutines share a large product (0: GOMAXPROCS).
 func ChooseBF16(be Backend, f cpufeat.Features, threads int) (BF16Choice, error) {
 	return chooseBF16(be, f, func() (*OneDNN, error) { return OpenOneDNN(threads) })
 }
 
+// BF16Candidates lists every bf16 GEMM that runs for a run on backend be,
+// on a CPU with features f, best first by kind: oneDNN's
+// dnnl_gemm_bf16bf16f32 (which uses AMX where the CPU has it) when be is
+// oneDNN or oneDNN loads beside it and its bf16 GEMM runs; then the
+// native AMX kernel where f has AMX-BF16 that the OS grants, or the
+// native VDPBF16PS kernel where f has AVX512_BF16. With none it returns
+// ErrNoBF16Gemm, with the reasons. amp.bf16_matmul: auto measures each
+// and takes the fastest, since which one wins depends on the CPU and the
+// shapes (on a Sapphire Rapids Xeon the native AMX kernel ran a training
+// step faster than oneDNN 2.6's bf16 GEMM).
+func BF16Candidates(be Backend, f cpufeat.Features, threads int) ([]BF16Choice, error) {
+	return bf16Candidates(be, f, func() (*OneDNN, error) { return OpenOneDNN(threads) })
+}
+
 // chooseBF16 is ChooseBF16 with the oneDNN loader passed in, for tests.
 func chooseBF16(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, error)) (BF16Choice, error) {
+	cs, err := bf16Candidates(be, f, openOneDNN)
+	if err != nil {
+		return BF16Choice{}, err
+	}
+	return cs[0], nil
+}
+
+// bf16Candidates is BF16Candidates with the oneDNN loader passed in, for
+// tests.
+func bf16Candidates(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, error)) ([]BF16Choice, error) {
+	var cs []BF16Choice
 	d, _ := be.(*OneDNN)
 	var loadErr error
 	if d == nil {
 		d, loadErr = openOneDNN()
 	}
+	why := ""
 	if d != nil && d.BF16() {
 		c := BF16Choice{Gemmer: d, Units: f.BF16Units()}
 		switch {
@@ -59,14 +81,15 @@ func chooseBF16(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, erro
 		default:
 			c.Reason = "oneDNN's bf16 GEMM, emulated with AVX-512 fp32 instructions: this CPU has no bf16 units"
 		}
-		return c, nil
-	}
-	why := "oneDNN's bf16 GEMM needs AVX-512"
-	switch {
-	case errors.Is(loadErr, errNotInstalled):
-		why = "oneDNN (libdnnl) is not installed"
-	case loadErr != nil:
-		why = loadErr.Error()
+		cs = append(cs, c)
+	} else {
+		why = "oneDNN's bf16 GEMM needs AVX-512"
+		switch {
+		case errors.Is(loadErr, errNotInstalled):
+			why = "oneDNN (libdnnl) is not installed"
+		case loadErr != nil:
+			why = loadErr.Error()
+		}
 	}
 	nb, err := NewNativeBF16(f, workersOf(be))
 	if err == nil {
@@ -74,9 +97,15 @@ func chooseBF16(be Backend, f cpufeat.Features, openOneDNN func() (*OneDNN, erro
 		if nb.micro.mr == amxMR {
 			kernel = "native AMX kernel (AMX-BF16 TDPBF16PS)"
 		}
-		return BF16Choice{Gemmer: nb, Units: true, Reason: kernel + "; " + why}, nil
+		if why != "" {
+			kernel += "; " + why
+		}
+		cs = append(cs, BF16Choice{Gemmer: nb, Units: true, Reason: kernel})
 	}
-	return BF16Choice{}, fmt.Errorf("%w: %s; native kernel: %v; CPU: %s", ErrNoBF16Gemm, why, err, f)
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("%w: %s; native kernel: %v; CPU: %s", ErrNoBF16Gemm, why, err, f)
+	}
+	return cs, nil
 }
 
 // workersOf is how many goroutines backend be shares a product among

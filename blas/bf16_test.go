@@ -74,3 +74,57 @@ func TestChooseBF16Dispatch(t *testing.T) {
 		})
 	}
 }
+
+// TestBF16Candidates lists every bf16 GEMM that runs, oneDNN's first:
+// where both run, auto measures both.
+func TestBF16Candidates(t *testing.T) {
+	avx512 := &OneDNN{name: "onednn avx512", isa: dnnlISAAVX512Core}
+	missing := fmt.Errorf("load oneDNN: %w: libdnnl.so.2: cannot open shared object file", errNotInstalled)
+	amx := cpufeat.Features{AVX512F: true, AVX512BF16: true, AMXBF16: true, AMXPermitted: true}
+	for _, tc := range []struct {
+		name    string
+		f       cpufeat.Features
+		load    *OneDNN
+		loadErr error
+		want    []string // the reasons' beginnings, in order
+	}{
+		{"oneDNN and the native AMX kernel", amx, avx512, nil, []string{"oneDNN's bf16 GEMM on AMX-BF16", "native AMX kernel (AMX-BF16 TDPBF16PS)"}},
+		{"the native kernel alone", amx, nil, missing, []string{"native AMX kernel (AMX-BF16 TDPBF16PS); oneDNN (libdnnl) is not installed"}},
+		{"oneDNN alone, no bf16 units", cpufeat.Features{AVX512F: true}, avx512, nil, []string{"oneDNN's bf16 GEMM, emulated"}},
+	} {
+		if !haveBF16Kernel { // no native kernel off amd64
+			var keep []string
+			for _, w := range tc.want {
+				if !strings.HasPrefix(w, "native") {
+					keep = append(keep, w)
+				}
+			}
+			tc.want = keep
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			cs, err := bf16Candidates(Native{}, tc.f, func() (*OneDNN, error) {
+				if tc.load == nil {
+					return nil, tc.loadErr
+				}
+				return tc.load, nil
+			})
+			if len(tc.want) == 0 {
+				if !errors.Is(err, ErrNoBF16Gemm) {
+					t.Fatalf("got %+v, %v; want ErrNoBF16Gemm", cs, err)
+				}
+				return
+			}
+			if err != nil || len(cs) != len(tc.want) {
+				t.Fatalf("got %d candidates (%+v), %v; want %q", len(cs), cs, err, tc.want)
+			}
+			for i, w := range tc.want {
+				if cs[i].Reason != w && !strings.HasPrefix(cs[i].Reason, w) {
+					t.Errorf("candidate %d: reason %q, want it to start %q", i, cs[i].Reason, w)
+				}
+			}
+			if c, err := chooseBF16(Native{}, tc.f, func() (*OneDNN, error) { return tc.load, tc.loadErr }); err != nil || c.Reason != cs[0].Reason {
+				t.Errorf("chooseBF16 took %q (%v), want the first candidate, %q", c.Reason, err, cs[0].Reason)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
@@ -28,12 +29,13 @@ type bf16Decision struct {
 }
 
 // decideBF16 applies amp.bf16_matmul (mode) to a run at precision low on
-// a CPU with features f; choose opens the bf16 GEMM (blas.ChooseBF16) and
-// measure compares it with the emulation (blas.MeasureBF16, cached per
-// machine). auto takes the bf16 GEMM where the CPU has bf16 units and it
-// measured faster than the emulation; hardware takes it wherever it runs
-// and is an error where none does; emulate never does.
-func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, choose func() (blas.BF16Choice, error), measure func(blas.BF16Gemmer) (blas.BF16Speed, []string)) (bf16Decision, error) {
+// a CPU with features f; candidates lists the bf16 GEMMs that run here,
+// best first by kind (blas.BF16Candidates), and measure compares one with
+// the emulation (blas.MeasureBF16, cached per machine). auto takes the
+// fastest bf16 GEMM where the CPU has bf16 units and it measured faster
+// than the emulation; hardware takes the first wherever one runs and is
+// an error where none does; emulate never takes one.
+func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, candidates func() ([]blas.BF16Choice, error), measure func(blas.BF16Gemmer) (blas.BF16Speed, []string)) (bf16Decision, error) {
 	if low != amp.BF16 {
 		var d bf16Decision
 		if mode == amp.BF16Hardware {
@@ -51,22 +53,44 @@ func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, choose 
 		if !f.BF16Units() {
 			return emulate("auto → emulate: this CPU has no bf16 units")
 		}
-		c, err := choose()
+		cs, err := candidates()
 		if err != nil {
 			return emulate(fmt.Sprintf("auto → emulate: the CPU has %s but %v", f, err))
 		}
-		speed, warnings := measure(c.Gemmer)
-		if !speed.Faster() {
-			d, _ := emulate(fmt.Sprintf("auto → emulate: %s is not faster than the emulation here: %v (amp.bf16_matmul: hardware runs it)", c.Reason, speed))
+		best := -1
+		var warnings, measured []string
+		speeds := make([]blas.BF16Speed, len(cs))
+		for i, c := range cs {
+			var w []string
+			speeds[i], w = measure(c.Gemmer)
+			warnings = append(warnings, w...)
+			measured = append(measured, fmt.Sprintf("%s: %v", c.Reason, speeds[i]))
+			if speeds[i].Faster() && (best < 0 || speeds[i].Hardware > speeds[best].Hardware) {
+				best = i
+			}
+		}
+		if best < 0 {
+			what := fmt.Sprintf("%s is not faster than the emulation here: %v (amp.bf16_matmul: hardware runs it)", cs[0].Reason, speeds[0])
+			if len(cs) > 1 {
+				what = "no bf16 GEMM is faster than the emulation here: " + strings.Join(measured, "; ") + " (amp.bf16_matmul: hardware runs the first)"
+			}
+			d, _ := emulate("auto → emulate: " + what)
 			d.warnings = warnings
 			return d, nil
 		}
-		return bf16Decision{gemmer: c.Gemmer, path: bf16PathHardware, reason: fmt.Sprintf("auto → hardware: %s: %v", c.Reason, speed), warnings: warnings}, nil
+		reason := fmt.Sprintf("auto → hardware: %s", measured[best])
+		for i, m := range measured {
+			if i != best {
+				reason += "; not taken: " + m
+			}
+		}
+		return bf16Decision{gemmer: cs[best].Gemmer, path: bf16PathHardware, reason: reason, warnings: warnings}, nil
 	}
-	c, err := choose()
+	cs, err := candidates()
 	if err != nil {
 		return bf16Decision{}, inputError(fmt.Errorf("amp.bf16_matmul: hardware: %w (amp.bf16_matmul: emulate or auto runs without one)", err))
 	}
+	c := cs[0]
 	d := bf16Decision{gemmer: c.Gemmer, path: bf16PathHardware, reason: "hardware: " + c.Reason}
 	if !c.Units {
 		d.warnings = append(d.warnings, "amp.bf16_matmul: hardware: "+c.Reason+"; it is slower than emulate here")

@@ -26,17 +26,21 @@ func (fakeBF16) GemmBF16(bool, bool, int, int, int, float32, []uint16, int, []ui
 func TestDecideBF16(t *testing.T) {
 	units := cpufeat.Features{AVX512F: true, AVX512BF16: true}
 	none := cpufeat.Features{AVX512F: true}
-	onUnits := func() (blas.BF16Choice, error) {
-		return blas.BF16Choice{Gemmer: fakeBF16{}, Units: true, Reason: "fake on VDPBF16PS"}, nil
+	onUnits := func() ([]blas.BF16Choice, error) {
+		return []blas.BF16Choice{{Gemmer: fakeBF16{}, Units: true, Reason: "fake on VDPBF16PS"}}, nil
 	}
-	emulated := func() (blas.BF16Choice, error) {
-		return blas.BF16Choice{Gemmer: fakeBF16{}, Units: false, Reason: "fake, emulated"}, nil
+	emulated := func() ([]blas.BF16Choice, error) {
+		return []blas.BF16Choice{{Gemmer: fakeBF16{}, Units: false, Reason: "fake, emulated"}}, nil
 	}
-	native := func() (blas.BF16Choice, error) {
-		return blas.BF16Choice{Gemmer: &blas.NativeBF16{}, Units: true, Reason: "native VDPBF16PS kernel"}, nil
+	native := func() ([]blas.BF16Choice, error) {
+		return []blas.BF16Choice{{Gemmer: &blas.NativeBF16{}, Units: true, Reason: "native VDPBF16PS kernel"}}, nil
 	}
-	missing := func() (blas.BF16Choice, error) {
-		return blas.BF16Choice{}, blas.ErrNoBF16Gemm
+	// oneDNN's and the native kernel both run: auto measures both
+	both := func() ([]blas.BF16Choice, error) {
+		return []blas.BF16Choice{{Gemmer: fakeBF16{}, Units: true, Reason: "fake on AMX"}, {Gemmer: &blas.NativeBF16{}, Units: true, Reason: "native AMX kernel"}}, nil
+	}
+	missing := func() ([]blas.BF16Choice, error) {
+		return nil, blas.ErrNoBF16Gemm
 	}
 	// what MeasureBF16 answers: the bf16 GEMM faster than the emulation
 	// or not
@@ -46,12 +50,25 @@ func TestDecideBF16(t *testing.T) {
 	slower := func(blas.BF16Gemmer) (blas.BF16Speed, []string) {
 		return blas.BF16Speed{Emulate: 100, Hardware: 60, Source: "measured"}, []string{"busy"}
 	}
+	// by kernel: the native one faster than the fake, or the reverse
+	nativeFastest := func(g blas.BF16Gemmer) (blas.BF16Speed, []string) {
+		if _, ok := g.(*blas.NativeBF16); ok {
+			return blas.BF16Speed{Emulate: 100, Hardware: 300, Source: "measured"}, nil
+		}
+		return blas.BF16Speed{Emulate: 100, Hardware: 150, Source: "measured"}, nil
+	}
+	fakeFastest := func(g blas.BF16Gemmer) (blas.BF16Speed, []string) {
+		if _, ok := g.(*blas.NativeBF16); ok {
+			return blas.BF16Speed{Emulate: 100, Hardware: 120, Source: "measured"}, nil
+		}
+		return blas.BF16Speed{Emulate: 100, Hardware: 250, Source: "measured"}, nil
+	}
 	for _, tc := range []struct {
 		name    string
 		mode    amp.BF16Matmul
 		low     amp.Format
 		f       cpufeat.Features
-		choose  func() (blas.BF16Choice, error)
+		choose  func() ([]blas.BF16Choice, error)
 		measure func(blas.BF16Gemmer) (blas.BF16Speed, []string)
 		path    string
 		gemmer  bool
@@ -73,6 +90,10 @@ func TestDecideBF16(t *testing.T) {
 		{"hardware on bf16 units", amp.BF16Hardware, amp.BF16, units, onUnits, faster, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
 		{"hardware, oneDNN emulating", amp.BF16Hardware, amp.BF16, none, emulated, faster, bf16PathHardware, true, "emulated", "slower than emulate", false},
 		{"hardware without a bf16 GEMM", amp.BF16Hardware, amp.BF16, none, missing, faster, "", false, "", "", true},
+		{"auto, two bf16 GEMMs, the second fastest", amp.BF16Auto, amp.BF16, units, both, nativeFastest, bf16PathHardware, true, "auto → hardware: native AMX kernel: bf16 GEMM 300 GFLOP/s against 100 emulated (measured); not taken: fake on AMX: bf16 GEMM 150", "", false},
+		{"auto, two bf16 GEMMs, the first fastest", amp.BF16Auto, amp.BF16, units, both, fakeFastest, bf16PathHardware, true, "auto → hardware: fake on AMX: bf16 GEMM 250 GFLOP/s against 100 emulated (measured); not taken: native AMX kernel: bf16 GEMM 120", "", false},
+		{"auto, two bf16 GEMMs, both slower", amp.BF16Auto, amp.BF16, units, both, slower, bf16PathEmulate, false, "auto → emulate: no bf16 GEMM is faster than the emulation here: fake on AMX: bf16 GEMM 60 GFLOP/s against 100 emulated (measured); native AMX kernel: bf16 GEMM 60", "busy\nbusy", false},
+		{"hardware, two bf16 GEMMs: the first", amp.BF16Hardware, amp.BF16, units, both, nativeFastest, bf16PathHardware, true, "hardware: fake on AMX", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := decideBF16(tc.mode, tc.low, tc.f, tc.choose, tc.measure)

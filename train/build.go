@@ -352,8 +352,8 @@ func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.E
 // and gives the engine the bf16 GEMM when it is the hardware; a resumed
 // run whose run.json says they ran elsewhere warns.
 func (c *components) openBF16(mode amp.BF16Matmul, resumeDir string) error {
-	d, err := decideBF16(mode, c.policy.Low, c.cpu, func() (blas.BF16Choice, error) {
-		return blas.ChooseBF16(c.eng.BLAS, c.cpu, c.eng.Workers)
+	d, err := decideBF16(mode, c.policy.Low, c.cpu, func() ([]blas.BF16Choice, error) {
+		return blas.BF16Candidates(c.eng.BLAS, c.cpu, c.eng.Workers)
 	}, measureBF16(c.eng))
 	if err != nil {
 		return err

@@ -115,7 +115,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Threads, "threads", 0, "threads (0: every core)")
 	fs.TextVar(&c.Adapter, "adapter", c.Adapter, "lora, dora or none (full fine-tuning)")
 	fs.TextVar(&c.Precision, "precision", c.Precision, "fp32, bf16 or fp16 (emulated)")
-	fs.TextVar(&c.BF16Matmul, "bf16-matmul", c.BF16Matmul, "with --precision bf16: auto (hardware where the CPU has bf16 units and its bf16 GEMM measures faster than the emulation), emulate (bf16 values in the fp32 kernels, the exact emulation) or hardware (bf16 GEMMs: oneDNN's where libdnnl loads, else the native AMX kernel where the CPU has AMX-BF16 and the OS grants it, or the VDPBF16PS kernel)")
+	fs.TextVar(&c.BF16Matmul, "bf16-matmul", c.BF16Matmul, "with --precision bf16: auto (where the CPU has bf16 units, the fastest of its bf16 GEMMs, oneDNN's and the native kernel, if it measures faster than the emulation), emulate (bf16 values in the fp32 kernels, the exact emulation) or hardware (bf16 GEMMs: oneDNN's where libdnnl loads, else the native AMX kernel where the CPU has AMX-BF16 and the OS grants it, or the VDPBF16PS kernel)")
 	fs.TextVar(&c.BaseDtype, "base-dtype", c.BaseDtype, "fp32, or bf16/fp16 to keep the frozen base weights in 16 bits")
 	fs.BoolVar(&c.Checkpoint, "checkpoint", false, "activation checkpointing: recompute each decoder layer in the backward pass")
 	quantize := fs.String("quantize", "none", "none, nf4 or fp4: keep the base's decoder projections 4-bit (QLoRA)")
