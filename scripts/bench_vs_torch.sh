@@ -129,4 +129,15 @@ for s, m in dict.fromkeys((k[0], k[1]) for k in order):
         v = best.get((s, m, w))
         cells.append(f"{v[0] / torch[0]:.2f}x" if v and torch else "-")
     print(f"| {s} | {m} | " + " | ".join(cells) + " |")
+# where each mixtune backend's bf16 products ran (amp.bf16_matmul: auto
+# decides per machine), from the bf16 runs' JSON
+kernels = {}
+for line in open(sys.argv[1]):
+    head, body = line.split("} ", 1)
+    h, d = json.loads(head + "}"), json.loads(body)
+    if h["mode"] == "bf16" and d.get("bf16_kernel"):
+        kernels.setdefault(h["who"], set()).add(d["bf16_kernel"])
+for w, ks in kernels.items():
+    for k in sorted(ks):
+        print(f"{w} bf16 products: {k}")
 PY
