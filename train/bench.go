@@ -280,7 +280,7 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 		if b.dp.size > 1 || c.Checkpoint {
 			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")
 		}
-		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, GemmTile: c.GemmTile}, device.Selection{}); err != nil {
+		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, GemmTile: c.GemmTile}, device.Selection{}, c.Precision); err != nil {
 			return nil, err
 		}
 		tg.gpu = b.gpu

@@ -105,7 +105,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if err != nil {
 		return nil, r.doc.Errorf("compute.share_gpu", "%v", err)
 	}
-	if c.gpu, c.gpuReason, err = openGPU(r.Compute, rankSel); err != nil {
+	if c.gpu, c.gpuReason, err = openGPU(r.Compute, rankSel, r.Precision); err != nil {
 		field := "compute.device"
 		if r.Compute.VulkanDevice != "" {
 			field = "compute.vulkan_device"

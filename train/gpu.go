@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/gpu/vkengine"
 	"github.com/mixtune/mixtune/gpu/vulkan"
@@ -84,8 +85,10 @@ func (g *gpuEngine) describe() string {
 // with the reason for the choice. sel is the device selection (the
 // recipe's device: field); compute.vulkan_device, when set, names a
 // Vulkan device directly (an index in Vulkan's order, a UUID or a PCI
-// bus id), the only way to choose a CPU driver such as lavapipe.
-func openGPU(c ComputeConfig, sel device.Selection) (*gpuEngine, string, error) {
+// bus id), the only way to choose a CPU driver such as lavapipe. low is
+// the run's precision: only its 16-bit format's tensor-core kernels are
+// built (tensorFormats).
+func openGPU(c ComputeConfig, sel device.Selection, low amp.Format) (*gpuEngine, string, error) {
 	if c.Device == ComputeCPU {
 		return nil, "compute.device: cpu", nil
 	}
@@ -126,7 +129,7 @@ func openGPU(c ComputeConfig, sel device.Selection) (*gpuEngine, string, error) 
 		g.close()
 		return nil, "", fmt.Errorf("open %s: %w", pick.Name, err)
 	}
-	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, CoopTile: c.GemmTile}); err != nil {
+	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, CoopTile: c.GemmTile, TensorFormats: tensorFormats(low)}); err != nil {
 		g.close()
 		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
 	}
@@ -137,6 +140,21 @@ func openGPU(c ComputeConfig, sel device.Selection) (*gpuEngine, string, error) 
 		g.variant += " · " + a
 	}
 	return g, reason, nil
+}
+
+// tensorFormats are the 16-bit product formats a run at precision low
+// has, whose tensor-core kernels its engine builds: its own format under
+// the bf16 or fp16 policy, none in fp32 (its products' operands are fp32
+// values, a 16-bit base widened). Building no others spares the driver
+// their compilation on a fresh machine.
+func tensorFormats(low amp.Format) []vulkan.Rounding {
+	switch low {
+	case amp.BF16:
+		return []vulkan.Rounding{vulkan.RoundBF16}
+	case amp.FP16:
+		return []vulkan.Rounding{vulkan.RoundFP16}
+	}
+	return []vulkan.Rounding{}
 }
 
 // pickVulkan chooses the Vulkan device: the one spec names; else the one

@@ -1,9 +1,11 @@
 package train
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/gpu/vulkan"
 )
@@ -150,6 +152,24 @@ func TestRankAssignment(t *testing.T) {
 		}
 		if err != nil || strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 			t.Errorf("%v, %d ranks: %q, %v; want %q", tc.sets, tc.ranks, got, err, tc.want)
+		}
+	}
+}
+
+// A run's engine builds the tensor-core kernels of its precision's
+// 16-bit format alone: fp32 runs none.
+func TestTensorFormats(t *testing.T) {
+	for _, tc := range []struct {
+		low  amp.Format
+		want []vulkan.Rounding
+	}{
+		{amp.BF16, []vulkan.Rounding{vulkan.RoundBF16}},
+		{amp.FP16, []vulkan.Rounding{vulkan.RoundFP16}},
+		{amp.FP32, []vulkan.Rounding{}},
+	} {
+		got := tensorFormats(tc.low)
+		if got == nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%v: %v, want %v (not nil: nil builds every format)", tc.low, got, tc.want)
 		}
 	}
 }

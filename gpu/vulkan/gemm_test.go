@@ -777,6 +777,26 @@ func TestTensorCoreSelfCheck(t *testing.T) {
 // the device holds it, ChooseGemmFor's choice for "", and an error naming the tile
 // where it does not fit (its products then stay in fp32, and the banner
 // says why); a name that is no tile is refused by NewKernelsWith.
+// KernelOptions.TensorFormats builds the tensor-core kernels of the
+// formats it names (nil: all), ScalarGEMM none.
+func TestKernelOptionsTensorFormats(t *testing.T) {
+	for _, tc := range []struct {
+		o          KernelOptions
+		fp16, bf16 bool
+	}{
+		{KernelOptions{}, true, true},
+		{KernelOptions{TensorFormats: []Rounding{RoundBF16}}, false, true},
+		{KernelOptions{TensorFormats: []Rounding{RoundFP16}}, true, false},
+		{KernelOptions{TensorFormats: []Rounding{}}, false, false},
+		{KernelOptions{ScalarGEMM: true}, false, false},
+		{KernelOptions{ScalarGEMM: true, TensorFormats: []Rounding{RoundBF16}}, false, false},
+	} {
+		if fp16, bf16 := tc.o.buildsTensor(RoundFP16), tc.o.buildsTensor(RoundBF16); fp16 != tc.fp16 || bf16 != tc.bf16 {
+			t.Errorf("%+v: builds fp16 %v, bf16 %v; want %v, %v", tc.o, fp16, bf16, tc.fp16, tc.bf16)
+		}
+	}
+}
+
 func TestChooseTensorTile(t *testing.T) {
 	fp16 := CoopMatShape{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3}
 	dev := func(shared, invocations uint32) *PhysicalDevice {

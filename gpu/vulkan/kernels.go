@@ -266,6 +266,20 @@ type KernelOptions struct {
 	// measuring the tiles end to end: vkprobe times them product by
 	// product only.
 	CoopTile string
+	// TensorFormats lists the 16-bit operand formats whose tensor-core
+	// kernels (GEMM and attention) are built and self-checked; nil builds
+	// every format the device runs. A training run names only its
+	// precision's format (none in fp32): on a fresh machine the driver
+	// compiles each pipeline first (35 s for an H100 engine with both
+	// formats), and a product of a format not built runs on the fp32
+	// kernel, with the same values.
+	TensorFormats []Rounding
+}
+
+// buildsTensor reports whether o asks for the tensor-core kernels of
+// 16-bit operands of format f.
+func (o KernelOptions) buildsTensor(f Rounding) bool {
+	return !o.ScalarGEMM && (o.TensorFormats == nil || slices.Contains(o.TensorFormats, f))
 }
 
 // CoopTileNames lists the tensor-core tiles KernelOptions.CoopTile takes,
@@ -327,7 +341,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		return nil, fmt.Errorf("vulkan: no tensor-core tile %q (tiles: %s)", o.CoopTile, strings.Join(CoopTileNames(), ", "))
 	}
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
-		if o.ScalarGEMM {
+		if !o.buildsTensor(f) {
 			continue
 		}
 		if _, err := ChooseGemmFor(d.Physical, f); err != nil {
