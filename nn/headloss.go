@@ -48,6 +48,13 @@ func HeadChunk(v int) int { return max(32, headChunkBytes/(4*max(v, 1))) }
 // fixed by V alone and added in order, so no result depends on the
 // thread count.
 //
+// Under the bf16 policy, on an engine with a bf16 GEMM (Engine.BF16),
+// the three products (logits, dx, dW) have two bf16 operands and run
+// there, as the pair's do (Engine.bf16Path), with W kept packed from call
+// to call as Builder.linear keeps it; they are that GEMM's sums of the
+// same exact products, so they agree with the emulation to fp32
+// summation order, then one bf16 ulp where rounded.
+//
 // lossGrad, when not nil, must be the node the loss will be differentiated
 // with (G.Backpropagate's gradOutputs): its value is then known during the
 // forward pass, which computes the gradients there, from the same block of
