@@ -301,17 +301,17 @@ func (g checkedGemmer) GemmBF16(transA, transB bool, m, n, k int, alpha float32,
 
 // checkedPacker is checkedGemmer for a GEMM that also takes float32
 // operands (bf16Packer), the entry point attention's products use there.
+// A product given op(B) packed in advance (a weight's, Engine.gemmBF16)
+// is checked on b, the operand the packing was made from, which the
+// caller passes beside it: a stale packing fails the check.
 type checkedPacker struct {
 	checkedGemmer
 	p bf16Packer
 }
 
 func (g checkedPacker) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, pb *blas.PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
-	if pb != nil {
-		panic("checkedPacker: attention packs no operand in advance")
-	}
 	g.check(transA, transB, m, n, k, alpha, a, b, beta, c, ldc, func() {
-		g.p.Gemm(transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, done)
+		g.p.Gemm(transA, transB, m, n, k, alpha, a, b, pb, beta, c, ldc, done)
 	})
 }
 

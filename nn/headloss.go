@@ -48,6 +48,13 @@ func HeadChunk(v int) int { return max(32, headChunkBytes/(4*max(v, 1))) }
 // fixed by V alone and added in order, so no result depends on the
 // thread count.
 //
+// Under the bf16 policy, on an engine with a bf16 GEMM (Engine.BF16),
+// the three products (logits, dx, dW) have two bf16 operands and run
+// there, as the pair's do (Engine.bf16Path), with W kept packed from call
+// to call as Builder.linear keeps it; they are that GEMM's sums of the
+// same exact products, so they agree with the emulation to fp32
+// summation order, then one bf16 ulp where rounded.
+//
 // lossGrad, when not nil, must be the node the loss will be differentiated
 // with (G.Backpropagate's gradOutputs): its value is then known during the
 // forward pass, which computes the gradients there, from the same block of
@@ -66,6 +73,16 @@ func (b *Builder) LMHeadLoss(x, w, targets, lossGrad *G.Node, chunk int) *G.Node
 	// logits) and of the cross-entropy op reading them.
 	f := b.formatOf("linear", x, w)
 	x = b.lower(x, f)
+	// W's packings for a bf16 GEMM, kept as Builder.linear keeps them
+	// (decided there on the node before lowering): the forward's and dx's
+	// of a float32 W, the forward's only of a 16-bit one.
+	var wfwd, wdx *packedWeight
+	if b.isParam[w] || b.is16[w] {
+		wfwd = &packedWeight{trainable: b.needsGrad[w]}
+		if !b.is16[w] {
+			wdx = &packedWeight{trainable: b.needsGrad[w]}
+		}
+	}
 	if !b.is16[w] {
 		w = b.lower(w, f)
 	}
@@ -89,7 +106,7 @@ func (b *Builder) LMHeadLoss(x, w, targets, lossGrad *G.Node, chunk int) *G.Node
 		return b.apply(&headLossOp[float64]{opBase: base, headShape: shape}, inputs...)
 	}
 	shape.w16 = weights16{on: b.is16[w], stored: b.format[w], compute: f}
-	return b.apply(&headLossOp[float32]{opBase: base, headShape: shape}, inputs...)
+	return b.apply(&headLossOp[float32]{opBase: base, headShape: shape, packed: wfwd, packedDx: wdx}, inputs...)
 }
 
 type headShape struct {
@@ -109,6 +126,10 @@ type headLossOp[T Float] struct {
 	// early is the backward op whose gradients the forward pass computes
 	// (lossGrad's case); nil when the backward pass computes them.
 	early *backwardOp[T]
+	// packed and packedDx keep W packed for a bf16 GEMM as op(B) of the
+	// logits' product and of dx's; nil where W is not a parameter (or,
+	// packedDx, is 16-bit)
+	packed, packedDx *packedWeight
 }
 
 func (o *headLossOp[T]) Arity() int {
@@ -242,7 +263,11 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 			if r0 == 0 {
 				beta = 0
 			}
-			blas.Gemm(o.eng.BLAS, true, false, o.v, o.d, rows, 1, blk, o.v, xc, o.d, beta, g.dw, o.d)
+			if isF32[T]() && o.eng.bf16Path(o.logitsFm, o.inFm[0]) { // dl and x both bf16
+				o.eng.bf16Product(true, false, o.v, o.d, rows, 1, any(blk).([]float32), o.v, any(xc).([]float32), o.d, float32(beta), any(g.dw).([]float32), o.d)
+			} else {
+				blas.Gemm(o.eng.BLAS, true, false, o.v, o.d, rows, 1, blk, o.v, xc, o.d, beta, g.dw, o.d)
+			}
 		}
 	}
 	if count == 0 {
@@ -274,7 +299,16 @@ const (
 // W is packed once per block, that serial packing left one of two cores
 // idle for much of the head's time. Slabs of the vocabulary, one per
 // worker, pack their parts of W at once.
+//
+// Where x and W both hold bf16 values and the engine has a bf16 GEMM, the
+// product runs there in one call (the GEMM splits it among its threads),
+// unrounded: pass rounds the logits after.
 func (o *headLossOp[T]) logits(xc, w, blk []T, rows int) {
+	if isF32[T]() && o.eng.bf16Path(o.inFm[0], o.weightFormat()) {
+		wf, bits := o.weightOperand(w)
+		o.eng.gemmBF16(amp.FP32, false, false, true, rows, o.v, o.d, any(xc).([]float32), o.d, wf, bits, o.d, any(blk).([]float32), o.v, o.packed)
+		return
+	}
 	if w != nil {
 		groups := (o.v + headSlabAlign - 1) / headSlabAlign
 		o.eng.parallel(groups, headSlab/headSlabAlign, func(g0, g1 int) {
@@ -292,8 +326,15 @@ func (o *headLossOp[T]) logits(xc, w, blk []T, rows int) {
 	})
 }
 
-// inputGrad computes dx = dl·W [rows, D] as linearGradOp.Do does.
+// inputGrad computes dx = dl·W [rows, D] as linearGradOp.Do does, on the
+// bf16 GEMM where dl (rounded to the logits' format) and W hold bf16
+// values, unrounded: the backward op rounds it.
 func (o *headLossOp[T]) inputGrad(dl, w, dx []T, rows int) {
+	if isF32[T]() && o.eng.bf16Path(o.logitsFm, o.weightFormat()) {
+		wf, bits := o.weightOperand(w)
+		o.eng.gemmBF16(amp.FP32, true, false, false, rows, o.d, o.v, any(dl).([]float32), o.v, wf, bits, o.d, any(dx).([]float32), o.d, o.packedDx)
+		return
+	}
 	if w != nil {
 		blas.Gemm(o.eng.BLAS, false, false, rows, o.d, o.v, 1, dl, o.v, w, o.d, 0, dx, o.d)
 		return
@@ -305,6 +346,25 @@ func (o *headLossOp[T]) inputGrad(dl, w, dx []T, rows int) {
 	o.w16.colBlocks(o.eng, o.bits16, o.v, o.d, func(c0, c1 int, wb []float32) {
 		o.eng.BLAS.Sgemm(false, false, rows, c1-c0, o.v, 1, gf, o.v, wb, c1-c0, 0, dxf[c0:], o.d)
 	})
+}
+
+// weightFormat is the format of the values W enters the products with:
+// its node's format, or for a 16-bit W that of its bits as the products
+// read them (weights16.bitsFormat), as linearOp decides.
+func (o *headLossOp[T]) weightFormat() amp.Format {
+	if o.w16.on {
+		return o.w16.bitsFormat()
+	}
+	return o.inFm[1]
+}
+
+// weightOperand is W as a bf16 GEMM's operand: its float32 values w, or
+// (w nil) a 16-bit W's bits.
+func (o *headLossOp[T]) weightOperand(w []T) ([]float32, []uint16) {
+	if w != nil {
+		return any(w).([]float32), nil
+	}
+	return nil, o.bits16
 }
 
 // SymDiff returns the gradients of x and W. Given the loss's own gradient

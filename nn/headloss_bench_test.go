@@ -3,12 +3,15 @@ package nn
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/internal/cpufeat"
 )
 
 // BenchmarkLMHeadLoss times the LM head and loss, forward and backward
@@ -50,5 +53,68 @@ func BenchmarkLMHeadLoss(b *testing.B) {
 			}
 			benchGraph(b, bl.G)
 		})
+	}
+}
+
+// BenchmarkLMHeadLossBF16 times the fused head and loss under the bf16
+// policy, forward and backward (seeded, in blocks of HeadChunk), on all
+// threads, with its products emulated in the fp32 kernels and on the
+// CPU's bf16 GEMM (the native AMX or VDPBF16PS kernel; skipped where the
+// CPU has neither): 1024 tokens (bench's "mid" batch of 4×256) at the
+// "mid" head (vocabulary 8192, width 512) and SmolLM2's (49152, 576),
+// with a trained fp32 W (full fine-tuning: logits, dx and dW) and a
+// frozen bf16 one (LoRA on a bf16 base: logits and dx).
+func BenchmarkLMHeadLossBF16(b *testing.B) {
+	const n = 1024
+	workers := runtime.GOMAXPROCS(0)
+	for _, sh := range []struct {
+		name string
+		v, d int
+	}{{"mid", 8192, 512}, {"smollm2", 49152, 576}} {
+		for _, weight := range []string{"trainable", "bf16 bits"} {
+			for _, path := range []string{"emulated", "bf16"} {
+				b.Run(fmt.Sprintf("%s/%s/%s", sh.name, weight, path), func(b *testing.B) {
+					e := &Engine{BLAS: blas.Native{Workers: workers}, Workers: workers}
+					if path == "bf16" {
+						g, err := blas.NewNativeBF16(cpufeat.Detect(), workers)
+						if err != nil {
+							b.Skip(err)
+						}
+						e.BF16 = g
+					}
+					bl := NewBuilder(e, tensor.Float32)
+					p := amp.DefaultPolicy(amp.BF16)
+					bl.Policy = &p
+					rng := rand.New(rand.NewPCG(1, 1))
+					x := randParam(bl, rng, "x", 1, n, sh.d)
+					wd := make([]float32, sh.v*sh.d)
+					for i := range wd {
+						wd[i] = rng.Float32()*0.2 - 0.1
+					}
+					wrt := G.Nodes{x}
+					var w *G.Node
+					if weight == "trainable" {
+						w = bl.Param("w", []int{sh.v, sh.d}, wd, true)
+						wrt = append(wrt, w)
+					} else {
+						bits := make([]uint16, len(wd))
+						for i, f := range wd {
+							bits[i] = amp.BF16.Bits16(f)
+						}
+						w = bl.Param16("w", []int{sh.v, sh.d}, bits, amp.BF16)
+					}
+					targets := make([]int, n)
+					for i := range targets {
+						targets[i] = rng.IntN(sh.v)
+					}
+					seed := G.NewScalar(bl.G, tensor.Float32, G.WithName("seed"), G.WithValue(float32(1)))
+					loss := bl.LMHeadLoss(x, w, intInput(bl, "targets", targets), seed, 0)
+					if _, err := G.Backpropagate(G.Nodes{loss}, G.Nodes{seed}, wrt); err != nil {
+						b.Fatal(err)
+					}
+					benchGraph(b, bl.G)
+				})
+			}
+		}
 	}
 }
