@@ -28,7 +28,8 @@
 #     bf16/fp32 ratios; oneDNN's where libdnnl loads;
 #   - attention's forward and backward at SmolLM2's shape (512 tokens, 9
 #     heads of 64), bf16 policy, 2 workers: emulated against the bf16
-#     GEMMs (BenchmarkAttentionBF16, ms per pass and GFLOP/s);
+#     GEMMs (BenchmarkAttentionBF16, ms per pass and GFLOP/s), and the LM
+#     head loss at the mid and SmolLM2 heads (BenchmarkLMHeadLossBF16);
 #   - mixtune bench on the bench and mid shapes at 2 threads: fp32, bf16
 #     emulate, bf16 hardware and bf16 auto (tokens/s, peak RSS, the path);
 #   - with DNNL_DIR set to a folder holding libdnnl.so.2 (and its
@@ -54,13 +55,15 @@ tests() {
 	abs=$(cd "$dir" && pwd)
 	(cd blas && "$abs/bf16.test" -test.run "${1:-BF16|VDPBF16|AMX}" -test.v 2>&1) | grep -v '^=== ' |
 		grep -E '^(--- |ok|PASS|FAIL|panic)|bound|CPU lacks|AMX|TDPBF16PS|misses|within|no bf16 GEMM|not installed|SIGILL|illegal' || true
-	(cd nn && "$abs/nn.test" -test.run "${2:-LinearBF16Path|LinearOnBF16Units|LinearPackedWeightCache|RoundsInPack|AttentionBF16Path|AttentionOnBF16Units}" -test.v 2>&1) |
+	(cd nn && "$abs/nn.test" -test.run "${2:-LinearBF16Path|LinearOnBF16Units|LinearPackedWeightCache|RoundsInPack|AttentionBF16Path|AttentionOnBF16Units|LMHeadLossBF16Path|LMHeadLossOnBF16Units}" -test.v 2>&1) |
 		grep -E '^(--- |ok|PASS|FAIL|panic)|    --- FAIL|within|products, worst|no bf16 GEMM|SIGILL|illegal' || true
 }
 
-# attention: BenchmarkAttentionBF16, ms per forward and backward pass.
+# attention: BenchmarkAttentionBF16, ms per forward and backward pass,
+# and BenchmarkLMHeadLossBF16, the LM head loss at the mid and SmolLM2
+# heads.
 attention() {
-	"$dir/nn.test" -test.run '^$' -test.benchtime 3x -test.bench 'AttentionBF16' -test.v 2>&1 |
+	"$dir/nn.test" -test.run '^$' -test.benchtime 3x -test.bench 'AttentionBF16|LMHeadLossBF16' -test.v 2>&1 |
 		awk '/ns\/op/ { printf "%-52s %8.1f ms %8s GFLOP/s\n", $1, $3 / 1e6, $5; next } /_test\.go:|SKIP/'
 }
 
@@ -151,7 +154,7 @@ run)
 	echo "flags: $(grep -o -w -E 'avx512f|avx512_bf16|avx512_fp16|avx512_vnni|amx_bf16|amx_tile|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 	part "bf16 tests" 120 bash -c tests
 	part "GEMM GFLOP/s, 2 threads" 45 bash -c gemms
-	part "attention, bf16 policy, 2 workers" 30 bash -c attention
+	part "attention and the LM head, bf16 policy, 2 workers" 45 bash -c attention
 	if [ -n "$mt" ]; then
 		part "mixtune bench, 2 threads" 60 bash -c "benches native"
 	else
@@ -162,9 +165,9 @@ run)
 			export LD_LIBRARY_PATH=$DNNL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 			echo
 			echo "== with oneDNN from $DNNL_DIR"
-			part "oneDNN's tests" 45 bash -c "tests 'OneDNN|ChooseBF16' 'LinearOnBF16Units|AttentionOnBF16Units'"
+			part "oneDNN's tests" 45 bash -c "tests 'OneDNN|ChooseBF16|BF16Candidates' 'LinearOnBF16Units|AttentionOnBF16Units|LMHeadLossOnBF16Units'"
 			part "GEMM GFLOP/s with oneDNN, 2 threads" 30 bash -c gemms
-			part "attention with oneDNN, 2 workers" 30 bash -c attention
+			part "attention and the LM head with oneDNN, 2 workers" 45 bash -c attention
 			[ -n "$mt" ] && part "mixtune bench with oneDNN, 2 threads" 30 bash -c "benches onednn bench"
 		else
 			echo "DNNL_DIR=$DNNL_DIR holds no libdnnl.so.2"
