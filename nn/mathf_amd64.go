@@ -8,10 +8,31 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// haveAVX512: sigmoid runs sixteen values at a time in assembly. Not
-// where Go itself fuses expf's multiplies and adds into FMAs (GOAMD64=v3
-// and up), which the assembly's unfused steps would not match.
-var haveAVX512 = cpu.X86.HasAVX512F && !goFusesFMA
+// haveAVX512: sigmoid runs sixteen values at a time in assembly; else
+// haveAVX2: eight at a time. Not where Go itself fuses expf's multiplies
+// and adds into FMAs (GOAMD64=v3 and up), which the assembly's unfused
+// steps would not match.
+var (
+	haveAVX512 = cpu.X86.HasAVX512F && !goFusesFMA
+	haveAVX2   = cpu.X86.HasAVX2 && !goFusesFMA
+)
+
+//go:noescape
+func sigmoidAVX2(dst, src *float32, n int, c8 *[14][8]float32) int
+
+//go:noescape
+func expfSubAVX2(dst, src *float32, n int, m float32, c8 *[14][8]float32) int
+
+// expfConsts8 are expfConsts and the sign bit and exponent bias, each
+// repeated over 8 lanes, as sigmoidAVX2 and expfSubAVX2 read them.
+var expfConsts8 = func() (c [14][8]float32) {
+	for i, v := range append(expfConsts[:], math.Float32frombits(0x80000000), math.Float32frombits(127)) {
+		for j := range c[i] {
+			c[i][j] = v
+		}
+	}
+	return c
+}()
 
 //go:noescape
 func sigmoidAVX512(dst, src *float32, n int, c *[12]float32) int
@@ -28,13 +49,16 @@ var expfConsts = [12]float32{
 // a block of 16 that needs expf's rare paths.
 func sigmoidFast(dst, src []float32) int {
 	n := len(src) &^ 15
-	if !haveAVX512 || n == 0 {
+	if !haveSigmoidFast() || n == 0 {
 		return 0
 	}
 	_ = dst[n-1]
+	if !haveAVX512 {
+		return sigmoidAVX2(&dst[0], &src[0], n, &expfConsts8)
+	}
 	return sigmoidAVX512(&dst[0], &src[0], n, &expfConsts)
 }
-func haveSigmoidFast() bool { return haveAVX512 }
+func haveSigmoidFast() bool { return haveAVX512 || haveAVX2 }
 
 //go:noescape
 func expfSubAVX512(dst, src *float32, n int, m float32, c *[12]float32) int
@@ -43,9 +67,12 @@ func expfSubAVX512(dst, src *float32, n int, m float32, c *[12]float32) int
 // can do in assembly and returns how many (see sigmoidFast).
 func expfSubFast(dst, src []float32, m float32) int {
 	n := len(src) &^ 15
-	if !haveAVX512 || n == 0 {
+	if !haveSigmoidFast() || n == 0 {
 		return 0
 	}
 	_ = dst[n-1]
+	if !haveAVX512 {
+		return expfSubAVX2(&dst[0], &src[0], n, m, &expfConsts8)
+	}
 	return expfSubAVX512(&dst[0], &src[0], n, m, &expfConsts)
 }

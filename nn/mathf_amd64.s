@@ -148,3 +148,125 @@ edone:
 	MOVQ AX, ret+40(FP)
 	VZEROUPPER
 	RET
+
+// The AVX2 versions below run eight values at a time with the same
+// float32 operations in the same order as sigmoidAVX512 and
+// expfSubAVX512 (no FMAs), so they give the scalar code's bits too. AVX2
+// has 16 vector registers, so expf's constants are read from c8, each
+// broadcast to 8 lanes (32 bytes): log2e, 0.5, ln2hi, ln2lo, p0..p5, 1,
+// -126 (int32), sign bit, 127 (int32), at offsets 0, 32, ..., 416.
+
+// func sigmoidAVX2(dst, src *float32, n int, c8 *[14][8]float32) int
+// n is a multiple of 8; returns how many it did, a multiple of 8,
+// stopping before a block of eight that needs expf's rare paths.
+TEXT ·sigmoidAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ c8+24(FP), DX
+	XORQ AX, AX
+	VMOVUPS 320(DX), Y14           // 1
+	VPXOR   Y15, Y15, Y15          // zero
+	VMOVUPS 352(DX), Y13           // -126
+s2loop:
+	CMPQ AX, CX
+	JGE  s2done
+	VMOVUPS (SI)(AX*4), Y0         // x
+	VPOR    384(DX), Y0, Y1        // v = -|x|
+	VMULPS  0(DX), Y1, Y2
+	VADDPS  32(DX), Y2, Y2         // v·log2e + 0.5
+	VROUNDPS $9, Y2, Y3            // n = floor
+	VCVTTPS2DQ Y3, Y4              // ni
+	VPCMPGTD Y4, Y13, Y5           // -126 > ni (NaN gives MinInt32)
+	VPTEST  Y5, Y5
+	JNZ     s2done
+	VMULPS  64(DX), Y3, Y5
+	VSUBPS  Y5, Y1, Y6             // v - n·ln2hi
+	VMULPS  96(DX), Y3, Y5
+	VSUBPS  Y5, Y6, Y6             // r
+	VMULPS  128(DX), Y6, Y7
+	VADDPS  160(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  192(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  224(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  256(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  288(DX), Y7, Y7        // p
+	VMULPS  Y6, Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  Y6, Y7, Y7
+	VADDPS  Y14, Y7, Y7            // y = p·r·r + r + 1
+	VPADDD  416(DX), Y4, Y8
+	VPSLLD  $23, Y8, Y8
+	VMULPS  Y8, Y7, Y7             // e = y·2^n
+	VADDPS  Y14, Y7, Y9            // 1 + e
+	VCMPPS  $0x1d, Y15, Y0, Y10    // x >= 0 (ordered)
+	VBLENDVPS Y10, Y14, Y7, Y11    // 1 where x >= 0, e elsewhere
+	VDIVPS  Y9, Y11, Y12
+	VMOVUPS Y12, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     s2loop
+s2done:
+	MOVQ AX, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func expfSubAVX2(dst, src *float32, n int, m float32, c8 *[14][8]float32) int
+// n is a multiple of 8: dst[i] = expf(src[i] - m), bit for bit the scalar
+// expf, eight at a time, stopping before a block of eight where some lane
+// leaves expf's main path (2^n outside [2^-126, 2^127], NaN, infinities);
+// returns how many values it did.
+TEXT ·expfSubAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS m+24(FP), Y15
+	MOVQ c8+32(FP), DX
+	XORQ AX, AX
+	VMOVUPS 320(DX), Y14           // 1
+	VMOVUPS 416(DX), Y13           // 127: the exponent bias and the largest n
+	VMOVUPS 352(DX), Y12           // -126
+e2loop:
+	CMPQ AX, CX
+	JGE  e2done
+	VMOVUPS (SI)(AX*4), Y0
+	VSUBPS  Y15, Y0, Y1            // x = src - m
+	VMULPS  0(DX), Y1, Y2
+	VADDPS  32(DX), Y2, Y2         // x·log2e + 0.5
+	VROUNDPS $9, Y2, Y3            // n = floor
+	VCVTTPS2DQ Y3, Y4              // ni
+	VPCMPGTD Y4, Y12, Y5           // -126 > ni (NaN, ±Inf give MinInt32)
+	VPCMPGTD Y13, Y4, Y6           // ni > 127
+	VPOR    Y6, Y5, Y5
+	VPTEST  Y5, Y5
+	JNZ     e2done
+	VMULPS  64(DX), Y3, Y5
+	VSUBPS  Y5, Y1, Y6
+	VMULPS  96(DX), Y3, Y5
+	VSUBPS  Y5, Y6, Y6             // r
+	VMULPS  128(DX), Y6, Y7
+	VADDPS  160(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  192(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  224(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  256(DX), Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  288(DX), Y7, Y7        // p
+	VMULPS  Y6, Y7, Y7
+	VMULPS  Y6, Y7, Y7
+	VADDPS  Y6, Y7, Y7
+	VADDPS  Y14, Y7, Y7            // y = p·r·r + r + 1
+	VPADDD  Y13, Y4, Y8
+	VPSLLD  $23, Y8, Y8
+	VMULPS  Y8, Y7, Y7             // y·2^n
+	VMOVUPS Y7, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     e2loop
+e2done:
+	MOVQ AX, ret+40(FP)
+	VZEROUPPER
+	RET
