@@ -88,6 +88,7 @@ func (f Format) RoundTo(dst, src []float32) {
 		copy(dst, src)
 	case BF16:
 		n, _ := roundBF16Fast(dst, src, 0)
+		n += roundBF16To8(dst[n:], src[n:])
 		for i := n; i < len(src); i++ {
 			dst[i] = roundBF16(src[i])
 		}
@@ -112,7 +113,10 @@ func (f Format) RoundCount(dst, src []float32) int {
 		return 0
 	case BF16:
 		n, under := roundBF16Fast(dst, src, bf16Underflow)
-		under += countUnderflowScalar(src[n:], bf16Underflow)
+		// where the CPU lacks AVX-512: counted, then rounded, eight at a
+		// time in AVX2 (counted first: dst may be src)
+		under += countUnderflow(src[n:], bf16Underflow)
+		n += roundBF16To8(dst[n:], src[n:])
 		for i := n; i < len(src); i++ {
 			dst[i] = roundBF16(src[i])
 		}

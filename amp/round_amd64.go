@@ -86,6 +86,21 @@ func widenBF16AVX2(dst []float32, src []uint16)
 func widenFP16F16C(dst []float32, src []uint16)
 
 //go:noescape
+func roundBF16ToAVX2(dst, src []float32)
+
+// roundBF16To8 rounds the leading multiple of 8 values of src into dst
+// (which may be src) in AVX2 where the CPU has it, and returns how many
+// it rounded: what the AVX-512 kernels leave, on CPUs without them.
+func roundBF16To8(dst, src []float32) int {
+	n := len(src) &^ 7
+	if n == 0 || !haveAVX2 {
+		return 0
+	}
+	roundBF16ToAVX2(dst[:n], src[:n])
+	return n
+}
+
+//go:noescape
 func narrowBF16AVX2(dst []uint16, src []float32)
 
 // narrow16Fast encodes the leading multiple of 8 values of src as bf16

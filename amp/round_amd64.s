@@ -372,3 +372,51 @@ nbloop:
 	VZEROUPPER
 nbdone:
 	RET
+
+// func roundBF16ToAVX2(dst, src []float32)
+// len(src) is a multiple of 8 and len(dst) >= len(src): dst[i] = src[i]
+// rounded to bf16 as roundBF16AVX2 rounds (dst may be src).
+TEXT ·roundBF16ToAVX2(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), CX
+	SHRQ $3, CX
+	JZ   btdone
+	MOVL $0x7fff, AX
+	VMOVD AX, X10
+	VPBROADCASTD X10, Y10          // bias
+	MOVL $1, AX
+	VMOVD AX, X11
+	VPBROADCASTD X11, Y11          // one
+	MOVL $0xffff0000, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12          // high half mask
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13          // abs mask
+	MOVL $0x7f800000, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14          // +Inf bits
+	MOVL $0x00400000, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15          // quiet bit
+btloop:
+	VMOVDQU (SI), Y0               // u
+	VPSRLD  $16, Y0, Y1
+	VPAND   Y11, Y1, Y1            // lsb
+	VPADDD  Y10, Y0, Y2
+	VPADDD  Y1, Y2, Y2
+	VPAND   Y12, Y2, Y2            // rounded
+	VPAND   Y13, Y0, Y3            // abs
+	VPCMPGTD Y14, Y3, Y4           // abs > Inf: NaN
+	VPAND   Y12, Y0, Y5
+	VPOR    Y15, Y5, Y5            // NaN kept NaN
+	VPBLENDVB Y4, Y5, Y2, Y2
+	VMOVDQU Y2, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	DECQ    CX
+	JNZ     btloop
+	VZEROUPPER
+btdone:
+	RET

@@ -8,21 +8,24 @@ import (
 
 // RoundTo and RoundCount (the AVX-512 body where the CPU has it, and the
 // scalar tail) agree bit for bit with Round and Underflows, copying and
-// in place, on random bit patterns (NaNs, infinities, subnormals and
-// underflowing values included) at lengths that leave tails.
+// in place, on random bit patterns (NaNs, infinities, subnormals,
+// underflowing values and exact ties included) at lengths that leave
+// tails.
 func TestRoundToAndCount(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, f := range []Format{FP32, BF16, FP16} {
 		for _, n := range []int{0, 1, 7, 15, 16, 17, 31, 33, 1000, 4099} {
 			src := make([]float32, n)
 			for i := range src {
-				switch rng.IntN(4) {
+				switch rng.IntN(5) {
 				case 0:
 					src[i] = math.Float32frombits(rng.Uint32())
 				case 1: // tiny: around the underflow limits
 					src[i] = math.Float32frombits(rng.Uint32()&0x8000ffff | uint32(rng.IntN(2))*0x33000000)
 				case 2:
 					src[i] = float32(rng.NormFloat64())
+				case 3: // exact ties of bf16 (and, with the low 13 bits, of fp16's normals): to even
+					src[i] = math.Float32frombits(rng.Uint32()&0xffff0000 | 0x8000 | uint32(rng.IntN(2))*0x1000)
 				default:
 					src[i] = math.Float32frombits(0x7f800000 | rng.Uint32()&0x807fffff)
 				}
