@@ -94,6 +94,7 @@ func (f Format) RoundTo(dst, src []float32) {
 		}
 	case FP16:
 		n, _ := roundFP16Fast(dst, src, 0)
+		n += roundFP16To8(dst[n:], src[n:])
 		for i := n; i < len(src); i++ {
 			dst[i] = roundFP16(src[i])
 		}
@@ -123,7 +124,8 @@ func (f Format) RoundCount(dst, src []float32) int {
 		return under
 	case FP16:
 		n, under := roundFP16Fast(dst, src, fp16Underflow)
-		under += countUnderflowScalar(src[n:], fp16Underflow)
+		under += countUnderflow(src[n:], fp16Underflow)
+		n += roundFP16To8(dst[n:], src[n:])
 		for i := n; i < len(src); i++ {
 			dst[i] = roundFP16(src[i])
 		}

@@ -100,6 +100,20 @@ func roundBF16To8(dst, src []float32) int {
 	return n
 }
 
+// roundFP16To8 is roundBF16To8 for fp16: copied into dst where it is
+// not src, then rounded in place.
+func roundFP16To8(dst, src []float32) int {
+	n := len(src) &^ 7
+	if n == 0 || !haveAVX2 {
+		return 0
+	}
+	if &dst[0] != &src[0] {
+		copy(dst[:n], src[:n])
+	}
+	roundFP16AVX2(dst[:n])
+	return n
+}
+
 //go:noescape
 func narrowBF16AVX2(dst []uint16, src []float32)
 

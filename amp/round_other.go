@@ -22,6 +22,8 @@ func narrow16Fast(Format, []uint16, []float32) int { return 0 }
 
 func roundBF16To8(dst, src []float32) int { return 0 }
 
+func roundFP16To8(dst, src []float32) int { return 0 }
+
 func roundBF16Fast(dst, src []float32, limit uint32) (done, under int) { return 0, 0 }
 
 func roundFP16Fast(dst, src []float32, limit uint32) (done, under int) { return 0, 0 }
