@@ -51,7 +51,9 @@ func HeadChunk(v int) int { return max(32, headChunkBytes/(4*max(v, 1))) }
 // Under the bf16 policy, on an engine with a bf16 GEMM (Engine.BF16),
 // the three products (logits, dx, dW) have two bf16 operands and run
 // there, as the pair's do (Engine.bf16Path), with W kept packed from call
-// to call as Builder.linear keeps it; they are that GEMM's sums of the
+// to call as Builder.linear keeps it (a frozen fp32 W, with
+// Builder.PackFrozenWeights, rounded as it is packed, with no bf16 copy
+// in the graph, as there); they are that GEMM's sums of the
 // same exact products, so they agree with the emulation to fp32
 // summation order, then one bf16 ulp where rounded.
 //
@@ -83,15 +85,26 @@ func (b *Builder) LMHeadLoss(x, w, targets, lossGrad *G.Node, chunk int) *G.Node
 			wdx = &packedWeight{trainable: b.needsGrad[w]}
 		}
 	}
-	if !b.is16[w] {
+	// A frozen fp32 W that the bf16 GEMM rounds as it packs it has no
+	// bf16 copy, as in Builder.linear: both products that read it (logits,
+	// dx) take the packings above, and the op records bf16 as its operand
+	// format (below), which sends them to that GEMM.
+	roundsInPack := b.roundsInPack(w, f)
+	if !b.is16[w] && !roundsInPack {
 		w = b.lower(w, f)
 	}
+	// The linear op's output format. Where W rounds in the packing, f is
+	// bf16 with an fp32 W, which only a low-precision linear gives: the
+	// policy's low format whatever W's, the same as on a lowered copy.
 	logitsFm := b.formatOf("linear", x, w)
 	inputs := []*G.Node{x, w, targets}
 	if lossGrad != nil {
 		inputs = append(inputs, lossGrad)
 	}
 	base := b.newBase("lm_head_loss", inputs...)
+	if roundsInPack {
+		base.inFm[1] = amp.BF16 // the values the products read
+	}
 	base.out = amp.FP32
 	if b.Policy != nil {
 		base.out = b.Policy.Format("cross_entropy", logitsFm)

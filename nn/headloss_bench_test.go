@@ -62,8 +62,13 @@ func BenchmarkLMHeadLoss(b *testing.B) {
 // CPU's bf16 GEMM (the native AMX or VDPBF16PS kernel; skipped where the
 // CPU has neither): 1024 tokens (bench's "mid" batch of 4×256) at the
 // "mid" head (vocabulary 8192, width 512) and SmolLM2's (49152, 576),
-// with a trained fp32 W (full fine-tuning: logits, dx and dW) and a
-// frozen bf16 one (LoRA on a bf16 base: logits and dx).
+// with a trained fp32 W (full fine-tuning: logits, dx and dW), a frozen
+// bf16 one (LoRA on a bf16 base: logits and dx) and a frozen fp32 one
+// (LoRA on an fp32 base), lowered to a bf16 copy or, with
+// PackFrozenWeights on the bf16 GEMM ("packed"), rounded as the GEMM
+// packs it. graph-MiB is what the graph's values hold after a step
+// (W, its copy, x, the gradients; not the ops' own buffers): the packed
+// W's is less by the copy, 4 bytes a parameter of W.
 func BenchmarkLMHeadLossBF16(b *testing.B) {
 	const n = 1024
 	workers := runtime.GOMAXPROCS(0)
@@ -71,8 +76,11 @@ func BenchmarkLMHeadLossBF16(b *testing.B) {
 		name string
 		v, d int
 	}{{"mid", 8192, 512}, {"smollm2", 49152, 576}} {
-		for _, weight := range []string{"trainable", "bf16 bits"} {
+		for _, weight := range []string{"trainable", "bf16 bits", "frozen fp32", "frozen fp32 packed"} {
 			for _, path := range []string{"emulated", "bf16"} {
+				if weight == "frozen fp32 packed" && path == "emulated" {
+					continue // no packer: the same graph as "frozen fp32"
+				}
 				b.Run(fmt.Sprintf("%s/%s/%s", sh.name, weight, path), func(b *testing.B) {
 					e := &Engine{BLAS: blas.Native{Workers: workers}, Workers: workers}
 					if path == "bf16" {
@@ -85,6 +93,7 @@ func BenchmarkLMHeadLossBF16(b *testing.B) {
 					bl := NewBuilder(e, tensor.Float32)
 					p := amp.DefaultPolicy(amp.BF16)
 					bl.Policy = &p
+					bl.PackFrozenWeights = weight == "frozen fp32 packed"
 					rng := rand.New(rand.NewPCG(1, 1))
 					x := randParam(bl, rng, "x", 1, n, sh.d)
 					wd := make([]float32, sh.v*sh.d)
@@ -93,15 +102,18 @@ func BenchmarkLMHeadLossBF16(b *testing.B) {
 					}
 					wrt := G.Nodes{x}
 					var w *G.Node
-					if weight == "trainable" {
+					switch weight {
+					case "trainable":
 						w = bl.Param("w", []int{sh.v, sh.d}, wd, true)
 						wrt = append(wrt, w)
-					} else {
+					case "bf16 bits":
 						bits := make([]uint16, len(wd))
 						for i, f := range wd {
 							bits[i] = amp.BF16.Bits16(f)
 						}
 						w = bl.Param16("w", []int{sh.v, sh.d}, bits, amp.BF16)
+					default:
+						w = bl.Param("w", []int{sh.v, sh.d}, wd, false)
 					}
 					targets := make([]int, n)
 					for i := range targets {
@@ -113,8 +125,20 @@ func BenchmarkLMHeadLossBF16(b *testing.B) {
 						b.Fatal(err)
 					}
 					benchGraph(b, bl.G)
+					b.ReportMetric(float64(graphBytes(bl.G))/(1<<20), "graph-MiB")
 				})
 			}
 		}
 	}
+}
+
+// graphBytes is the memory the values of g's nodes hold.
+func graphBytes(g *G.ExprGraph) uintptr {
+	var n uintptr
+	for _, nd := range g.AllNodes() {
+		if v := nd.Value(); v != nil {
+			n += v.MemSize()
+		}
+	}
+	return n
 }

@@ -202,3 +202,82 @@ func TestLMHeadLossOnBF16Units(t *testing.T) {
 		}
 	}
 }
+
+// TestLMHeadLossFrozenFP32WeightRoundsInPack: with PackFrozenWeights, a
+// frozen fp32 W on a bf16 GEMM that rounds its operands as it packs them
+// (each native bf16 GEMM that runs here, the Go models everywhere) gets
+// no bf16 copy in the graph, as in Builder.linear, and the fused head
+// computes the lowered copy's bits, and those of the same W stored in
+// bf16 (Param16): all three pack the same bf16 values, rounded to nearest
+// even once, into the same kernel. Its products all run on that GEMM, as
+// many as before, none on the fp32 one, with the logits in bf16 still.
+// Where the rule does not hold (no packer, another policy, a trained W),
+// PackFrozenWeights changes neither the graph nor a bit.
+func TestLMHeadLossFrozenFP32WeightRoundsInPack(t *testing.T) {
+	be := blas.Native{Workers: 2}
+	for _, g := range realBF16Gemmers(t, 2) {
+		nb, ok := g.(*blas.NativeBF16)
+		if !ok {
+			continue // oneDNN takes bf16 bits, packing nothing itself
+		}
+		for _, chunk := range []int{0, 4} {
+			for _, seeded := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s/chunk %d/seeded %v", nb.Name(), chunk, seeded), func(t *testing.T) {
+					run := func(weight string, packFrozen bool) (headRun, int64) {
+						pc := &productCounter{NativeBF16: nb}
+						c := headCase{format: amp.BF16, weight: weight, fused: true, seeded: seeded, chunk: chunk, workers: 2, bf16: pc, packFrozen: packFrozen}
+						return runHead(t, be, c), pc.calls.Load()
+					}
+					lowered, nLowered := run("frozen", false)
+					packed, nPacked := run("frozen", true)
+					bits16, _ := run("bf16 bits", true)
+					if lowered.wCopies != 1 || packed.wCopies != 0 {
+						t.Fatalf("W has %d copies in the graph lowered, %d packing it; want 1 and 0", lowered.wCopies, packed.wCopies)
+					}
+					if msg := sameHeadBits(packed, lowered); msg != "" {
+						t.Fatalf("packing the fp32 W against its lowered copy: %s", msg)
+					}
+					if msg := sameHeadBits(packed, bits16); msg != "" {
+						t.Fatalf("packing the fp32 W against its bf16 bits: %s", msg)
+					}
+					want := 2 * headProducts(headCase{weight: "frozen", seeded: seeded, chunk: chunk}) // runHead runs twice
+					if nPacked != want || nLowered != want {
+						t.Errorf("%d products on the bf16 GEMM packing W, %d on its lowered copy; want %d", nPacked, nLowered, want)
+					}
+					if packed.gemms != 0 || lowered.gemms != 0 {
+						t.Errorf("%d products on the fp32 GEMM packing W, %d on its lowered copy; want none", packed.gemms, lowered.gemms)
+					}
+					if packed.rounded != lowered.rounded || packed.under != lowered.under {
+						t.Errorf("rounded %d gradient values, %d underflowed; lowered %d, %d", packed.rounded, packed.under, lowered.rounded, lowered.under)
+					}
+					if packed.logitsFm != amp.BF16 || lowered.logitsFm != amp.BF16 {
+						t.Errorf("logits in %v packing W, %v on its lowered copy; want bf16", packed.logitsFm, lowered.logitsFm)
+					}
+				})
+			}
+		}
+	}
+	for _, c := range []headCase{
+		{format: amp.BF16, weight: "frozen", bf16: &widenGemmer{be: be}}, // a bf16 GEMM that takes bits, packing nothing
+		{format: amp.BF16, weight: "frozen"},                             // emulated
+		{format: amp.FP16, weight: "frozen", bf16: blas.NewNativeBF16Go(2)},
+		{format: amp.BF16, weight: "trainable", bf16: blas.NewNativeBF16Go(2)},
+	} {
+		name := fmt.Sprintf("%v/%s/bf16 GEMM %v", c.format, c.weight, c.bf16 != nil)
+		t.Run(name, func(t *testing.T) {
+			c.fused, c.seeded, c.chunk, c.workers = true, true, 4, 2
+			off := runHead(t, be, c)
+			c.packFrozen = true
+			on := runHead(t, be, c)
+			if on.wCopies != off.wCopies || on.wCopies == 0 {
+				t.Fatalf("%d nodes of W's shape with PackFrozenWeights, %d without; want the same, its lowered copy among them", on.wCopies, off.wCopies)
+			}
+			if msg := sameHeadBits(on, off); msg != "" {
+				t.Fatalf("PackFrozenWeights changed a result: %s", msg)
+			}
+			if on.gemms != off.gemms || on.logitsFm != off.logitsFm {
+				t.Errorf("%d fp32 products, logits in %v with PackFrozenWeights; %d, %v without", on.gemms, on.logitsFm, off.gemms, off.logitsFm)
+			}
+		})
+	}
+}

@@ -96,6 +96,8 @@ type headCase struct {
 	workers int
 	v       int             // vocabulary; 0: headV
 	bf16    blas.BF16Gemmer // the engine's bf16 GEMM; nil: none (products emulated)
+	// packFrozen sets Builder.PackFrozenWeights
+	packFrozen bool
 }
 
 // headRun is what one headCase computed.
@@ -107,7 +109,9 @@ type headRun struct {
 	xp, norm, w      []float32 // the inputs: the norm's input and weight, and W's values
 	rounded, under   int64
 	gemms            int64
-	logitsLikeShapes int // nodes of shape [N, V]
+	logitsLikeShapes int        // nodes of shape [N, V]
+	wCopies          int        // nodes other than W of W's shape [V, D]: its lowered copy, and its gradient where trained
+	logitsFm         amp.Format // the fused op's logits format
 }
 
 const headN, headD, headV = 11, 8, 23
@@ -120,6 +124,7 @@ func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
 	}
 	cb := &countingBLAS{Backend: be}
 	b := NewBuilder(&Engine{BLAS: cb, BF16: c.bf16, Workers: c.workers}, tensor.Float32)
+	b.PackFrozenWeights = c.packFrozen
 	if c.format != amp.FP32 {
 		p := amp.DefaultPolicy(c.format)
 		b.Policy = &p
@@ -210,6 +215,12 @@ func runHead(t *testing.T, be blas.Backend, c headCase) headRun {
 	for _, n := range b.G.AllNodes() {
 		if s := n.Shape(); len(s) == 2 && s[0] == headN && s[1] == v {
 			r.logitsLikeShapes++
+		}
+		if s := n.Shape(); n != w && len(s) == 2 && s[0] == v && s[1] == headD {
+			r.wCopies++
+		}
+		if op, ok := n.Op().(*headLossOp[float32]); ok {
+			r.logitsFm = op.logitsFm
 		}
 	}
 	return r

@@ -40,11 +40,7 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 			wdx = &packedWeight{trainable: b.needsGrad[w]}
 		}
 	}
-	// A frozen fp32 weight read by a bf16 GEMM that rounds its operands
-	// as it packs them needs no bf16 copy (4 bytes a parameter): the
-	// GEMM rounds it once, into the packings it keeps.
-	_, packs := b.Eng.BF16.(bf16Packer)
-	roundsInPack := b.PackFrozenWeights && packs && f == amp.BF16 && b.Dtype == tensor.Float32 && b.isParam[w] && !b.needsGrad[w] && !b.is16[w] && !is4 && b.format[w] == amp.FP32
+	roundsInPack := b.roundsInPack(w, f)
 	if !b.is16[w] && !is4 && !roundsInPack { // a 16- or 4-bit weight is converted inside the op, block by block
 		w = b.lower(w, f)
 	}
@@ -60,6 +56,20 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	w16 := weights16{on: b.is16[w], stored: b.format[w], compute: f}
 	w4 := weights4{on: is4, compute: f}
 	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16, w4: w4, packed: wfwd, packedDx: wdx}, x, w)
+}
+
+// roundsInPack says whether the products of an op computing in format f
+// read weight w with no lowered bf16 copy: a frozen fp32 parameter read
+// by a bf16 GEMM that rounds its operands as it packs them needs none
+// (4 bytes a parameter, and a rounding pass over w every step), since the
+// GEMM rounds it once, into the packings the op keeps (packedWeight). The
+// op then records bf16 as w's operand format, the values its products
+// read, and every product that reads w must take one of those packings.
+func (b *Builder) roundsInPack(w *G.Node, f amp.Format) bool {
+	_, packs := b.Eng.BF16.(bf16Packer)
+	_, is4 := b.q4[w]
+	return b.PackFrozenWeights && packs && f == amp.BF16 && b.Dtype == tensor.Float32 &&
+		b.isParam[w] && !b.needsGrad[w] && !b.is16[w] && !is4 && b.format[w] == amp.FP32
 }
 
 // sgemmRound computes C = op(A)·op(B) and rounds it to f, each block of C
