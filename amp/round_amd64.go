@@ -45,8 +45,6 @@ func roundFP16Fast(dst, src []float32, limit uint32) (done, under int) {
 	return roundFast(roundFP16CountAVX512, dst, src, limit)
 }
 
-//go:noescape
-func roundBF16AVX2(xs []float32)
 
 //go:noescape
 func roundFP16AVX2(xs []float32)
@@ -57,7 +55,7 @@ func roundBF16Slice(xs []float32) {
 	}
 	n := len(xs) &^ 7
 	if haveAVX2 && n > 0 {
-		roundBF16AVX2(xs[:n])
+		roundBF16ToAVX2(xs[:n], xs[:n])
 		xs = xs[n:]
 	}
 	for i, x := range xs {

@@ -2,53 +2,6 @@
 
 #include "textflag.h"
 
-// func roundBF16AVX2(xs []float32)
-// len(xs) is a multiple of 8. Per lane, with u the float's bits:
-//   r = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000
-//   NaN (u & 0x7fffffff > 0x7f800000): r = (u & 0xffff0000) | 0x00400000
-TEXT ·roundBF16AVX2(SB), NOSPLIT, $0-24
-	MOVQ xs_base+0(FP), SI
-	MOVQ xs_len+8(FP), CX
-	SHRQ $3, CX
-	JZ   bdone
-	MOVL $0x7fff, AX
-	VMOVD AX, X10
-	VPBROADCASTD X10, Y10          // bias
-	MOVL $1, AX
-	VMOVD AX, X11
-	VPBROADCASTD X11, Y11          // one
-	MOVL $0xffff0000, AX
-	VMOVD AX, X12
-	VPBROADCASTD X12, Y12          // high half mask
-	MOVL $0x7fffffff, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13          // abs mask
-	MOVL $0x7f800000, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14          // +Inf bits
-	MOVL $0x00400000, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15          // quiet bit
-bloop:
-	VMOVDQU (SI), Y0               // u
-	VPSRLD  $16, Y0, Y1
-	VPAND   Y11, Y1, Y1            // lsb
-	VPADDD  Y10, Y0, Y2
-	VPADDD  Y1, Y2, Y2
-	VPAND   Y12, Y2, Y2            // rounded
-	VPAND   Y13, Y0, Y3            // abs
-	VPCMPGTD Y14, Y3, Y4           // abs > Inf: NaN
-	VPAND   Y12, Y0, Y5
-	VPOR    Y15, Y5, Y5            // NaN kept NaN
-	VPBLENDVB Y4, Y5, Y2, Y2
-	VMOVDQU Y2, (SI)
-	ADDQ    $32, SI
-	DECQ    CX
-	JNZ     bloop
-	VZEROUPPER
-bdone:
-	RET
-
 // func roundFP16AVX2(xs []float32)
 // len(xs) is a multiple of 8. Per lane, with u the bits and a = u & 0x7fffffff:
 //   normal    (a >= 0x38800000): (u + 0xfff + ((u >> 13) & 1)) &^ 0x1fff
@@ -207,7 +160,7 @@ TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
 
 // func roundBF16CountAVX512(dst, src *float32, n int, limit uint32) int
 // n is a multiple of 16; dst may equal src. Per lane, with u = src's bits:
-// dst = roundBF16(u) (the recipe of roundBF16AVX2), and the result counts
+// dst = roundBF16(u) (the recipe of roundBF16ToAVX2), and the result counts
 // the lanes whose magnitude a satisfies 0 < a <= limit, that is
 // a-1 < limit unsigned (limit 0 counts nothing).
 TEXT ·roundBF16CountAVX512(SB), NOSPLIT, $0-40
@@ -329,7 +282,7 @@ fdone:
 // func narrowBF16AVX2(dst []uint16, src []float32)
 // len(src) is a multiple of 8 and len(dst) >= len(src): dst[i] = the bf16
 // bits of src[i] rounded to nearest even, NaN kept a quiet NaN (as
-// roundBF16AVX2 rounds, then the high halves packed).
+// roundBF16ToAVX2 rounds, then the high halves packed).
 TEXT ·narrowBF16AVX2(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), DI
 	MOVQ src_base+24(FP), SI
@@ -375,7 +328,9 @@ nbdone:
 
 // func roundBF16ToAVX2(dst, src []float32)
 // len(src) is a multiple of 8 and len(dst) >= len(src): dst[i] = src[i]
-// rounded to bf16 as roundBF16AVX2 rounds (dst may be src).
+// rounded to bf16 (dst may be src). Per lane, with u the float's bits:
+//   r = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000
+//   NaN (u & 0x7fffffff > 0x7f800000): r = (u & 0xffff0000) | 0x00400000
 TEXT ·roundBF16ToAVX2(SB), NOSPLIT, $0-48
 	MOVQ dst_base+0(FP), DI
 	MOVQ src_base+24(FP), SI

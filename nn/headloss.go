@@ -76,15 +76,7 @@ func (b *Builder) LMHeadLoss(x, w, targets, lossGrad *G.Node, chunk int) *G.Node
 	f := b.formatOf("linear", x, w)
 	x = b.lower(x, f)
 	// W's packings for a bf16 GEMM, kept as Builder.linear keeps them
-	// (decided there on the node before lowering): the forward's and dx's
-	// of a float32 W, the forward's only of a 16-bit one.
-	var wfwd, wdx *packedWeight
-	if b.isParam[w] || b.is16[w] {
-		wfwd = &packedWeight{trainable: b.needsGrad[w]}
-		if !b.is16[w] {
-			wdx = &packedWeight{trainable: b.needsGrad[w]}
-		}
-	}
+	wfwd, wdx := b.weightPackings(w)
 	// A frozen fp32 W that the bf16 GEMM rounds as it packs it has no
 	// bf16 copy, as in Builder.linear: both products that read it (logits,
 	// dx) take the packings above, and the op records bf16 as its operand

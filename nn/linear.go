@@ -16,6 +16,25 @@ func (b *Builder) Linear(x, w *G.Node) *G.Node {
 	return b.linear(x, w, f, f)
 }
 
+// weightPackings are the packings of W that a bf16 GEMM may keep from
+// call to call, as op(B) of the forward product and of dx (nil where none
+// is kept). A parameter (or a 16-bit base weight) is what may be kept,
+// whatever copy of it the op reads: both packings of a float32 one, whose
+// bf16 copy they replace where it rounds as it packs, the forward's only
+// of a 16-bit one, which is held in bf16 already: packing its dx operand
+// per call (pairs of its rows side by side) costs little beside the
+// product, a second packing 2 bytes a parameter. Decided on W's node
+// before it is lowered.
+func (b *Builder) weightPackings(w *G.Node) (fwd, dx *packedWeight) {
+	if b.isParam[w] || b.is16[w] {
+		fwd = &packedWeight{trainable: b.needsGrad[w]}
+		if !b.is16[w] {
+			dx = &packedWeight{trainable: b.needsGrad[w]}
+		}
+	}
+	return fwd, dx
+}
+
 // linear computes x·Wᵀ with its inputs in format f and its output rounded
 // to out: f, or fp32 when a bias is still to be added before the rounding.
 func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
@@ -26,20 +45,7 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	}
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
 	x = b.lower(x, f)
-	// A parameter (or a 16-bit base weight) is what a bf16 GEMM may keep
-	// packed from call to call, whatever copy of it the op reads: both
-	// packings (forward, dx) of a float32 one, whose bf16 copy they
-	// replace (below), the forward's only of a 16-bit one, which is held
-	// in bf16 already: packing its dx operand per call (pairs of its rows
-	// side by side) costs little beside the product, a second packing 2
-	// bytes a parameter.
-	var wfwd, wdx *packedWeight
-	if b.isParam[w] || b.is16[w] {
-		wfwd = &packedWeight{trainable: b.needsGrad[w]}
-		if !b.is16[w] {
-			wdx = &packedWeight{trainable: b.needsGrad[w]}
-		}
-	}
+	wfwd, wdx := b.weightPackings(w)
 	roundsInPack := b.roundsInPack(w, f)
 	if !b.is16[w] && !is4 && !roundsInPack { // a 16- or 4-bit weight is converted inside the op, block by block
 		w = b.lower(w, f)
