@@ -2,6 +2,26 @@
 
 #include "textflag.h"
 
+// BF16_CONSTS_AVX2 loads the bf16 rounding constants (clobbering AX):
+// Y10 0x7fff (bias), Y11 1, Y13 0x7fffffff (abs mask), Y14 0x7f800000
+// (+Inf bits), Y15 0x00400000 (quiet bit).
+#define BF16_CONSTS_AVX2 \
+	MOVL $0x7fff, AX; VMOVD AX, X10; VPBROADCASTD X10, Y10; \
+	MOVL $1, AX; VMOVD AX, X11; VPBROADCASTD X11, Y11; \
+	MOVL $0x7fffffff, AX; VMOVD AX, X13; VPBROADCASTD X13, Y13; \
+	MOVL $0x7f800000, AX; VMOVD AX, X14; VPBROADCASTD X14, Y14; \
+	MOVL $0x00400000, AX; VMOVD AX, X15; VPBROADCASTD X15, Y15
+
+// BF16_ROUND_AVX2 rounds the floats in Y0 to bf16 in the high halves of
+// Y2, per lane with u the bits: u + 0x7fff + ((u >> 16) & 1), or, for a
+// NaN (u & 0x7fffffff > 0x7f800000), u | 0x00400000 (quiet, sign and
+// leading payload kept); the low halves are garbage. Clobbers Y1, Y3-Y5.
+#define BF16_ROUND_AVX2 \
+	VPSRLD $16, Y0, Y1; VPAND Y11, Y1, Y1; \
+	VPADDD Y10, Y0, Y2; VPADDD Y1, Y2, Y2; \
+	VPAND Y13, Y0, Y3; VPCMPGTD Y14, Y3, Y4; \
+	VPOR Y15, Y0, Y5; VPBLENDVB Y4, Y5, Y2, Y2
+
 // func roundFP16AVX2(xs []float32)
 // len(xs) is a multiple of 8. Per lane, with u the bits and a = u & 0x7fffffff:
 //   normal    (a >= 0x38800000): (u + 0xfff + ((u >> 13) & 1)) &^ 0x1fff
@@ -289,31 +309,10 @@ TEXT ·narrowBF16AVX2(SB), NOSPLIT, $0-48
 	MOVQ src_len+32(FP), CX
 	SHRQ $3, CX
 	JZ   nbdone
-	MOVL $0x7fff, AX
-	VMOVD AX, X10
-	VPBROADCASTD X10, Y10          // bias
-	MOVL $1, AX
-	VMOVD AX, X11
-	VPBROADCASTD X11, Y11          // one
-	MOVL $0x7fffffff, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13          // abs mask
-	MOVL $0x7f800000, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14          // +Inf bits
-	MOVL $0x00400000, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15          // quiet bit
+	BF16_CONSTS_AVX2
 nbloop:
 	VMOVDQU (SI), Y0               // u
-	VPSRLD  $16, Y0, Y1
-	VPAND   Y11, Y1, Y1            // lsb
-	VPADDD  Y10, Y0, Y2
-	VPADDD  Y1, Y2, Y2             // rounded in the high half
-	VPAND   Y13, Y0, Y3            // abs
-	VPCMPGTD Y14, Y3, Y4           // abs > Inf: NaN
-	VPOR    Y15, Y0, Y5            // NaN kept NaN, quiet
-	VPBLENDVB Y4, Y5, Y2, Y2
+	BF16_ROUND_AVX2                // rounded in the high half
 	VPSRLD  $16, Y2, Y2            // the bf16 bits, zero-extended
 	VPACKUSDW Y2, Y2, Y2           // per 128-bit lane: its 4 words twice
 	VPERMQ  $0x08, Y2, Y2          // lanes' first quadwords together
@@ -337,36 +336,14 @@ TEXT ·roundBF16ToAVX2(SB), NOSPLIT, $0-48
 	MOVQ src_len+32(FP), CX
 	SHRQ $3, CX
 	JZ   btdone
-	MOVL $0x7fff, AX
-	VMOVD AX, X10
-	VPBROADCASTD X10, Y10          // bias
-	MOVL $1, AX
-	VMOVD AX, X11
-	VPBROADCASTD X11, Y11          // one
+	BF16_CONSTS_AVX2
 	MOVL $0xffff0000, AX
 	VMOVD AX, X12
 	VPBROADCASTD X12, Y12          // high half mask
-	MOVL $0x7fffffff, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13          // abs mask
-	MOVL $0x7f800000, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14          // +Inf bits
-	MOVL $0x00400000, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15          // quiet bit
 btloop:
 	VMOVDQU (SI), Y0               // u
-	VPSRLD  $16, Y0, Y1
-	VPAND   Y11, Y1, Y1            // lsb
-	VPADDD  Y10, Y0, Y2
-	VPADDD  Y1, Y2, Y2
-	VPAND   Y12, Y2, Y2            // rounded
-	VPAND   Y13, Y0, Y3            // abs
-	VPCMPGTD Y14, Y3, Y4           // abs > Inf: NaN
-	VPAND   Y12, Y0, Y5
-	VPOR    Y15, Y5, Y5            // NaN kept NaN
-	VPBLENDVB Y4, Y5, Y2, Y2
+	BF16_ROUND_AVX2
+	VPAND   Y12, Y2, Y2            // rounded; a NaN keeps its quiet bit
 	VMOVDQU Y2, (DI)
 	ADDQ    $32, SI
 	ADDQ    $32, DI

@@ -156,6 +156,29 @@ edone:
 // broadcast to 8 lanes (32 bytes): log2e, 0.5, ln2hi, ln2lo, p0..p5, 1,
 // -126 (int32), sign bit, 127 (int32), at offsets 0, 32, ..., 416.
 
+// EXPF_POLY_AVX2: Y7 = y = p·r·r + r + 1, expf's polynomial, for x in
+// Y1 and n = floor(x·log2e + 0.5) in Y3, with r = x − n·ln2hi − n·ln2lo;
+// constants at DX (c8), 1 in Y14; clobbers Y5 and Y6 (Y6 = r).
+#define EXPF_POLY_AVX2 \
+	VMULPS  64(DX), Y3, Y5; \
+	VSUBPS  Y5, Y1, Y6; \
+	VMULPS  96(DX), Y3, Y5; \
+	VSUBPS  Y5, Y6, Y6; \
+	VMULPS  128(DX), Y6, Y7; \
+	VADDPS  160(DX), Y7, Y7; \
+	VMULPS  Y6, Y7, Y7; \
+	VADDPS  192(DX), Y7, Y7; \
+	VMULPS  Y6, Y7, Y7; \
+	VADDPS  224(DX), Y7, Y7; \
+	VMULPS  Y6, Y7, Y7; \
+	VADDPS  256(DX), Y7, Y7; \
+	VMULPS  Y6, Y7, Y7; \
+	VADDPS  288(DX), Y7, Y7; \
+	VMULPS  Y6, Y7, Y7; \
+	VMULPS  Y6, Y7, Y7; \
+	VADDPS  Y6, Y7, Y7; \
+	VADDPS  Y14, Y7, Y7
+
 // func sigmoidAVX2(dst, src *float32, n int, c8 *[14][8]float32) int
 // n is a multiple of 8; returns how many it did, a multiple of 8,
 // stopping before a block of eight that needs expf's rare paths.
@@ -180,24 +203,7 @@ s2loop:
 	VPCMPGTD Y4, Y13, Y5           // -126 > ni (NaN gives MinInt32)
 	VPTEST  Y5, Y5
 	JNZ     s2done
-	VMULPS  64(DX), Y3, Y5
-	VSUBPS  Y5, Y1, Y6             // v - n·ln2hi
-	VMULPS  96(DX), Y3, Y5
-	VSUBPS  Y5, Y6, Y6             // r
-	VMULPS  128(DX), Y6, Y7
-	VADDPS  160(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  192(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  224(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  256(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  288(DX), Y7, Y7        // p
-	VMULPS  Y6, Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  Y6, Y7, Y7
-	VADDPS  Y14, Y7, Y7            // y = p·r·r + r + 1
+	EXPF_POLY_AVX2                 // y = p·r·r + r + 1
 	VPADDD  416(DX), Y4, Y8
 	VPSLLD  $23, Y8, Y8
 	VMULPS  Y8, Y7, Y7             // e = y·2^n
@@ -242,24 +248,7 @@ e2loop:
 	VPOR    Y6, Y5, Y5
 	VPTEST  Y5, Y5
 	JNZ     e2done
-	VMULPS  64(DX), Y3, Y5
-	VSUBPS  Y5, Y1, Y6
-	VMULPS  96(DX), Y3, Y5
-	VSUBPS  Y5, Y6, Y6             // r
-	VMULPS  128(DX), Y6, Y7
-	VADDPS  160(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  192(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  224(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  256(DX), Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  288(DX), Y7, Y7        // p
-	VMULPS  Y6, Y7, Y7
-	VMULPS  Y6, Y7, Y7
-	VADDPS  Y6, Y7, Y7
-	VADDPS  Y14, Y7, Y7            // y = p·r·r + r + 1
+	EXPF_POLY_AVX2                 // y = p·r·r + r + 1
 	VPADDD  Y13, Y4, Y8
 	VPSLLD  $23, Y8, Y8
 	VMULPS  Y8, Y7, Y7             // y·2^n

@@ -170,12 +170,17 @@ unpack() {
 	export G M uuid
 }
 
-run() {
+# start: what run and diagnose begin with (OUT names the logs' folder).
+start() {
 	: "${OUT:?OUT must name a folder for the logs}"
 	unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 	export PYTHONUNBUFFERED=1
 	unpack
 	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+}
+
+run() {
+	start
 	export -f gpu cpu_vs_torch
 	taskset -c 0-3 timeout 420 bash -c gpu >"$OUT/gpu.log" 2>&1 &
 	taskset -c 4,5 timeout 420 bash -c cpu_vs_torch >"$OUT/cpu.log" 2>&1 &
@@ -186,11 +191,7 @@ run() {
 
 # diagnose: the follow-up run (see the top of this file).
 diagnose() {
-	: "${OUT:?OUT must name a folder for the logs}"
-	unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-	export PYTHONUNBUFFERED=1
-	unpack
-	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+	start
 	export -f gpu_diagnose cpu_diagnose
 	taskset -c 0-3 timeout 280 bash -c gpu_diagnose >"$OUT/gpu.log" 2>&1 &
 	taskset -c 4,5 timeout 280 bash -c cpu_diagnose >"$OUT/cpu.log" 2>&1 &
