@@ -45,7 +45,6 @@ func roundFP16Fast(dst, src []float32, limit uint32) (done, under int) {
 	return roundFast(roundFP16CountAVX512, dst, src, limit)
 }
 
-
 //go:noescape
 func roundFP16AVX2(xs []float32)
 
