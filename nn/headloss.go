@@ -221,10 +221,12 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 	if len(o.block) != o.chunk*o.v {
 		o.block, o.rowLoss = make([]T, o.chunk*o.v), make([]float64, o.n)
 	}
+	wBits, release := o.encodedWeight(w)
+	defer release()
 	for r0 := 0; r0 < o.n; r0 += o.chunk {
 		rows := min(o.chunk, o.n-r0)
 		blk, xc := o.block[:rows*o.v], x[r0*o.d:(r0+rows)*o.d]
-		o.logits(xc, w, blk, rows)
+		o.logits(xc, w, wBits, blk, rows)
 		roundAll(o.eng, o.logitsFm, blk)
 		o.eng.parallel(rows, 8, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -261,7 +263,7 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 		})
 		roundGrad(o.eng, o.logitsFm, blk)
 		if g.dx != nil {
-			o.inputGrad(blk, w, g.dx[r0*o.d:(r0+rows)*o.d], rows)
+			o.inputGrad(blk, w, wBits, g.dx[r0*o.d:(r0+rows)*o.d], rows)
 		}
 		if g.dw != nil {
 			beta := T(1)
@@ -307,10 +309,11 @@ const (
 //
 // Where x and W both hold bf16 values and the engine has a bf16 GEMM, the
 // product runs there in one call (the GEMM splits it among its threads),
-// unrounded: pass rounds the logits after.
-func (o *headLossOp[T]) logits(xc, w, blk []T, rows int) {
+// unrounded: pass rounds the logits after. wBits is W encoded for the
+// pass (encodedWeight), or nil.
+func (o *headLossOp[T]) logits(xc, w []T, wBits []uint16, blk []T, rows int) {
 	if isF32[T]() && o.eng.bf16Path(o.inFm[0], o.weightFormat()) {
-		wf, bits := o.weightOperand(w)
+		wf, bits := o.weightOperand(w, wBits)
 		o.eng.gemmBF16(amp.FP32, false, false, true, rows, o.v, o.d, any(xc).([]float32), o.d, wf, bits, o.d, any(blk).([]float32), o.v, o.packed)
 		return
 	}
@@ -333,10 +336,10 @@ func (o *headLossOp[T]) logits(xc, w, blk []T, rows int) {
 
 // inputGrad computes dx = dl·W [rows, D] as linearGradOp.Do does, on the
 // bf16 GEMM where dl (rounded to the logits' format) and W hold bf16
-// values, unrounded: the backward op rounds it.
-func (o *headLossOp[T]) inputGrad(dl, w, dx []T, rows int) {
+// values, unrounded: the backward op rounds it. wBits is as for logits.
+func (o *headLossOp[T]) inputGrad(dl, w []T, wBits []uint16, dx []T, rows int) {
 	if isF32[T]() && o.eng.bf16Path(o.logitsFm, o.weightFormat()) {
-		wf, bits := o.weightOperand(w)
+		wf, bits := o.weightOperand(w, wBits)
 		o.eng.gemmBF16(amp.FP32, true, false, false, rows, o.d, o.v, any(dl).([]float32), o.v, wf, bits, o.d, any(dx).([]float32), o.d, o.packedDx)
 		return
 	}
@@ -363,13 +366,36 @@ func (o *headLossOp[T]) weightFormat() amp.Format {
 	return o.inFm[1]
 }
 
-// weightOperand is W as a bf16 GEMM's operand: its float32 values w, or
-// (w nil) a 16-bit W's bits.
-func (o *headLossOp[T]) weightOperand(w []T) ([]float32, []uint16) {
-	if w != nil {
+// weightOperand is W as a bf16 GEMM's operand: its bits encoded for the
+// pass (wBits), else its float32 values w, else (w nil) a 16-bit W's
+// bits.
+func (o *headLossOp[T]) weightOperand(w []T, wBits []uint16) ([]float32, []uint16) {
+	switch {
+	case wBits != nil:
+		return nil, wBits
+	case w != nil:
 		return any(w).([]float32), nil
 	}
 	return nil, o.bits16
+}
+
+// encodedWeight is a float32 W encoded as bf16 bits once for a pass
+// (lent from the engine's pool; release gives them back), for a bf16
+// GEMM that reads bits: given float32 values, gemmBF16 would encode all
+// of W again for every block of tokens, in the logits and in dx. nil,
+// with a release that does nothing, where W is 16-bit already, where the
+// GEMM packs W itself (a bf16Packer keeps its packings), or where no
+// product of W runs on the bf16 GEMM.
+func (o *headLossOp[T]) encodedWeight(w []T) ([]uint16, func()) {
+	none := func() {}
+	if !isF32[T]() || w == nil || !o.eng.bf16Path(amp.BF16, o.weightFormat()) ||
+		!o.eng.bf16Path(o.inFm[0], amp.BF16) && !o.eng.bf16Path(o.logitsFm, amp.BF16) {
+		return nil, none
+	}
+	if _, packs := o.eng.BF16.(bf16Packer); packs {
+		return nil, none
+	}
+	return o.eng.bf16Bits(any(w).([]float32))
 }
 
 // SymDiff returns the gradients of x and W. Given the loss's own gradient
