@@ -32,24 +32,32 @@ func TestNativeSgemmFinish(t *testing.T) {
 			{false, false, 5, 7, 0, 0.5, 1},      // k = 0: C = beta·C
 		} {
 			tc := newNativeCase(rng, s.tA, s.tB, s.m, s.n, s.k, 1, 0.75, s.beta)
-			ref := tc.run(impl, s.workers)
-			got := append([]float32(nil), tc.c...)
-			blocks := newDoneBlocks(s.m, s.n)
-			nativeSgemmFinish(impl, nativeSplit{workers: s.workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, tc.b, tc.ldb, tc.beta, got, tc.ldc, func(i0, i1, j0, j1 int) {
-				for i := i0; i < i1; i++ {
-					for j := j0; j < j1; j++ {
-						got[i*tc.ldc+j] = -got[i*tc.ldc+j]
-					}
-				}
-				blocks.done(i0, i1, j0, j1)
-			})
-			blocks.check(t, fmt.Sprintf("%s %v", kname, tc))
-			for i := range s.m {
-				for j := range s.n {
-					if g, w := math.Float32bits(-got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
-						t.Fatalf("%s %v: C[%d][%d] = %v, Sgemm gave %v", kname, tc, i, j, -got[i*tc.ldc+j], ref[i*tc.ldc+j])
-					}
-				}
+			tc.checkFinish(t, kname, impl, s.workers)
+		}
+	}
+}
+
+// checkFinish runs tc through nativeSgemmFinish with a done that negates
+// its block and records it: every element must be finished exactly once
+// and, negated back, be Sgemm's bits.
+func (tc *nativeCase) checkFinish(t *testing.T, kname string, impl *nativeImpl, workers int) {
+	t.Helper()
+	ref := tc.run(impl, workers)
+	got := append([]float32(nil), tc.c...)
+	blocks := newDoneBlocks(tc.m, tc.n)
+	nativeSgemmFinish(impl, nativeSplit{workers: workers}, tc.tA, tc.tB, tc.m, tc.n, tc.k, tc.alpha, tc.a, tc.lda, tc.b, tc.ldb, tc.beta, got, tc.ldc, func(i0, i1, j0, j1 int) {
+		for i := i0; i < i1; i++ {
+			for j := j0; j < j1; j++ {
+				got[i*tc.ldc+j] = -got[i*tc.ldc+j]
+			}
+		}
+		blocks.done(i0, i1, j0, j1)
+	})
+	blocks.check(t, fmt.Sprintf("%s %v", kname, tc))
+	for i := range tc.m {
+		for j := range tc.n {
+			if g, w := math.Float32bits(-got[i*tc.ldc+j]), math.Float32bits(ref[i*tc.ldc+j]); g != w {
+				t.Fatalf("%s %v: C[%d][%d] = %v, Sgemm gave %v", kname, tc, i, j, -got[i*tc.ldc+j], ref[i*tc.ldc+j])
 			}
 		}
 	}

@@ -32,14 +32,14 @@ func (Native) Name() string { return "native (Go, " + nativeBest.name + " kernel
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C in float32 (row-major).
 func (be Native) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	nativeSgemm(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	nativeSgemm(nativeBest, nativeSplit{workers: be.Workers, minWork: nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // SgemmFinish is Sgemm calling done for each block of C once it is final
 // (see Finisher): rows of one packed block of op(A) by the columns of one
 // packed panel of op(B), after its last k slice.
 func (be Native) SgemmFinish(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
-	nativeSgemmFinish(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, done)
+	nativeSgemmFinish(nativeBest, nativeSplit{workers: be.Workers, minWork: nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, done)
 }
 
 // Dgemm computes C = alpha·op(A)·op(B) + beta·C in float64 through gonum.
@@ -102,10 +102,13 @@ type nativeImpl struct {
 	// packBT16 packs one full micro-panel of op(B) = Bᵀ: sixteen rows of
 	// b, row stride ldb, kc floats each, into dst[p·16+j].
 	packBT16 func(dst, b []float32, ldb, kc int)
+	// kernStrided is kern reading op(A) and op(B) where they lie, for
+	// the thin products (native_thin.go).
+	kernStrided nativeStridedKernel
 }
 
 // nativeGo is the portable implementation, plain Go throughout.
-var nativeGo = &nativeImpl{name: "portable", kern: nativePortable, packA6: nativePackA6Go, packBT16: nativePackBT16Go}
+var nativeGo = &nativeImpl{name: "portable", kern: nativePortable, packA6: nativePackA6Go, packBT16: nativePackBT16Go, kernStrided: nativeStridedVia(nativePortable)}
 
 // nativeAsm is the assembly implementation when this CPU can run it, nil
 // otherwise; nativeBest is what Native uses. Both are set once at package
@@ -120,6 +123,9 @@ var (
 type nativeSplit struct {
 	workers int
 	minWork int64
+	// blocked keeps thin products on the blocked path too (tests: the
+	// thin paths must give its bits).
+	blocked bool
 }
 
 // nativeSgemm is Native.Sgemm with the implementation and the splitting
@@ -142,7 +148,7 @@ func nativeSgemmFinish(impl *nativeImpl, split nativeSplit, transA, transB bool,
 // before it is packed, so the product is the bits of SgemmFinish on the
 // widened B, without a float32 copy of B or a call per block of it.
 func (be Native) SgemmWiden(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, widen func(dst []float32, src []uint16), ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
-	nativeSgemmWiden(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, widen, ldb, beta, c, ldc, done)
+	nativeSgemmWiden(nativeBest, nativeSplit{workers: be.Workers, minWork: nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, b, widen, ldb, beta, c, ldc, done)
 }
 
 // nativeSgemmWiden is Native.SgemmWiden with the implementation and the
@@ -160,7 +166,7 @@ func nativeSgemmWiden(impl *nativeImpl, split nativeSplit, transA, transB bool, 
 // op(B) together. The product is the bits of SgemmFinish on B loaded
 // whole: the packed panels are the same values.
 func (be Native) SgemmLoad(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, load func(dst []float32, off int), lenB, ldb int, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
-	nativeSgemmLoad(nativeBest, nativeSplit{be.Workers, nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, load, lenB, ldb, beta, c, ldc, done)
+	nativeSgemmLoad(nativeBest, nativeSplit{workers: be.Workers, minWork: nativeParallelWork}, transA, transB, m, n, k, alpha, a, lda, load, lenB, ldb, beta, c, ldc, done)
 }
 
 // nativeSgemmLoad is Native.SgemmLoad with the implementation and the
@@ -202,6 +208,10 @@ func (g *nativeGemm) compute(name string, split nativeSplit, m, n, lenB int) int
 	mt := (m + nativeMR - 1) / nativeMR // row tiles
 	nt := (n + nativeNR - 1) / nativeNR // column tiles
 	switch {
+	case !split.blocked && g.thinN(m, n):
+		return g.runThinN(workers, m, n)
+	case !split.blocked && g.thinM(m, n):
+		return g.runThinM(workers, m, n)
 	case workers > 1 && mt >= nativeChunksPerWorker*workers:
 		g.parallelRows(workers, m, n, mt)
 	case workers > 1 && nt >= nativeChunksPerWorker*workers:
@@ -286,16 +296,8 @@ func (g *nativeGemm) parallelRows(workers, m, n, mt int) {
 // parallelCols splits C by columns, for products with too few rows to
 // split: each chunk packs op(A) (few rows) and its own columns of op(B).
 func (g *nativeGemm) parallelCols(workers, m, n, nt int) {
-	chunks := min(nt, nativeChunksPerWorker*workers)
-	var next atomic.Int64
-	nativeParallel(workers, func() {
-		for {
-			ch := int(next.Add(1)) - 1
-			if ch >= chunks {
-				return
-			}
-			g.run(0, m, nt*ch/chunks*nativeNR, min(n, nt*(ch+1)/chunks*nativeNR))
-		}
+	nativeChunked(workers, nt, func(lo, hi int) {
+		g.run(0, m, lo*nativeNR, min(n, hi*nativeNR))
 	})
 }
 
@@ -451,7 +453,10 @@ func (g *nativeGemm) packA(ap []float32, ic, mc, pc, kc int) {
 				d := (*[nativeMR]float32)(dst[p*nativeMR:])
 				src := a[(pc+p)*lda+i:]
 				if mr == nativeMR {
-					*d = *(*[nativeMR]float32)(src)
+					// Element by element: an array assignment through
+					// pointers is a call to memmove, most of the time here.
+					s := (*[nativeMR]float32)(src)
+					d[0], d[1], d[2], d[3], d[4], d[5] = s[0], s[1], s[2], s[3], s[4], s[5]
 					continue
 				}
 				*d = [nativeMR]float32{}
@@ -558,7 +563,9 @@ func (g *nativeGemm) packBFrom(bp, b []float32, ldb, pc, kc, jc, nc int) {
 				d := (*[nativeNR]float32)(dst[p*nativeNR:])
 				src := b[(pc+p)*ldb+j:]
 				if nr == nativeNR {
-					*d = *(*[nativeNR]float32)(src)
+					s := (*[nativeNR]float32)(src) // element by element, as in packA
+					d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] = s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
+					d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15] = s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]
 					continue
 				}
 				*d = [nativeNR]float32{}

@@ -9,7 +9,7 @@ import "golang.org/x/sys/cpu"
 // 12×16 AVX-512 kernel where the CPU has AVX-512F; nil otherwise.
 func nativeAsmImpl() *nativeImpl {
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		impl := &nativeImpl{name: "AVX2/FMA", kern: nativeKernelAVX2, packA6: nativePackA6AVX, packBT16: nativePackBT16AVX}
+		impl := &nativeImpl{name: "AVX2/FMA", kern: nativeKernelAVX2, packA6: nativePackA6AVX, packBT16: nativePackBT16AVX, kernStrided: nativeKernelStridedAVX2}
 		if cpu.X86.HasAVX512F {
 			// Same bits as the AVX2 kernel (tested tile by tile); the
 			// name says which one runs, for bench output and READMEs.
@@ -54,6 +54,17 @@ func nativeKernelAVX2(kc int, a, b, c []float32, ldc int, alpha, beta float32) {
 	sgemm6x16AVX2(kc, &a[0], &b[0], &c[0], ldc, alpha, beta, load)
 }
 
+func nativeKernelStridedAVX2(kc int, a []float32, aRow, aStep int, b []float32, bStep int, c []float32, ldc int, alpha, beta float32) {
+	_ = a[(nativeMR-1)*aRow+(kc-1)*aStep]
+	_ = b[(kc-1)*bStep+nativeNR-1]
+	_ = c[(nativeMR-1)*ldc+nativeNR-1]
+	load := 1
+	if beta == 0 {
+		load = 0
+	}
+	sgemm6x16StridedAVX2(kc, &a[0], aRow, aStep, &b[0], bStep, &c[0], ldc, alpha, beta, load)
+}
+
 func nativePackA6AVX(dst, a []float32, lda, kc int) {
 	if k8 := kc &^ 7; k8 > 0 {
 		_ = dst[k8*nativeMR-1]
@@ -84,6 +95,13 @@ func nativePackBT16AVX(dst, b []float32, ldb, kc int) {
 //
 //go:noescape
 func sgemm6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32, load int)
+
+// sgemm6x16StridedAVX2 is sgemm6x16AVX2 reading element (i, p) of op(A) at
+// a[i·aRow + p·aStep] and row p of op(B) at b[p·bStep] (strides in
+// elements): the same bits as on the packed panels.
+//
+//go:noescape
+func sgemm6x16StridedAVX2(kc int, a *float32, aRow, aStep int, b *float32, bStep int, c *float32, ldc int, alpha, beta float32, load int)
 
 // packA6AVX packs 8·k8 columns of six rows of a (row stride lda elements)
 // into dst[p·6+r], k8 ≥ 1.

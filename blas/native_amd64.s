@@ -41,6 +41,52 @@
 	VMOVUPS hi, 32(DI); \
 	ADDQ    SI, DI
 
+// The twelve accumulators of a 6×16 tile: cleared; scaled by Y14;
+// written back over C (ROWLOAD, beta in Y15) or onto it (ROWSTORE).
+#define ZERO_ACC \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7; \
+	VXORPS Y8, Y8, Y8; \
+	VXORPS Y9, Y9, Y9; \
+	VXORPS Y10, Y10, Y10; \
+	VXORPS Y11, Y11, Y11
+
+#define SCALE_ACC \
+	VMULPS Y14, Y0, Y0; \
+	VMULPS Y14, Y1, Y1; \
+	VMULPS Y14, Y2, Y2; \
+	VMULPS Y14, Y3, Y3; \
+	VMULPS Y14, Y4, Y4; \
+	VMULPS Y14, Y5, Y5; \
+	VMULPS Y14, Y6, Y6; \
+	VMULPS Y14, Y7, Y7; \
+	VMULPS Y14, Y8, Y8; \
+	VMULPS Y14, Y9, Y9; \
+	VMULPS Y14, Y10, Y10; \
+	VMULPS Y14, Y11, Y11
+
+#define ROWLOAD_ACC \
+	ROWLOAD(Y0, Y1); \
+	ROWLOAD(Y2, Y3); \
+	ROWLOAD(Y4, Y5); \
+	ROWLOAD(Y6, Y7); \
+	ROWLOAD(Y8, Y9); \
+	ROWLOAD(Y10, Y11)
+
+#define ROWSTORE_ACC \
+	ROWSTORE(Y0, Y1); \
+	ROWSTORE(Y2, Y3); \
+	ROWSTORE(Y4, Y5); \
+	ROWSTORE(Y6, Y7); \
+	ROWSTORE(Y8, Y9); \
+	ROWSTORE(Y10, Y11)
+
 // func sgemm6x16AVX2(kc int, a, b, c *float32, ldc int, alpha, beta float32, load int)
 TEXT ·sgemm6x16AVX2(SB), NOSPLIT, $0-56
 	MOVQ kc+0(FP), CX
@@ -50,18 +96,7 @@ TEXT ·sgemm6x16AVX2(SB), NOSPLIT, $0-56
 	MOVQ ldc+32(FP), SI
 	SHLQ $2, SI
 
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
+	ZERO_ACC
 
 	MOVQ CX, DX
 	SHRQ $2, DX
@@ -90,40 +125,19 @@ loop1:
 
 store:
 	VBROADCASTSS alpha+40(FP), Y14
-	VMULPS       Y14, Y0, Y0
-	VMULPS       Y14, Y1, Y1
-	VMULPS       Y14, Y2, Y2
-	VMULPS       Y14, Y3, Y3
-	VMULPS       Y14, Y4, Y4
-	VMULPS       Y14, Y5, Y5
-	VMULPS       Y14, Y6, Y6
-	VMULPS       Y14, Y7, Y7
-	VMULPS       Y14, Y8, Y8
-	VMULPS       Y14, Y9, Y9
-	VMULPS       Y14, Y10, Y10
-	VMULPS       Y14, Y11, Y11
+	SCALE_ACC
 
 	MOVQ  load+48(FP), DX
 	TESTQ DX, DX
 	JZ    overwrite
 
 	VBROADCASTSS beta+44(FP), Y15
-	ROWLOAD(Y0, Y1)
-	ROWLOAD(Y2, Y3)
-	ROWLOAD(Y4, Y5)
-	ROWLOAD(Y6, Y7)
-	ROWLOAD(Y8, Y9)
-	ROWLOAD(Y10, Y11)
+	ROWLOAD_ACC
 	VZEROUPPER
 	RET
 
 overwrite:
-	ROWSTORE(Y0, Y1)
-	ROWSTORE(Y2, Y3)
-	ROWSTORE(Y4, Y5)
-	ROWSTORE(Y6, Y7)
-	ROWSTORE(Y8, Y9)
-	ROWSTORE(Y10, Y11)
+	ROWSTORE_ACC
 	VZEROUPPER
 	RET
 
@@ -391,5 +405,90 @@ overwrite12:
 	ROWSTORE12(Z9)
 	ROWSTORE12(Z10)
 	ROWSTORE12(Z11)
+	VZEROUPPER
+	RET
+
+// One k step of the strided kernel: op(B)'s row at (BX), op(A)'s six
+// elements at (AX), (AX)+r, (AX)+2r, (R11), (AX)+4r, (R11)+2r, where
+// r = R8 (a row of op(A)) and R11 = AX + 3r. The same FMAs into the same
+// accumulators as KSTEP, in the same order.
+#define KSTEPSTRIDED \
+	VMOVUPS      (BX), Y12;          \
+	VMOVUPS      32(BX), Y13;        \
+	VBROADCASTSS (AX), Y14;          \
+	VFMADD231PS  Y12, Y14, Y0;       \
+	VFMADD231PS  Y13, Y14, Y1;       \
+	VBROADCASTSS (AX)(R8*1), Y15;    \
+	VFMADD231PS  Y12, Y15, Y2;       \
+	VFMADD231PS  Y13, Y15, Y3;       \
+	VBROADCASTSS (AX)(R8*2), Y14;    \
+	VFMADD231PS  Y12, Y14, Y4;       \
+	VFMADD231PS  Y13, Y14, Y5;       \
+	VBROADCASTSS (R11), Y15;         \
+	VFMADD231PS  Y12, Y15, Y6;       \
+	VFMADD231PS  Y13, Y15, Y7;       \
+	VBROADCASTSS (AX)(R8*4), Y14;    \
+	VFMADD231PS  Y12, Y14, Y8;       \
+	VFMADD231PS  Y13, Y14, Y9;       \
+	VBROADCASTSS (R11)(R8*2), Y15;   \
+	VFMADD231PS  Y12, Y15, Y10;      \
+	VFMADD231PS  Y13, Y15, Y11;      \
+	ADDQ         R9, AX;             \
+	ADDQ         R9, R11;            \
+	ADDQ         R10, BX
+
+// func sgemm6x16StridedAVX2(kc int, a *float32, aRow, aStep int, b *float32, bStep int, c *float32, ldc int, alpha, beta float32, load int)
+// sgemm6x16AVX2 with op(A) and op(B) read where they lie instead of
+// packed: element (i, p) of op(A) at a[i·aRow + p·aStep], row p of op(B)
+// (16 floats) at b[p·bStep]. Same FMAs, same order, same rounding of C:
+// the same bits as packing them and calling sgemm6x16AVX2.
+TEXT ·sgemm6x16StridedAVX2(SB), NOSPLIT, $0-80
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ aRow+16(FP), R8
+	SHLQ $2, R8
+	MOVQ aStep+24(FP), R9
+	SHLQ $2, R9
+	MOVQ b+32(FP), BX
+	MOVQ bStep+40(FP), R10
+	SHLQ $2, R10
+	MOVQ c+48(FP), DI
+	MOVQ ldc+56(FP), SI
+	SHLQ $2, SI
+	LEAQ (AX)(R8*2), R11
+	ADDQ R8, R11
+
+	ZERO_ACC
+
+	MOVQ CX, DX
+	SHRQ $1, DX
+	JZ   stail
+
+sloop2:
+	KSTEPSTRIDED
+	KSTEPSTRIDED
+	DECQ DX
+	JNZ  sloop2
+
+stail:
+	ANDQ $1, CX
+	JZ   sstore
+	KSTEPSTRIDED
+
+sstore:
+	VBROADCASTSS alpha+64(FP), Y14
+	SCALE_ACC
+
+	MOVQ  load+72(FP), DX
+	TESTQ DX, DX
+	JZ    soverwrite
+
+	VBROADCASTSS beta+68(FP), Y15
+	ROWLOAD_ACC
+	VZEROUPPER
+	RET
+
+soverwrite:
+	ROWSTORE_ACC
 	VZEROUPPER
 	RET

@@ -254,7 +254,7 @@ func TestNativeSplitPolicy(t *testing.T) {
 		a := make([]float32, s.m*s.k)
 		b := make([]float32, s.k*s.n)
 		c := make([]float32, s.m*s.n)
-		if got := nativeSgemm(nativeBest, nativeSplit{s.workers, nativeParallelWork}, false, false, s.m, s.n, s.k, 1, a, s.k, b, s.n, 0, c, s.n); got != s.want {
+		if got := nativeSgemm(nativeBest, nativeSplit{workers: s.workers, minWork: nativeParallelWork}, false, false, s.m, s.n, s.k, 1, a, s.k, b, s.n, 0, c, s.n); got != s.want {
 			t.Errorf("%dx%dx%d with %d workers used %d goroutines, want %d", s.m, s.n, s.k, s.workers, got, s.want)
 		}
 	}
@@ -424,7 +424,7 @@ func BenchmarkNativeSgemm(b *testing.B) {
 		{"native-1", always, Native{Workers: 1}.Sgemm},
 		{"native-2", always, Native{Workers: 2}.Sgemm},
 		{"portable-1", always, func(tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-			nativeSgemm(nativeGo, nativeSplit{1, nativeParallelWork}, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+			nativeSgemm(nativeGo, nativeSplit{workers: 1, minWork: nativeParallelWork}, tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		}},
 		{"gonum", always, Gonum{}.Sgemm},
 	}
