@@ -5,3 +5,8 @@ package nn
 func sigmoidFast(dst, src []float32) int            { return 0 }
 func haveSigmoidFast() bool                         { return false }
 func expfSubFast(dst, src []float32, m float32) int { return 0 }
+
+func mulMulFast(y, a, b, c []float32) int            { return 0 }
+func swigluGradAFast(d, g, u, s, a []float32) int    { return 0 }
+func addScaledFast(y, a, b []float32, s float32) int { return 0 }
+func scaleFast(y, x []float32, s float32) int        { return 0 }

@@ -154,14 +154,14 @@ func swigluBackward(a, u, g, da, du []float32) {
 		ab, ub, gb := a[b0:b1], u[b0:b1], g[b0:b1]
 		if da != nil {
 			d := da[b0:b1]
-			for i, s := range s {
-				d[i] = gb[i] * ub[i] * s * (1 + ab[i]*(1-s))
+			for i := swigluGradAFast(d, gb, ub, s, ab); i < len(s); i++ {
+				d[i] = gb[i] * ub[i] * s[i] * (1 + ab[i]*(1-s[i]))
 			}
 		}
 		if du != nil {
 			d := du[b0:b1]
-			for i, s := range s {
-				d[i] = gb[i] * ab[i] * s
+			for i := mulMulFast(d, gb, ab, s); i < len(s); i++ {
+				d[i] = gb[i] * ab[i] * s[i]
 			}
 		}
 	}
@@ -177,8 +177,8 @@ func SwiGLUInto[T Float](y, a, u []T) {
 			s := sb[:b1-b0]
 			sigmoidSlice(s, a32[b0:b1])
 			yb, ab, ub := y32[b0:b1], a32[b0:b1], u32[b0:b1]
-			for i, s := range s {
-				yb[i] = ab[i] * s * ub[i]
+			for i := mulMulFast(yb, ab, s, ub); i < len(s); i++ {
+				yb[i] = ab[i] * s[i] * ub[i]
 			}
 		}
 		return
@@ -207,22 +207,12 @@ func (b *Builder) AddScaled(x, y *G.Node, s float64) *G.Node {
 // rounded as every output is.
 func addScaled[T Float](base opBase, shape []int, scale float64) *pointwiseOp[T] {
 	s, f := T(scale), base.out
-	fwd := func(y []T, in [][]T) {
-		a, b := in[0], in[1]
-		for i := range y {
-			y[i] = a[i] + s*b[i]
-		}
-	}
+	fwd := func(y []T, in [][]T) { addScaledSlice(y, in[0], in[1], s) }
 	if f != amp.FP32 && scale != 1 {
 		fwd = func(y []T, in [][]T) {
-			a, b := in[0], in[1]
-			for i := range y {
-				y[i] = s * b[i]
-			}
+			scaleSlice(y, in[1], s)
 			round(f, y)
-			for i := range y {
-				y[i] = a[i] + y[i]
-			}
+			addScaledSlice(y, in[0], y, 1) // a + 1·y is a + y exactly
 		}
 	}
 	return &pointwiseOp[T]{opBase: base, shape: shape, arity: 2, scale: scale, buf: newBuffer[T](shape...),
@@ -233,9 +223,30 @@ func addScaled[T Float](base opBase, shape []int, scale float64) *pointwiseOp[T]
 				copy(grads[0], g)
 			}
 			if grads[1] != nil {
-				for i, v := range g {
-					grads[1][i] = s * v
-				}
+				scaleSlice(grads[1], g, s)
 			}
 		}}
+}
+
+// addScaledSlice sets y[i] = a[i] + s·b[i] (y may be a or b), in
+// assembly where it can (addScaledFast: the same bits).
+func addScaledSlice[T Float](y, a, b []T, s T) {
+	i0 := 0
+	if y32, ok := any(y).([]float32); ok {
+		i0 = addScaledFast(y32, any(a).([]float32), any(b).([]float32), float32(s))
+	}
+	for i := i0; i < len(y); i++ {
+		y[i] = a[i] + s*b[i]
+	}
+}
+
+// scaleSlice sets y[i] = s·x[i] (y may be x), as addScaledSlice.
+func scaleSlice[T Float](y, x []T, s T) {
+	i0 := 0
+	if y32, ok := any(y).([]float32); ok {
+		i0 = scaleFast(y32, any(x).([]float32), float32(s))
+	}
+	for i := i0; i < len(y); i++ {
+		y[i] = s * x[i]
+	}
 }

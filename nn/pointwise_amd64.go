@@ -1,0 +1,61 @@
+//go:build amd64 && !purego
+
+package nn
+
+//go:noescape
+func mulMulAVX2(y, a, b, c *float32, n int)
+
+//go:noescape
+func swigluGradAAVX2(d, gr, u, s, a *float32, n int)
+
+//go:noescape
+func addScaledAVX2(y, a, b *float32, s float32, n int)
+
+//go:noescape
+func scaleAVX2(y, x *float32, s float32, n int)
+
+// The fast prefixes below run the leading multiple of 8 of a loop in
+// assembly where haveAVX2 (which rules out a Go that fuses FMAs, whose
+// scalar loops the assembly would not match) and return its length; the
+// callers finish the rest in Go. Every slice is at least as long as the
+// first.
+
+func mulMulFast(y, a, b, c []float32) int {
+	n := len(y) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _ = a[n-1], b[n-1], c[n-1]
+	mulMulAVX2(&y[0], &a[0], &b[0], &c[0], n)
+	return n
+}
+
+func swigluGradAFast(d, g, u, s, a []float32) int {
+	n := len(d) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _, _ = g[n-1], u[n-1], s[n-1], a[n-1]
+	swigluGradAAVX2(&d[0], &g[0], &u[0], &s[0], &a[0], n)
+	return n
+}
+
+func addScaledFast(y, a, b []float32, s float32) int {
+	n := len(y) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = a[n-1], b[n-1]
+	addScaledAVX2(&y[0], &a[0], &b[0], s, n)
+	return n
+}
+
+func scaleFast(y, x []float32, s float32) int {
+	n := len(y) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_ = x[n-1]
+	scaleAVX2(&y[0], &x[0], s, n)
+	return n
+}

@@ -1,0 +1,106 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// pointwiseInputs draws n float32 values, a quarter of them special:
+// zeros of both signs, subnormals, infinities, NaN, values near overflow
+// and near 1 (where 1 - s cancels).
+func pointwiseInputs(rng *rand.Rand, n int) []float32 {
+	special := []float32{0, float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -1e-40, float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), 3e38, -3e38, 1, 0.99999994, 1.0000001}
+	x := make([]float32, n)
+	for i := range x {
+		switch {
+		case rng.IntN(4) == 0:
+			x[i] = special[rng.IntN(len(special))]
+		default:
+			x[i] = float32((rng.Float64()*2 - 1) * math.Pow(2, float64(rng.IntN(40)-20)))
+		}
+	}
+	return x
+}
+
+func sameFloat32Bits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+// TestPointwiseFastBits: the pointwise ops' loops give the bits of the
+// scalar definitions, each operation rounded to float32 in the written
+// order (explicit conversions: nothing fused), at every length around
+// the assembly's blocks of 8 and with the outputs aliasing an input as
+// the ops use them.
+func TestPointwiseFastBits(t *testing.T) {
+	if !haveAVX2 {
+		t.Log("no AVX2 here (or a Go that fuses FMAs): the scalar loops run, compared with their definitions")
+	}
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 257, 1000} {
+		a, b, c, u := pointwiseInputs(rng, n), pointwiseInputs(rng, n), pointwiseInputs(rng, n), pointwiseInputs(rng, n)
+		s := float32(rng.Float64()*4 - 2)
+		check := func(what string, got []float32, want func(i int) float32) {
+			t.Helper()
+			for i := range got {
+				if w := want(i); !sameFloat32Bits(got[i], w) {
+					t.Fatalf("%s n=%d: [%d] = %v (%#x), want %v (%#x)", what, n, i, got[i], math.Float32bits(got[i]), w, math.Float32bits(w))
+				}
+			}
+		}
+
+		y := make([]float32, n)
+		addScaledSlice(y, a, b, s)
+		check("a + s·b", y, func(i int) float32 { return a[i] + float32(s*b[i]) })
+		y = append([]float32(nil), b...)
+		addScaledSlice(y, a, y, s)
+		check("a + s·b into b", y, func(i int) float32 { return a[i] + float32(s*b[i]) })
+		scaleSlice(y, a, s)
+		check("s·x", y, func(i int) float32 { return float32(s * a[i]) })
+
+		// SwiGLU, on the same sigmoid its loops use.
+		sig := make([]float32, n)
+		sigmoidSlice(sig, a)
+		y = append([]float32(nil), a...)
+		SwiGLUInto(y, y, u)
+		check("silu(a)·u into a", y, func(i int) float32 { return float32(float32(a[i]*sig[i]) * u[i]) })
+		da, du := make([]float32, n), make([]float32, n)
+		swigluBackward(a, u, c, da, du)
+		check("dSwiGLU/da", da, func(i int) float32 {
+			return float32(float32(float32(c[i]*u[i])*sig[i]) * float32(1+float32(a[i]*float32(1-sig[i]))))
+		})
+		check("dSwiGLU/du", du, func(i int) float32 { return float32(float32(c[i]*a[i]) * sig[i]) })
+	}
+}
+
+// BenchmarkPointwiseLoops times the loops at a 1,024-token × 1,376
+// activation (SmolLM2-mid's MLP width).
+func BenchmarkPointwiseLoops(b *testing.B) {
+	const n = 1024 * 1376
+	rng := rand.New(rand.NewPCG(1, 2))
+	normal := func() []float32 { // no specials: sigmoid's fast path throughout
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	x, y, u, g := normal(), make([]float32, n), normal(), normal()
+	da, du := make([]float32, n), make([]float32, n)
+	for _, bc := range []struct {
+		name string
+		f    func()
+	}{
+		{"addScaled", func() { addScaledSlice(y, x, u, 2) }},
+		{"swiglu", func() { SwiGLUInto(y, x, u) }},
+		{"swigluBackward", func() { swigluBackward(x, u, g, da, du) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(4 * n)
+			for b.Loop() {
+				bc.f()
+			}
+		})
+	}
+}
