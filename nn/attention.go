@@ -284,9 +284,7 @@ func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 		sum += e
 	}
 	inv = 1 / sum
-	for j := s0; j <= i; j++ {
-		row[j] *= inv
-	}
+	scaleSlice(row[s0:i+1], row[s0:i+1], inv)
 	clear(row[:s0])
 	clear(row[i+1:])
 	return m, inv
@@ -300,9 +298,7 @@ func causalSoftmaxGradRow[T Float](p, dp []T, s0, i int) {
 	for j := s0; j <= i; j++ {
 		sum += p[j] * dp[j]
 	}
-	for j := s0; j <= i; j++ {
-		dp[j] = p[j] * (dp[j] - sum)
-	}
+	mulSubSlice(dp[s0:i+1], p[s0:i+1], dp[s0:i+1], sum)
 	clear(dp[:s0])
 	clear(dp[i+1:])
 }

@@ -10,3 +10,4 @@ func mulMulFast(y, a, b, c []float32) int            { return 0 }
 func swigluGradAFast(d, g, u, s, a []float32) int    { return 0 }
 func addScaledFast(y, a, b []float32, s float32) int { return 0 }
 func scaleFast(y, x []float32, s float32) int        { return 0 }
+func mulSubFast(y, a, b []float32, s float32) int    { return 0 }

@@ -250,3 +250,14 @@ func scaleSlice[T Float](y, x []T, s T) {
 		y[i] = s * x[i]
 	}
 }
+
+// mulSubSlice sets y[i] = a[i]·(b[i] - s) (y may be b), as addScaledSlice.
+func mulSubSlice[T Float](y, a, b []T, s T) {
+	i0 := 0
+	if y32, ok := any(y).([]float32); ok {
+		i0 = mulSubFast(y32, any(a).([]float32), any(b).([]float32), float32(s))
+	}
+	for i := i0; i < len(y); i++ {
+		y[i] = a[i] * (b[i] - s)
+	}
+}

@@ -59,3 +59,16 @@ func scaleFast(y, x []float32, s float32) int {
 	scaleAVX2(&y[0], &x[0], s, n)
 	return n
 }
+
+//go:noescape
+func mulSubAVX2(y, a, b *float32, s float32, n int)
+
+func mulSubFast(y, a, b []float32, s float32) int {
+	n := len(y) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = a[n-1], b[n-1]
+	mulSubAVX2(&y[0], &a[0], &b[0], s, n)
+	return n
+}

@@ -99,3 +99,25 @@ scloop:
 scdone:
 	VZEROUPPER
 	RET
+
+// func mulSubAVX2(y, a, b *float32, s float32, n int)
+// y[i] = a[i]·(b[i] - s)
+TEXT ·mulSubAVX2(SB), NOSPLIT, $0-40
+	MOVQ y+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	VBROADCASTSS s+24(FP), Y15
+	MOVQ n+32(FP), CX
+	XORQ AX, AX
+msloop:
+	CMPQ    AX, CX
+	JGE     msdone
+	VMOVUPS (DX)(AX*4), Y0
+	VSUBPS  Y15, Y0, Y0
+	VMULPS  (SI)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     msloop
+msdone:
+	VZEROUPPER
+	RET

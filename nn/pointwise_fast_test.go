@@ -58,6 +58,9 @@ func TestPointwiseFastBits(t *testing.T) {
 		check("a + s·b into b", y, func(i int) float32 { return a[i] + float32(s*b[i]) })
 		scaleSlice(y, a, s)
 		check("s·x", y, func(i int) float32 { return float32(s * a[i]) })
+		y = append([]float32(nil), b...)
+		mulSubSlice(y, a, y, s)
+		check("a·(b - s) into b", y, func(i int) float32 { return float32(a[i] * float32(b[i]-s)) })
 
 		// SwiGLU, on the same sigmoid its loops use.
 		sig := make([]float32, n)
