@@ -6,8 +6,14 @@ func sigmoidFast(dst, src []float32) int            { return 0 }
 func haveSigmoidFast() bool                         { return false }
 func expfSubFast(dst, src []float32, m float32) int { return 0 }
 
-func mulMulFast(y, a, b, c []float32) int            { return 0 }
-func swigluGradAFast(d, g, u, s, a []float32) int    { return 0 }
-func addScaledFast(y, a, b []float32, s float32) int { return 0 }
-func scaleFast(y, x []float32, s float32) int        { return 0 }
-func mulSubFast(y, a, b []float32, s float32) int    { return 0 }
+func mulMulFast(y, a, b, c []float32) int                  { return 0 }
+func swigluGradAFast(d, g, u, s, a []float32) int          { return 0 }
+func addScaledFast(y, a, b []float32, s float32) int       { return 0 }
+func scaleFast(y, x []float32, s float32) int              { return 0 }
+func mulSubFast(y, a, b []float32, s float32) int          { return 0 }
+func ropeFast(x1, x2, c, s []float32, sign float32) int    { return 0 }
+func scaleMulFast(y, x, w []float32, s float32) int        { return 0 }
+func rmsGradFast(d, gr, w, x []float32, c, rs float32) int { return 0 }
+func accMulMulFast(p, gr, x []float32, s float32) int      { return 0 }
+
+const haveAVX2 = false // no assembly: the scalar loops run

@@ -72,3 +72,55 @@ func mulSubFast(y, a, b []float32, s float32) int {
 	mulSubAVX2(&y[0], &a[0], &b[0], s, n)
 	return n
 }
+
+//go:noescape
+func ropeAVX2(x1, x2, c, s *float32, sign float32, n int)
+
+//go:noescape
+func scaleMulAVX2(y, x, w *float32, s float32, n int)
+
+//go:noescape
+func rmsGradAVX2(d, gr, w, x *float32, c, rs float32, n int)
+
+//go:noescape
+func accMulMulAVX2(p, gr, x *float32, s float32, n int)
+
+func ropeFast(x1, x2, c, s []float32, sign float32) int {
+	n := len(x1) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _ = x2[n-1], c[n-1], s[n-1]
+	ropeAVX2(&x1[0], &x2[0], &c[0], &s[0], sign, n)
+	return n
+}
+
+func scaleMulFast(y, x, w []float32, s float32) int {
+	n := len(y) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = x[n-1], w[n-1]
+	scaleMulAVX2(&y[0], &x[0], &w[0], s, n)
+	return n
+}
+
+func rmsGradFast(d, gr, w, x []float32, c, rs float32) int {
+	n := len(d) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _, _ = gr[n-1], w[n-1], x[n-1]
+	rmsGradAVX2(&d[0], &gr[0], &w[0], &x[0], c, rs, n)
+	return n
+}
+
+func accMulMulFast(p, gr, x []float32, s float32) int {
+	n := len(p) &^ 7
+	if !haveAVX2 || n == 0 {
+		return 0
+	}
+	_, _ = gr[n-1], x[n-1]
+	accMulMulAVX2(&p[0], &gr[0], &x[0], s, n)
+	return n
+}

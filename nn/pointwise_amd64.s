@@ -121,3 +121,105 @@ msloop:
 msdone:
 	VZEROUPPER
 	RET
+
+// func ropeAVX2(x1, x2, c, s *float32, sign float32, n int)
+// with si = sign·s[i]: x1[i] = a·c[i] − b·si, x2[i] = b·c[i] + a·si, where
+// a, b = x1[i], x2[i] before.
+TEXT ·ropeAVX2(SB), NOSPLIT, $0-48
+	MOVQ x1+0(FP), DI
+	MOVQ x2+8(FP), SI
+	MOVQ c+16(FP), DX
+	MOVQ s+24(FP), R8
+	VBROADCASTSS sign+32(FP), Y15
+	MOVQ n+40(FP), CX
+	XORQ AX, AX
+rploop:
+	CMPQ    AX, CX
+	JGE     rpdone
+	VMOVUPS (DI)(AX*4), Y0         // a
+	VMOVUPS (SI)(AX*4), Y1         // b
+	VMOVUPS (DX)(AX*4), Y2         // c
+	VMULPS  (R8)(AX*4), Y15, Y3    // si
+	VMULPS  Y2, Y0, Y4             // a·c
+	VMULPS  Y3, Y1, Y5             // b·si
+	VSUBPS  Y5, Y4, Y4
+	VMULPS  Y2, Y1, Y6             // b·c
+	VMULPS  Y3, Y0, Y7             // a·si
+	VADDPS  Y7, Y6, Y6
+	VMOVUPS Y4, (DI)(AX*4)
+	VMOVUPS Y6, (SI)(AX*4)
+	ADDQ    $8, AX
+	JMP     rploop
+rpdone:
+	VZEROUPPER
+	RET
+
+// func scaleMulAVX2(y, x, w *float32, s float32, n int)
+// y[i] = w[i]·(x[i]·s)
+TEXT ·scaleMulAVX2(SB), NOSPLIT, $0-40
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DX
+	VBROADCASTSS s+24(FP), Y15
+	MOVQ n+32(FP), CX
+	XORQ AX, AX
+smloop:
+	CMPQ    AX, CX
+	JGE     smdone
+	VMULPS  (SI)(AX*4), Y15, Y0
+	VMULPS  (DX)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     smloop
+smdone:
+	VZEROUPPER
+	RET
+
+// func rmsGradAVX2(d, gr, w, x *float32, c, rs float32, n int)
+// d[i] = rs·(gr[i]·w[i] − x[i]·c)
+TEXT ·rmsGradAVX2(SB), NOSPLIT, $0-48
+	MOVQ d+0(FP), DI
+	MOVQ gr+8(FP), SI
+	MOVQ w+16(FP), DX
+	MOVQ x+24(FP), R8
+	VBROADCASTSS c+32(FP), Y14
+	VBROADCASTSS rs+36(FP), Y15
+	MOVQ n+40(FP), CX
+	XORQ AX, AX
+rgloop:
+	CMPQ    AX, CX
+	JGE     rgdone
+	VMOVUPS (SI)(AX*4), Y0
+	VMULPS  (DX)(AX*4), Y0, Y0     // g·w
+	VMULPS  (R8)(AX*4), Y14, Y1    // x·c
+	VSUBPS  Y1, Y0, Y0
+	VMULPS  Y0, Y15, Y0            // rs·(…)
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     rgloop
+rgdone:
+	VZEROUPPER
+	RET
+
+// func accMulMulAVX2(p, gr, x *float32, s float32, n int)
+// p[i] += (gr[i]·x[i])·s
+TEXT ·accMulMulAVX2(SB), NOSPLIT, $0-40
+	MOVQ p+0(FP), DI
+	MOVQ gr+8(FP), SI
+	MOVQ x+16(FP), DX
+	VBROADCASTSS s+24(FP), Y15
+	MOVQ n+32(FP), CX
+	XORQ AX, AX
+amloop:
+	CMPQ    AX, CX
+	JGE     amdone
+	VMOVUPS (SI)(AX*4), Y0
+	VMULPS  (DX)(AX*4), Y0, Y0
+	VMULPS  Y15, Y0, Y0
+	VADDPS  (DI)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ    $8, AX
+	JMP     amloop
+amdone:
+	VZEROUPPER
+	RET

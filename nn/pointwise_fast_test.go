@@ -62,6 +62,43 @@ func TestPointwiseFastBits(t *testing.T) {
 		mulSubSlice(y, a, y, s)
 		check("a·(b - s) into b", y, func(i int) float32 { return float32(a[i] * float32(b[i]-s)) })
 
+		// RMSNorm's loops (forward through RMSNormRows; the backward's
+		// two loops on their fast prefix, which the tail loops finish).
+		if n > 0 {
+			w := pointwiseInputs(rng, n)
+			rstd := float32(1 / math.Sqrt(meanSquare(a)+1e-6))
+			y = make([]float32, n)
+			RMSNormRows(y, a, w, n, 1e-6)
+			check("RMSNorm", y, func(i int) float32 { return float32(w[i] * float32(a[i]*rstd)) })
+		}
+		cc := float32(rng.Float64() - 0.5)
+		y = make([]float32, n)
+		k := rmsGradFast(y, a, b, c, cc, s)
+		check("RMSNorm dx", y[:k], func(i int) float32 { return float32(s * float32(float32(a[i]*b[i])-float32(c[i]*cc))) })
+		y = append([]float32(nil), u...)
+		k = accMulMulFast(y, a, b, s)
+		check("RMSNorm dw partial", y[:k], func(i int) float32 { return u[i] + float32(float32(a[i]*b[i])*s) })
+
+		// RoPE: two heads of n/2 pairs a row, three rows.
+		if half := n / 2; half > 0 {
+			tab := RopeTable[float32]{Half: half, Cos: pointwiseInputs(rng, 3*half), Sin: pointwiseInputs(rng, 3*half)}
+			x := pointwiseInputs(rng, 3*2*2*half)
+			y = append([]float32(nil), x...)
+			tab.RotateRows(y, 2, func(r int) int { return 2 - r }, -1)
+			check("RoPE", y, func(i int) float32 {
+				r, h, j := i/(4*half), i%(4*half)/(2*half), i%(2*half)
+				row := x[r*4*half+h*2*half:]
+				cs, sn := tab.Cos[(2-r)*half:], tab.Sin[(2-r)*half:]
+				if j < half {
+					si := float32(-1 * sn[j])
+					return float32(row[j]*cs[j]) - float32(row[j+half]*si)
+				}
+				j -= half
+				si := float32(-1 * sn[j])
+				return float32(row[j+half]*cs[j]) + float32(row[j]*si)
+			})
+		}
+
 		// SwiGLU, on the same sigmoid its loops use.
 		sig := make([]float32, n)
 		sigmoidSlice(sig, a)

@@ -62,8 +62,12 @@ func RMSNormRows[T Float](y, x, w []T, d int, eps float64) {
 	for r := 0; r+d <= len(x); r += d {
 		xr, yr := x[r:r+d], y[r:r+d]
 		rstd := T(1 / sqrt(meanSquare(xr)+eps))
-		for j, v := range xr {
-			yr[j] = w[j] * (v * rstd)
+		j0 := 0
+		if isF32[T]() {
+			j0 = scaleMulFast(any(yr).([]float32), any(xr).([]float32), any(w).([]float32), float32(rstd))
+		}
+		for j := j0; j < len(xr); j++ {
+			yr[j] = w[j] * (xr[j] * rstd)
 		}
 	}
 }
@@ -112,13 +116,21 @@ func (o *rmsNormOp[T]) backward(in [][]T, grads [][]T) error {
 					c := T(dot * rstd * rstd / float64(d)) // mean(h ⊙ x̂)·rstd, folded
 					dr := dx[r*d : (r+1)*d]
 					rs := T(rstd)
-					for j := range xr {
+					j0 := 0
+					if isF32[T]() {
+						j0 = rmsGradFast(any(dr).([]float32), any(gr).([]float32), any(w).([]float32), any(xr).([]float32), float32(c), float32(rs))
+					}
+					for j := j0; j < len(xr); j++ {
 						dr[j] = rs * (gr[j]*w[j] - xr[j]*c)
 					}
 				}
 				if part != nil {
 					rs := T(rstd)
-					for j := range xr {
+					j0 := 0
+					if isF32[T]() {
+						j0 = accMulMulFast(any(part).([]float32), any(gr).([]float32), any(xr).([]float32), float32(rs))
+					}
+					for j := j0; j < len(xr); j++ {
 						part[j] += gr[j] * xr[j] * rs
 					}
 				}

@@ -65,7 +65,11 @@ func (t RopeTable[T]) RotateRows(x []T, heads int, pos func(r int) int, sign T) 
 		for h := 0; h < heads; h++ {
 			x1 := row[h*2*half : h*2*half+half]
 			x2 := row[h*2*half+half : (h+1)*2*half]
-			for i := range x1 {
+			i0 := 0
+			if isF32[T]() {
+				i0 = ropeFast(any(x1).([]float32), any(x2).([]float32), any(c).([]float32), any(s).([]float32), float32(sign))
+			}
+			for i := i0; i < len(x1); i++ {
 				a, b := x1[i], x2[i]
 				si := sign * s[i]
 				x1[i] = a*c[i] - b*si
