@@ -28,7 +28,7 @@ func pointwiseInputs(rng *rand.Rand, n int) []float32 {
 // into one FMA: with x = z = 1 + 2⁻¹² and y = −(1 + 2⁻¹¹), x·z rounds to
 // −y (the 2⁻²⁴ left over is a tie, rounded to even) and the sum is 0;
 // fused, it is 2⁻²⁴.
-func goFusesMultiplyAdd() bool { return mulAdd(1+1.0/4096, 1+1.0/4096, -(1 + 1.0/2048)) != 0 }
+func goFusesMultiplyAdd() bool { return mulAdd(1+1.0/4096, 1+1.0/4096, -(1+1.0/2048)) != 0 }
 
 //go:noinline
 func mulAdd(x, z, y float32) float32 { return x*z + y }
