@@ -19,20 +19,33 @@ import "sync/atomic"
 // aRow = 1, aStep = nativeMR, bStep = nativeNR.
 type nativeStridedKernel func(kc int, a []float32, aRow, aStep int, b []float32, bStep int, c []float32, ldc int, alpha, beta float32)
 
-// nativeStridedVia is a nativeStridedKernel that packs the two panels and
-// calls kern: the portable implementation's, and the definition the
-// assembly one is tested against.
+// nativeStridedVia is a nativeStridedKernel that packs the panels not
+// already packed and calls kern: the portable implementation's (the thin
+// paths always pass one operand packed, so it gathers one panel a call,
+// as the blocked path packs one), and the definition the assembly one is
+// tested against.
 func nativeStridedVia(kern nativeKernel) nativeStridedKernel {
 	return func(kc int, a []float32, aRow, aStep int, b []float32, bStep int, c []float32, ldc int, alpha, beta float32) {
 		var ap [nativeKC * nativeMR]float32
 		var bp [nativeKC * nativeNR]float32
-		for p := range kc {
-			for i := range nativeMR {
-				ap[p*nativeMR+i] = a[i*aRow+p*aStep]
+		pa, pb := ap[:kc*nativeMR], bp[:kc*nativeNR]
+		if aRow == 1 && aStep == nativeMR {
+			pa = a[:kc*nativeMR]
+		} else {
+			for p := range kc {
+				for i := range nativeMR {
+					pa[p*nativeMR+i] = a[i*aRow+p*aStep]
+				}
 			}
-			copy(bp[p*nativeNR:(p+1)*nativeNR], b[p*bStep:p*bStep+nativeNR])
 		}
-		kern(kc, ap[:kc*nativeMR], bp[:kc*nativeNR], c, ldc, alpha, beta)
+		if bStep == nativeNR {
+			pb = b[:kc*nativeNR]
+		} else {
+			for p := range kc {
+				copy(pb[p*nativeNR:(p+1)*nativeNR], b[p*bStep:p*bStep+nativeNR])
+			}
+		}
+		kern(kc, pa, pb, c, ldc, alpha, beta)
 	}
 }
 
