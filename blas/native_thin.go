@@ -6,7 +6,7 @@ import "sync/atomic"
 // 16): x·Aᵀ and dY·B are m×r, dB = dYᵀ·h is d×r over all the tokens, dA
 // = dhᵀ·x is r×d. The blocked path packs all of op(A) to compute an r-wide
 // C from it (each packed element then feeds one micro-kernel call), or all
-// of op(B) for one or two row tiles, so packing, not arithmetic, is most
+// of op(B) for one to three row tiles, so packing, not arithmetic, is most
 // of their time. For these shapes the kernel reads the big operand where
 // it lies instead (nativeStridedKernel) and only the small one is packed.
 // Each element of C is still summed by the same kernel arithmetic over
@@ -62,11 +62,12 @@ func (g *nativeGemm) thinN(m, n int) bool {
 	return g.kernStrided != nil && m >= nativeMR && (n <= nativeNR || g.transA && n <= nativeThinPanels*nativeNR)
 }
 
-// thinM reports whether compute should take the thin-M path: at most two
-// row tiles, at least one full panel of columns, and op(B) = B in memory
-// (rows of op(B) contiguous, so a panel's row is read where it lies).
+// thinM reports whether compute should take the thin-M path: at most
+// three row tiles (rank 16's 16 rows), at least one full panel of
+// columns, and op(B) = B in memory (rows of op(B) contiguous, so a
+// panel's row is read where it lies).
 func (g *nativeGemm) thinM(m, n int) bool {
-	return g.kernStrided != nil && m <= 2*nativeMR && n >= nativeNR && !g.transB && g.load == nil
+	return g.kernStrided != nil && m <= 3*nativeMR && n >= nativeNR && !g.transB && g.load == nil
 }
 
 // aAt is the index in g.a of op(A)'s element (i, p), with the strides
@@ -135,7 +136,7 @@ func (g *nativeGemm) runThinN(workers, m, n int) int {
 	})
 }
 
-// runThinM computes C (m ≤ 2·nativeMR) by panels of nativeNR columns, on
+// runThinM computes C (m ≤ 3·nativeMR) by panels of nativeNR columns, on
 // up to workers goroutines (chunks of whole panels), and returns how many
 // it used. op(A) is packed once, all k slices; op(B)'s full panels are
 // read where they lie, a last narrower one is packed (zero columns).

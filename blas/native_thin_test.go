@@ -20,7 +20,7 @@ var thinShapes = []struct {
 	{1024, 8, 256, "N"}, {256, 8, 1024, "N"}, {128, 32, 128, "N"}, {256, 64, 64, "N"},
 	{6, 1, 1, "N"}, {7, 16, 3, "N"}, {13, 17, 257, "N"}, {61, 33, 600, "N"}, {40, 64, 5, "N"}, {150, 20, 7, "N"},
 	{8, 256, 1024, "M"}, {9, 256, 300, "M"},
-	{1, 16, 5, "M"}, {5, 17, 1, "M"}, {6, 40, 300, "M"}, {12, 100, 600, "M"}, {11, 65, 257, "M"},
+	{16, 256, 1024, "M"}, {18, 40, 7, "M"}, {1, 16, 5, "M"}, {5, 17, 1, "M"}, {6, 40, 300, "M"}, {12, 100, 600, "M"}, {11, 65, 257, "M"},
 }
 
 // TestNativeThinBits: the thin paths give the blocked path's bits, which
@@ -171,6 +171,7 @@ func BenchmarkNativeThin(b *testing.B) {
 	for _, s := range []shape{
 		{"LoRA-xAt", false, true, 1024, 8, 256}, {"LoRA-dh", false, false, 1024, 8, 256},
 		{"LoRA-dB", true, false, 256, 8, 1024}, {"LoRA-dA", true, false, 8, 256, 1024},
+		{"LoRA-r16-dA", true, false, 16, 256, 1024}, {"LoRA-r32-xAt", false, true, 1024, 32, 256},
 		{"attn-PV-d32", false, false, 128, 32, 128}, {"attn-dK-d32", true, false, 128, 32, 128},
 		{"attn-PV-d64", false, false, 256, 64, 256}, {"attn-dK-d64", true, false, 256, 64, 256},
 	} {
