@@ -95,12 +95,14 @@ func (g *nativeGemm) runThinN(workers, m, n int) int {
 	mt := (m + nativeMR - 1) / nativeMR
 	return nativeChunked(workers, mt, func(t0, t1 int) {
 		var tile [nativeMR * nativeNR]float32
-		var ap []float32 // a packed last tile
+		var ap []float32 // a packed last tile, from the pool
 		for t := t0; t < t1; t++ {
 			i0 := t * nativeMR
 			mr := min(nativeMR, m-i0)
 			if mr < nativeMR && ap == nil {
-				ap = make([]float32, g.kc*nativeMR)
+				pbufs := nativePool.Get().(*nativeBuffers)
+				defer nativePool.Put(pbufs)
+				ap = nativeAlign(&pbufs.a, g.kc*nativeMR)
 			}
 			for pc := 0; pc < g.k; pc += g.kc {
 				kc := min(g.kc, g.k-pc)
@@ -151,12 +153,14 @@ func (g *nativeGemm) runThinM(workers, m, n int) int {
 	nt := (n + nativeNR - 1) / nativeNR
 	return nativeChunked(workers, nt, func(t0, t1 int) {
 		var tile [nativeMR * nativeNR]float32
-		var bp []float32 // a packed last panel
+		var bp []float32 // a packed last panel, from the pool
 		for t := t0; t < t1; t++ {
 			j0 := t * nativeNR
 			nr := min(nativeNR, n-j0)
 			if nr < nativeNR && bp == nil {
-				bp = make([]float32, g.kc*nativeNR)
+				pbufs := nativePool.Get().(*nativeBuffers)
+				defer nativePool.Put(pbufs)
+				bp = nativeAlign(&pbufs.b, g.kc*nativeNR)
 			}
 			for i0 := 0; i0 < m; i0 += nativeMR {
 				mr := min(nativeMR, m-i0)
