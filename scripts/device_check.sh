@@ -10,11 +10,14 @@
 #                        the folder for the logs): in at most 420 s, at once,
 #                        - cores 0-3: one small step to fill the driver's
 #                          shader cache, vkprobe (the default tiles and the
-#                          scalar kernel checked against float64 and timed,
-#                          split-K against one pass), TinyLlama-1.1B-shaped
-#                          LoRA tokens/s on the Vulkan engine (fp32; bf16
-#                          on the tensor cores, on the 128x128 tile,
-#                          without split-K) and its per-kernel profile,
+#                          coopmat2 tiles and the scalar kernel checked
+#                          against float64 and timed, split-K against one
+#                          pass; the default tiles again with operands
+#                          narrowed first, -narrow16), TinyLlama-1.1B-shaped
+#                          LoRA tokens/s on the Vulkan engine (fp32; bf16 on
+#                          the tensor cores, with --narrow-16bit-operands,
+#                          on the coopmat2 tile cm2-128x256) and the
+#                          default and coopmat2 runs' per-kernel profiles,
 #                          PyTorch's bf16 eager on the same card, the per-op
 #                          parity suite, quickstart training against the CPU
 #                          engine, the tensor-core GEMM and attention
@@ -31,7 +34,7 @@
 # device_check.sh diagnose   there, after run, in at most 280 s: how long
 #                        an engine takes to start with the driver's shader
 #                        cache cold and warm, TinyLlama-1.1B-shaped tokens/s
-#                        (fp32; bf16 on the default tile and on 128x128)
+#                        (fp32; bf16, with --narrow-16bit-operands, on cm2-128x256)
 #                        against PyTorch's bf16 eager and SDPA, the per-op
 #                        parity suite given 150 s, vkprobe's GEMM timings
 #                        without its checks; on cores 4-5, `mixtune bench`
@@ -69,20 +72,24 @@ gpu() {
 	echo "== driver cache warm-up $(date +%T)"
 	timeout 90 "$M" bench $small --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --json >/dev/null 2>&1
 	echo "== vkprobe, the default tiles and the scalar kernel $(date +%T)"
-	timeout 60 "$G/vkprobe" -device "$uuid" -sizes 4096 -variants coopmat-khr-bf16-128x256,coopmat-nv-fp16-128x256,scalar-tiled-64x64 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst"
+	timeout 75 "$G/vkprobe" -device "$uuid" -sizes 4096 -variants coopmat-khr-bf16-128x256,coopmat-nv-fp16-128x256,coopmat2-nv-bf16-128x256,coopmat2-nv-fp16-128x256,coopmat2-nv-bf16-128x128,scalar-tiled-64x64 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst"
+	# the same tiles with their operands narrowed to 16-bit memory first
+	# (--narrow-16bit-operands): the same bits, the K steps only copying
+	echo "== vkprobe -narrow16, the default tiles $(date +%T)"
+	timeout 45 "$G/vkprobe" -device "$uuid" -sizes 4096 -narrow16 -variants coopmat-khr-bf16-128x256,coopmat-nv-fp16-128x256 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst" | grep -v "scalar-tiled"
 	# the tensor cores' correctness first, then the timings
 	echo "== TestGemmTensorCores $(date +%T)"
 	(cd gpu/vulkan && timeout 30 "$G/vulkan.test" -test.run '^TestGemmTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|variant|FAIL|PASS" | grep -v "    --- PASS")
 	echo "== TestAttentionTensorCores $(date +%T)"
 	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 40 "$G/vulkan.test" -test.run '^TestAttentionTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|products|FAIL|PASS|differs")
-	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-128x128 --precision bf16 --base-dtype bf16 --gemm-tile 128x128" \
-		"bf16-no-split-k --precision bf16 --base-dtype bf16 --no-split-k"; do
+	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-narrow16 --precision bf16 --base-dtype bf16 --narrow-16bit-operands" \
+		"bf16-cm2 --precision bf16 --base-dtype bf16 --gemm-tile cm2-128x256"; do
 		set -- $run
 		name=$1
 		shift
 		echo "mixtune tinyllama $name: $(timeout 35 "$M" bench $tiny --ffn 5632 --steps 3 --warmup 1 --vulkan-device "$uuid" "$@" --json 2>&1 | tail -1)"
 	done
-	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16"; do
+	for run in "bf16 --precision bf16 --base-dtype bf16" "bf16-cm2 --precision bf16 --base-dtype bf16 --gemm-tile cm2-128x256"; do
 		set -- $run
 		name=$1
 		shift
@@ -109,7 +116,8 @@ gpu_diagnose() {
 		rc=$?
 		echo "engine start and one small bf16 step, driver cache $run: $((($(date +%s%N) - t0) / 1000000)) ms (exit $rc)"
 	done
-	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-128x128 --precision bf16 --base-dtype bf16 --gemm-tile 128x128"; do
+	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-narrow16 --precision bf16 --base-dtype bf16 --narrow-16bit-operands" \
+		"bf16-cm2 --precision bf16 --base-dtype bf16 --gemm-tile cm2-128x256"; do
 		set -- $run
 		name=$1
 		shift

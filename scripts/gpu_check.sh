@@ -111,6 +111,10 @@ run() {
 	# (gpu/vulkan's TestGemmTensorCores is the same check as a Go test; its
 	# test binary would take the carried tree past 64 MiB)
 	part "kernels and GEMM TFLOP/s (vkprobe)" 60 "$out/vkprobe" -device "$uuid" -sizes 1024,2048,4096
+	# the default tiles again, operands narrowed to 16-bit memory first
+	# (--narrow-16bit-operands: the same bits, K steps that only copy)
+	part "GEMM TFLOP/s, operands narrowed first (vkprobe -narrow16)" 45 "$out/vkprobe" -device "$uuid" -sizes 4096 -narrow16 \
+		-variants coopmat-khr-bf16-128x256,coopmat-nv-fp16-128x256
 	(cd gpu/vkengine && part "per-op parity suite (gpu/vkengine)" 90 "../../$out/vkengine.test" -test.count=1 -test.v) |
 		grep -E "^(== |-- |--- FAIL|ok|FAIL|PASS)|of the largest|worst"
 	(cd train && part "training against the CPU engine" 150 "../$out/train.test" -test.count=1 -test.v \
@@ -119,7 +123,7 @@ run() {
 	part "interop with transformers and PEFT" 120 bash scripts/gpu_check.sh interop
 
 	echo
-	echo "== tokens/s: mixtune (Vulkan: fp32; bf16 rounding with its products on bf16 tensor cores where the device has them; bf16 on the scalar GEMM) and PyTorch (cuda, bf16 base) on the same GPU"
+	echo "== tokens/s: mixtune (Vulkan: fp32; bf16 rounding with its products on bf16 tensor cores where the device has them; bf16 on the scalar GEMM; GPU_CHECK_PRECISIONS adds bf16-cm2, the coopmat2 tile, and bf16-narrow16) and PyTorch (cuda, bf16 base) on the same GPU"
 	declare -A shape=(
 		[bench]="--vocab 512 --dim 256 --layers 4 --heads 8 --seq 128 --batch 8"
 		[mid]="--vocab 8192 --dim 512 --layers 8 --heads 8 --seq 256 --batch 4"
@@ -128,10 +132,12 @@ run() {
 	)
 	declare -A ffn=([bench]=688 [mid]=1376 [smollm2]=1536 [tinyllama]=5632)
 	for s in ${GPU_CHECK_SHAPES:-bench mid smollm2 tinyllama}; do
-		for p in ${GPU_CHECK_PRECISIONS:-fp32 bf16 bf16-scalar}; do
+		for p in ${GPU_CHECK_PRECISIONS:-fp32 bf16 bf16-scalar bf16-cm2}; do
 			extra=()
 			[[ $p == bf16* ]] && extra=(--precision bf16 --base-dtype bf16)
 			[[ $p == *-scalar ]] && extra+=(--scalar-gemm)
+			[[ $p == *-cm2 ]] && extra+=(--gemm-tile cm2-128x256)
+			[[ $p == *-narrow16 ]] && extra+=(--narrow-16bit-operands)
 			r=$(timeout 60 "$out/mixtune" bench ${shape[$s]} --ffn "${ffn[$s]}" --steps 3 --warmup 1 \
 				--vulkan-device "$uuid" "${extra[@]}" --json 2>&1 | tail -1)
 			echo "mixtune $s $p: ${r:-no result (cut at 60 s, or failed)}"

@@ -298,6 +298,11 @@ type ComputeConfig struct {
 	// adapters' thin ones), to compare (only the fp32 summation order
 	// differs).
 	NoSplitK bool `yaml:"no_split_k,omitempty"`
+	// Narrow16 narrows the fp32 operands of the Vulkan engine's 16-bit
+	// products to 16-bit memory once before each product, so the
+	// tensor-core kernel's K steps only copy (vulkan.KernelOptions;
+	// the same bits, to compare speed).
+	Narrow16 bool `yaml:"narrow_16bit_operands,omitempty"`
 	// GemmTile names the tensor-core tile of the Vulkan engine's 16-bit
 	// products (vulkan.CoopTileNames; "" the default), to compare tiles
 	// end to end.

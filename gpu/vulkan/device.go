@@ -30,6 +30,9 @@ type Device struct {
 	// GEMMs' features its physical device offers (nil: with them, or
 	// none offered).
 	tensorErr error
+	// cm2Err is why it was created without VK_NV_cooperative_matrix2's
+	// features (the coopmat2 variants) though its device offers them.
+	cm2Err error
 
 	// stageAlways makes Buffer.Write and Read copy through staging
 	// buffers even where device memory is mapped (tests the discrete-GPU
@@ -93,12 +96,19 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
 	d := &Device{Physical: p, inst: in, family: uint32(family), timestampBits: fams[family].TimestampValidBits}
 	tensor := p.tensorAny(RoundFP16) || p.tensorAny(RoundBF16)
-	r := createDevice(in, p, qci, tensor, &d.h)
+	cm2 := tensor && p.cm2Any()
+	r := createDevice(in, p, qci, tensor, cm2, &d.h)
+	if cm2 && Result(int32(r)) != Success {
+		// Refused with VK_NV_cooperative_matrix2: the coopmat1 variants
+		// still run.
+		d.cm2Err = fmt.Errorf("vkCreateDevice with VK_NV_cooperative_matrix2's features: %w", check("vkCreateDevice", r))
+		r = createDevice(in, p, qci, true, false, &d.h)
+	}
 	if tensor && Result(int32(r)) != Success {
 		// A driver that refuses the cooperative-matrix features still
 		// runs everything else: without them, on the fp32 GEMM.
 		d.tensorErr = fmt.Errorf("vkCreateDevice with the cooperative-matrix features: %w", check("vkCreateDevice", r))
-		r = createDevice(in, p, qci, false, &d.h)
+		r = createDevice(in, p, qci, false, false, &d.h)
 	}
 	if err := check("vkCreateDevice", r); err != nil {
 		return nil, fmt.Errorf("vulkan: %s: %w", p.Name, err)
@@ -204,8 +214,9 @@ func (d *Device) Close() {
 
 // createDevice calls vkCreateDevice for p with the queue qci, the
 // extensions p needs and, with tensor, the tensor-core GEMMs' extensions
-// and features (tensorFP16, tensorBF16 of any tile), into h.
-func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, tensor bool, h *handle) uintptr {
+// and features (tensorFP16, tensorBF16 of any tile), and with cm2
+// VK_NV_cooperative_matrix2's (tensorCM2), into h.
+func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, tensor, cm2 bool, h *handle) uintptr {
 	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
 	var names []*byte
 	if p.HasExtension("VK_KHR_portability_subset") { // must be enabled where offered (MoltenVK)
@@ -216,17 +227,36 @@ func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, t
 	nv := &physicalDeviceCooperativeMatrixFeaturesNV{SType: stPhysicalDeviceCoopMatFeaturesNV, CooperativeMatrix: 1}
 	khr := &physicalDeviceCooperativeMatrixFeaturesKHR{SType: stPhysicalDeviceCoopMatFeaturesKHR, CooperativeMatrix: 1}
 	bf := &physicalDeviceShaderBfloat16FeaturesKHR{SType: stPhysicalDeviceBFloat16FeaturesKHR, ShaderBFloat16Type: 1, ShaderBFloat16CooperativeMatrix: 1}
+	cm := &physicalDeviceCooperativeMatrix2FeaturesNV{SType: stPhysicalDeviceCoopMat2FeaturesNV, CooperativeMatrixWorkgroupScope: 1,
+		CooperativeMatrixFlexibleDimensions: 1, CooperativeMatrixTensorAddressing: 1, CooperativeMatrixPerElementOperations: 1}
 	if tensor {
 		mm.PNext, dci.PNext = dci.PNext, unsafe.Pointer(mm)
-		if p.tensorAny(RoundFP16) {
+		// Each extension and feature structure once, for whichever
+		// variants need it.
+		var cm2f16, cm2bf16 bool
+		for _, t := range cm2Tiles() {
+			cm2f16 = cm2f16 || (cm2 && p.tensorCM2(t, RoundFP16))
+			cm2bf16 = cm2bf16 || (cm2 && p.tensorCM2(t, RoundBF16))
+		}
+		nvFP16, khrBF16 := p.coop1Any(RoundFP16), p.coop1Any(RoundBF16)
+		if nvFP16 {
 			names = append(names, cstr("VK_NV_cooperative_matrix"))
 			nv.PNext, dci.PNext = dci.PNext, unsafe.Pointer(nv)
+		}
+		if nvFP16 || cm2f16 {
 			f16.PNext, dci.PNext = dci.PNext, unsafe.Pointer(f16)
 		}
-		if p.tensorAny(RoundBF16) {
-			names = append(names, cstr("VK_KHR_cooperative_matrix"), cstr("VK_KHR_shader_bfloat16"))
+		if khrBF16 || cm2f16 || cm2bf16 {
+			names = append(names, cstr("VK_KHR_cooperative_matrix"))
 			khr.PNext, dci.PNext = dci.PNext, unsafe.Pointer(khr)
+		}
+		if khrBF16 || cm2bf16 {
+			names = append(names, cstr("VK_KHR_shader_bfloat16"))
 			bf.PNext, dci.PNext = dci.PNext, unsafe.Pointer(bf)
+		}
+		if cm2f16 || cm2bf16 {
+			names = append(names, cstr("VK_NV_cooperative_matrix2"))
+			cm.PNext, dci.PNext = dci.PNext, unsafe.Pointer(cm)
 		}
 	}
 	if len(names) > 0 {
@@ -234,6 +264,6 @@ func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, t
 	}
 	r := call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(h)))
 	runtime.KeepAlive(names) // dci points at them through unsafe.Pointers only
-	runtime.KeepAlive([]any{mm, f16, nv, khr, bf, qci})
+	runtime.KeepAlive([]any{mm, f16, nv, khr, bf, cm, qci})
 	return r
 }

@@ -36,6 +36,8 @@ type gemmCase struct {
 	// asks for it, 1 keeps one pass (the tensor-core cases: a split
 	// product runs on the scalar kernel).
 	splits int
+	// out, when set, receives C as Gemm left it.
+	out *[]float32
 }
 
 func (c gemmCase) String() string {
@@ -152,6 +154,9 @@ func (c gemmCase) run(t *testing.T, ks *Kernels, d *Device, rng *rand.Rand) floa
 	must(t, r.Submit())
 	got := make([]float32, len(cm))
 	must(t, C.ReadFloat32(0, got))
+	if c.out != nil {
+		*c.out = got
+	}
 
 	worst := 0.0
 	g := gamma(c.k + 2)
@@ -596,6 +601,98 @@ func TestChooseGemmForBF16(t *testing.T) {
 	}
 }
 
+// TestChooseCoopMat2: the coopmat2 variants (gemm_cm2.comp) run where
+// the device has Vulkan 1.3, VK_NV_cooperative_matrix2's workgroup
+// scope, flexible dimensions, tensor addressing and per-element
+// operations, VK_KHR_cooperative_matrix, the format's type and a listed
+// workgroup-scope shape for 256 invocations whose granularities divide
+// the tile; they are taken only when named (KernelOptions.CoopTile), never
+// by default, and their 16-bit B must lie on 16 bytes.
+func TestChooseCoopMat2(t *testing.T) {
+	shape := func(c ComponentType) CoopMat2Shape {
+		return CoopMat2Shape{MGranularity: 16, NGranularity: 16, KGranularity: 16, A: c, B: c, C: ComponentFP32, Result: ComponentFP32,
+			Scope: 2, WorkgroupInvocations: 256}
+	}
+	h100 := func() *PhysicalDevice {
+		return &PhysicalDevice{Name: "H100-like", core12: true, core13: true, VulkanMemoryModel: true, ShaderFloat16: true, BFloat16CoopMat: true,
+			CooperativeMatrixKHR: true, CoopMatKHRFeature: true, CooperativeMatrix2NV: true,
+			SubgroupSize: 32, MaxSharedMemory: 49152, MaxWorkgroupInvocations: 1024,
+			CoopMat2: CoopMat2Support{WorkgroupScope: true, FlexibleDimensions: true, TensorAddressing: true, PerElementOperations: true,
+				MaxWorkgroupSize: 256, MaxDimension: 1024, ReservedSharedMemory: 1024,
+				Shapes: []CoopMat2Shape{shape(ComponentFP16), shape(ComponentBF16)}}}
+	}
+	for _, tc := range []struct {
+		name       string
+		edit       func(*PhysicalDevice)
+		fp16, bf16 bool // whether cm2-128x256 runs for each format
+	}{
+		{"all there", func(*PhysicalDevice) {}, true, true},
+		{"Vulkan 1.2", func(p *PhysicalDevice) { p.core13 = false }, false, false},
+		{"no extension", func(p *PhysicalDevice) { p.CooperativeMatrix2NV = false }, false, false},
+		{"no VK_KHR_cooperative_matrix", func(p *PhysicalDevice) { p.CoopMatKHRFeature = false }, false, false},
+		{"no workgroup scope", func(p *PhysicalDevice) { p.CoopMat2.WorkgroupScope = false }, false, false},
+		{"no flexible dimensions", func(p *PhysicalDevice) { p.CoopMat2.FlexibleDimensions = false }, false, false},
+		{"no tensor addressing", func(p *PhysicalDevice) { p.CoopMat2.TensorAddressing = false }, false, false},
+		{"no per-element operations", func(p *PhysicalDevice) { p.CoopMat2.PerElementOperations = false }, false, false},
+		{"workgroups of 128 at most", func(p *PhysicalDevice) { p.CoopMat2.MaxWorkgroupSize = 128 }, false, false},
+		{"dimensions up to 64", func(p *PhysicalDevice) { p.CoopMat2.MaxDimension = 64 }, false, false},
+		{"shapes for 128 invocations", func(p *PhysicalDevice) {
+			p.CoopMat2.Shapes[0].WorkgroupInvocations, p.CoopMat2.Shapes[1].WorkgroupInvocations = 128, 128
+		}, false, false},
+		{"K granularity 48", func(p *PhysicalDevice) { p.CoopMat2.Shapes[1].KGranularity = 48 }, true, false},
+		{"subgroup scope listed", func(p *PhysicalDevice) { p.CoopMat2.Shapes[0].Scope = 3 }, false, true},
+		{"fp16 accumulation", func(p *PhysicalDevice) { p.CoopMat2.Shapes[0].Result = ComponentFP16 }, false, true},
+		{"no bf16 matrices", func(p *PhysicalDevice) { p.BFloat16CoopMat = false }, true, false},
+		{"no shaderFloat16", func(p *PhysicalDevice) { p.ShaderFloat16 = false }, false, true},
+		{"reserves more shared memory than there is", func(p *PhysicalDevice) { p.CoopMat2.ReservedSharedMemory = 65536 }, false, false},
+	} {
+		p := h100()
+		tc.edit(p)
+		for _, f := range []struct {
+			r    Rounding
+			h    string
+			want bool
+		}{{RoundFP16, "fp16", tc.fp16}, {RoundBF16, "bf16", tc.bf16}} {
+			v, err := chooseTensor(p, f.r, "cm2-128x256")
+			if got := err == nil; got != f.want {
+				t.Errorf("%s: %s on cm2-128x256: runs %v, want %v (%v)", tc.name, f.h, got, f.want, err)
+				continue
+			}
+			if err == nil && (v.Name != "coopmat2-nv-"+f.h+"-128x256" || v.A16 == "" || v.F32 != "" || v.B16 != "" || !v.Aligned16) {
+				t.Errorf("%s: %s on cm2-128x256 is %+v", tc.name, f.h, v)
+			}
+			// Never the default: without the subgroup-scope shapes the
+			// format has no default variant.
+			if v, err := ChooseGemmFor(p, f.r); err == nil {
+				t.Errorf("%s: %s operands default to %s", tc.name, f.h, v.Name)
+			}
+			if got := p.tensorAny(f.r); got != f.want {
+				t.Errorf("%s: tensorAny(%s) = %v, want %v (OpenDevice enables the features by it)", tc.name, f.h, got, f.want)
+			}
+		}
+		if got := p.cm2Any(); got != (tc.fp16 || tc.bf16) {
+			t.Errorf("%s: cm2Any() = %v", tc.name, got)
+		}
+	}
+	// A 16-bit B off 16 bytes goes to the fp32 variant.
+	ks := &Kernels{gemm: map[Rounding]gemmKernels{
+		NoRounding: {v: GemmVariant{Name: "fp32"}},
+		RoundBF16:  {v: GemmVariant{Name: "cm2", Aligned16: true, Operands: RoundBF16}},
+	}}
+	for _, tc := range []struct {
+		bOff int
+		want string
+	}{{0, "cm2"}, {8, "cm2"}, {4, "fp32"}, {3, "fp32"}} {
+		g := GemmArgs{Operands: RoundBF16, B16: true, BHalf: BF16, BOff: tc.bOff}
+		if got := ks.gemmFor(g).v.Name; got != tc.want {
+			t.Errorf("16-bit B at offset %d runs on %s, want %s", tc.bOff, got, tc.want)
+		}
+	}
+	if got := ks.gemmFor(GemmArgs{Operands: RoundBF16, BOff: 3}).v.Name; got != "cm2" {
+		t.Errorf("fp32 B at offset 3 (narrowed first) runs on %s, want cm2", got)
+	}
+}
+
 // TestGemmB16 checks the GEMM that reads B as bf16 or fp16 bits against
 // the float64 product of the widened values, within the same bound.
 func TestGemmB16(t *testing.T) {
@@ -803,22 +900,25 @@ func TestChooseTensorTile(t *testing.T) {
 		return &PhysicalDevice{Name: "H100-like", core12: true, VulkanMemoryModel: true, CoopMatNVFeature: true, ShaderFloat16: true,
 			SubgroupSize: 32, MaxSharedMemory: shared, MaxWorkgroupInvocations: invocations, CoopMatShapes: []CoopMatShape{fp16}}
 	}
-	if names := CoopTileNames(); len(names) != len(coopTiles()) || names[0] != defaultCoopTile {
+	if names := CoopTileNames(); len(names) != len(coopTiles())+len(cm2Tiles()) || names[0] != defaultCoopTile {
 		t.Fatalf("CoopTileNames() = %v: want every tile, %s first", names, defaultCoopTile)
 	}
-	// each tensor-core variant names its coopTile (the scalar one none),
-	// the tile its name ends in and its workgroup computes
-	tiles := map[string]coopTile{}
+	// each tensor-core variant names its coopTile or cm2Tile (the scalar
+	// one none), the tile its name ends in and its workgroup computes
+	tiles := map[string][2]uint32{}
 	for _, tile := range coopTiles() {
-		tiles[tile.name] = tile
+		tiles[tile.name] = [2]uint32{tile.m, tile.n}
+	}
+	for _, tile := range cm2Tiles() {
+		tiles[tile.name] = [2]uint32{tile.m, tile.n}
 	}
 	for _, v := range GemmVariants() {
-		tile, ok := tiles[v.Tile]
+		wg, ok := tiles[v.Tile]
 		switch {
 		case v.Operands == NoRounding && v.Tile != "":
 			t.Errorf("%s: the scalar variant has Tile %q, want none", v.Name, v.Tile)
-		case v.Operands != NoRounding && (!ok || !strings.HasSuffix(v.Name, "-"+v.Tile) || v.Workgroup != [2]uint32{tile.m, tile.n}):
-			t.Errorf("%s: Tile %q, workgroup %v: not one coopTile's", v.Name, v.Tile, v.Workgroup)
+		case v.Operands != NoRounding && (!ok || !strings.HasSuffix(v.Name, "-"+strings.TrimPrefix(v.Tile, "cm2-")) || v.Workgroup != wg):
+			t.Errorf("%s: Tile %q, workgroup %v: not one tile's", v.Name, v.Tile, v.Workgroup)
 		}
 	}
 	// shared memory: 128x256 29,184 B, 256x128 33,280 B, 128x128 and
@@ -854,7 +954,89 @@ func TestChooseTensorTile(t *testing.T) {
 		}
 	}
 	e, _ := openKernels(t)
-	if _, err := NewKernelsWith(e.dev, KernelOptions{CoopTile: "64x64"}); err == nil || !strings.Contains(err.Error(), `no tensor-core tile "64x64" (tiles: 128x256, 128x128, 128x128s4, 256x128)`) {
+	if _, err := NewKernelsWith(e.dev, KernelOptions{CoopTile: "64x64"}); err == nil || !strings.Contains(err.Error(), `no tensor-core tile "64x64" (tiles: 128x256, 128x128, 128x128s4, 256x128, cm2-128x256, cm2-128x128)`) {
 		t.Errorf("CoopTile 64x64: err %v", err)
+	}
+}
+
+// TestGemmNarrow16 runs Gemm's narrowing path (KernelOptions.Narrow16:
+// fp32 operands narrowed once into scratch, then the A16 build) on the
+// emulated 128×256 tile, both formats, every transpose, fp32 and 16-bit
+// B, aligned and misaligned offsets and leading dimensions, K = 0 and
+// ragged edges: within the float64 bound like every tensor-core product,
+// and bit for bit the C of the default build (16-bit B), because the
+// same 16-bit values reach the same fragments in the same order.
+func TestGemmNarrow16(t *testing.T) {
+	e, ks := openKernels(t)
+	defer func() { delete(ks.gemm, RoundFP16); delete(ks.gemm, RoundBF16) }()
+	var tile coopTile
+	for _, tl := range emulatedTiles(t, ks.d.Physical) {
+		if tl.name == "128x256" {
+			tile = tl
+		}
+	}
+	if tile.name == "" {
+		t.Skip("the 128x256 tile is left out on this device (see emulatedTiles)")
+	}
+	type shape struct {
+		m, n, k     int
+		alpha, beta float32
+		pad, off    int
+	}
+	shapes := []shape{
+		{3, 5, 7, 1, 0, 0, 0},
+		{5, 9, 0, 1, 0.5, 1, 3},          // K = 0: C = β·C, nothing narrowed
+		{127, 129, 33, 1.5, -0.75, 3, 5}, // ragged, misaligned
+		{132, 264, 40, 1.25, 0, 4, 8},    // aligned: 16-byte loads, C from the fragments
+		{132, 264, 40, -0.5, 0.75, 3, 6}, // misaligned, β ≠ 0
+	}
+	if testing.Short() {
+		shapes = []shape{shapes[1], shapes[2], shapes[3]}
+	}
+	for _, f := range []struct {
+		r Rounding
+		h Half
+		s string
+	}{{RoundFP16, FP16, "fp16"}, {RoundBF16, BF16, "bf16"}} {
+		v := GemmVariant{Name: "emulated coopmat " + f.s, Tile: tile.name, Operands: f.r, Workgroup: [2]uint32{tile.m, tile.n}}
+		plain, narrowed := gemmKernels{v: v}, gemmKernels{v: v}
+		var err error
+		plain.b16, err = ks.kernel(tile.spirv(f.s, "b16", true), 3, gemmPush)
+		must(t, err)
+		narrowed.a16, err = ks.kernel(tile.spirv(f.s, "a16", true), 3, gemmPush)
+		must(t, err)
+		worst := 0.0
+		for i, s := range shapes {
+			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				seed := uint64(100*i) + uint64(b01(tr[0])) + 2*uint64(b01(tr[1]))
+				var want, got []float32
+				c := gemmCase{m: s.m, n: s.n, k: s.k, transA: tr[0], transB: tr[1], alpha: s.alpha, beta: s.beta,
+					pad: s.pad, off: s.off, operands: f.r, b16: true, half: f.h, splits: 1, out: &want}
+				ks.gemm[f.r] = plain
+				t.Run(f.s+"/plain/"+c.String(), func(t *testing.T) { c.run(t, ks, e.dev, rand.New(rand.NewPCG(seed, 7))) })
+				ks.gemm[f.r] = narrowed
+				for _, b16 := range []bool{true, false} {
+					c.b16, c.out = b16, &got
+					t.Run(f.s+"/narrowed/"+c.String(), func(t *testing.T) {
+						worst = max(worst, c.run(t, ks, e.dev, rand.New(rand.NewPCG(seed, 7))))
+						if len(got) != len(want) {
+							t.Fatalf("%d values of C, the default build left %d", len(got), len(want))
+						}
+						for j := range got {
+							if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+								t.Fatalf("C element %d: %g narrowed first, %g on the default build (bits %08x, %08x)", j, got[j], want[j], math.Float32bits(got[j]), math.Float32bits(want[j]))
+							}
+						}
+					})
+				}
+			}
+		}
+		t.Logf("%s: worst error %.3f of the bound", f.s, worst)
+	}
+	narrow, err := NewKernelsWith(e.dev, KernelOptions{Narrow16: true})
+	must(t, err)
+	defer narrow.Close()
+	if got := narrow.GemmNames(); !strings.HasSuffix(got, ", operands narrowed first") {
+		t.Errorf("GemmNames() with Narrow16 = %q, want it to end \", operands narrowed first\"", got)
 	}
 }

@@ -164,11 +164,34 @@ type PhysicalDevice struct {
 	// CoopMatShapes are the cooperative-matrix shapes the device lists,
 	// from vkGetPhysicalDeviceCooperativeMatrixPropertiesNV and ...KHR.
 	CoopMatShapes []CoopMatShape
+	// CoopMat2 is what VK_NV_cooperative_matrix2 offers (Vulkan 1.3
+	// devices), for the workgroup-scope GEMM (gemm_cm2.comp).
+	CoopMat2 CoopMat2Support
 
 	Extensions []string // sorted
 
 	h      handle
 	core12 bool // the device and the instance speak Vulkan 1.2
+	core13 bool // ... and 1.3 (SPIR-V 1.6, which gemm_cm2.comp is)
+}
+
+// CoopMat2Support is a device's VK_NV_cooperative_matrix2: the features
+// the workgroup-scope GEMM uses, each reported on, the extension's limits
+// and the workgroup-scope shapes it lists.
+type CoopMat2Support struct {
+	WorkgroupScope, FlexibleDimensions, TensorAddressing, PerElementOperations bool
+	MaxWorkgroupSize, MaxDimension, ReservedSharedMemory                       uint32
+	Shapes                                                                     []CoopMat2Shape
+}
+
+// A CoopMat2Shape is one flexible-dimension multiply VK_NV_cooperative_matrix2
+// lists: M, N and K any multiples of the granularities (up to MaxDimension),
+// for a workgroup of WorkgroupInvocations at scope Scope (2: workgroup).
+type CoopMat2Shape struct {
+	MGranularity, NGranularity, KGranularity uint32
+	A, B, C, Result                          ComponentType
+	Scope                                    uint32
+	WorkgroupInvocations                     uint32
 }
 
 // Vendor names the vendor from its PCI id.
@@ -315,6 +338,7 @@ func (in *Instance) describe(h handle) (*PhysicalDevice, error) {
 	p.CooperativeMatrix2NV = p.HasExtension("VK_NV_cooperative_matrix2")
 	p.ShaderBFloat16 = p.HasExtension("VK_KHR_shader_bfloat16")
 	p.core12 = core12
+	p.core13 = min(api, in.version) >= apiVersion(1, 3, 0)
 	if core12 {
 		in.describeCoopMat(p)
 	}
@@ -360,8 +384,11 @@ func (s CoopMatShape) String() string {
 	return fmt.Sprintf("%dx%dx%d %s·%s+%s→%s (%s)", s.M, s.N, s.K, s.A, s.B, s.C, s.Result, ext)
 }
 
-// scopeSubgroup is VK_SCOPE_SUBGROUP_KHR.
-const scopeSubgroup = 3
+// scopeSubgroup is VK_SCOPE_SUBGROUP_KHR; scopeWorkgroup VK_SCOPE_WORKGROUP_KHR.
+const (
+	scopeSubgroup  = 3
+	scopeWorkgroup = 2
+)
 
 // HasCoopMat reports whether the device lists the subgroup-scope shape
 // M×N×K with A and B of type ab and C and the result fp32, through the
@@ -392,33 +419,31 @@ func (in *Instance) describeCoopMat(p *PhysicalDevice) {
 	if p.ShaderBFloat16 {
 		bf.PNext, feats.PNext = feats.PNext, unsafe.Pointer(bf)
 	}
+	cm2 := &physicalDeviceCooperativeMatrix2FeaturesNV{SType: stPhysicalDeviceCoopMat2FeaturesNV}
+	hasCM2 := p.CooperativeMatrix2NV && p.core13
+	if hasCM2 {
+		cm2.PNext, feats.PNext = feats.PNext, unsafe.Pointer(cm2)
+	}
 	call(in.getPhysicalDeviceFeatures2, p.h, uintptr(unsafe.Pointer(feats)))
+	if hasCM2 {
+		in.describeCoopMat2(p, cm2)
+	}
 	p.VulkanMemoryModel = mm.VulkanMemoryModel != 0
 	p.CoopMatNVFeature = nv.CooperativeMatrix != 0
 	p.CoopMatKHRFeature = khr.CooperativeMatrix != 0
 	p.BFloat16CoopMat = bf.ShaderBFloat16Type != 0 && bf.ShaderBFloat16CooperativeMatrix != 0
 
 	if p.CoopMatNVFeature {
-		nvs := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV", func(n uint32) []cooperativeMatrixPropertiesNV {
-			ps := make([]cooperativeMatrixPropertiesNV, n)
-			for i := range ps {
-				ps[i].SType = stCooperativeMatrixPropertiesNV
-			}
-			return ps
-		})
+		nvs := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+			func(c *cooperativeMatrixPropertiesNV) { c.SType = stCooperativeMatrixPropertiesNV })
 		for _, c := range nvs {
 			p.CoopMatShapes = append(p.CoopMatShapes, CoopMatShape{M: c.MSize, N: c.NSize, K: c.KSize,
 				A: ComponentType(c.AType), B: ComponentType(c.BType), C: ComponentType(c.CType), Result: ComponentType(c.DType), Scope: c.Scope})
 		}
 	}
 	if p.CoopMatKHRFeature {
-		khrs := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", func(n uint32) []cooperativeMatrixPropertiesKHR {
-			ps := make([]cooperativeMatrixPropertiesKHR, n)
-			for i := range ps {
-				ps[i].SType = stCooperativeMatrixPropertiesKHR
-			}
-			return ps
-		})
+		khrs := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR",
+			func(c *cooperativeMatrixPropertiesKHR) { c.SType = stCooperativeMatrixPropertiesKHR })
 		for _, c := range khrs {
 			p.CoopMatShapes = append(p.CoopMatShapes, CoopMatShape{M: c.MSize, N: c.NSize, K: c.KSize,
 				A: ComponentType(c.AType), B: ComponentType(c.BType), C: ComponentType(c.CType), Result: ComponentType(c.ResultType),
@@ -427,11 +452,37 @@ func (in *Instance) describeCoopMat(p *PhysicalDevice) {
 	}
 }
 
+// describeCoopMat2 fills p.CoopMat2 from the features the device
+// reported (cm2), its properties and its flexible-dimension shapes.
+func (in *Instance) describeCoopMat2(p *PhysicalDevice, cm2 *physicalDeviceCooperativeMatrix2FeaturesNV) {
+	c := &p.CoopMat2
+	c.WorkgroupScope = cm2.CooperativeMatrixWorkgroupScope != 0
+	c.FlexibleDimensions = cm2.CooperativeMatrixFlexibleDimensions != 0
+	c.TensorAddressing = cm2.CooperativeMatrixTensorAddressing != 0
+	c.PerElementOperations = cm2.CooperativeMatrixPerElementOperations != 0
+	props := &physicalDeviceCooperativeMatrix2PropertiesNV{SType: stPhysicalDeviceCoopMat2PropertiesNV}
+	p2 := &physicalDeviceProperties2{SType: stPhysicalDeviceProperties2, PNext: unsafe.Pointer(props)}
+	call(in.getPhysicalDeviceProperties2, p.h, uintptr(unsafe.Pointer(p2)))
+	c.MaxWorkgroupSize = props.CooperativeMatrixWorkgroupScopeMaxWorkgroupSize
+	c.MaxDimension = props.CooperativeMatrixFlexibleDimensionsMaxDimension
+	c.ReservedSharedMemory = props.CooperativeMatrixWorkgroupScopeReservedSharedMemory
+	if !c.FlexibleDimensions {
+		return
+	}
+	shapes := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV",
+		func(c *cooperativeMatrixFlexibleDimensionsPropertiesNV) { c.SType = stCoopMatFlexibleDimensionsPropsNV })
+	for _, s := range shapes {
+		c.Shapes = append(c.Shapes, CoopMat2Shape{MGranularity: s.MGranularity, NGranularity: s.NGranularity, KGranularity: s.KGranularity,
+			A: ComponentType(s.AType), B: ComponentType(s.BType), C: ComponentType(s.CType), Result: ComponentType(s.ResultType),
+			Scope: s.Scope, WorkgroupInvocations: s.WorkgroupInvocations})
+	}
+}
+
 // listCoopMat calls the instance function fn, a
-// vkGetPhysicalDeviceCooperativeMatrixProperties*(device, count, props),
-// with the structures alloc makes (their sType set): nil when the
-// function is missing or fails.
-func listCoopMat[T any](in *Instance, h handle, fn string, alloc func(n uint32) []T) []T {
+// vkGetPhysicalDeviceCooperativeMatrix*Properties*(device, count, props),
+// with structures whose sType init sets: nil when the function is missing
+// or fails.
+func listCoopMat[T any](in *Instance, h handle, fn string, init func(*T)) []T {
 	f := in.lib.instanceProc(in.h, fn)
 	if f == 0 {
 		return nil
@@ -440,7 +491,10 @@ func listCoopMat[T any](in *Instance, h handle, fn string, alloc func(n uint32) 
 	if call(f, h, uintptr(unsafe.Pointer(&n)), 0) != 0 || n == 0 {
 		return nil
 	}
-	ps := alloc(n)
+	ps := make([]T, n)
+	for i := range ps {
+		init(&ps[i])
+	}
 	if Result(int32(call(f, h, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&ps[0]))))) < 0 {
 		return nil
 	}

@@ -48,7 +48,17 @@ type GemmVariant struct {
 	Name     string
 	Tile     string // the coopTile a tensor-core variant is built of ("" for the scalar variant)
 	F32, B16 string // SPIR-V file names under shaders/
-	Q4       string // the 4-bit weight variant (built on first use; the scalar variant only)
+	// A16 is the build that reads both operands as 16-bit values of the
+	// variant's format (a tensor-core variant only): with
+	// KernelOptions.Narrow16 Gemm narrows each fp32 operand once, into the
+	// recorder's scratch (round16.comp), and runs every product of the
+	// format on it (gemmNarrowed).
+	A16 string
+	// Aligned16 (the coopmat2 variants): a 16-bit B whose offset is not a
+	// multiple of 8 values (16 bytes) runs on the fp32 variant instead;
+	// gemm_cm2.comp's tensor layouts need that alignment.
+	Aligned16 bool
+	Q4        string // the 4-bit weight variant (built on first use; the scalar variant only)
 	// SplitF32 and SplitB16 are the split-K builds (fp32 and 16-bit B;
 	// built on first use; the scalar variant only): see splitk.go.
 	SplitF32, SplitB16 string
@@ -137,10 +147,95 @@ func (p *PhysicalDevice) tensorBF16(t coopTile) bool {
 }
 
 // tensorAny reports whether a tensor-core variant for operands of format
-// f runs on p.
+// f runs on p (a coopmat2 one too, though only a named tile takes it).
 func (p *PhysicalDevice) tensorAny(f Rounding) bool {
-	_, err := ChooseGemmFor(p, f)
-	return err == nil
+	if f == NoRounding {
+		return false
+	}
+	for _, t := range cm2Tiles() {
+		if p.tensorCM2(t, f) {
+			return true
+		}
+	}
+	return p.coop1Any(f)
+}
+
+// coop1Any reports whether a subgroup-scope (coopmat1) tensor-core variant
+// of format f runs on p: the extensions OpenDevice enables for them.
+func (p *PhysicalDevice) coop1Any(f Rounding) bool {
+	for _, t := range coopTiles() {
+		if (f == RoundFP16 && p.tensorFP16(t)) || (f == RoundBF16 && p.tensorBF16(t)) {
+			return true
+		}
+	}
+	return false
+}
+
+// cm2Tile is one build of gemm_cm2.comp (shaders/build_glslang.txt): the
+// workgroup's tile of C and K step, as workgroup-scope cooperative
+// matrices the driver stages and schedules.
+type cm2Tile struct {
+	name        string // "cm2-" and the tile, in CoopTileNames
+	m, n, k     uint32
+	invocations uint32
+}
+
+// cm2Tiles are gemm_cm2.comp's builds: llama.cpp's coopmat2 tiles for
+// large products on NVIDIA (256 invocations, K step 64).
+func cm2Tiles() []cm2Tile {
+	return []cm2Tile{
+		{"cm2-128x256", 128, 256, 64, 256},
+		{"cm2-128x128", 128, 128, 64, 256},
+	}
+}
+
+// spirv is the tile's SPIR-V for format h ("fp16", "bf16").
+func (t cm2Tile) spirv(h string) string {
+	return fmt.Sprintf("gemm_cm2_%s_%s.spv", strings.TrimPrefix(t.name, "cm2-"), h)
+}
+
+// tensorCM2 reports whether gemm_cm2.comp's build of tile t for format f
+// runs on p: Vulkan 1.3 (SPIR-V 1.6) with the memory model,
+// VK_NV_cooperative_matrix2's workgroup scope, flexible dimensions,
+// tensor addressing and per-element operations, VK_KHR_cooperative_matrix,
+// the format's 16-bit type, and a listed workgroup-scope shape of f·f+fp32
+// for the tile's invocations whose granularities divide the tile.
+func (p *PhysicalDevice) tensorCM2(t cm2Tile, f Rounding) bool {
+	h, comp := "fp16", ComponentFP16
+	if f == RoundBF16 {
+		h, comp = "bf16", ComponentBF16
+	}
+	if _, err := shaderFS.Open("shaders/" + t.spirv(h)); err != nil {
+		return false
+	}
+	c := &p.CoopMat2
+	if !p.core13 || !p.VulkanMemoryModel || !p.CooperativeMatrix2NV || !p.CooperativeMatrixKHR || !p.CoopMatKHRFeature ||
+		!c.WorkgroupScope || !c.FlexibleDimensions || !c.TensorAddressing || !c.PerElementOperations ||
+		c.MaxWorkgroupSize < t.invocations || p.MaxWorkgroupInvocations < t.invocations ||
+		c.MaxDimension < max(t.m, t.n, t.k) || p.MaxSharedMemory < c.ReservedSharedMemory {
+		return false
+	}
+	if (f == RoundFP16 && !p.ShaderFloat16) || (f == RoundBF16 && !p.BFloat16CoopMat) {
+		return false
+	}
+	for _, s := range c.Shapes {
+		if s.A == comp && s.B == comp && s.C == ComponentFP32 && s.Result == ComponentFP32 && s.Scope == scopeWorkgroup &&
+			s.WorkgroupInvocations == t.invocations && s.MGranularity > 0 && s.NGranularity > 0 && s.KGranularity > 0 &&
+			t.m%s.MGranularity == 0 && t.n%s.NGranularity == 0 && t.k%s.KGranularity == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// cm2Any reports whether a coopmat2 variant of either format runs on p.
+func (p *PhysicalDevice) cm2Any() bool {
+	for _, t := range cm2Tiles() {
+		if p.tensorCM2(t, RoundFP16) || p.tensorCM2(t, RoundBF16) {
+			return true
+		}
+	}
+	return false
 }
 
 // GemmVariants lists the GEMM implementations, best first: tensor-core
@@ -166,11 +261,32 @@ func GemmVariants() []GemmVariant {
 			vs = append(vs, GemmVariant{
 				Name: fmt.Sprintf("coopmat-%s-%s-%s", f.api, f.h, t.name),
 				Tile: t.name,
-				F32:  t.spirv(f.h, "f32", false), B16: t.spirv(f.h, "b16", false),
+				F32:  t.spirv(f.h, "f32", false), B16: t.spirv(f.h, "b16", false), A16: t.spirv(f.h, "a16", false),
 				Operands:  f.r,
 				Supported: func(p *PhysicalDevice) bool { return f.ok(p, t) },
 				Workgroup: [2]uint32{t.m, t.n},
 				About:     fmt.Sprintf("%d invocations (%s), K step %d, %d bytes of shared memory", t.invocations, t.about, t.k, t.sharedBytes()),
+			})
+		}
+	}
+	// The coopmat2 variants (GL_NV_cooperative_matrix2's workgroup-scope
+	// matrices) after them: not the default until a GPU has measured them
+	// end to end (KernelOptions.CoopTile "cm2-…" picks one; vkprobe times
+	// them). They read 16-bit operands only: Gemm narrows fp32 ones first.
+	for _, f := range []struct {
+		h string
+		r Rounding
+	}{{"bf16", RoundBF16}, {"fp16", RoundFP16}} {
+		for _, t := range cm2Tiles() {
+			vs = append(vs, GemmVariant{
+				Name:      fmt.Sprintf("coopmat2-nv-%s-%s", f.h, strings.TrimPrefix(t.name, "cm2-")),
+				Tile:      t.name,
+				A16:       t.spirv(f.h),
+				Aligned16: true,
+				Operands:  f.r,
+				Supported: func(p *PhysicalDevice) bool { return p.tensorCM2(t, f.r) },
+				Workgroup: [2]uint32{t.m, t.n},
+				About:     fmt.Sprintf("%d invocations, workgroup-scope matrices, K step %d, operands narrowed first", t.invocations, t.k),
 			})
 		}
 	}
@@ -190,11 +306,13 @@ func GemmVariants() []GemmVariant {
 func ChooseGemm(p *PhysicalDevice) (GemmVariant, error) { return ChooseGemmFor(p, NoRounding) }
 
 // ChooseGemmFor is the first of GemmVariants for operands of format f that
-// p supports, or an error when there is none (Kernels then runs those
-// products on the fp32 variant, with the same values).
+// p supports, the coopmat2 ones left out (until a GPU has measured them
+// end to end, only a named tile takes them: chooseTensor), or an error
+// when there is none (Kernels then runs those products on the fp32
+// variant, with the same values).
 func ChooseGemmFor(p *PhysicalDevice, f Rounding) (GemmVariant, error) {
 	for _, v := range GemmVariants() {
-		if v.Operands == f && v.Supported(p) {
+		if v.Operands == f && !v.Aligned16 && v.Supported(p) {
 			return v, nil
 		}
 	}
@@ -216,10 +334,11 @@ func chooseTensor(p *PhysicalDevice, f Rounding, tile string) (GemmVariant, erro
 	return GemmVariant{}, fmt.Errorf("vulkan: no %s GEMM variant of tile %s runs on %s", f, tile, p.Name)
 }
 
-// gemmKernels are one variant's two kernels (fp32 B, 16-bit B).
+// gemmKernels are one variant's kernels: fp32 B and 16-bit B, or with
+// KernelOptions.Narrow16 a16 alone (both operands 16-bit; Gemm narrows).
 type gemmKernels struct {
-	v        GemmVariant
-	f32, b16 *Kernel
+	v             GemmVariant
+	f32, b16, a16 *Kernel
 }
 
 // Kernels are the package's compute kernels built for one device.
@@ -234,6 +353,9 @@ type Kernels struct {
 	TensorErrors map[Rounding]error
 	// noSplitK keeps every product in one pass over K (KernelOptions).
 	noSplitK bool
+	// narrow16 runs the tensor-core products on their variants' A16
+	// builds, operands narrowed first (KernelOptions.Narrow16).
+	narrow16 bool
 	attn     attnTensor // attention's tensor-core kernels (attention_coop.go)
 	round16  *Kernel
 	adamw    *Kernel
@@ -246,7 +368,7 @@ type Kernels struct {
 const (
 	gemmPush   = 14 * 4
 	gemmQ4Push = 24 * 4
-	roundPush  = 2 * 4
+	roundPush  = 4 * 4
 	adamPush   = 10 * 4
 	rmsPush    = 3 * 4
 )
@@ -274,6 +396,15 @@ type KernelOptions struct {
 	// formats), and a product of a format not built runs on the fp32
 	// kernel, with the same values.
 	TensorFormats []Rounding
+	// Narrow16 narrows the fp32 operands of each 16-bit product to 16-bit
+	// values once, into scratch memory, and runs the product on its
+	// tensor-core variant's A16 build, whose K steps only copy: the
+	// default builds narrow every element of A (and of fp32 B) once for
+	// each tile of C that reads it. The same values reach the tensor
+	// cores either way, and the same fragments in the same order sum
+	// them, so the bits are the same (TestGemmNarrow16); what differs is
+	// the time, which only a GPU measures (vkprobe times both).
+	Narrow16 bool
 }
 
 // buildsTensor reports whether o asks for the tensor-core kernels of
@@ -291,6 +422,9 @@ func CoopTileNames() []string {
 			names = append(names, t.name)
 		}
 	}
+	for _, t := range cm2Tiles() {
+		names = append(names, t.name)
+	}
 	return names
 }
 
@@ -304,7 +438,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK}
+	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK, narrow16: o.Narrow16}
 	type spec struct {
 		dst  **Kernel
 		file string
@@ -344,7 +478,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		if !o.buildsTensor(f) {
 			continue
 		}
-		if _, err := ChooseGemmFor(d.Physical, f); err != nil {
+		if !d.Physical.tensorAny(f) {
 			continue // none: those products run in fp32
 		}
 		if ks.TensorErrors == nil {
@@ -371,10 +505,21 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 func (ks *Kernels) buildTensor(v GemmVariant) (gemmKernels, error) {
 	t := gemmKernels{v: v}
 	err := ks.d.tensorErr
-	for _, k := range []struct {
+	type build struct {
 		dst  **Kernel
 		file string
-	}{{&t.f32, v.F32}, {&t.b16, v.B16}} {
+	}
+	if err == nil && v.Aligned16 {
+		err = ks.d.cm2Err
+	}
+	builds := []build{{&t.f32, v.F32}, {&t.b16, v.B16}}
+	if ks.narrow16 || (v.F32 == "" && v.B16 == "") {
+		if v.A16 == "" {
+			return gemmKernels{}, fmt.Errorf("no build that reads 16-bit operands (KernelOptions.Narrow16)")
+		}
+		builds = []build{{&t.a16, v.A16}}
+	}
+	for _, k := range builds {
 		if err != nil {
 			break
 		}
@@ -394,7 +539,7 @@ func (ks *Kernels) buildTensor(v GemmVariant) (gemmKernels, error) {
 }
 
 func (g gemmKernels) close() {
-	for _, k := range []*Kernel{g.f32, g.b16} {
+	for _, k := range []*Kernel{g.f32, g.b16, g.a16} {
 		if k != nil {
 			k.Close()
 		}
@@ -441,6 +586,9 @@ func (ks *Kernels) GemmNames() string {
 	}
 	if ks.noSplitK {
 		s += ", split-K off"
+	}
+	if ks.narrow16 {
+		s += ", operands narrowed first"
 	}
 	return s
 }
@@ -699,6 +847,12 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 		return nil
 	}
 	gk := ks.gemmFor(g)
+	if gk.a16 != nil {
+		if err := ks.gemmNarrowed(r, g, gk); err != nil {
+			return wrap(err)
+		}
+		return nil
+	}
 	tile := gk.v.Workgroup
 	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
 	words := gemmWords(g)
@@ -751,7 +905,8 @@ func gemmWords(g GemmArgs) []uint32 {
 // is fp32 or has no variant here, or B's 16-bit bits are of another format.
 func (ks *Kernels) gemmFor(g GemmArgs) gemmKernels {
 	if g.Operands != NoRounding && g.Q4 == nil { // a 4-bit weight has only the scalar kernel
-		if t, ok := ks.gemm[g.Operands]; ok && (!g.B16 || (g.BHalf == FP16) == (g.Operands == RoundFP16)) {
+		if t, ok := ks.gemm[g.Operands]; ok && (!g.B16 || (g.BHalf == FP16) == (g.Operands == RoundFP16)) &&
+			!(t.v.Aligned16 && g.B16 && g.BOff%8 != 0) {
 			return t
 		}
 	}
@@ -763,6 +918,11 @@ func (ks *Kernels) gemmFor(g GemmArgs) gemmKernels {
 // on little-endian hosts), bit for bit what amp.BF16.Bits16 and
 // amp.FP16.Bits16 compute.
 func (ks *Kernels) Round16(r *Recorder, h Half, x, y *Buffer, n int) error {
+	return ks.round16At(r, h, x, 0, y, 0, n)
+}
+
+// round16At is Round16 from value xOff of x into y from word yOff.
+func (ks *Kernels) round16At(r *Recorder, h Half, x *Buffer, xOff int, y *Buffer, yOff, n int) error {
 	wrap := func(err error) error { return fmt.Errorf("vulkan: Round16 %s of %d values: %w", h, n, err) }
 	if h != BF16 && h != FP16 {
 		return wrap(fmt.Errorf("unknown 16-bit format %d", h))
@@ -773,21 +933,86 @@ func (ks *Kernels) Round16(r *Recorder, h Half, x, y *Buffer, n int) error {
 	if n == 0 {
 		return nil
 	}
-	if err := extent("x", x, 0, 1, n, n, 4); err != nil {
+	if err := extent("x", x, xOff, 1, n, n, 4); err != nil {
 		return wrap(err)
 	}
-	if err := extent("y", y, 0, 1, (n+1)/2, (n+1)/2, 4); err != nil {
+	words := (n + 1) / 2
+	if err := extent("y", y, yOff, 1, words, words, 4); err != nil {
 		return wrap(err)
 	}
-	words := uint32((n + 1) / 2)
-	groups := min((words+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535)
+	groups := min((uint32(words)+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535)
 	push := make([]byte, roundPush)
-	binary.LittleEndian.PutUint32(push, uint32(n))
-	binary.LittleEndian.PutUint32(push[4:], uint32(h))
+	for i, w := range []uint32{uint32(n), uint32(h), uint32(xOff), uint32(yOff)} {
+		binary.LittleEndian.PutUint32(push[4*i:], w)
+	}
 	if err := r.Dispatch(ks.round16, []*Buffer{x, y}, push, groups, 1, 1); err != nil {
 		return wrap(err)
 	}
 	return nil
+}
+
+// gemmNarrowed records g on gk's A16 build: op(A), and op(B) unless it
+// is 16-bit already, narrowed to gk's format into the recorder's scratch
+// first, each operand's span from its first to its last element, keeping
+// its leading dimension: A's at word 0, B's after it, each starting on 16
+// bytes (the coopmat kernels' 16-byte loads and gemm_cm2.comp's tensor
+// layouts want that). Split-K runs on the scalar variant only, so it
+// never comes here.
+func (ks *Kernels) gemmNarrowed(r *Recorder, g GemmArgs, gk gemmKernels) error {
+	h := BF16
+	if gk.v.Operands == RoundFP16 {
+		h = FP16
+	}
+	// span is the elements from an operand's first to its last: rows×cols
+	// with leading dimension ld (0 when K is 0: nothing is read).
+	span := func(rows, cols, ld int) int {
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (rows-1)*ld + cols
+	}
+	ar, ac, br, bc := g.M, g.K, g.K, g.N
+	if g.TransA {
+		ar, ac = ac, ar
+	}
+	if g.TransB {
+		br, bc = bc, br
+	}
+	aSpan := span(ar, ac, g.Lda)
+	aWords := (aSpan + 7) / 8 * 4 // whole 16-byte groups: B starts on 16 bytes
+	bSpan, bWords := 0, 0
+	if !g.B16 {
+		bSpan = span(br, bc, g.Ldb)
+		bWords = (bSpan + 1) / 2
+	}
+	if uint64(aWords+bWords)*2 > math.MaxUint32 {
+		return fmt.Errorf("narrowed operands: %d values exceed the kernels' 32-bit indexing", 2*(aWords+bWords))
+	}
+	buf, err := r.scratch(4 * uint64(max(aWords+bWords, 1)))
+	if err != nil {
+		return fmt.Errorf("narrowed operands' scratch: %w", err)
+	}
+	if err := ks.round16At(r, h, g.A, g.AOff, buf, 0, aSpan); err != nil {
+		return err
+	}
+	n := g
+	n.A, n.AOff = buf, 0
+	if !g.B16 {
+		if err := ks.round16At(r, h, g.B, g.BOff, buf, aWords, bSpan); err != nil {
+			return err
+		}
+		n.B, n.BOff = buf, 2*aWords
+		n.B16, n.BHalf = true, h
+	}
+	words := gemmWords(n)
+	push := make([]byte, 4*len(words))
+	for i, v := range words {
+		binary.LittleEndian.PutUint32(push[4*i:], v)
+	}
+	tile := gk.v.Workgroup
+	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
+	flops := 2 * float64(g.M) * float64(g.N) * float64(g.K)
+	return r.dispatch(gk.a16, []*Buffer{n.A, n.B, g.C}, push, gx, gy, 1, flops)
 }
 
 // AdamWStep is one AdamW step's hyperparameters, as optim.AdamWConfig

@@ -160,6 +160,42 @@ type cooperativeMatrixPropertiesKHR struct {
 	Scope                  uint32
 }
 
+// VkPhysicalDeviceCooperativeMatrix2FeaturesNV,
+// VkPhysicalDeviceCooperativeMatrix2PropertiesNV and
+// VkCooperativeMatrixFlexibleDimensionsPropertiesNV (VK_NV_cooperative_matrix2)
+// are newer still; TestStructLayouts checks them against a vulkan_core.h
+// that has them (MIXTUNE_VULKAN_INCLUDE).
+type physicalDeviceCooperativeMatrix2FeaturesNV struct {
+	SType                                 uint32
+	PNext                                 unsafe.Pointer
+	CooperativeMatrixWorkgroupScope       uint32
+	CooperativeMatrixFlexibleDimensions   uint32
+	CooperativeMatrixReductions           uint32
+	CooperativeMatrixConversions          uint32
+	CooperativeMatrixPerElementOperations uint32
+	CooperativeMatrixTensorAddressing     uint32
+	CooperativeMatrixBlockLoads           uint32
+}
+
+type physicalDeviceCooperativeMatrix2PropertiesNV struct {
+	SType                                               uint32
+	PNext                                               unsafe.Pointer
+	CooperativeMatrixWorkgroupScopeMaxWorkgroupSize     uint32
+	CooperativeMatrixFlexibleDimensionsMaxDimension     uint32
+	CooperativeMatrixWorkgroupScopeReservedSharedMemory uint32
+}
+
+type cooperativeMatrixFlexibleDimensionsPropertiesNV struct {
+	SType                                    uint32
+	PNext                                    unsafe.Pointer
+	MGranularity, NGranularity, KGranularity uint32
+	AType, BType                             uint32
+	CType, ResultType                        uint32
+	SaturatingAccumulation                   uint32
+	Scope                                    uint32
+	WorkgroupInvocations                     uint32
+}
+
 type physicalDeviceShaderBfloat16FeaturesKHR struct {
 	SType                           uint32
 	PNext                           unsafe.Pointer

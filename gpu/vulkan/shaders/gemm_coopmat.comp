@@ -16,7 +16,10 @@
 //    glslang: scripts/gen_spirv_coopmat.sh): bf16 A and B; B16 bits are
 //    bf16.
 // Both need subgroups of 32 and 16×16×16 fragments (the Go side checks
-// the device lists that shape before picking the kernel).
+// the device lists that shape before picking the kernel). Each is built
+// with fp32 B, with 16-bit B (B16), and with both operands 16-bit
+// (A16 B16: Gemm narrows fp32 operands once before the product, with
+// KernelOptions.Narrow16, so a K step's loads only copy).
 //
 // The tile is a compile-time configuration (-D, shaders/build.txt; the
 // Go side's GemmVariants names each build): SG_M × SG_N subgroups of 32
@@ -120,8 +123,17 @@ layout(local_size_x = NT, local_size_y = 1, local_size_z = 1) in;
 
 // Each buffer twice: by element, and by 16 (A, fp32 B) or 8 (16-bit B)
 // bytes for the aligned tiles' loads.
+#ifdef A16
+// A16 (with B16): A too holds 16-bit values of the kernel's format, two
+// to a word, which Gemm narrowed from fp32 once (round16.comp) before
+// this product, so a K step's loads are copies, not one narrowing per
+// element per tile of C.
+layout(std430, set = 0, binding = 0) readonly buffer BufA { uint a[]; };
+layout(std430, set = 0, binding = 0) readonly buffer BufA4 { uvec2 a4[]; }; // 4 halves
+#else
 layout(std430, set = 0, binding = 0) readonly buffer BufA { float a[]; };
 layout(std430, set = 0, binding = 0) readonly buffer BufA4 { vec4 a4[]; };
+#endif
 #ifdef B16
 layout(std430, set = 0, binding = 1) readonly buffer BufB { uint b[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufB4 { uvec2 b4[]; }; // 4 halves
@@ -221,6 +233,19 @@ uint narrow(float v) {
 // inside and element (r, c) is 16-byte aligned.
 uvec4 quadA(uint r, uint c, bool fast) {
 	uint e = p.aOff + r * p.lda + c;
+#ifdef A16
+	if (fast) {
+		uvec2 w = a4[e / 4];
+		return uvec4(w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16);
+	}
+	uint rows16 = p.transA != 0 ? p.K : p.M, cols16 = p.transA != 0 ? p.M : p.K;
+	uvec4 h;
+	UNROLL for (uint j = 0; j < 4; j++) {
+		h[j] = 0u;
+		if (r < rows16 && c + j < cols16) h[j] = half16(a, e + j);
+	}
+	return h;
+#else
 	vec4 v;
 	if (fast) {
 		v = a4[e / 4];
@@ -232,6 +257,7 @@ uvec4 quadA(uint r, uint c, bool fast) {
 		}
 	}
 	return uvec4(narrow(v.x), narrow(v.y), narrow(v.z), narrow(v.w));
+#endif
 }
 
 // quadB is quadA for B (K×N, or N×K when transB): 16-bit B's bits as

@@ -10,7 +10,10 @@
 //     sign|0x7c00|0x0200|payload>>13.
 // x holds n fp32 values as bits; y receives them as 16-bit values, two to
 // a word, element i in the low half of word i/2 when i is even (a last
-// odd element's high half is 0). Grid-stride over words.
+// odd element's high half is 0). Grid-stride over words. xOff (values)
+// and yOff (words) place both in larger buffers: Gemm narrows an
+// operand's span this way before a tensor-core product that reads 16-bit
+// operands only (GemmVariant.A16).
 
 layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;
 
@@ -20,6 +23,8 @@ layout(std430, set = 0, binding = 1) writeonly buffer BufY { uint y[]; };
 layout(push_constant) uniform Params {
 	uint n;
 	uint mode;
+	uint xOff; // first value of x
+	uint yOff; // first word of y
 } p;
 
 uint toBF16(uint u) {
@@ -58,8 +63,8 @@ void main() {
 	uint stride = gl_NumWorkGroups.x * 256u;
 	for (uint w = gl_GlobalInvocationID.x; w < words; w += stride) {
 		uint i = 2u * w;
-		uint lo = round16(x[i]);
-		uint hi = i + 1u < p.n ? round16(x[i + 1u]) : 0u;
-		y[w] = (lo & 0xffffu) | (hi << 16);
+		uint lo = round16(x[p.xOff + i]);
+		uint hi = i + 1u < p.n ? round16(x[p.xOff + i + 1u]) : 0u;
+		y[p.yOff + w] = (lo & 0xffffu) | (hi << 16);
 	}
 }

@@ -43,9 +43,10 @@ func main() {
 		reps   = flag.Int("reps", 5, "GEMMs per timed batch")
 		check  = flag.Bool("check", true, "check the kernels against the CPU reference")
 		vars   = flag.String("variants", "", "GEMM variants to check and time, comma-separated names (default every one the device runs)")
+		narrow = flag.Bool("narrow16", false, "run the tensor-core variants with their operands narrowed to 16-bit memory first (vulkan.KernelOptions.Narrow16); the timings include the narrowing")
 	)
 	flag.Parse()
-	if err := run(*device, *lib, *sizes, *shapes, *vars, *list, *check, *reps); err != nil {
+	if err := run(*device, *lib, *sizes, *shapes, *vars, *list, *check, *narrow, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "vkprobe:", err)
 		if errors.Is(err, vulkan.ErrNoLoader) {
 			fmt.Fprintln(os.Stderr, "install the Vulkan loader (Debian: libvulkan1) or pass -lib /path/to/libvulkan.so.1")
@@ -57,7 +58,7 @@ func main() {
 	}
 }
 
-func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check bool, reps int) error {
+func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check, narrow16 bool, reps int) error {
 	var l *vulkan.Library
 	var err error
 	if libName != "" {
@@ -104,12 +105,15 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 		return err
 	}
 	defer d.Close()
-	ks, err := vulkan.NewKernels(d)
+	ks, err := vulkan.NewKernelsWith(d, vulkan.KernelOptions{Narrow16: narrow16})
 	if err != nil {
 		return err
 	}
 	defer ks.Close()
 	fmt.Printf("\nusing device %d: %s\n", p.Index, p.Name)
+	if narrow16 {
+		fmt.Println("  tensor-core products: operands narrowed to 16-bit memory first (-narrow16), the narrowing timed with them")
+	}
 	for _, f := range []vulkan.Rounding{vulkan.NoRounding, vulkan.RoundFP16, vulkan.RoundBF16} {
 		v, ok := ks.GemmVariantFor(f)
 		note := ""
@@ -430,6 +434,14 @@ func describe(p *vulkan.PhysicalDevice) {
 		p.VulkanMemoryModel, p.CoopMatNVFeature, p.CoopMatKHRFeature, p.BFloat16CoopMat)
 	for _, s := range p.CoopMatShapes {
 		fmt.Printf("    cooperative-matrix shape %s\n", s)
+	}
+	if c := p.CoopMat2; p.CooperativeMatrix2NV {
+		fmt.Printf("    VK_NV_cooperative_matrix2: workgroup scope %v, flexible dimensions %v, tensor addressing %v, per-element operations %v; workgroups up to %d, dimensions up to %d, %d bytes of shared memory reserved\n",
+			c.WorkgroupScope, c.FlexibleDimensions, c.TensorAddressing, c.PerElementOperations, c.MaxWorkgroupSize, c.MaxDimension, c.ReservedSharedMemory)
+		for _, s := range c.Shapes {
+			fmt.Printf("    flexible shape: granularity %d×%d×%d, %s·%s+%s→%s, scope %d, %d invocations\n",
+				s.MGranularity, s.NGranularity, s.KGranularity, s.A, s.B, s.C, s.Result, s.Scope, s.WorkgroupInvocations)
+		}
 	}
 }
 
