@@ -102,13 +102,17 @@ type nativeImpl struct {
 	// packBT16 packs one full micro-panel of op(B) = Bᵀ: sixteen rows of
 	// b, row stride ldb, kc floats each, into dst[p·16+j].
 	packBT16 func(dst, b []float32, ldb, kc int)
+	// packB16 packs one full micro-panel of op(B) = B: kc rows of b, row
+	// stride ldb, sixteen floats each, into dst[p·16+j].
+	packB16 func(dst, b []float32, ldb, kc int)
 	// kernStrided is kern reading op(A) and op(B) where they lie, for
 	// the thin products (native_thin.go).
 	kernStrided nativeStridedKernel
 }
 
 // nativeGo is the portable implementation, plain Go throughout.
-var nativeGo = &nativeImpl{name: "portable", kern: nativePortable, packA6: nativePackA6Go, packBT16: nativePackBT16Go, kernStrided: nativeStridedVia(nativePortable)}
+var nativeGo = &nativeImpl{name: "portable", kern: nativePortable, packA6: nativePackA6Go, packBT16: nativePackBT16Go, packB16: nativePackB16Go,
+	kernStrided: nativeStridedVia(nativePortable)}
 
 // nativeAsm is the assembly implementation when this CPU can run it, nil
 // otherwise; nativeBest is what Native uses. Both are set once at package
@@ -557,19 +561,14 @@ func (g *nativeGemm) packBFrom(bp, b []float32, ldb, pc, kc, jc, nc int) {
 		dst := bp[jr*kc : (jr+nativeNR)*kc]
 		j := jc + jr
 		switch {
+		case !g.transB && nr == nativeNR:
+			// op(B)[p][j] = b[p·ldb+j]: sixteen contiguous floats per p.
+			g.packB16(dst, b[pc*ldb+j:], ldb, kc)
 		case !g.transB:
-			// op(B)[p][j] = b[p·ldb+j]: nr contiguous floats per p.
 			for p := range kc {
 				d := (*[nativeNR]float32)(dst[p*nativeNR:])
-				src := b[(pc+p)*ldb+j:]
-				if nr == nativeNR {
-					s := (*[nativeNR]float32)(src) // element by element, as in packA
-					d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] = s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
-					d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15] = s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]
-					continue
-				}
 				*d = [nativeNR]float32{}
-				copy(d[:], src[:nr])
+				copy(d[:], b[(pc+p)*ldb+j:][:nr])
 			}
 		case nr == nativeNR:
 			g.packBT16(dst, b[j*ldb+pc:], ldb, kc)
@@ -598,6 +597,18 @@ func nativePackA6Go(dst, a []float32, lda, kc int) {
 	for p := range r0 {
 		d := (*[nativeMR]float32)(dst[p*nativeMR:])
 		d[0], d[1], d[2], d[3], d[4], d[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+	}
+}
+
+// nativePackB16Go is nativeImpl.packB16 in Go: element by element (a
+// copy of a [16]float32 compiles to a memmove call per row).
+func nativePackB16Go(dst, b []float32, ldb, kc int) {
+	dst = dst[:kc*nativeNR]
+	for p := range kc {
+		d := (*[nativeNR]float32)(dst[p*nativeNR:])
+		s := (*[nativeNR]float32)(b[p*ldb:])
+		d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7] = s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]
+		d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15] = s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]
 	}
 }
 

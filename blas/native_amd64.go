@@ -9,7 +9,8 @@ import "golang.org/x/sys/cpu"
 // 12×16 AVX-512 kernel where the CPU has AVX-512F; nil otherwise.
 func nativeAsmImpl() *nativeImpl {
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		impl := &nativeImpl{name: "AVX2/FMA", kern: nativeKernelAVX2, packA6: nativePackA6AVX, packBT16: nativePackBT16AVX, kernStrided: nativeKernelStridedAVX2}
+		impl := &nativeImpl{name: "AVX2/FMA", kern: nativeKernelAVX2, packA6: nativePackA6AVX, packBT16: nativePackBT16AVX, packB16: nativePackB16AVX,
+			kernStrided: nativeKernelStridedAVX2}
 		if cpu.X86.HasAVX512F {
 			// Same bits as the AVX2 kernel (tested tile by tile); the
 			// name says which one runs, for bench output and READMEs.
@@ -89,6 +90,18 @@ func nativePackBT16AVX(dst, b []float32, ldb, kc int) {
 	}
 }
 
+func nativePackB16AVX(dst, b []float32, ldb, kc int) {
+	if k4 := kc &^ 3; k4 > 0 {
+		_ = dst[k4*nativeNR-1]
+		_ = b[(k4-1)*ldb+nativeNR-1]
+		packB16AVX(k4/4, &b[0], ldb, &dst[0])
+	}
+	if kc&3 != 0 {
+		k4 := kc &^ 3
+		nativePackB16Go(dst[k4*nativeNR:], b[k4*ldb:], ldb, kc-k4)
+	}
+}
+
 // sgemm6x16AVX2 computes the 6×16 tile C = alpha·acc + beta·C (C not read
 // when load == 0) with acc = Σ_p a[6p:6p+6]ᵀ·b[16p:16p+16], kc ≥ 1, ldc
 // in elements.
@@ -114,3 +127,9 @@ func packA6AVX(k8 int, a *float32, lda int, dst *float32)
 //
 //go:noescape
 func packBT16AVX(k8 int, b *float32, ldb int, dst *float32)
+
+// packB16AVX packs 4·k4 rows of sixteen floats of b (row stride ldb
+// elements) into dst[p·16+j], k4 ≥ 1.
+//
+//go:noescape
+func packB16AVX(k4 int, b *float32, ldb int, dst *float32)

@@ -272,6 +272,40 @@ packBT16loop:
 	VZEROUPPER
 	RET
 
+// func packB16AVX(k4 int, b *float32, ldb int, dst *float32)
+// Four rows of sixteen floats a step: two 8-float loads and stores a row.
+TEXT ·packB16AVX(SB), NOSPLIT, $0-32
+	MOVQ k4+0(FP), CX
+	MOVQ b+8(FP), SI
+	MOVQ ldb+16(FP), R8
+	MOVQ dst+24(FP), DI
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+
+packB16loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS (SI)(R8*1), Y2
+	VMOVUPS 32(SI)(R8*1), Y3
+	VMOVUPS (SI)(R8*2), Y4
+	VMOVUPS 32(SI)(R8*2), Y5
+	VMOVUPS (SI)(R9*1), Y6
+	VMOVUPS 32(SI)(R9*1), Y7
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 128(DI)
+	VMOVUPS Y5, 160(DI)
+	VMOVUPS Y6, 192(DI)
+	VMOVUPS Y7, 224(DI)
+	LEAQ    (SI)(R8*4), SI
+	ADDQ    $256, DI
+	DECQ    CX
+	JNZ     packB16loop
+	VZEROUPPER
+	RET
+
 // One k step of the 12×16 AVX-512 kernel: a 1×16 row of packed B (Z12)
 // times twelve elements of packed A, six from each of two consecutive
 // micro-panels (AX, R8), broadcast from memory, accumulated into Z0..Z11

@@ -315,7 +315,8 @@ func TestNativeKernels(t *testing.T) {
 }
 
 // TestNativePacking compares each implementation's full-panel packing of
-// non-transposed A and transposed B with a plain reading of the matrices,
+// non-transposed A and of transposed and non-transposed B with a plain
+// reading of the matrices,
 // for k lengths around the assembly's 8-column blocks.
 func TestNativePacking(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
@@ -350,6 +351,20 @@ func TestNativePacking(t *testing.T) {
 				}
 				if dst[kc*nativeNR] != last {
 					t.Fatalf("%s packBT16 kc=%d: wrote past the panel", kname, kc)
+				}
+				b = randF32(rng, tight(kc, nativeNR, nativeNR+pad))
+				dst = randF32(rng, kc*nativeNR+1)
+				last = dst[kc*nativeNR]
+				impl.packB16(dst, b, nativeNR+pad, kc)
+				for p := range kc {
+					for j := range nativeNR {
+						if dst[p*nativeNR+j] != b[p*(nativeNR+pad)+j] {
+							t.Fatalf("%s packB16 kc=%d ld=%d: [%d·16+%d] = %v, want %v", kname, kc, nativeNR+pad, p, j, dst[p*nativeNR+j], b[p*(nativeNR+pad)+j])
+						}
+					}
+				}
+				if dst[kc*nativeNR] != last {
+					t.Fatalf("%s packB16 kc=%d: wrote past the panel", kname, kc)
 				}
 			}
 		}
