@@ -14,15 +14,15 @@
 #                          against float64 and timed, split-K against one
 #                          pass; the default tiles again with operands
 #                          narrowed first, -narrow16), TinyLlama-1.1B-shaped
-#                          LoRA tokens/s on the Vulkan engine (fp32; bf16 on
-#                          the tensor cores, with --narrow-16bit-operands,
-#                          on the coopmat2 tile cm2-128x256) and the
-#                          default and coopmat2 runs' per-kernel profiles,
+#                          LoRA tokens/s on the Vulkan engine (bf16 on the
+#                          tensor cores, with --narrow-16bit-operands, on
+#                          the coopmat2 tile cm2-128x256, with
+#                          --no-record-ahead) and the default and coopmat2
+#                          runs' per-kernel profiles,
 #                          PyTorch's bf16 eager on the same card, the per-op
 #                          parity suite, quickstart training against the CPU
 #                          engine, the tensor-core GEMM and attention
-#                          tests and the attention benchmark (scalar and
-#                          tensor-core kernels);
+#                          tests;
 #                        - cores 4-5: scripts/bench_vs_torch.sh 3 1 on the
 #                          host CPU (mixtune native and oneDNN against
 #                          PyTorch's CPU autocast, fp32 and bf16, tokens/s
@@ -82,8 +82,8 @@ gpu() {
 	(cd gpu/vulkan && timeout 30 "$G/vulkan.test" -test.run '^TestGemmTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|variant|FAIL|PASS" | grep -v "    --- PASS")
 	echo "== TestAttentionTensorCores $(date +%T)"
 	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 40 "$G/vulkan.test" -test.run '^TestAttentionTensorCores$' -test.v 2>&1 | grep -E "^--- |worst|products|FAIL|PASS|differs")
-	for run in "fp32" "bf16 --precision bf16 --base-dtype bf16" "bf16-narrow16 --precision bf16 --base-dtype bf16 --narrow-16bit-operands" \
-		"bf16-cm2 --precision bf16 --base-dtype bf16 --gemm-tile cm2-128x256"; do
+	for run in "bf16 --precision bf16 --base-dtype bf16" "bf16-narrow16 --precision bf16 --base-dtype bf16 --narrow-16bit-operands" \
+		"bf16-cm2 --precision bf16 --base-dtype bf16 --gemm-tile cm2-128x256" "bf16-no-record-ahead --precision bf16 --base-dtype bf16 --no-record-ahead"; do
 		set -- $run
 		name=$1
 		shift
@@ -102,8 +102,6 @@ gpu() {
 	(cd gpu/vkengine && timeout 100 "$G/vkengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- FAIL|ok|FAIL|PASS)")
 	echo "== training against the CPU $(date +%T)"
 	(cd train && timeout 40 "$G/train.test" -test.run '^TestVulkanQuickstartMatchesCPU$' -test.v 2>&1 | grep -E "^--- |worst relative")
-	echo "== attention benchmark (scalar and coopmat kernels) $(date +%T)"
-	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 40 "$G/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 10x 2>&1 | grep -E "Benchmark|FAIL")
 	echo "gpu done $(date +%T)"
 }
 

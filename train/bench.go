@@ -49,6 +49,9 @@ type BenchConfig struct {
 	// Narrow16 narrows the 16-bit products' fp32 operands first
 	// (ComputeConfig.Narrow16).
 	Narrow16 bool
+	// NoRecordAhead records each run in one command buffer
+	// (ComputeConfig.NoRecordAhead).
+	NoRecordAhead bool
 	// GemmTile picks the Vulkan engine's tensor-core tile
 	// (compute.gemm_tile).
 	GemmTile string
@@ -283,7 +286,7 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 		if b.dp.size > 1 || c.Checkpoint {
 			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")
 		}
-		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, GemmTile: c.GemmTile}, device.Selection{}, c.Precision); err != nil {
+		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, NoRecordAhead: c.NoRecordAhead, GemmTile: c.GemmTile}, device.Selection{}, c.Precision); err != nil {
 			return nil, err
 		}
 		tg.gpu = b.gpu

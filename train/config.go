@@ -303,6 +303,11 @@ type ComputeConfig struct {
 	// tensor-core kernel's K steps only copy (vulkan.KernelOptions;
 	// the same bits, to compare speed).
 	Narrow16 bool `yaml:"narrow_16bit_operands,omitempty"`
+	// NoRecordAhead records each run of the Vulkan engine's graph into
+	// one command buffer, submitted at its end; by default the engine
+	// hands the device every 128 commands while it records the rest (the
+	// same results; to compare).
+	NoRecordAhead bool `yaml:"no_record_ahead,omitempty"`
 	// GemmTile names the tensor-core tile of the Vulkan engine's 16-bit
 	// products (vulkan.CoopTileNames; "" the default), to compare tiles
 	// end to end.

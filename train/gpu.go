@@ -133,7 +133,13 @@ func openGPU(c ComputeConfig, sel device.Selection, low amp.Format) (*gpuEngine,
 		g.close()
 		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
 	}
+	if c.NoRecordAhead {
+		g.eng.RecordAhead(0)
+	}
 	g.variant = g.eng.Kernels.GemmNames()
+	if c.NoRecordAhead {
+		g.variant += ", one command buffer a run"
+	}
 	// attention's kernels, where its 16-bit products run on tensor cores
 	// or a self-check kept them off
 	if a := g.eng.Kernels.AttentionNames(); strings.Contains(a, "products") {

@@ -23,20 +23,28 @@ const fenceTimeout = 600e9
 // Recorder can record the next one. Between two recorded commands it puts
 // a memory barrier (compute and transfer writes made visible to compute
 // and transfer reads and writes), and after the last a barrier to the
-// host, so Buffer.Read sees the results. A Recorder belongs to one
-// goroutine.
+// host, so Buffer.Read sees the results. Flush hands the commands
+// recorded so far to the device without waiting, so it works on them
+// while the host records the rest; the batch still ends at Submit. A
+// Recorder belongs to one goroutine.
 type Recorder struct {
-	d         *Device
-	pool      ndHandle
-	cb        handle
-	fence     ndHandle
-	dpools    []ndHandle
-	dpUsed    int // pools [0, dpUsed) have been allocated from in this batch
-	recording bool
-	commands  int
-	timing    *timer // nil: no timestamps recorded
-	scope     Scope  // what the commands recorded next belong to
-	stamps    int    // timestamp writes recorded since NewRecorder
+	d       *Device
+	pool    ndHandle
+	cb      handle   // the command buffer recorded next: cbs[cur]
+	cbs     []handle // every command buffer allocated from pool
+	cur     int
+	flushed int // command buffers of this batch submitted by Flush
+	// flushedCmds is how many of the batch's commands they hold.
+	flushedCmds int
+	flushes     int // Flush's submits since NewRecorder
+	fence       ndHandle
+	dpools      []ndHandle
+	dpUsed      int // pools [0, dpUsed) have been allocated from in this batch
+	recording   bool
+	commands    int
+	timing      *timer // nil: no timestamps recorded
+	scope       Scope  // what the commands recorded next belong to
+	stamps      int    // timestamp writes recorded since NewRecorder
 	// part is the scratch the batch's commands share (split-K's partial
 	// products); retired are smaller ones it replaced during the batch,
 	// which commands already recorded still use: freed at its end.
@@ -80,6 +88,7 @@ func (d *Device) NewRecorder() (*Recorder, error) {
 		r.Close()
 		return nil, fmt.Errorf("vulkan: %w", err)
 	}
+	r.cbs = []handle{r.cb}
 	fci := &fenceCreateInfo{SType: stFenceCreateInfo}
 	if err := check("vkCreateFence", call(f.createFence, d.h, uintptr(unsafe.Pointer(fci)), 0, uintptr(unsafe.Pointer(&r.fence)))); err != nil {
 		r.Close()
@@ -90,6 +99,67 @@ func (d *Device) NewRecorder() (*Recorder, error) {
 
 // Len is the number of commands recorded since the last Submit.
 func (r *Recorder) Len() int { return r.commands }
+
+// Unflushed is the number of commands recorded since the last Flush or
+// Submit.
+func (r *Recorder) Unflushed() int { return r.commands - r.flushedCmds }
+
+// Flushes counts the command buffers Flush has submitted since
+// NewRecorder.
+func (r *Recorder) Flushes() int { return r.flushes }
+
+// Flush submits the commands recorded since the last Flush or Submit
+// without waiting for them, so the device works on them while the host
+// records the rest of the batch; Submit then waits for all of it. The
+// commands run in the order recorded, with the same barriers between
+// them (the next command buffer starts with one), so the results are
+// those of one batch. Until Submit returns, the host must not write a
+// buffer that a flushed command uses. With timestamps on (Time) it does
+// nothing: a timed batch is one command buffer.
+func (r *Recorder) Flush() error {
+	if !r.recording || r.timing != nil || r.commands == r.flushedCmds {
+		return nil
+	}
+	f := &r.d.fn
+	if err := check("vkEndCommandBuffer", call(f.endCommandBuffer, r.cb)); err != nil {
+		r.Discard()
+		return fmt.Errorf("vulkan: %w", err)
+	}
+	cb := r.cb
+	si := &submitInfo{SType: stSubmitInfo, CommandBufferCount: 1, PCommandBuffers: &cb}
+	r.d.submitMu.Lock()
+	err := check("vkQueueSubmit", call(f.queueSubmit, r.d.queue, 1, uintptr(unsafe.Pointer(si)), 0))
+	r.d.submitMu.Unlock()
+	r.recording = false
+	if err != nil {
+		r.Discard()
+		return fmt.Errorf("vulkan: flushing %d commands: %w", r.commands-r.flushedCmds, err)
+	}
+	r.flushed++
+	r.flushes++
+	r.flushedCmds = r.commands
+	if err := r.advance(); err != nil {
+		r.Discard()
+		return err
+	}
+	return nil
+}
+
+// advance makes the pool's next command buffer the one recorded next,
+// allocating it the first time.
+func (r *Recorder) advance() error {
+	if r.cur+1 == len(r.cbs) {
+		cbai := &commandBufferAllocateInfo{SType: stCommandBufferAllocateInfo, CommandPool: r.pool, Level: commandBufferLevelPrimary, CommandBufferCount: 1}
+		var cb handle
+		if err := check("vkAllocateCommandBuffers", call(r.d.fn.allocateCommandBuffers, r.d.h, uintptr(unsafe.Pointer(cbai)), uintptr(unsafe.Pointer(&cb)))); err != nil {
+			return fmt.Errorf("vulkan: %w", err)
+		}
+		r.cbs = append(r.cbs, cb)
+	}
+	r.cur++
+	r.cb = r.cbs[r.cur]
+	return nil
+}
 
 // begin starts recording, or puts a barrier after the previous command.
 func (r *Recorder) begin() error {
@@ -102,6 +172,13 @@ func (r *Recorder) begin() error {
 			return fmt.Errorf("vulkan: %w", err)
 		}
 		r.recording = true
+		if r.flushed > 0 {
+			// After commands flushed in earlier command buffers: a barrier
+			// orders this one after them, as within one.
+			r.barrier(accessShaderWrite|accessTransferWrite, accessShaderRead|accessShaderWrite|accessTransferRead|accessTransferWrite,
+				pipelineStageCompute|pipelineStageTransfer, pipelineStageCompute|pipelineStageTransfer)
+			return nil
+		}
 		if r.timing != nil {
 			return r.stamp(pipelineStageTopOfPipe) // the batch's start
 		}
@@ -240,7 +317,14 @@ func (r *Recorder) Copy(dst *Buffer, dstOff uint64, src *Buffer, srcOff, size ui
 // readies the Recorder for the next batch. With nothing recorded it does nothing.
 func (r *Recorder) Submit() error {
 	if !r.recording {
-		return nil
+		if r.flushed == 0 {
+			return nil
+		}
+		// Everything was flushed: a command buffer of barriers only, so
+		// the fence and the host barrier cover the flushed work.
+		if err := r.begin(); err != nil {
+			return err
+		}
 	}
 	d, f := r.d, &r.d.fn
 	r.barrier(accessShaderWrite|accessTransferWrite, accessHostRead, pipelineStageCompute|pipelineStageTransfer, pipelineStageHost)
@@ -264,6 +348,8 @@ func (r *Recorder) Submit() error {
 	if err != nil {
 		return fmt.Errorf("vulkan: batch of %d commands: %w", n, err)
 	}
+	// The fence's signal waits for every command submitted before it on
+	// the queue too, the flushed ones included.
 	fence := r.fence
 	if err := check("vkWaitForFences", call(f.waitForFences, d.h, 1, uintptr(unsafe.Pointer(&fence)), 1, uintptr(uint64(fenceTimeout)))); err != nil {
 		return fmt.Errorf("vulkan: batch of %d commands: %w", n, err)
@@ -278,10 +364,42 @@ func (r *Recorder) Submit() error {
 }
 
 // Discard drops a batch recorded but not submitted (recording failed
-// part way), so that the next batch starts clean.
+// part way), so that the next batch starts clean. Commands already flushed
+// run to completion first (their effects stay).
 func (r *Recorder) Discard() {
-	if r.recording {
+	if r.flushed > 0 {
+		r.waitFlushed()
+	}
+	if r.recording || r.flushed > 0 || r.commands > 0 {
 		r.reset()
+	}
+}
+
+// waitFlushed waits until the flushed command buffers have run: an empty
+// one submitted behind them with the fence (the one being recorded, if
+// any, is dropped).
+func (r *Recorder) waitFlushed() {
+	f := &r.d.fn
+	if r.recording {
+		call(f.endCommandBuffer, r.cb)
+		r.recording = false
+		if r.advance() != nil {
+			return
+		}
+	}
+	bi := &commandBufferBeginInfo{SType: stCommandBufferBeginInfo, Flags: commandBufferOneTimeSubmit}
+	if check("vkBeginCommandBuffer", call(f.beginCommandBuffer, r.cb, uintptr(unsafe.Pointer(bi)))) != nil {
+		return
+	}
+	call(f.endCommandBuffer, r.cb)
+	cb, fence := r.cb, r.fence
+	si := &submitInfo{SType: stSubmitInfo, CommandBufferCount: 1, PCommandBuffers: &cb}
+	r.d.submitMu.Lock()
+	err := check("vkQueueSubmit", call(f.queueSubmit, r.d.queue, 1, uintptr(unsafe.Pointer(si)), uintptr(fence)))
+	r.d.submitMu.Unlock()
+	if err == nil {
+		call(f.waitForFences, r.d.h, 1, uintptr(unsafe.Pointer(&fence)), 1, uintptr(uint64(fenceTimeout)))
+		call(f.resetFences, r.d.h, 1, uintptr(unsafe.Pointer(&fence)))
 	}
 }
 
@@ -293,6 +411,10 @@ func (r *Recorder) reset() {
 		call(f.resetDescriptorPool, r.d.h, uintptr(p), 0)
 	}
 	r.dpUsed, r.commands, r.recording, r.scope = 0, 0, false, Scope{}
+	r.cur, r.flushed, r.flushedCmds = 0, 0, 0
+	if len(r.cbs) > 0 {
+		r.cb = r.cbs[0]
+	}
 	for _, b := range r.retired {
 		b.Free()
 	}
@@ -304,6 +426,9 @@ func (r *Recorder) reset() {
 
 // Close frees the recorder's objects. A batch recorded but not submitted is dropped.
 func (r *Recorder) Close() {
+	if r.flushed > 0 && r.cb != 0 {
+		r.waitFlushed() // the pool's command buffers may still be running
+	}
 	d, f := r.d, &r.d.fn
 	r.stopTiming()
 	for _, b := range append(r.retired, r.part) {
@@ -321,5 +446,5 @@ func (r *Recorder) Close() {
 	if r.pool != 0 {
 		call(f.destroyCommandPool, d.h, uintptr(r.pool), 0)
 	}
-	r.fence, r.dpools, r.pool, r.cb = 0, nil, 0, 0
+	r.fence, r.dpools, r.pool, r.cb, r.cbs = 0, nil, 0, 0, nil
 }

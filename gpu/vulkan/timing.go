@@ -62,7 +62,7 @@ type timer struct {
 // Off, the Recorder records no query commands at all. Time may not be
 // called while a batch is being recorded.
 func (r *Recorder) Time(sink func(BatchTime)) error {
-	if r.recording {
+	if r.recording || r.flushed > 0 {
 		return fmt.Errorf("vulkan: Time: a batch is being recorded")
 	}
 	if sink == nil {
