@@ -274,10 +274,7 @@ func causalSoftmax[T Float](p []T, t int, start []int) {
 // exponentials it multiplied by. Both kernels call it, so their
 // probabilities are the same operations on the same scores.
 func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
-	m = row[s0]
-	for _, x := range row[s0+1 : i+1] {
-		m = max(m, x)
-	}
+	m = maxSlice(row[s0 : i+1])
 	var sum T
 	expSub(row[s0:i+1], row[s0:i+1], m)
 	for _, e := range row[s0 : i+1] {

@@ -79,10 +79,7 @@ func (o *crossEntropyOp[T]) Do(vs ...G.Value) (G.Value, error) {
 
 // softmaxRow writes softmax(l) into p and returns log Σ exp(l).
 func softmaxRow[T Float](p, l []T) float64 {
-	m := l[0]
-	for _, x := range l[1:] {
-		m = max(m, x)
-	}
+	m := maxSlice(l)
 	var sum float64
 	expSub(p[:len(l)], l, m)
 	for _, e := range p[:len(l)] {

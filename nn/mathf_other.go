@@ -15,5 +15,6 @@ func ropeFast(x1, x2, c, s []float32, sign float32) int    { return 0 }
 func scaleMulFast(y, x, w []float32, s float32) int        { return 0 }
 func rmsGradFast(d, gr, w, x []float32, c, rs float32) int { return 0 }
 func accMulMulFast(p, gr, x []float32, s float32) int      { return 0 }
+func maxFast(x []float32) (float32, bool)                  { return 0, false }
 
 const haveAVX2 = false // no assembly: the scalar loops run

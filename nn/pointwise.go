@@ -240,6 +240,22 @@ func addScaledSlice[T Float](y, a, b []T, s T) {
 	}
 }
 
+// maxSlice is the largest of xs (at least one), as Go's max folds it:
+// NaN if any is, +0 over −0. A float32 slice of 16 or more takes AVX2
+// where maxFast can say its answer is that one.
+func maxSlice[T Float](xs []T) T {
+	if x32, ok := any(xs).([]float32); ok {
+		if m, ok := maxFast(x32); ok {
+			return T(m)
+		}
+	}
+	m := xs[0]
+	for _, x := range xs[1:] {
+		m = max(m, x)
+	}
+	return m
+}
+
 // scaleSlice sets y[i] = s·x[i] (y may be x), as addScaledSlice.
 func scaleSlice[T Float](y, x []T, s T) {
 	i0 := 0

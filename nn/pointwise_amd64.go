@@ -50,6 +50,25 @@ func addScaledFast(y, a, b []float32, s float32) int {
 	return n
 }
 
+// maxFast is max over x (at least 16 values) in AVX2, and true, where
+// that is exactly Go's max: a maximum that is not zero over values none of
+// which is NaN (VMAXPS returns its second operand for a NaN or a pair of
+// zeros, where Go's max gives NaN and orders −0 below +0). Otherwise
+// false: the caller's scalar loop decides.
+func maxFast(x []float32) (float32, bool) {
+	if !haveAVX2 || len(x) < 16 {
+		return 0, false
+	}
+	m, nan := maxAVX2(&x[0], len(x))
+	if nan != 0 || m == 0 {
+		return 0, false
+	}
+	return m, true
+}
+
+//go:noescape
+func maxAVX2(x *float32, n int) (m float32, nan int)
+
 func scaleFast(y, x []float32, s float32) int {
 	n := len(y) &^ 7
 	if !haveAVX2 || n == 0 {

@@ -223,3 +223,55 @@ amloop:
 amdone:
 	VZEROUPPER
 	RET
+
+// func maxAVX2(x *float32, n int) (m float32, nan int)
+// m = the largest of x[0:n] (n ≥ 16) by VMAXPS, two accumulators of 8,
+// the last 8 values overlapping the previous block (max is idempotent);
+// nan ≠ 0 when any value is NaN (an unordered self-compare, or-ed).
+TEXT ·maxAVX2(SB), NOSPLIT, $0-32
+	MOVQ    x+0(FP), SI
+	MOVQ    n+8(FP), CX
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VCMPPS  $3, Y0, Y0, Y2 // unordered: NaN
+	VCMPPS  $3, Y1, Y1, Y3
+	VORPS   Y3, Y2, Y2
+	MOVQ    $16, AX
+	MOVQ    CX, DX
+	SUBQ    $8, DX // the last block's start
+mxloop:
+	CMPQ    AX, DX
+	JG      mxtail
+	VMOVUPS (SI)(AX*4), Y4
+	VCMPPS  $3, Y4, Y4, Y5
+	VORPS   Y5, Y2, Y2
+	VMAXPS  Y4, Y0, Y0
+	ADDQ    $8, AX
+	CMPQ    AX, DX
+	JG      mxtail
+	VMOVUPS (SI)(AX*4), Y4
+	VCMPPS  $3, Y4, Y4, Y5
+	VORPS   Y5, Y2, Y2
+	VMAXPS  Y4, Y1, Y1
+	ADDQ    $8, AX
+	JMP     mxloop
+mxtail:
+	CMPQ    AX, CX
+	JGE     mxreduce
+	VMOVUPS (SI)(DX*4), Y4 // x[n-8:n], overlapping what was read
+	VCMPPS  $3, Y4, Y4, Y5
+	VORPS   Y5, Y2, Y2
+	VMAXPS  Y4, Y0, Y0
+mxreduce:
+	VMAXPS       Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	VMOVSS       X0, m+16(FP)
+	VMOVMSKPS    Y2, BX
+	MOVQ         BX, nan+24(FP)
+	VZEROUPPER
+	RET

@@ -128,6 +128,9 @@ func TestPointwiseFastBits(t *testing.T) {
 
 // BenchmarkPointwiseLoops times the loops at a 1,024-token × 1,376
 // activation (SmolLM2-mid's MLP width).
+// sinkF32 keeps a benchmark's result alive.
+var sinkF32 float32
+
 func BenchmarkPointwiseLoops(b *testing.B) {
 	const n = 1024 * 1376
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -147,6 +150,11 @@ func BenchmarkPointwiseLoops(b *testing.B) {
 		{"addScaled", func() { addScaledSlice(y, x, u, 2) }},
 		{"swiglu", func() { SwiGLUInto(y, x, u) }},
 		{"swigluBackward", func() { swigluBackward(x, u, g, da, du) }},
+		{"max", func() {
+			for r := 0; r+256 <= n; r += 256 { // rows of 256 scores, as attention's
+				sinkF32 = maxSlice(x[r : r+256])
+			}
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.SetBytes(4 * n)
@@ -154,5 +162,63 @@ func BenchmarkPointwiseLoops(b *testing.B) {
 				bc.f()
 			}
 		})
+	}
+}
+
+// TestMaxSlice holds maxSlice to Go's max folded over the slice (NaN if
+// any value is, −0 below +0), bit for bit: random rows of every length to
+// 300 with the largest value at the start, the end (the assembly's
+// overlapping last block) and anywhere; and the special rows, where
+// maxFast must hand back to the scalar loop: a NaN at the start, inside
+// and in the last block, a largest value of ±0, all −Inf, +Inf.
+func TestMaxSlice(t *testing.T) {
+	fold := func(xs []float32) float32 {
+		m := xs[0]
+		for _, x := range xs[1:] {
+			m = max(m, x)
+		}
+		return m
+	}
+	check := func(what string, xs []float32) {
+		t.Helper()
+		got, want := maxSlice(xs), fold(xs)
+		if math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+			t.Fatalf("%s, n=%d: maxSlice = %v (%#x), want %v (%#x)", what, len(xs), got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+	}
+	rng := rand.New(rand.NewPCG(41, 42))
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for n := 1; n <= 300; n++ {
+		xs := make([]float32, n)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		check("random", xs)
+		if haveAVX2 && n >= 16 {
+			if _, ok := maxFast(xs); !ok {
+				t.Fatalf("n=%d: maxFast declined an ordinary row: the assembly never runs", n)
+			}
+		}
+		for _, at := range []int{0, n - 1, n / 2} {
+			ys := append([]float32(nil), xs...)
+			ys[at] = 100
+			check("largest placed", ys)
+			ys[at] = nan
+			check("NaN", ys)
+		}
+		zs := make([]float32, n)
+		for i := range zs {
+			zs[i] = -float32(math.Abs(rng.NormFloat64())) - 1
+		}
+		zs[n/3] = float32(math.Copysign(0, -1))
+		check("largest −0", zs)
+		zs[n-1] = 0
+		check("largest +0 after −0", zs)
+		for i := range zs {
+			zs[i] = -inf
+		}
+		check("all −Inf", zs)
+		zs[n/2] = inf
+		check("+Inf", zs)
 	}
 }
