@@ -239,22 +239,22 @@ TEXT ·maxAVX2(SB), NOSPLIT, $0-32
 	MOVQ    $16, AX
 	MOVQ    CX, DX
 	SUBQ    $8, DX // the last block's start
+// MAXSTEP folds x[AX:AX+8] into acc, noting NaNs in Y2.
+#define MAXSTEP(acc) \
+	VMOVUPS (SI)(AX*4), Y4 \
+	VCMPPS  $3, Y4, Y4, Y5 \
+	VORPS   Y5, Y2, Y2     \
+	VMAXPS  Y4, acc, acc   \
+	ADDQ    $8, AX
+
 mxloop:
-	CMPQ    AX, DX
-	JG      mxtail
-	VMOVUPS (SI)(AX*4), Y4
-	VCMPPS  $3, Y4, Y4, Y5
-	VORPS   Y5, Y2, Y2
-	VMAXPS  Y4, Y0, Y0
-	ADDQ    $8, AX
-	CMPQ    AX, DX
-	JG      mxtail
-	VMOVUPS (SI)(AX*4), Y4
-	VCMPPS  $3, Y4, Y4, Y5
-	VORPS   Y5, Y2, Y2
-	VMAXPS  Y4, Y1, Y1
-	ADDQ    $8, AX
-	JMP     mxloop
+	CMPQ AX, DX
+	JG   mxtail
+	MAXSTEP(Y0)
+	CMPQ AX, DX
+	JG   mxtail
+	MAXSTEP(Y1)
+	JMP  mxloop
 mxtail:
 	CMPQ    AX, CX
 	JGE     mxreduce
