@@ -128,6 +128,11 @@ func (ks *Kernels) chooseAttention() {
 		}
 		b := attnBuild{"attention_coop", f}
 		err := ks.attnCoopFits(b)
+		if err == nil && !ks.d.Physical.coop1Any(f) {
+			// a coopmat2 GEMM alone does not say the device runs the
+			// subgroup-scope fragments these kernels use
+			err = fmt.Errorf("the tensor-core attention kernels need the %s subgroup-scope cooperative matrices the coopmat1 GEMMs use", f)
+		}
 		if err == nil {
 			err = ks.attnSelfCheck(f, b)
 		}

@@ -1033,6 +1033,23 @@ func TestGemmNarrow16(t *testing.T) {
 		}
 		t.Logf("%s: worst error %.3f of the bound", f.s, worst)
 	}
+	// The on-device self-check runs an A16 build through the narrowing
+	// path too (fp32 and 16-bit B), and fails one that reads the wrong
+	// format: fp16 bits taken for bf16.
+	if testing.Short() {
+		return
+	}
+	fp16a16, err := ks.kernel(tile.spirv("fp16", "a16", true), 3, gemmPush)
+	must(t, err)
+	bf16a16, err := ks.kernel(tile.spirv("bf16", "a16", true), 3, gemmPush)
+	must(t, err)
+	bf := GemmVariant{Name: "emulated coopmat bf16", Tile: tile.name, Operands: RoundBF16, Workgroup: [2]uint32{tile.m, tile.n}}
+	if err := ks.selfCheck(RoundBF16, gemmKernels{v: bf, a16: bf16a16}); err != nil {
+		t.Errorf("self-check of the bf16 A16 build: %v", err)
+	}
+	if err := ks.selfCheck(RoundBF16, gemmKernels{v: bf, a16: fp16a16}); err == nil {
+		t.Errorf("self-check passed an fp16 A16 build taking bf16 products")
+	}
 	narrow, err := NewKernelsWith(e.dev, KernelOptions{Narrow16: true})
 	must(t, err)
 	defer narrow.Close()

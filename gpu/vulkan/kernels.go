@@ -610,7 +610,7 @@ func (ks *Kernels) Close() {
 	defer ks.mu.Unlock()
 	all := []*Kernel{ks.round16, ks.adamw, ks.rmsnorm}
 	for _, g := range ks.gemm {
-		all = append(all, g.f32, g.b16)
+		all = append(all, g.f32, g.b16, g.a16)
 	}
 	for _, k := range all {
 		if k != nil {
