@@ -191,6 +191,12 @@ func timeBF16(be Backend, g BF16Gemmer) BF16Speed {
 	return BF16Speed{Emulate: flops / emu / 1e9, Hardware: flops / hw / 1e9}
 }
 
+// CheckBF16 holds the bf16 GEMM g to a float64 reference on a few
+// products (checkBF16Correct): nil where it computes them correctly on
+// this machine. auto checks every candidate before timing it; a run that
+// asks for the hardware outright checks the one it takes.
+func CheckBF16(g BF16Gemmer) error { return checkBF16Correct(g) }
+
 // checkBF16Correct computes products of bf16 values in every transpose
 // combination, through both ways nn calls the GEMM (bf16 bits; for the
 // native kernel, float32 operands rounded as they are packed too), at a

@@ -259,7 +259,7 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 		return nil, err
 	}
 	f := cpufeat.Detect()
-	d, err := decideBF16(c.BF16Matmul, c.Precision, f, func() ([]blas.BF16Choice, error) { return blas.BF16Candidates(eng.BLAS, f, eng.Workers) }, measureBF16(eng))
+	d, err := decideBF16(c.BF16Matmul, c.Precision, f, func() ([]blas.BF16Choice, error) { return blas.BF16Candidates(eng.BLAS, f, eng.Workers) }, measureBF16(eng), blas.CheckBF16)
 	if err != nil {
 		return nil, err
 	}

@@ -31,11 +31,14 @@ type bf16Decision struct {
 // decideBF16 applies amp.bf16_matmul (mode) to a run at precision low on
 // a CPU with features f; candidates lists the bf16 GEMMs that run here,
 // best first by kind (blas.BF16Candidates), and measure compares one with
-// the emulation (blas.MeasureBF16, cached per machine). auto takes the
-// fastest bf16 GEMM where the CPU has bf16 units and it measured faster
-// than the emulation; hardware takes the first wherever one runs and is
-// an error where none does; emulate never takes one.
-func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, candidates func() ([]blas.BF16Choice, error), measure func(blas.BF16Gemmer) (blas.BF16Speed, []string)) (bf16Decision, error) {
+// the emulation (blas.MeasureBF16, cached per machine; it checks the
+// products first), and check holds one to a float64 reference
+// (blas.CheckBF16). auto takes the fastest bf16 GEMM where the CPU has
+// bf16 units and it measured faster than the emulation; hardware takes
+// the first wherever one runs, and is an error where none does or the
+// one it would take gives wrong products; emulate never takes one.
+func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, candidates func() ([]blas.BF16Choice, error),
+	measure func(blas.BF16Gemmer) (blas.BF16Speed, []string), check func(blas.BF16Gemmer) error) (bf16Decision, error) {
 	if low != amp.BF16 {
 		var d bf16Decision
 		if mode == amp.BF16Hardware {
@@ -91,6 +94,11 @@ func decideBF16(mode amp.BF16Matmul, low amp.Format, f cpufeat.Features, candida
 		return bf16Decision{}, inputError(fmt.Errorf("amp.bf16_matmul: hardware: %w (amp.bf16_matmul: emulate or auto runs without one)", err))
 	}
 	c := cs[0]
+	// Taken without timing, but never unchecked: a library or kernel that
+	// computes wrong products here would train on garbage silently.
+	if err := check(c.Gemmer); err != nil {
+		return bf16Decision{}, fmt.Errorf("amp.bf16_matmul: hardware: the bf16 GEMM (%s) gives wrong products on this CPU: %w (amp.bf16_matmul: emulate runs without it)", c.Reason, err)
+	}
 	d := bf16Decision{gemmer: c.Gemmer, path: bf16PathHardware, reason: "hardware: " + c.Reason}
 	if !c.Units {
 		d.warnings = append(d.warnings, "amp.bf16_matmul: hardware: "+c.Reason+"; it is slower than emulate here")

@@ -75,28 +75,48 @@ func TestDecideBF16(t *testing.T) {
 		reason  string
 		warning string
 		err     bool
+		wrong   bool // the check finds the GEMM's products wrong
 	}{
-		{"fp32 run", amp.BF16Auto, amp.FP32, units, onUnits, faster, "", false, "", "", false},
-		{"fp16 run, hardware asked", amp.BF16Hardware, amp.FP16, units, onUnits, faster, "", false, "", "does nothing at precision fp16", false},
-		{"emulate on bf16 units", amp.BF16Emulate, amp.BF16, units, onUnits, faster, bf16PathEmulate, false, "emulate", "", false},
-		{"auto on bf16 units", amp.BF16Auto, amp.BF16, units, onUnits, faster, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
-		{"auto without bf16 units", amp.BF16Auto, amp.BF16, none, emulated, faster, bf16PathEmulate, false, "no bf16 units", "", false},
-		{"auto, units but no bf16 GEMM", amp.BF16Auto, amp.BF16, units, missing, faster, bf16PathEmulate, false, "no bf16 GEMM", "", false},
-		{"auto, the native kernel, faster", amp.BF16Auto, amp.BF16, units, native, faster, bf16PathHardware, true, "native VDPBF16PS kernel: bf16 GEMM 180 GFLOP/s against 100 emulated", "", false},
-		{"auto, the native kernel, slower", amp.BF16Auto, amp.BF16, units, native, slower, bf16PathEmulate, false, "not faster than the emulation here: bf16 GEMM 60", "busy", false},
-		{"auto, oneDNN on bf16 units, slower", amp.BF16Auto, amp.BF16, units, onUnits, slower, bf16PathEmulate, false, "fake on VDPBF16PS is not faster", "busy", false},
-		{"hardware, the native kernel, slower", amp.BF16Hardware, amp.BF16, units, native, slower, bf16PathHardware, true, "native VDPBF16PS kernel", "", false},
-		{"hardware, the native kernel", amp.BF16Hardware, amp.BF16, units, native, faster, bf16PathHardware, true, "native VDPBF16PS kernel", "", false},
-		{"hardware on bf16 units", amp.BF16Hardware, amp.BF16, units, onUnits, faster, bf16PathHardware, true, "fake on VDPBF16PS", "", false},
-		{"hardware, oneDNN emulating", amp.BF16Hardware, amp.BF16, none, emulated, faster, bf16PathHardware, true, "emulated", "slower than emulate", false},
-		{"hardware without a bf16 GEMM", amp.BF16Hardware, amp.BF16, none, missing, faster, "", false, "", "", true},
-		{"auto, two bf16 GEMMs, the second fastest", amp.BF16Auto, amp.BF16, units, both, nativeFastest, bf16PathHardware, true, "auto → hardware: native AMX kernel: bf16 GEMM 300 GFLOP/s against 100 emulated (measured); not taken: fake on AMX: bf16 GEMM 150", "", false},
-		{"auto, two bf16 GEMMs, the first fastest", amp.BF16Auto, amp.BF16, units, both, fakeFastest, bf16PathHardware, true, "auto → hardware: fake on AMX: bf16 GEMM 250 GFLOP/s against 100 emulated (measured); not taken: native AMX kernel: bf16 GEMM 120", "", false},
-		{"auto, two bf16 GEMMs, both slower", amp.BF16Auto, amp.BF16, units, both, slower, bf16PathEmulate, false, "auto → emulate: no bf16 GEMM is faster than the emulation here: fake on AMX: bf16 GEMM 60 GFLOP/s against 100 emulated (measured); native AMX kernel: bf16 GEMM 60", "busy\nbusy", false},
-		{"hardware, two bf16 GEMMs: the first", amp.BF16Hardware, amp.BF16, units, both, nativeFastest, bf16PathHardware, true, "hardware: fake on AMX", "", false},
+		{"fp32 run", amp.BF16Auto, amp.FP32, units, onUnits, faster, "", false, "", "", false, false},
+		{"fp16 run, hardware asked", amp.BF16Hardware, amp.FP16, units, onUnits, faster, "", false, "", "does nothing at precision fp16", false, false},
+		{"emulate on bf16 units", amp.BF16Emulate, amp.BF16, units, onUnits, faster, bf16PathEmulate, false, "emulate", "", false, false},
+		{"auto on bf16 units", amp.BF16Auto, amp.BF16, units, onUnits, faster, bf16PathHardware, true, "fake on VDPBF16PS", "", false, false},
+		{"auto without bf16 units", amp.BF16Auto, amp.BF16, none, emulated, faster, bf16PathEmulate, false, "no bf16 units", "", false, false},
+		{"auto, units but no bf16 GEMM", amp.BF16Auto, amp.BF16, units, missing, faster, bf16PathEmulate, false, "no bf16 GEMM", "", false, false},
+		{"auto, the native kernel, faster", amp.BF16Auto, amp.BF16, units, native, faster, bf16PathHardware, true, "native VDPBF16PS kernel: bf16 GEMM 180 GFLOP/s against 100 emulated", "", false, false},
+		{"auto, the native kernel, slower", amp.BF16Auto, amp.BF16, units, native, slower, bf16PathEmulate, false, "not faster than the emulation here: bf16 GEMM 60", "busy", false, false},
+		{"auto, oneDNN on bf16 units, slower", amp.BF16Auto, amp.BF16, units, onUnits, slower, bf16PathEmulate, false, "fake on VDPBF16PS is not faster", "busy", false, false},
+		{"hardware, the native kernel, slower", amp.BF16Hardware, amp.BF16, units, native, slower, bf16PathHardware, true, "native VDPBF16PS kernel", "", false, false},
+		{"hardware, the native kernel", amp.BF16Hardware, amp.BF16, units, native, faster, bf16PathHardware, true, "native VDPBF16PS kernel", "", false, false},
+		{"hardware on bf16 units", amp.BF16Hardware, amp.BF16, units, onUnits, faster, bf16PathHardware, true, "fake on VDPBF16PS", "", false, false},
+		{"hardware, oneDNN emulating", amp.BF16Hardware, amp.BF16, none, emulated, faster, bf16PathHardware, true, "emulated", "slower than emulate", false, false},
+		{"hardware without a bf16 GEMM", amp.BF16Hardware, amp.BF16, none, missing, faster, "", false, "", "", true, false},
+		{"auto, two bf16 GEMMs, the second fastest", amp.BF16Auto, amp.BF16, units, both, nativeFastest, bf16PathHardware, true, "auto → hardware: native AMX kernel: bf16 GEMM 300 GFLOP/s against 100 emulated (measured); not taken: fake on AMX: bf16 GEMM 150", "", false, false},
+		{"auto, two bf16 GEMMs, the first fastest", amp.BF16Auto, amp.BF16, units, both, fakeFastest, bf16PathHardware, true, "auto → hardware: fake on AMX: bf16 GEMM 250 GFLOP/s against 100 emulated (measured); not taken: native AMX kernel: bf16 GEMM 120", "", false, false},
+		{"auto, two bf16 GEMMs, both slower", amp.BF16Auto, amp.BF16, units, both, slower, bf16PathEmulate, false, "auto → emulate: no bf16 GEMM is faster than the emulation here: fake on AMX: bf16 GEMM 60 GFLOP/s against 100 emulated (measured); native AMX kernel: bf16 GEMM 60", "busy\nbusy", false, false},
+		{"hardware, two bf16 GEMMs: the first", amp.BF16Hardware, amp.BF16, units, both, nativeFastest, bf16PathHardware, true, "hardware: fake on AMX", "", false, false},
+		{"hardware, wrong products", amp.BF16Hardware, amp.BF16, units, onUnits, faster, "", false, "", "", false, true},
+		{"emulate, wrong products: not checked, not taken", amp.BF16Emulate, amp.BF16, units, onUnits, faster, bf16PathEmulate, false, "emulate", "", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := decideBF16(tc.mode, tc.low, tc.f, tc.choose, tc.measure)
+			checked := 0
+			check := func(blas.BF16Gemmer) error {
+				checked++
+				if tc.wrong {
+					return errors.New("C[0,0] = 2, want 1 within 1e-6")
+				}
+				return nil
+			}
+			d, err := decideBF16(tc.mode, tc.low, tc.f, tc.choose, tc.measure, check)
+			if tc.wrong && tc.mode == amp.BF16Hardware {
+				if err == nil || !strings.Contains(err.Error(), "gives wrong products") || !strings.Contains(err.Error(), "amp.bf16_matmul: emulate") {
+					t.Fatalf("got %+v, %v; want the check's error, naming amp.bf16_matmul", d, err)
+				}
+				return
+			}
+			if tc.mode == amp.BF16Hardware && tc.low == amp.BF16 && !tc.err && checked != 1 {
+				t.Fatalf("hardware took a bf16 GEMM after %d checks, want 1", checked)
+			}
 			if tc.err {
 				if err == nil || !errors.Is(err, blas.ErrNoBF16Gemm) || !strings.Contains(err.Error(), "amp.bf16_matmul") {
 					t.Fatalf("got %+v, %v; want an error naming amp.bf16_matmul", d, err)

@@ -354,7 +354,7 @@ func (c *components) openBackend(compute ComputeConfig, resumeDir string) (*nn.E
 func (c *components) openBF16(mode amp.BF16Matmul, resumeDir string) error {
 	d, err := decideBF16(mode, c.policy.Low, c.cpu, func() ([]blas.BF16Choice, error) {
 		return blas.BF16Candidates(c.eng.BLAS, c.cpu, c.eng.Workers)
-	}, measureBF16(c.eng))
+	}, measureBF16(c.eng), blas.CheckBF16)
 	if err != nil {
 		return err
 	}
