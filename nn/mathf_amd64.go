@@ -12,9 +12,12 @@ import (
 // haveAVX2: eight at a time. Not where Go itself fuses expf's multiplies
 // and adds into FMAs (GOAMD64=v3 and up), which the assembly's unfused
 // steps would not match.
+// haveMaxAVX2 is the maximum's kernel: no arithmetic to fuse, so it runs
+// wherever the CPU has AVX2.
 var (
-	haveAVX512 = cpu.X86.HasAVX512F && !goFusesFMA
-	haveAVX2   = cpu.X86.HasAVX2 && !goFusesFMA
+	haveAVX512  = cpu.X86.HasAVX512F && !goFusesFMA
+	haveAVX2    = cpu.X86.HasAVX2 && !goFusesFMA
+	haveMaxAVX2 = cpu.X86.HasAVX2
 )
 
 //go:noescape

@@ -17,4 +17,4 @@ func rmsGradFast(d, gr, w, x []float32, c, rs float32) int { return 0 }
 func accMulMulFast(p, gr, x []float32, s float32) int      { return 0 }
 func maxFast(x []float32) (float32, bool)                  { return 0, false }
 
-const haveAVX2 = false // no assembly: the scalar loops run
+const haveAVX2, haveMaxAVX2 = false, false // no assembly: the scalar loops run

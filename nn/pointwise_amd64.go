@@ -56,7 +56,7 @@ func addScaledFast(y, a, b []float32, s float32) int {
 // zeros, where Go's max gives NaN and orders −0 below +0). Otherwise
 // false: the caller's scalar loop decides.
 func maxFast(x []float32) (float32, bool) {
-	if !haveAVX2 || len(x) < 16 {
+	if !haveMaxAVX2 || len(x) < 16 {
 		return 0, false
 	}
 	m, nan := maxAVX2(&x[0], len(x))

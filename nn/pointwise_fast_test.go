@@ -194,7 +194,7 @@ func TestMaxSlice(t *testing.T) {
 			xs[i] = float32(rng.NormFloat64())
 		}
 		check("random", xs)
-		if haveAVX2 && n >= 16 {
+		if haveMaxAVX2 && n >= 16 {
 			if _, ok := maxFast(xs); !ok {
 				t.Fatalf("n=%d: maxFast declined an ordinary row: the assembly never runs", n)
 			}

@@ -470,7 +470,7 @@ func (in *Instance) describeCoopMat2(p *PhysicalDevice, cm2 *physicalDeviceCoope
 		return
 	}
 	shapes := listCoopMat(in, p.h, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV",
-		func(c *cooperativeMatrixFlexibleDimensionsPropertiesNV) { c.SType = stCoopMatFlexibleDimensionsPropsNV })
+		func(s *cooperativeMatrixFlexibleDimensionsPropertiesNV) { s.SType = stCoopMatFlexibleDimensionsPropsNV })
 	for _, s := range shapes {
 		c.Shapes = append(c.Shapes, CoopMat2Shape{MGranularity: s.MGranularity, NGranularity: s.NGranularity, KGranularity: s.KGranularity,
 			A: ComponentType(s.AType), B: ComponentType(s.BType), C: ComponentType(s.CType), Result: ComponentType(s.ResultType),

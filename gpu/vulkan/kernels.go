@@ -52,7 +52,7 @@ type GemmVariant struct {
 	// variant's format (a tensor-core variant only): with
 	// KernelOptions.Narrow16 Gemm narrows each fp32 operand once, into the
 	// recorder's scratch (round16.comp), and runs every product of the
-	// format on it (gemmNarrowed).
+	// format on it (narrowOperands).
 	A16 string
 	// Aligned16 (the coopmat2 variants): a 16-bit B whose offset is not a
 	// multiple of 8 values (16 bytes) runs on the fp32 variant instead;
@@ -847,17 +847,18 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 		return nil
 	}
 	gk := ks.gemmFor(g)
-	if gk.a16 != nil {
-		if err := ks.gemmNarrowed(r, g, gk); err != nil {
-			return wrap(err)
-		}
-		return nil
-	}
 	tile := gk.v.Workgroup
 	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
-	words := gemmWords(g)
+	flops := 2 * float64(g.M) * float64(g.N) * float64(g.K)
 	k := gk.f32
+	var q4Words []uint32 // the 4-bit weight's push constants, after gemm.comp's
 	switch {
+	case gk.a16 != nil:
+		var err error
+		if g, err = ks.narrowOperands(r, g, gk.v.Operands); err != nil {
+			return wrap(err)
+		}
+		k = gk.a16
 	case g.B16:
 		k = gk.b16
 	case g.Q4 != nil:
@@ -870,18 +871,23 @@ func (ks *Kernels) Gemm(r *Recorder, g GemmArgs) error {
 		if q.Nested {
 			absmax, nestedCode, nestedAbsmax = q.AbsmaxCodes, q.NestedCode/4, q.NestedAbsmax/4
 		}
-		words = append(words, uint32(q.Code/4), uint32(absmax), uint32(nestedCode), uint32(nestedAbsmax), uint32(q.Packed),
-			uint32(q.Block), uint32(max(q.NestedBlock, 1)), b01(q.Nested), math.Float32bits(q.Offset), uint32(q.Round))
+		q4Words = []uint32{uint32(q.Code / 4), uint32(absmax), uint32(nestedCode), uint32(nestedAbsmax), uint32(q.Packed),
+			uint32(q.Block), uint32(max(q.NestedBlock, 1)), b01(q.Nested), math.Float32bits(q.Offset), uint32(q.Round)}
 	}
-	push := make([]byte, 4*len(words))
-	for i, v := range words {
-		binary.LittleEndian.PutUint32(push[4*i:], v)
-	}
-	flops := 2 * float64(g.M) * float64(g.N) * float64(g.K)
+	push := wordBytes(append(gemmWords(g), q4Words...))
 	if err := r.dispatch(k, []*Buffer{g.A, g.B, g.C}, push, gx, gy, 1, flops); err != nil {
 		return wrap(err)
 	}
 	return nil
+}
+
+// wordBytes is push constants' bytes from their 32-bit words.
+func wordBytes(words []uint32) []byte {
+	b := make([]byte, 4*len(words))
+	for i, w := range words {
+		binary.LittleEndian.PutUint32(b[4*i:], w)
+	}
+	return b
 }
 
 // b01 is b as a 32-bit push constant.
@@ -941,26 +947,24 @@ func (ks *Kernels) round16At(r *Recorder, h Half, x *Buffer, xOff int, y *Buffer
 		return wrap(err)
 	}
 	groups := min((uint32(words)+255)/256, ks.d.Physical.MaxWorkgroupCount[0], 65535)
-	push := make([]byte, roundPush)
-	for i, w := range []uint32{uint32(n), uint32(h), uint32(xOff), uint32(yOff)} {
-		binary.LittleEndian.PutUint32(push[4*i:], w)
-	}
+	push := wordBytes([]uint32{uint32(n), uint32(h), uint32(xOff), uint32(yOff)})
 	if err := r.Dispatch(ks.round16, []*Buffer{x, y}, push, groups, 1, 1); err != nil {
 		return wrap(err)
 	}
 	return nil
 }
 
-// gemmNarrowed records g on gk's A16 build: op(A), and op(B) unless it
-// is 16-bit already, narrowed to gk's format into the recorder's scratch
-// first, each operand's span from its first to its last element, keeping
-// its leading dimension: A's at word 0, B's after it, each starting on 16
-// bytes (the coopmat kernels' 16-byte loads and gemm_cm2.comp's tensor
-// layouts want that). Split-K runs on the scalar variant only, so it
-// never comes here.
-func (ks *Kernels) gemmNarrowed(r *Recorder, g GemmArgs, gk gemmKernels) error {
+// narrowOperands records the narrowing of op(A), and of op(B) unless it
+// is 16-bit already, to format f (a tensor-core variant's) into the
+// recorder's scratch, and returns g reading those copies, for the
+// variant's A16 build: each operand's span from its first to its last
+// element, keeping its leading dimension, A's at word 0 and B's after it,
+// each starting on 16 bytes (the coopmat kernels' 16-byte loads and
+// gemm_cm2.comp's tensor layouts want that). Split-K runs on the scalar
+// variant only, so it never comes here.
+func (ks *Kernels) narrowOperands(r *Recorder, g GemmArgs, f Rounding) (GemmArgs, error) {
 	h := BF16
-	if gk.v.Operands == RoundFP16 {
+	if f == RoundFP16 {
 		h = FP16
 	}
 	// span is the elements from an operand's first to its last: rows×cols
@@ -986,33 +990,25 @@ func (ks *Kernels) gemmNarrowed(r *Recorder, g GemmArgs, gk gemmKernels) error {
 		bWords = (bSpan + 1) / 2
 	}
 	if uint64(aWords+bWords)*2 > math.MaxUint32 {
-		return fmt.Errorf("narrowed operands: %d values exceed the kernels' 32-bit indexing", 2*(aWords+bWords))
+		return g, fmt.Errorf("narrowed operands: %d values exceed the kernels' 32-bit indexing", 2*(aWords+bWords))
 	}
 	buf, err := r.scratch(4 * uint64(max(aWords+bWords, 1)))
 	if err != nil {
-		return fmt.Errorf("narrowed operands' scratch: %w", err)
+		return g, fmt.Errorf("narrowed operands' scratch: %w", err)
 	}
 	if err := ks.round16At(r, h, g.A, g.AOff, buf, 0, aSpan); err != nil {
-		return err
+		return g, err
 	}
 	n := g
 	n.A, n.AOff = buf, 0
 	if !g.B16 {
 		if err := ks.round16At(r, h, g.B, g.BOff, buf, aWords, bSpan); err != nil {
-			return err
+			return g, err
 		}
 		n.B, n.BOff = buf, 2*aWords
 		n.B16, n.BHalf = true, h
 	}
-	words := gemmWords(n)
-	push := make([]byte, 4*len(words))
-	for i, v := range words {
-		binary.LittleEndian.PutUint32(push[4*i:], v)
-	}
-	tile := gk.v.Workgroup
-	gx, gy := (uint32(g.N)+tile[1]-1)/tile[1], (uint32(g.M)+tile[0]-1)/tile[0]
-	flops := 2 * float64(g.M) * float64(g.N) * float64(g.K)
-	return r.dispatch(gk.a16, []*Buffer{n.A, n.B, g.C}, push, gx, gy, 1, flops)
+	return n, nil
 }
 
 // AdamWStep is one AdamW step's hyperparameters, as optim.AdamWConfig

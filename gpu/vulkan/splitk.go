@@ -1,7 +1,6 @@
 package vulkan
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -95,11 +94,7 @@ func (ks *Kernels) gemmSplitK(r *Recorder, g GemmArgs, chunks, chunk int) error 
 	if err != nil {
 		return err
 	}
-	words := append(gemmWords(g), uint32(chunk))
-	push := make([]byte, 4*len(words))
-	for i, w := range words {
-		binary.LittleEndian.PutUint32(push[4*i:], w)
-	}
+	push := wordBytes(append(gemmWords(g), uint32(chunk)))
 	gx, gy := (uint32(g.N)+splitKTile-1)/splitKTile, (uint32(g.M)+splitKTile-1)/splitKTile
 	flops := 2 * float64(g.M) * float64(g.N) * float64(g.K)
 	if err := r.dispatch(k, []*Buffer{g.A, g.B, part}, push, gx, gy, uint32(chunks), flops); err != nil {

@@ -9,7 +9,7 @@
 //
 // Same bindings and push constants as gemm_coopmat.comp's A16 build:
 // A and B hold 16-bit values two to a word (Gemm narrows fp32 operands
-// into scratch first: gemmNarrowed), offsets and leading dimensions in
+// into scratch first: narrowOperands), offsets and leading dimensions in
 // 16-bit elements. A layout's element offset must be a multiple of 16
 // bytes (8 values), which Gemm guarantees (the narrowed copies start on
 // one; a 16-bit B whose offset is not goes to the fp32 kernel).
