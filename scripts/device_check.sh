@@ -40,6 +40,18 @@
 #                        without its checks; on cores 4-5, `mixtune bench`
 #                        in bf16 with the base in fp32 and in bf16, with a
 #                        Go CPU profile of each (OUT gets cpu-*.prof).
+# device_check.sh pack-quick BASE   here: the binaries quick needs, and
+#                        mixtune built at git revision BASE (the baseline
+#                        the same sitting compares with), into
+#                        .devcarry/quick.tar.xz (carry it and .devcarry/gl)
+# device_check.sh quick  there, in at most 300 s (for a session with little
+#                        device time left): the driver's statistics of the
+#                        attention and GEMM kernels (vkprobe -stats), the
+#                        tensor-core GEMM and attention tests, TinyLlama's
+#                        bf16 step with this build (its default, and on
+#                        the coopmat1 tile) and with BASE's, the default's
+#                        per-kernel profile, PyTorch's bf16 eager, the
+#                        per-op parity suite and training against the CPU.
 # How the 2026-11-26 H100 figures in docs/gpus.md and docs/mixed-precision.md
 # were made (then with the 8B rows of docs/qlora.md on cores 4-13).
 set -uo pipefail
@@ -205,12 +217,79 @@ diagnose() {
 	echo "end $(date +%T): logs in $OUT"
 }
 
+pack_quick() {
+	set -e
+	local base=${1:?pack-quick needs the baseline git revision} q=.devcarry/quick tmp
+	rm -rf "$q" .devcarry/quick.tar.xz
+	mkdir -p "$q" .devcarry/gl
+	grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >>.git/info/exclude
+	export CGO_ENABLED=0
+	go build -ldflags='-s -w' -o "$q/mixtune" ./cmd/mixtune
+	go build -ldflags='-s -w' -o "$q/vkprobe" ./gpu/vulkan/cmd/vkprobe
+	go test -c -ldflags='-s -w' -o "$q/vulkan.test" ./gpu/vulkan
+	go test -c -ldflags='-s -w' -o "$q/vkengine.test" ./gpu/vkengine
+	go test -c -ldflags='-s -w' -o "$q/train.test" ./train
+	tmp=$(mktemp -d)
+	git archive "$base" | tar x -C "$tmp"
+	(cd "$tmp" && go build -ldflags='-s -w' -o "$OLDPWD/$q/mixtune.base" ./cmd/mixtune)
+	rm -rf "$tmp"
+	git rev-parse --short "$base" >"$q/base.txt"
+	cp ../shared/bench/torch_peer.py "$q/"
+	if ! ls .devcarry/gl/libvulkan1_*.deb >/dev/null 2>&1; then
+		bash scripts/gpu_check.sh build >/dev/null
+	fi
+	tar cf - -C .devcarry quick | xz -9e --lzma2=dict=64MiB -T2 >.devcarry/quick.tar.xz
+	rm -rf "$q"
+	du -sh .devcarry/quick.tar.xz .devcarry/gl
+}
+
+quick() {
+	: "${OUT:?OUT must name a folder for the logs}"
+	unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+	export PYTHONUNBUFFERED=1
+	tar xJf .devcarry/quick.tar.xz -C .devcarry
+	local q=$PWD/.devcarry/quick
+	chmod +x "$q"/mixtune* "$q"/vkprobe "$q"/*.test
+	if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
+		for f in .devcarry/gl/*.deb; do dpkg -x "$f" /; done
+		ldconfig
+	fi
+	local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+	[[ -e $icd ]] && export VK_DRIVER_FILES=$icd
+	local uuid tiny run name bin
+	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1 | tr -d ' ')
+	tiny="--vocab 32000 --dim 2048 --layers 22 --heads 32 --seq 2048 --batch 1"
+	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader); baseline $(cat "$q/base.txt")"
+	echo "== pipeline statistics $(date +%T)"
+	timeout 40 "$q/vkprobe" -device "$uuid" -stats 'attention_coop_[df]*_d64_bf16.spv,gemm_cm2_128x256_bf16.spv,gemm_coopmat_128x256_bf16_[ab]16.spv,attention_[df]*_d64.spv' 2>&1 | grep -v "flexible shape"
+	echo "== TestGemmTensorCores, TestAttentionTensorCores $(date +%T)"
+	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^(TestGemmTensorCores|TestAttentionTensorCores)$' -test.v 2>&1 | grep -E "^--- |worst|variant|products|FAIL|PASS|differs" | grep -v "    --- PASS")
+	for run in "new:mixtune" "new-coopmat1:mixtune --gemm-tile 128x256" "base:mixtune.base" "new-again:mixtune"; do
+		name=${run%%:*}
+		set -- ${run#*:}
+		bin=$1
+		shift
+		echo "mixtune tinyllama bf16 $name: $(timeout 40 "$q/$bin" bench $tiny --ffn 5632 --steps 3 --warmup 1 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 "$@" --json 2>&1 | tail -1 | grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"loss":[0-9.]*\|"error":"[^"]*"' | tr '\n' ' ')"
+	done
+	echo "== mixtune tinyllama bf16, profiled $(date +%T)"
+	timeout 40 "$q/mixtune" bench $tiny --ffn 5632 --steps 2 --warmup 1 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --profile 2>&1 | tail -34
+	echo "== PyTorch tinyllama bf16 eager $(date +%T)"
+	timeout 40 python3 "$q/torch_peer.py" $tiny --hidden 5632 --steps 3 --adapters lora --modes bf16 --device cuda --base-dtype bf16 2>&1 | tail -1
+	echo "== training against the CPU $(date +%T)"
+	(cd train && timeout 45 "$q/train.test" -test.run '^TestVulkanQuickstartMatchesCPU$' -test.v 2>&1 | grep -E "^--- |worst relative")
+	echo "== per-op parity suite $(date +%T)"
+	(cd gpu/vkengine && timeout 60 "$q/vkengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- FAIL|ok|FAIL|PASS)")
+	echo "end $(date +%T)"
+}
+
 case "${1:-}" in
 pack) pack ;;
+pack-quick) pack_quick "${2:-}" ;;
+quick) quick 2>&1 | tee "${OUT:?}/quick.log" ;;
 run) run ;;
 diagnose) diagnose ;;
 *)
-	echo "usage: $0 pack|run|diagnose" >&2
+	echo "usage: $0 pack|run|diagnose|pack-quick BASE|quick" >&2
 	exit 2
 	;;
 esac

@@ -69,9 +69,13 @@ func (s AttentionShape) kernelFile(pass string) string {
 // attnPush is the size of attention.comp's push constants, and
 // attnSumPush attention_sum.comp's.
 const (
-	attnPush    = 15 * 4
+	attnPush    = 16 * 4
 	attnSumPush = 7 * 4
 )
+
+// attnBuffers is the number of buffers the attention kernels bind: the
+// tensor-core ones' kept scores last (the scalar kernel reads none).
+const attnBuffers = 11
 
 // StatsLen is the number of float32 values of the buffer the
 // forward pass fills and the backward pass reads: each query row's
@@ -132,12 +136,13 @@ func (s AttentionShape) check(ks *Kernels, q, k, v *Buffer) error {
 }
 
 // push packs attention.comp's push constants: the shape, then the
-// rounding of O or dQ, of dK and of dV, the per-head roundings and the
-// gradients wanted.
-func (s AttentionShape) push(out, dk, dv Rounding, roundHeads, need uint32) []byte {
+// rounding of O or dQ, of dK and of dV, the per-head roundings, the
+// gradients wanted and whether the tensor-core kernels keep the scores
+// (attnKeep; the scalar kernel reads no such word).
+func (s AttentionShape) push(out, dk, dv Rounding, roundHeads, need uint32, keep bool) []byte {
 	scale := float32(1 / math.Sqrt(float64(s.HeadDim))) // as nn's kernels form it
 	return pushWords(s.SeqLen, s.Heads, s.KVHeads, s.HeadDim, s.Window, s.Positions != nil, scale,
-		uint32(s.Scores), uint32(s.Softmax), uint32(s.Values), uint32(out), uint32(dk), uint32(dv), roundHeads, need)
+		uint32(s.Scores), uint32(s.Softmax), uint32(s.Values), uint32(out), uint32(dk), uint32(dv), roundHeads, need, keep)
 }
 
 // standIn is b, or, when b is nil, stand, a buffer bound where the kernel
@@ -169,12 +174,16 @@ func (ks *Kernels) AttentionForward(r *Recorder, s AttentionShape, q, k, v, stat
 	if out == q || out == k || out == v || out == stats {
 		return wrap(fmt.Errorf("out must not share a buffer with q, k, v or stats"))
 	}
-	kern, err := ks.kernel(ks.attentionFile(s, "fwd"), 10, attnPush)
+	kern, err := ks.kernel(ks.attentionFile(s, "fwd"), attnBuffers, attnPush)
 	if err != nil {
 		return wrap(err)
 	}
-	bufs := []*Buffer{q, k, v, q, standIn(s.Positions, q), stats, stats, out, out, out}
-	push := s.push(outRound, NoRounding, NoRounding, 0, 0)
+	kept, err := ks.attnKept(r, s, 1)
+	if err != nil {
+		return wrap(err)
+	}
+	bufs := []*Buffer{q, k, v, q, standIn(s.Positions, q), stats, stats, out, out, out, standIn(kept, q)}
+	push := s.push(outRound, NoRounding, NoRounding, 0, 0, kept != nil)
 	if err := r.Dispatch(kern, bufs, push, uint32((s.SeqLen+attnTile-1)/attnTile), uint32(s.Heads), uint32(s.Batch)); err != nil {
 		return wrap(err)
 	}
@@ -274,14 +283,24 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	if g.RoundHeadsV {
 		roundHeads |= 2
 	}
-	push := s.push(g.DQRound, g.DKRound, g.DVRound, roundHeads, need)
 	pos := standIn(s.Positions, q)
+	// The dQ kernel keeps S and dP for the dK/dV kernel where it runs
+	// (dQ or dK wanted) and the rounding of P leaves dP a value of the
+	// products' format.
+	var kept *Buffer
+	if need&3 != 0 && (s.Softmax == NoRounding || s.Softmax == s.tensorFormat()) {
+		var err error
+		if kept, err = ks.attnKept(r, s, 2); err != nil {
+			return wrap(err)
+		}
+	}
+	push := s.push(g.DQRound, g.DKRound, g.DVRound, roundHeads, need, kept != nil)
 	if need&3 != 0 { // dQ and dK need the row sums
-		kern, err := ks.kernel(ks.attentionFile(s, "dq"), 10, attnPush)
+		kern, err := ks.kernel(ks.attentionFile(s, "dq"), attnBuffers, attnPush)
 		if err != nil {
 			return wrap(err)
 		}
-		bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(g.DQ, g.RowSum), g.RowSum, g.RowSum}
+		bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(g.DQ, g.RowSum), g.RowSum, g.RowSum, standIn(kept, q)}
 		if err := r.Dispatch(kern, bufs, push, tiles, uint32(s.Heads), uint32(s.Batch)); err != nil {
 			return wrap(err)
 		}
@@ -289,12 +308,12 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	if need&6 == 0 {
 		return nil
 	}
-	kern, err := ks.kernel(ks.attentionFile(s, "dkv"), 10, attnPush)
+	kern, err := ks.kernel(ks.attentionFile(s, "dkv"), attnBuffers, attnPush)
 	if err != nil {
 		return wrap(err)
 	}
 	dk, dv := standIn(g.DK, g.RowSum), standIn(g.DV, g.RowSum)
-	bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(scratch, g.RowSum), dk, dv}
+	bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(scratch, g.RowSum), dk, dv, standIn(kept, q)}
 	if err := r.Dispatch(kern, bufs, push, tiles, uint32(s.Heads), uint32(s.Batch)); err != nil {
 		return wrap(err)
 	}

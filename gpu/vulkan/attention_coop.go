@@ -26,6 +26,33 @@ const attnCoopMaxHeadDim = 128
 // two row sums.
 const attnCoopShared = (2*attnTile*20 + attnTile*(attnTile+1) + 3*attnTile) * 4
 
+// defaultAttnKeepMax is the most device memory the tensor-core kernels
+// keep scores in (attnKept): 512 MiB at TinyLlama's shape (2,048
+// tokens, 32 heads, S and dP).
+const defaultAttnKeepMax = 1 << 30
+
+// attnKept is the recorder's scratch for the tensor-core kernels to keep
+// that many matrices of 16-bit scores in (1: S, the forward; 2: S and dP,
+// the backward), [matrices, Batch, Heads, T, T + 192] with T the sequence
+// rounded up to the tile, or nil where s's products run on the scalar
+// kernel or the matrices would take more than ks.attnKeepMax bytes (the
+// kernels then compute them again: the same values).
+func (ks *Kernels) attnKept(r *Recorder, s AttentionShape, matrices int) (*Buffer, error) {
+	f := s.tensorFormat()
+	if f == NoRounding {
+		return nil, nil
+	}
+	if _, ok := ks.attn.builds[f]; !ok {
+		return nil, nil
+	}
+	tp := uint64((s.SeqLen + attnTile - 1) / attnTile * attnTile)
+	bytes := uint64(matrices) * uint64(s.Batch) * uint64(s.Heads) * tp * (tp + 192) * 2 // rows of TP + 192 columns (attention_coop.comp)
+	if bytes > ks.attnKeepMax || bytes > uint64(ks.d.Physical.MaxStorageBufferRange) {
+		return nil, nil
+	}
+	return r.scratch(bytes)
+}
+
 // attnTensor are the tensor-core attention kernels in use, by the
 // products' format, and why a format's are not (its products then run on
 // the scalar kernel).

@@ -55,6 +55,8 @@ func useEmulatedAttention(t *testing.T, ks *Kernels) {
 //     in order, tile after tile), so any difference is in the rest of the
 //     kernel (staging, masks, the fragments' layout, the ways out);
 //   - twice, bit-identical;
+//   - with the scores computed again rather than kept (attnKept),
+//     bit-identical;
 //
 // then the scalar kernel against the same reference, the reference
 // against a faulty kernel, and the self-check NewKernels runs.
@@ -80,6 +82,23 @@ func TestAttentionCoopEmulated(t *testing.T) {
 				must(t, err)
 				if d := attnDiffer(got, again); d != "" {
 					t.Errorf("rerun differs: %s", d)
+				}
+				// The scores kept (attnKept) in both passes here; computed
+				// again instead, the same bits.
+				r, err := ks.d.NewRecorder()
+				must(t, err)
+				for _, m := range []int{1, 2} {
+					if b, err := ks.attnKept(r, rc.s, m); err != nil || b == nil {
+						t.Errorf("%d kept matrices: %v, %v: the kernels would compute the scores again", m, b, err)
+					}
+				}
+				r.Close()
+				ks.attnKeepMax = 0
+				recomputed, err := ks.runAttention(rc)
+				ks.attnKeepMax = defaultAttnKeepMax
+				must(t, err)
+				if d := attnDiffer(got, recomputed); d != "" {
+					t.Errorf("the scores kept and computed again differ: %s", d)
 				}
 				ks.attn.builds = nil // the scalar kernel
 				scalar, err := ks.runAttention(rc)

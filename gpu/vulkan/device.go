@@ -34,6 +34,10 @@ type Device struct {
 	// features (the coopmat2 variants) though its device offers them.
 	cm2Err error
 
+	// stats: opened with DeviceOptions.PipelineStatistics (NewKernel
+	// asks the driver to capture each pipeline's statistics).
+	stats bool
+
 	// stageAlways makes Buffer.Write and Read copy through staging
 	// buffers even where device memory is mapped (tests the discrete-GPU
 	// path on lavapipe).
@@ -60,6 +64,22 @@ type deviceFuncs struct {
 	cmdCopyBuffer, cmdFillBuffer                                                                 uintptr
 	queueSubmit, createFence, destroyFence, waitForFences, resetFences                           uintptr
 	createQueryPool, destroyQueryPool, getQueryPoolResults, cmdResetQueryPool, cmdWriteTimestamp uintptr
+	// VK_KHR_pipeline_executable_properties, with DeviceOptions.PipelineStatistics
+	getPipelineExecutableProperties, getPipelineExecutableStatistics uintptr
+}
+
+// DeviceOptions are choices OpenDeviceWith takes.
+type DeviceOptions struct {
+	// PipelineCache seeds the device's pipeline cache, as
+	// PipelineCacheData returned it (perhaps in an earlier process). The
+	// driver checks the data's header and ignores data made by another
+	// device or driver version.
+	PipelineCache []byte
+	// PipelineStatistics enables VK_KHR_pipeline_executable_properties,
+	// so that Kernel.Executables reports what the driver's compiler made
+	// of each kernel (registers, spills, shared memory: for tuning
+	// kernels, vkprobe -stats). An error where the device lacks it.
+	PipelineStatistics bool
 }
 
 // OpenDevice creates a logical device on p with one queue from the first
@@ -71,9 +91,18 @@ func (in *Instance) OpenDevice(p *PhysicalDevice) (*Device, error) { return in.O
 // process). The driver checks the data's header and ignores data made by
 // another device or driver version.
 func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Device, error) {
+	return in.OpenDeviceWith(p, DeviceOptions{PipelineCache: cacheData})
+}
+
+// OpenDeviceWith is OpenDevice with options.
+func (in *Instance) OpenDeviceWith(p *PhysicalDevice, o DeviceOptions) (*Device, error) {
 	if p == nil || p.h == 0 {
 		return nil, fmt.Errorf("vulkan: OpenDevice: no physical device")
 	}
+	if o.PipelineStatistics && !p.HasExtension("VK_KHR_pipeline_executable_properties") {
+		return nil, fmt.Errorf("vulkan: %s does not offer VK_KHR_pipeline_executable_properties (pipeline statistics)", p.Name)
+	}
+	cacheData := o.PipelineCache
 	var n uint32
 	call(in.getPhysicalDeviceQueueFamilies, p.h, uintptr(unsafe.Pointer(&n)), 0)
 	if n == 0 {
@@ -94,21 +123,21 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 	prio := new(float32)
 	*prio = 1
 	qci := &deviceQueueCreateInfo{SType: stDeviceQueueCreateInfo, QueueFamilyIndex: uint32(family), QueueCount: 1, PQueuePriorities: prio}
-	d := &Device{Physical: p, inst: in, family: uint32(family), timestampBits: fams[family].TimestampValidBits}
+	d := &Device{Physical: p, inst: in, family: uint32(family), timestampBits: fams[family].TimestampValidBits, stats: o.PipelineStatistics}
 	tensor := p.tensorAny(RoundFP16) || p.tensorAny(RoundBF16)
 	cm2 := tensor && p.cm2Any()
-	r := createDevice(in, p, qci, tensor, cm2, &d.h)
+	r := createDevice(in, p, qci, tensor, cm2, d.stats, &d.h)
 	if cm2 && Result(int32(r)) != Success {
 		// Refused with VK_NV_cooperative_matrix2: the coopmat1 variants
 		// still run.
 		d.cm2Err = fmt.Errorf("vkCreateDevice with VK_NV_cooperative_matrix2's features: %w", check("vkCreateDevice", r))
-		r = createDevice(in, p, qci, true, false, &d.h)
+		r = createDevice(in, p, qci, true, false, d.stats, &d.h)
 	}
 	if tensor && Result(int32(r)) != Success {
 		// A driver that refuses the cooperative-matrix features still
 		// runs everything else: without them, on the fp32 GEMM.
 		d.tensorErr = fmt.Errorf("vkCreateDevice with the cooperative-matrix features: %w", check("vkCreateDevice", r))
-		r = createDevice(in, p, qci, false, false, &d.h)
+		r = createDevice(in, p, qci, false, false, d.stats, &d.h)
 	}
 	if err := check("vkCreateDevice", r); err != nil {
 		return nil, fmt.Errorf("vulkan: %s: %w", p.Name, err)
@@ -118,7 +147,7 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 		return call(in.getDeviceProcAddr, d.h, uintptr(unsafe.Pointer(s)))
 	}
 	f := &d.fn
-	err := resolve("device "+p.Name, get, []procEntry{
+	procs := []procEntry{
 		{"vkDestroyDevice", &f.destroyDevice}, {"vkGetDeviceQueue", &f.getDeviceQueue}, {"vkDeviceWaitIdle", &f.deviceWaitIdle},
 		{"vkCreateBuffer", &f.createBuffer}, {"vkDestroyBuffer", &f.destroyBuffer},
 		{"vkGetBufferMemoryRequirements", &f.getBufferMemoryRequirements}, {"vkBindBufferMemory", &f.bindBufferMemory},
@@ -144,7 +173,12 @@ func (in *Instance) OpenDeviceCache(p *PhysicalDevice, cacheData []byte) (*Devic
 		{"vkCreateQueryPool", &f.createQueryPool}, {"vkDestroyQueryPool", &f.destroyQueryPool},
 		{"vkGetQueryPoolResults", &f.getQueryPoolResults}, {"vkCmdResetQueryPool", &f.cmdResetQueryPool},
 		{"vkCmdWriteTimestamp", &f.cmdWriteTimestamp},
-	})
+	}
+	if d.stats {
+		procs = append(procs, procEntry{"vkGetPipelineExecutablePropertiesKHR", &f.getPipelineExecutableProperties},
+			procEntry{"vkGetPipelineExecutableStatisticsKHR", &f.getPipelineExecutableStatistics})
+	}
+	err := resolve("device "+p.Name, get, procs)
 	if err != nil {
 		if f.destroyDevice != 0 {
 			call(f.destroyDevice, d.h, 0)
@@ -214,9 +248,10 @@ func (d *Device) Close() {
 
 // createDevice calls vkCreateDevice for p with the queue qci, the
 // extensions p needs and, with tensor, the tensor-core GEMMs' extensions
-// and features (tensorFP16, tensorBF16 of any tile), and with cm2
-// VK_NV_cooperative_matrix2's (tensorCM2), into h.
-func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, tensor, cm2 bool, h *handle) uintptr {
+// and features (tensorFP16, tensorBF16 of any tile), with cm2
+// VK_NV_cooperative_matrix2's (tensorCM2), and with stats
+// VK_KHR_pipeline_executable_properties', into h.
+func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, tensor, cm2, stats bool, h *handle) uintptr {
 	dci := &deviceCreateInfo{SType: stDeviceCreateInfo, QueueCreateInfoCount: 1, PQueueCreateInfos: qci}
 	var names []*byte
 	if p.HasExtension("VK_KHR_portability_subset") { // must be enabled where offered (MoltenVK)
@@ -259,11 +294,16 @@ func createDevice(in *Instance, p *PhysicalDevice, qci *deviceQueueCreateInfo, t
 			cm.PNext, dci.PNext = dci.PNext, unsafe.Pointer(cm)
 		}
 	}
+	pe := &physicalDevicePipelineExecutablePropertiesFeaturesKHR{SType: stPhysicalDevicePipelineExecutableFeatures, PipelineExecutableInfo: 1}
+	if stats {
+		names = append(names, cstr("VK_KHR_pipeline_executable_properties"))
+		pe.PNext, dci.PNext = dci.PNext, unsafe.Pointer(pe)
+	}
 	if len(names) > 0 {
 		dci.EnabledExtensionCount, dci.PpEnabledExtensionNames = uint32(len(names)), &names[0]
 	}
 	r := call(in.createDevice, p.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(h)))
 	runtime.KeepAlive(names) // dci points at them through unsafe.Pointers only
-	runtime.KeepAlive([]any{mm, f16, nv, khr, bf, cm, qci})
+	runtime.KeepAlive([]any{mm, f16, nv, khr, bf, cm, pe, qci})
 	return r
 }

@@ -1,10 +1,12 @@
 package vulkan
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -606,8 +608,8 @@ func TestChooseGemmForBF16(t *testing.T) {
 // scope, flexible dimensions, tensor addressing and per-element
 // operations, VK_KHR_cooperative_matrix, the format's type and a listed
 // workgroup-scope shape for 256 invocations whose granularities divide
-// the tile; they are taken only when named (KernelOptions.CoopTile), never
-// by default, and their 16-bit B must lie on 16 bytes.
+// the tile; NewKernels tries cm2-128x256 first where it runs
+// (tensorChoices), and their 16-bit B must lie on 16 bytes.
 func TestChooseCoopMat2(t *testing.T) {
 	shape := func(c ComponentType) CoopMat2Shape {
 		return CoopMat2Shape{MGranularity: 16, NGranularity: 16, KGranularity: 16, A: c, B: c, C: ComponentFP32, Result: ComponentFP32,
@@ -661,10 +663,16 @@ func TestChooseCoopMat2(t *testing.T) {
 			if err == nil && (v.Name != "coopmat2-nv-"+f.h+"-128x256" || v.A16 == "" || v.F32 != "" || v.B16 != "" || !v.Aligned16) {
 				t.Errorf("%s: %s on cm2-128x256 is %+v", tc.name, f.h, v)
 			}
-			// Never the default: without the subgroup-scope shapes the
-			// format has no default variant.
+			// Not ChooseGemmFor's (coopmat1) pick: without the
+			// subgroup-scope shapes the format has none.
 			if v, err := ChooseGemmFor(p, f.r); err == nil {
-				t.Errorf("%s: %s operands default to %s", tc.name, f.h, v.Name)
+				t.Errorf("%s: %s operands: ChooseGemmFor took %s", tc.name, f.h, v.Name)
+			}
+			// With no tile named, NewKernels tries cm2-128x256 alone
+			// here (no coopmat1 variant runs), where it runs.
+			vs, err := tensorChoices(p, f.r, "")
+			if got := err == nil; got != f.want || (err == nil && (len(vs) != 1 || vs[0].Name != "coopmat2-nv-"+f.h+"-128x256")) {
+				t.Errorf("%s: %s operands, no tile named: tries %v (%v), want cm2-128x256 alone: %v", tc.name, f.h, names(vs), err, f.want)
 			}
 			if got := p.tensorAny(f.r); got != f.want {
 				t.Errorf("%s: tensorAny(%s) = %v, want %v (OpenDevice enables the features by it)", tc.name, f.h, got, f.want)
@@ -690,6 +698,98 @@ func TestChooseCoopMat2(t *testing.T) {
 	}
 	if got := ks.gemmFor(GemmArgs{Operands: RoundBF16, BOff: 3}).v.Name; got != "cm2" {
 		t.Errorf("fp32 B at offset 3 (narrowed first) runs on %s, want cm2", got)
+	}
+}
+
+func names(vs []GemmVariant) []string {
+	var s []string
+	for _, v := range vs {
+		s = append(s, v.Name)
+	}
+	return s
+}
+
+// TestTensorChoices: with no tile named, NewKernels tries the coopmat2
+// tile before the coopmat1 one where the device runs both, each alone
+// where it runs alone, a named tile alone; the first that builds and
+// passes its self-check is taken, and those passed over are reported.
+func TestTensorChoices(t *testing.T) {
+	both := func() *PhysicalDevice {
+		p := &PhysicalDevice{Name: "both", core12: true, core13: true, VulkanMemoryModel: true, ShaderFloat16: true, BFloat16CoopMat: true,
+			CooperativeMatrixKHR: true, CoopMatKHRFeature: true, CoopMatNVFeature: true, CooperativeMatrix2NV: true,
+			SubgroupSize: 32, MaxSharedMemory: 49152, MaxWorkgroupInvocations: 1024,
+			CoopMatShapes: []CoopMatShape{
+				{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3},
+				{M: 16, N: 16, K: 16, A: ComponentBF16, B: ComponentBF16, C: ComponentFP32, Result: ComponentFP32, Scope: 3, KHR: true},
+			},
+			CoopMat2: CoopMat2Support{WorkgroupScope: true, FlexibleDimensions: true, TensorAddressing: true, PerElementOperations: true,
+				MaxWorkgroupSize: 256, MaxDimension: 1024, ReservedSharedMemory: 1024}}
+		for _, c := range []ComponentType{ComponentFP16, ComponentBF16} {
+			p.CoopMat2.Shapes = append(p.CoopMat2.Shapes, CoopMat2Shape{MGranularity: 16, NGranularity: 16, KGranularity: 16,
+				A: c, B: c, C: ComponentFP32, Result: ComponentFP32, Scope: 2, WorkgroupInvocations: 256})
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*PhysicalDevice)
+		tile string
+		want map[string][]string // by format
+	}{
+		{"both run", func(*PhysicalDevice) {}, "", map[string][]string{
+			"fp16": {"coopmat2-nv-fp16-128x256", "coopmat-nv-fp16-" + defaultCoopTile},
+			"bf16": {"coopmat2-nv-bf16-128x256", "coopmat-khr-bf16-" + defaultCoopTile}}},
+		{"no coopmat2", func(p *PhysicalDevice) { p.CooperativeMatrix2NV = false }, "", map[string][]string{
+			"fp16": {"coopmat-nv-fp16-" + defaultCoopTile}, "bf16": {"coopmat-khr-bf16-" + defaultCoopTile}}},
+		{"coopmat1 named", func(*PhysicalDevice) {}, defaultCoopTile, map[string][]string{
+			"fp16": {"coopmat-nv-fp16-" + defaultCoopTile}, "bf16": {"coopmat-khr-bf16-" + defaultCoopTile}}},
+		{"cm2-128x128 named", func(*PhysicalDevice) {}, "cm2-128x128", map[string][]string{
+			"fp16": {"coopmat2-nv-fp16-128x128"}, "bf16": {"coopmat2-nv-bf16-128x128"}}},
+		{"neither", func(p *PhysicalDevice) { p.CooperativeMatrix2NV, p.CoopMatShapes = false, nil }, "", map[string][]string{}},
+	} {
+		p := both()
+		tc.edit(p)
+		for _, f := range []struct {
+			r Rounding
+			h string
+		}{{RoundFP16, "fp16"}, {RoundBF16, "bf16"}} {
+			vs, err := tensorChoices(p, f.r, tc.tile)
+			want := tc.want[f.h]
+			if (err == nil) != (len(want) > 0) || !slices.Equal(names(vs), want) {
+				t.Errorf("%s: %s: tries %v (%v), want %v", tc.name, f.h, names(vs), err, want)
+			}
+		}
+	}
+
+	// firstBuilt: the first that builds, those before it passed over.
+	vs := []GemmVariant{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	for _, tc := range []struct {
+		fail       map[string]bool
+		got        string
+		passedOver int
+	}{
+		{map[string]bool{}, "a", 0},
+		{map[string]bool{"a": true}, "b", 1},
+		{map[string]bool{"a": true, "b": true}, "c", 2},
+		{map[string]bool{"a": true, "b": true, "c": true}, "", 3},
+	} {
+		var tried []string
+		g, passed, err := firstBuilt(vs, func(v GemmVariant) (gemmKernels, error) {
+			tried = append(tried, v.Name)
+			if tc.fail[v.Name] {
+				return gemmKernels{}, errors.New("self-check failed")
+			}
+			return gemmKernels{v: v}, nil
+		})
+		if tc.got == "" {
+			if err == nil || passed != nil || strings.Count(err.Error(), "self-check failed") != 3 || !strings.Contains(err.Error(), "a: ") {
+				t.Errorf("all fail: %v, %v, %v", g.v.Name, passed, err)
+			}
+			continue
+		}
+		if err != nil || g.v.Name != tc.got || len(passed) != tc.passedOver || len(tried) != tc.passedOver+1 {
+			t.Errorf("failing %v: took %q, passed over %v, tried %v (%v)", tc.fail, g.v.Name, passed, tried, err)
+		}
 	}
 }
 

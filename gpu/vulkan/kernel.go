@@ -96,6 +96,9 @@ func (d *Device) NewKernel(spec KernelSpec) (*Kernel, error) {
 		Layout:            k.layout,
 		BasePipelineIndex: -1,
 	}
+	if d.stats {
+		cpci.Flags = pipelineCreateCaptureStatistics
+	}
 	if err := check("vkCreateComputePipelines", call(f.createComputePipelines, d.h, uintptr(d.cache), 1, uintptr(unsafe.Pointer(cpci)), 0, uintptr(unsafe.Pointer(&k.pipeline)))); err != nil {
 		return nil, wrap(err)
 	}

@@ -84,6 +84,14 @@ const coopM, coopN, coopK = 16, 16, 16
 // first tile that fits.
 const defaultCoopTile = "128x256"
 
+// defaultCM2Tile names the coopmat2 tile NewKernels tries first for each
+// 16-bit format where the device runs it, before ChooseGemmFor's coopmat1
+// variant (tensorChoices). On an H100 (2026-11-27, docs/gpus.md) it ran
+// the base's bf16 products at 46–61 TFLOP/s against coopmat1's 38–44 and
+// TinyLlama's bf16 LoRA step 1.09× faster; cm2-128x128 ran them slower
+// than either and is taken only by name.
+const defaultCM2Tile = "cm2-128x256"
+
 // coopTile is one build of gemm_coopmat.comp (shaders/build.txt): the
 // workgroup's tile of C, its invocations (subgroups of 32) and its K step.
 type coopTile struct {
@@ -306,10 +314,10 @@ func GemmVariants() []GemmVariant {
 func ChooseGemm(p *PhysicalDevice) (GemmVariant, error) { return ChooseGemmFor(p, NoRounding) }
 
 // ChooseGemmFor is the first of GemmVariants for operands of format f that
-// p supports, the coopmat2 ones left out (until a GPU has measured them
-// end to end, only a named tile takes them: chooseTensor), or an error
-// when there is none (Kernels then runs those products on the fp32
-// variant, with the same values).
+// p supports, the coopmat2 ones left out (NewKernels tries the default
+// coopmat2 tile before it: tensorChoices), or an error when there is none
+// (Kernels then runs those products on the fp32 variant, with the same
+// values).
 func ChooseGemmFor(p *PhysicalDevice, f Rounding) (GemmVariant, error) {
 	for _, v := range GemmVariants() {
 		if v.Operands == f && !v.Aligned16 && v.Supported(p) {
@@ -334,6 +342,74 @@ func chooseTensor(p *PhysicalDevice, f Rounding, tile string) (GemmVariant, erro
 	return GemmVariant{}, fmt.Errorf("vulkan: no %s GEMM variant of tile %s runs on %s", f, tile, p.Name)
 }
 
+// tensorChoices lists, best first, the tensor-core variants NewKernels
+// tries for products with operands of format f on p: the tile named (a
+// CoopTileNames name) alone, or with none named the defaultCM2Tile
+// variant where p runs it, then ChooseGemmFor's. The first that builds
+// and passes its self-check on the device runs them; a driver that
+// rejects workgroup-scope matrices, or a coopmat2 build that fails its
+// check, leaves them on coopmat1.
+func tensorChoices(p *PhysicalDevice, f Rounding, tile string) ([]GemmVariant, error) {
+	if tile != "" {
+		v, err := chooseTensor(p, f, tile)
+		if err != nil {
+			return nil, err
+		}
+		return []GemmVariant{v}, nil
+	}
+	var vs []GemmVariant
+	if v, err := chooseTensor(p, f, defaultCM2Tile); err == nil {
+		vs = append(vs, v)
+	}
+	v, err := ChooseGemmFor(p, f)
+	if err == nil {
+		vs = append(vs, v)
+	}
+	if len(vs) == 0 {
+		return nil, err
+	}
+	return vs, nil
+}
+
+// firstBuilt is the kernels of the first of choices that build builds
+// (and self-checks), with why each one before it was passed over, or why
+// none was taken.
+func firstBuilt(choices []GemmVariant, build func(GemmVariant) (gemmKernels, error)) (gemmKernels, []error, error) {
+	var passed []error
+	for _, v := range choices {
+		t, err := build(v)
+		if err == nil {
+			return t, passed, nil
+		}
+		passed = append(passed, fmt.Errorf("%s: %w", v.Name, err))
+	}
+	if len(passed) == 0 {
+		return gemmKernels{}, nil, fmt.Errorf("no tensor-core variant to build")
+	}
+	return gemmKernels{}, nil, joinErrors(passed)
+}
+
+// joinErrors is errs as one error, its messages joined by "; " (one
+// line, for GemmNames and the engine's banner).
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return joinedErrors(errs)
+}
+
+type joinedErrors []error
+
+func (e joinedErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e joinedErrors) Unwrap() []error { return e }
+
 // gemmKernels are one variant's kernels: fp32 B and 16-bit B, or with
 // KernelOptions.Narrow16 a16 alone (both operands 16-bit; Gemm narrows).
 type gemmKernels struct {
@@ -351,15 +427,22 @@ type Kernels struct {
 	// TensorErrors holds, by operand format, why a tensor-core variant the
 	// device supports could not be built (its products run in fp32).
 	TensorErrors map[Rounding]error
+	// TensorFallbacks holds, by operand format, why the variants tried
+	// before the one in use were passed over (tensorChoices).
+	TensorFallbacks map[Rounding]error
 	// noSplitK keeps every product in one pass over K (KernelOptions).
 	noSplitK bool
 	// narrow16 runs the tensor-core products on their variants' A16
 	// builds, operands narrowed first (KernelOptions.Narrow16).
 	narrow16 bool
 	attn     attnTensor // attention's tensor-core kernels (attention_coop.go)
-	round16  *Kernel
-	adamw    *Kernel
-	rmsnorm  *Kernel
+	// attnKeepMax bounds the device memory those keep scores in
+	// (attnKept): defaultAttnKeepMax; tests set 0 to have them compute
+	// the scores again instead.
+	attnKeepMax uint64
+	round16     *Kernel
+	adamw       *Kernel
+	rmsnorm     *Kernel
 
 	mu   sync.Mutex
 	lazy map[string]*Kernel // built on first use (Kernels.kernel)
@@ -429,7 +512,7 @@ func CoopTileNames() []string {
 }
 
 // NewKernels builds every kernel for d, with the GEMM variants
-// ChooseGemmFor picks for each operand format.
+// tensorChoices lists for each 16-bit operand format.
 func NewKernels(d *Device) (*Kernels, error) { return NewKernelsWith(d, KernelOptions{}) }
 
 // NewKernelsWith is NewKernels with options.
@@ -438,7 +521,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK, narrow16: o.Narrow16}
+	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK, narrow16: o.Narrow16, attnKeepMax: defaultAttnKeepMax}
 	type spec struct {
 		dst  **Kernel
 		file string
@@ -484,17 +567,23 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 		if ks.TensorErrors == nil {
 			ks.TensorErrors = map[Rounding]error{}
 		}
-		tv, err := chooseTensor(d.Physical, f, o.CoopTile)
+		choices, err := tensorChoices(d.Physical, f, o.CoopTile)
 		if err != nil { // the tile asked for does not run here
 			ks.TensorErrors[f] = err
 			continue
 		}
-		t, err := ks.buildTensor(tv)
+		t, passed, err := firstBuilt(choices, ks.buildTensor)
 		if err != nil {
-			ks.TensorErrors[f] = fmt.Errorf("%s: %w", tv.Name, err)
+			ks.TensorErrors[f] = err
 			continue
 		}
 		ks.gemm[f] = t
+		if len(passed) > 0 {
+			if ks.TensorFallbacks == nil {
+				ks.TensorFallbacks = map[Rounding]error{}
+			}
+			ks.TensorFallbacks[f] = joinErrors(passed)
+		}
 	}
 	ks.chooseAttention()
 	return ks, nil
@@ -568,6 +657,7 @@ func (ks *Kernels) UseGemmVariant(v GemmVariant) error {
 	}
 	ks.gemm[v.Operands] = t
 	delete(ks.TensorErrors, v.Operands)
+	delete(ks.TensorFallbacks, v.Operands)
 	return nil
 }
 
@@ -580,6 +670,9 @@ func (ks *Kernels) GemmNames() string {
 	for _, f := range []Rounding{RoundFP16, RoundBF16} {
 		if g, ok := ks.gemm[f]; ok {
 			s += fmt.Sprintf(", %s products on %s", f, g.v.Name)
+			if err := ks.TensorFallbacks[f]; err != nil {
+				s += fmt.Sprintf(" (passed over: %v)", err)
+			}
 		} else if err := ks.TensorErrors[f]; err != nil {
 			s += fmt.Sprintf(", %s products off the tensor cores (%v)", f, err)
 		}

@@ -66,6 +66,11 @@ var mirrors = []struct {
 	{"VkSubmitInfo", submitInfo{}},
 	{"VkFenceCreateInfo", fenceCreateInfo{}},
 	{"VkQueryPoolCreateInfo", queryPoolCreateInfo{}},
+	{"VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR", physicalDevicePipelineExecutablePropertiesFeaturesKHR{}},
+	{"VkPipelineInfoKHR", pipelineInfoKHR{}},
+	{"VkPipelineExecutablePropertiesKHR", pipelineExecutablePropertiesKHR{}},
+	{"VkPipelineExecutableInfoKHR", pipelineExecutableInfoKHR{}},
+	{"VkPipelineExecutableStatisticKHR", pipelineExecutableStatisticKHR{}},
 }
 
 // newerMirrors are structures newer than Debian's vulkan_core.h
@@ -100,6 +105,16 @@ var newerEnums = []struct {
 	{"VK_COMPONENT_TYPE_FLOAT32_KHR", int64(ComponentFP32)},
 	{"VK_SCOPE_WORKGROUP_KHR", scopeWorkgroup},
 	{"VK_SCOPE_SUBGROUP_KHR", scopeSubgroup},
+	{"VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR", stPhysicalDevicePipelineExecutableFeatures},
+	{"VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR", stPipelineInfoKHR},
+	{"VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR", stPipelineExecutablePropertiesKHR},
+	{"VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR", stPipelineExecutableInfoKHR},
+	{"VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR", stPipelineExecutableStatisticKHR},
+	{"VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR", pipelineCreateCaptureStatistics},
+	{"VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR", statisticBool32},
+	{"VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR", statisticInt64},
+	{"VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR", statisticUint64},
+	{"VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR", statisticFloat64},
 }
 
 // cField is a Go mirror's field name as C spells it: the first letter

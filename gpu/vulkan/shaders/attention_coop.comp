@@ -111,6 +111,10 @@ layout(std430, set = 0, binding = 6) buffer BufRowSum { float rowsum[]; }; // [B
 layout(std430, set = 0, binding = 7) buffer BufOut { float o[]; };       // O (FORWARD) or dQ (DQ)
 layout(std430, set = 0, binding = 8) buffer BufDK { float dk[]; };
 layout(std430, set = 0, binding = 9) buffer BufDV { float dv[]; };
+// The kept scores and dP (p.keep): 16-bit values two to a word, per
+// (batch, head) a TP×TP matrix (TP, T rounded up to the tile), S from
+// word 0 and dP (the backward's) after all of S.
+layout(std430, set = 0, binding = 10) buffer BufKeep { uint kept[]; };
 
 layout(push_constant) uniform Params {
 	uint T, H, KVH, D;
@@ -120,6 +124,7 @@ layout(push_constant) uniform Params {
 	uint fO, fK, fVg;
 	uint roundHeads;
 	uint need;
+	uint keep;
 } p;
 
 const uint TILE = 64u, SUB = 4u;
@@ -188,6 +193,57 @@ uint rowStart(uint b, uint i) {
 
 // col is the tile column of an invocation's score b (< 4).
 uint col(uint tx, uint b) { return 2u * tx + 32u * (b >> 1) + (b & 1u); }
+
+// Keeping the scores (p.keep, attention_coop.go): the pass that first
+// computes a tile's scores S (rounded to the kernel's format, so exactly
+// 16-bit values) and, in the backward, dP (rounded to it too) stores
+// them, and what would compute them again reads them instead: the
+// forward's second pass, dQ's pass, and the dK/dV kernel, which reads
+// the dQ kernel's (the same products: bit for bit what it would compute,
+// in the emulated builds, which sum each in d order either way). A row
+// band's tiles start at its first key c0 (the least row start of its 64
+// queries), so row i's key j lies at column j − c0 + KEEPL of its kept
+// row: a margin of KEEPL columns before c0 (the dK/dV kernel's tiles
+// start on multiples of 64 and may begin up to 63 keys before a band's
+// c0), the band's tiles (less than TP + 64 columns; TP, T rounded up to
+// the tile), and 2 more for the dK/dV kernel's reads of 33 words: rows
+// TP + 192 columns wide.
+const uint KEEPL = 64u;
+
+// keptAt is the word of kept matrix m (0 S, 1 dP) holding columns c, c+1
+// (c even) of row i in plane (batch, head) bh.
+uint keptAt(uint m, uint bh, uint i, uint c) {
+	uint tp = (p.T + TILE - 1u) / TILE * TILE;
+	return ((m * gl_NumWorkGroups.z * p.H + bh) * tp + i) * ((tp + 192u) / 2u) + c / 2u;
+}
+
+float widenKept(uint h) {
+#ifdef BF16
+	return uintBitsToFloat(h << 16);
+#else
+	return fromFP16(h);
+#endif
+}
+
+// keepOwn stores the invocation's 16 values x of the tile at rows r0…,
+// kept columns c0… (the scores' layout; c0 even) into kept matrix m;
+// loadOwn reads them back (the same invocation: no barrier between).
+void keepOwn(float x[16], uint m, uint bh, uint r0, uint c0) {
+	uint tx = gl_LocalInvocationIndex % 16u, ty = gl_LocalInvocationIndex / 16u;
+	[[unroll]] for (uint a = 0u; a < SUB; a++)
+		[[unroll]] for (uint b = 0u; b < SUB; b += 2u)
+			kept[keptAt(m, bh, r0 + ty + 16u * a, c0 + col(tx, b))] = narrow(x[a * SUB + b]) | (narrow(x[a * SUB + b + 1u]) << 16);
+}
+
+void loadOwn(out float x[16], uint m, uint bh, uint r0, uint c0) {
+	uint tx = gl_LocalInvocationIndex % 16u, ty = gl_LocalInvocationIndex / 16u;
+	[[unroll]] for (uint a = 0u; a < SUB; a++)
+		[[unroll]] for (uint b = 0u; b < SUB; b += 2u) {
+			uint w = kept[keptAt(m, bh, r0 + ty + 16u * a, c0 + col(tx, b))];
+			x[a * SUB + b] = widenKept(w & 0xffffu);
+			x[a * SUB + b + 1u] = widenKept(w >> 16);
+		}
+}
 
 // ld is element at of buffer which: 0 q, 1 k, 2 v, 3 dO.
 float ld(uint which, uint at) {
@@ -388,6 +444,7 @@ void main() {
 	barrier();
 	uint c0 = NONE;
 	for (uint x = 0u; x < TILE; x++) c0 = min(c0, starts[x]);
+	uint bh = b * p.H + h;
 	uint st[SUB];
 	[[unroll]] for (uint a = 0u; a < SUB; a++) st[a] = starts[ty + 16u * a];
 	MatC acc[NF];
@@ -420,8 +477,24 @@ void main() {
 	float dp[16];
 	[[dont_unroll]] for (uint pass = 0u; pass < passes; pass++) {
 		for (uint j0 = c0; j0 < rEnd; j0 += TILE) {
-			dotPair(s, dp, products, 0u, 1u, 3u, 2u, qbase, qw, r0, kbase, kw, j0);
-			scores(s);
+			if (p.keep != 0u && pass != 0u) { // uniform
+				loadOwn(s, 0u, bh, r0, j0 - c0 + KEEPL);
+#ifdef DQ
+				loadOwn(dp, 1u, bh, r0, j0 - c0 + KEEPL);
+#endif
+			} else {
+				dotPair(s, dp, products, 0u, 1u, 3u, 2u, qbase, qw, r0, kbase, kw, j0);
+				scores(s);
+#ifdef DQ
+				probGrads(dp);
+#endif
+				if (p.keep != 0u) {
+					keepOwn(s, 0u, bh, r0, j0 - c0 + KEEPL);
+#ifdef DQ
+					keepOwn(dp, 1u, bh, r0, j0 - c0 + KEEPL);
+#endif
+				}
+			}
 #ifdef FORWARD
 			if (pass == 0u) {
 				[[unroll]] for (uint a = 0u; a < SUB; a++) {
@@ -465,7 +538,6 @@ void main() {
 				}
 			}
 #else
-			probGrads(dp);
 			if (pass == 0u) {
 				for (uint a = 0u; a < SUB; a++) {
 					uint i = r0 + ty + 16u * a;
@@ -533,6 +605,32 @@ void main() {
 #ifdef DKV
 shared uint qStarts[TILE];
 
+// loadKeptT reads the dQ kernel's kept matrix m at rows (queries) i0…,
+// keys j0… (kept columns from rel = j0 − that band's c0 + KEEPL, which
+// may be odd) into the invocation's 16 values in the transposed layout:
+// x[4a+b] is the pair (query i0+col(tx, b), key j0+ty+16a). The dQ
+// kernel stored every pair this kernel uses (it computes each tile it
+// visits in full, and visits every key from c0 to its last query); the
+// columns it never wrote (before c0, past its last tile) hold pairs the
+// masks drop, and the caller zeroes them. Through SF: 64 rows of the 33 words holding the 64 columns,
+// 33 words a row (no two lanes of a subgroup on one bank). Uniform
+// control flow.
+void loadKeptT(out float x[16], uint m, uint bh, uint i0, uint rel) {
+	uint lid = gl_LocalInvocationIndex, tx = lid % 16u, ty = lid / 16u;
+	for (uint e = lid; e < TILE * 33u; e += 256u) {
+		uint r = e / 33u, c = e % 33u;
+		sh[SF + e] = kept[keptAt(m, bh, i0 + r, rel & ~1u) + c];
+	}
+	barrier();
+	[[unroll]] for (uint a = 0u; a < SUB; a++)
+		[[unroll]] for (uint b = 0u; b < SUB; b++) {
+			uint hh = (rel & 1u) + ty + 16u * a;
+			uint w = sh[SF + col(tx, b) * 33u + hh / 2u];
+			x[a * SUB + b] = widenKept((w >> ((hh & 1u) * 16u)) & 0xffffu);
+		}
+	barrier();
+}
+
 void main() {
 	uint lid = gl_LocalInvocationIndex, tx = lid % 16u, ty = lid / 16u;
 #ifdef EMULATE
@@ -574,14 +672,22 @@ void main() {
 		}
 		// s[4a+b]: the pair (query i0+col(tx, b), key j0+ty+16a)
 		// and dp[4a+b] dO·V's (dK's only)
-		dotPair(s, dp, needK ? 2u : 1u, 1u, 0u, 2u, 3u, kbase, kw, j0, qbase, qw, i0);
-		scores(s);
+		uint bh = b * p.H + h;
+		if (p.keep != 0u) { // uniform
+			loadKeptT(s, 0u, bh, i0, j0 + KEEPL - first);
+			if (needK) loadKeptT(dp, 1u, bh, i0, j0 + KEEPL - first);
+		} else {
+			dotPair(s, dp, needK ? 2u : 1u, 1u, 0u, 2u, 3u, kbase, kw, j0, qbase, qw, i0);
+			scores(s);
+			if (needK) probGrads(dp);
+		}
 		for (uint a = 0u; a < SUB; a++) {
 			uint j = j0 + ty + 16u * a;
 			for (uint bb = 0u; bb < SUB; bb++) {
 				uint i = i0 + col(tx, bb);
 				bool ok = j < p.T && i < p.T && j >= st[bb] && j <= i;
 				s[a * SUB + bb] = ok ? prob(s[a * SUB + bb], m[bb], inv[bb]) : 0.0;
+				dp[a * SUB + bb] = ok ? dp[a * SUB + bb] : 0.0; // kept: may be what was never written
 			}
 		}
 		if (needV) {
@@ -590,7 +696,6 @@ void main() {
 			accTile(accV, 3u, qbase, qw, i0);
 		}
 		if (needK) {
-			probGrads(dp);
 			for (uint a = 0u; a < SUB; a++) {
 				for (uint bb = 0u; bb < SUB; bb++) w[a * SUB + bb] = rnd(s[a * SUB + bb] * (dp[a * SUB + bb] - rs[bb]), p.fS);
 			}

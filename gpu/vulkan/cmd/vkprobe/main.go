@@ -43,10 +43,11 @@ func main() {
 		reps   = flag.Int("reps", 5, "GEMMs per timed batch")
 		check  = flag.Bool("check", true, "check the kernels against the CPU reference")
 		vars   = flag.String("variants", "", "GEMM variants to check and time, comma-separated names (default every one the device runs)")
+		stats  = flag.String("stats", "", "only print what the driver's compiler made of the embedded shaders matching these comma-separated patterns (registers, spills, shared memory: VK_KHR_pipeline_executable_properties), e.g. 'attention_coop_[df]*_d64_bf16.spv,gemm_cm2_*'")
 		narrow = flag.Bool("narrow16", false, "run the tensor-core variants with their operands narrowed to 16-bit memory first (vulkan.KernelOptions.Narrow16); the timings include the narrowing")
 	)
 	flag.Parse()
-	if err := run(*device, *lib, *sizes, *shapes, *vars, *list, *check, *narrow, *reps); err != nil {
+	if err := run(*device, *lib, *sizes, *shapes, *vars, *stats, *list, *check, *narrow, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "vkprobe:", err)
 		if errors.Is(err, vulkan.ErrNoLoader) {
 			fmt.Fprintln(os.Stderr, "install the Vulkan loader (Debian: libvulkan1) or pass -lib /path/to/libvulkan.so.1")
@@ -58,7 +59,7 @@ func main() {
 	}
 }
 
-func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check, narrow16 bool, reps int) error {
+func run(spec, libName, sizeList, shapeList, variantList, statsList string, listOnly, check, narrow16 bool, reps int) error {
 	var l *vulkan.Library
 	var err error
 	if libName != "" {
@@ -100,6 +101,9 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 			}
 		}
 	}
+	if statsList != "" {
+		return printStatistics(in, p, statsList)
+	}
 	d, err := in.OpenDevice(p)
 	if err != nil {
 		return err
@@ -122,6 +126,9 @@ func run(spec, libName, sizeList, shapeList, variantList string, listOnly, check
 		}
 		if err := ks.TensorErrors[f]; err != nil {
 			note = fmt.Sprintf(" (the tensor-core variant failed to build: %v)", err)
+		}
+		if err := ks.TensorFallbacks[f]; err != nil {
+			note = fmt.Sprintf(" (passed over: %v)", err)
 		}
 		fmt.Printf("  GEMM with %s operands: %s%s\n", f, v.Name, note)
 	}
@@ -624,4 +631,41 @@ func timeGemm(d *vulkan.Device, ks *vulkan.Kernels, sh gemmShape, o operands, re
 		best = min(best, time.Since(t0))
 	}
 	return 2 * float64(m) * float64(n) * float64(k) * float64(reps) / best.Seconds() / 1e12, nil
+}
+
+// printStatistics prints the driver's statistics of each embedded shader
+// matching the comma-separated patterns, built on p.
+func printStatistics(in *vulkan.Instance, p *vulkan.PhysicalDevice, patterns string) error {
+	d, err := in.OpenDeviceWith(p, vulkan.DeviceOptions{PipelineStatistics: true})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	fmt.Printf("\npipeline statistics on device %d: %s (VK_KHR_pipeline_executable_properties)\n", p.Index, p.Name)
+	var names []string
+	for _, pat := range strings.Split(patterns, ",") {
+		m, err := vulkan.ShaderNames(strings.TrimSpace(pat))
+		if err != nil {
+			return err
+		}
+		if len(m) == 0 {
+			return fmt.Errorf("-stats: %q matches no embedded shader", pat)
+		}
+		names = append(names, m...)
+	}
+	for _, name := range names {
+		es, err := d.ShaderExecutables(name)
+		if err != nil {
+			fmt.Printf("  %s: %v\n", name, err)
+			continue
+		}
+		for _, e := range es {
+			var parts []string
+			for _, s := range e.Statistics {
+				parts = append(parts, s.String())
+			}
+			fmt.Printf("  %s [%s, subgroup %d]: %s\n", name, e.Name, e.SubgroupSize, strings.Join(parts, "; "))
+		}
+	}
+	return nil
 }
