@@ -309,8 +309,8 @@ type ComputeConfig struct {
 	// same results; to compare).
 	NoRecordAhead bool `yaml:"no_record_ahead,omitempty"`
 	// GemmTile names the tensor-core tile of the Vulkan engine's 16-bit
-	// products (vulkan.CoopTileNames; "" the default), to compare tiles
-	// end to end.
+	// products (vulkan.CoopTileNames; "" the default: cm2-128x256 where
+	// the device runs it, else 128x256), to compare tiles end to end.
 	GemmTile string    `yaml:"gemm_tile,omitempty"`
 	BLAS     blas.Kind `yaml:"blas"`
 	Threads  int       `yaml:"threads"`

@@ -108,7 +108,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, onednn, native or gonum")
 	fs.StringVar(&c.VulkanDevice, "vulkan-device", "", "train on the Vulkan engine on this device (an index, UUID or PCI bus id; see vkprobe), the optimizer there too")
 	fs.BoolVar(&c.ScalarGEMM, "scalar-gemm", false, "on the Vulkan engine, keep every product on the scalar fp32 GEMM (no tensor cores), to compare")
-	fs.StringVar(&c.GemmTile, "gemm-tile", "", "on the Vulkan engine, the tensor-core tile of the 16-bit products ("+strings.Join(train.GemmTiles(), ", ")+"; the first is the default), to compare")
+	fs.StringVar(&c.GemmTile, "gemm-tile", "", "on the Vulkan engine, the tensor-core tile of the 16-bit products ("+strings.Join(train.GemmTiles(), ", ")+"; by default cm2-128x256 where the device runs it, else 128x256), to compare")
 	fs.BoolVar(&c.Narrow16, "narrow-16bit-operands", false, "on the Vulkan engine, narrow the 16-bit products' fp32 operands to 16-bit memory once before each product, so the tensor-core kernel only copies them (the same bits), to compare")
 	fs.BoolVar(&c.NoRecordAhead, "no-record-ahead", false, "on the Vulkan engine, record each run of the graph into one command buffer instead of handing the device every 128 commands while recording the rest (the same results), to compare")
 	fs.BoolVar(&c.NoSplitK, "no-split-k", false, "on the Vulkan engine, run every product in one pass over K (no split-K for the LoRA adapters' thin products), to compare")
