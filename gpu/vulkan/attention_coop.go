@@ -31,6 +31,16 @@ const attnCoopShared = (2*attnTile*20 + attnTile*(attnTile+1) + 3*attnTile) * 4
 // tokens, 32 heads, S and dP).
 const defaultAttnKeepMax = 1 << 30
 
+// attnKeepMaxFor is the most memory of p the kernels keep scores in:
+// defaultAttnKeepMax, or a sixteenth of its device-local memory where
+// that is less (a 4 GiB card gives 256 MiB to them, not 1 GiB).
+func attnKeepMaxFor(p *PhysicalDevice) uint64 {
+	if p.DeviceLocalBytes > 0 {
+		return min(defaultAttnKeepMax, p.DeviceLocalBytes/16)
+	}
+	return defaultAttnKeepMax
+}
+
 // attnKept is the recorder's scratch for the tensor-core kernels to keep
 // that many matrices of 16-bit scores in (1: S, the forward; 2: S and dP,
 // the backward), [matrices, Batch, Heads, T, T + 192] with T the sequence

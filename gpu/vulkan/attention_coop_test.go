@@ -43,6 +43,16 @@ func useEmulatedAttention(t *testing.T, ks *Kernels) {
 	t.Cleanup(func() { ks.attn.builds = had })
 }
 
+func TestAttnKeepMaxFor(t *testing.T) {
+	for _, tc := range []struct{ mem, want uint64 }{
+		{0, defaultAttnKeepMax}, {80 << 30, 1 << 30}, {16 << 30, 1 << 30}, {8 << 30, 512 << 20}, {4 << 30, 256 << 20},
+	} {
+		if got := attnKeepMaxFor(&PhysicalDevice{DeviceLocalBytes: tc.mem}); got != tc.want {
+			t.Errorf("%d bytes of device memory: keeps scores in up to %d bytes, want %d", tc.mem, got, tc.want)
+		}
+	}
+}
+
 // TestAttentionCoopEmulated runs the tensor-core attention kernels'
 // source on any device, lavapipe included, with the fragments emulated
 // (fp32 fmas in k order), for bf16 and fp16 products:
@@ -95,7 +105,7 @@ func TestAttentionCoopEmulated(t *testing.T) {
 				r.Close()
 				ks.attnKeepMax = 0
 				recomputed, err := ks.runAttention(rc)
-				ks.attnKeepMax = defaultAttnKeepMax
+				ks.attnKeepMax = attnKeepMaxFor(ks.d.Physical)
 				must(t, err)
 				if d := attnDiffer(got, recomputed); d != "" {
 					t.Errorf("the scores kept and computed again differ: %s", d)

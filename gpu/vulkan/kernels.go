@@ -437,8 +437,8 @@ type Kernels struct {
 	narrow16 bool
 	attn     attnTensor // attention's tensor-core kernels (attention_coop.go)
 	// attnKeepMax bounds the device memory those keep scores in
-	// (attnKept): defaultAttnKeepMax; tests set 0 to have them compute
-	// the scores again instead.
+	// (attnKept): attnKeepMaxFor; tests set 0 to have them compute the
+	// scores again instead.
 	attnKeepMax uint64
 	round16     *Kernel
 	adamw       *Kernel
@@ -521,7 +521,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK, narrow16: o.Narrow16, attnKeepMax: defaultAttnKeepMax}
+	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK, narrow16: o.Narrow16, attnKeepMax: attnKeepMaxFor(d.Physical)}
 	type spec struct {
 		dst  **Kernel
 		file string
