@@ -44,10 +44,11 @@
 #                        mixtune built at git revision BASE (the baseline
 #                        the same sitting compares with), into
 #                        .devcarry/quick.tar.xz (carry it and .devcarry/gl)
-# device_check.sh quick  there, in at most 300 s (for a session with little
+# device_check.sh quick  there, in at most 400 s (for a session with little
 #                        device time left): the driver's statistics of the
 #                        attention and GEMM kernels (vkprobe -stats), the
-#                        tensor-core GEMM and attention tests, TinyLlama's
+#                        tensor-core GEMM and attention tests, attention's
+#                        dispatches timed (BenchmarkAttention), TinyLlama's
 #                        bf16 step with this build (its default, and on
 #                        the coopmat1 tile) and with BASE's, the default's
 #                        per-kernel profile, PyTorch's bf16 eager, the
@@ -264,6 +265,8 @@ quick() {
 	timeout 40 "$q/vkprobe" -device "$uuid" -stats 'attention_coop_[df]*_d64_bf16.spv,gemm_cm2_128x256_bf16.spv,gemm_coopmat_128x256_bf16_[ab]16.spv,attention_[df]*_d64.spv' 2>&1 | grep -v "flexible shape"
 	echo "== TestGemmTensorCores, TestAttentionTensorCores $(date +%T)"
 	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^(TestGemmTensorCores|TestAttentionTensorCores)$' -test.v 2>&1 | grep -E "^--- |worst|variant|products|FAIL|PASS|differs" | grep -v "    --- PASS")
+	echo "== BenchmarkAttention $(date +%T)"
+	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 5x 2>&1 | grep -E "^Benchmark|FAIL")
 	for run in "new:mixtune" "new-coopmat1:mixtune --gemm-tile 128x256" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}
 		set -- ${run#*:}
@@ -276,9 +279,9 @@ quick() {
 	echo "== PyTorch tinyllama bf16 eager $(date +%T)"
 	timeout 40 python3 "$q/torch_peer.py" $tiny --hidden 5632 --steps 3 --adapters lora --modes bf16 --device cuda --base-dtype bf16 2>&1 | tail -1
 	echo "== training against the CPU $(date +%T)"
-	(cd train && timeout 45 "$q/train.test" -test.run '^TestVulkanQuickstartMatchesCPU$' -test.v 2>&1 | grep -E "^--- |worst relative")
+	(cd train && timeout 70 "$q/train.test" -test.run '^TestVulkanQuickstartMatchesCPU$' -test.v 2>&1 | grep -E "^--- |worst relative")
 	echo "== per-op parity suite $(date +%T)"
-	(cd gpu/vkengine && timeout 60 "$q/vkengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- FAIL|ok|FAIL|PASS)")
+	(cd gpu/vkengine && timeout 100 "$q/vkengine.test" -test.count=1 -test.v 2>&1 | grep -E "^(--- FAIL|ok|FAIL|PASS)")
 	echo "end $(date +%T)"
 }
 

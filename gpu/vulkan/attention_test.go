@@ -114,9 +114,12 @@ func TestAttentionBadArguments(t *testing.T) {
 //
 // A product is 2·HeadDim flops; GFLOP/op is the flops a run executes,
 // GFLOP/s those over the time, so the dK/dV pass alone takes backward's
-// time less dq's for 4 products. Each runs on the scalar kernel
-// ("scalar") and, where the device runs them, on the tensor-core kernels
-// ("coopmat": the products' operands are bf16 values, Operands).
+// time less dq's for 4 products (the counts of the scores computed again;
+// the tensor-core kernels keep them, so they execute fewer: compare
+// times). Each runs on the scalar kernel ("scalar") and, where the device
+// runs them, on the tensor-core kernels ("coopmat": the products'
+// operands are bf16 values, Operands; "coopmat_recomputed": with the
+// scores computed again, not kept).
 func BenchmarkAttention(b *testing.B) {
 	e, ks := openKernels(b)
 	d := e.dev
@@ -161,12 +164,16 @@ func BenchmarkAttention(b *testing.B) {
 				DQRound: RoundBF16, DKRound: RoundBF16, DVRound: RoundBF16, RoundHeadsK: true, RoundHeadsV: true})
 		}},
 	} {
-		builds := ks.attn.builds
-		for _, kernel := range []string{"scalar", "coopmat"} {
+		builds, keepMax := ks.attn.builds, ks.attnKeepMax
+		for _, kernel := range []string{"scalar", "coopmat", "coopmat_recomputed"} {
+			ks.attnKeepMax = keepMax
 			if kernel == "scalar" {
 				ks.attn.builds = nil
 			} else if ks.attn.builds = builds; s.tensorFormat() == NoRounding || builds[s.tensorFormat()] == (attnBuild{}) {
 				continue // no tensor-core attention here
+			}
+			if kernel == "coopmat_recomputed" {
+				ks.attnKeepMax = 0 // the scores computed again, not kept
 			}
 			b.Run(fmt.Sprintf("%s_T%d_H%d_KV%d_D%d_%s", c.name, s.SeqLen, s.Heads, s.KVHeads, s.HeadDim, kernel), func(b *testing.B) {
 				must(b, c.record()) // warm: the pipeline compiles on first use
@@ -181,6 +188,6 @@ func BenchmarkAttention(b *testing.B) {
 				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
-		ks.attn.builds = builds
+		ks.attn.builds, ks.attnKeepMax = builds, keepMax
 	}
 }
