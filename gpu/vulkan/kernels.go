@@ -467,9 +467,10 @@ type KernelOptions struct {
 	NoSplitK bool
 	// CoopTile names the tensor-core tile (CoopTileNames) the 16-bit
 	// products run on, where the device runs it (else they run in fp32,
-	// and TensorErrors says why); "" is ChooseGemmFor's choice. It is for
-	// measuring the tiles end to end: vkprobe times them product by
-	// product only.
+	// and TensorErrors says why); "" the default (tensorChoices: the
+	// coopmat2 tile where the device runs it, else ChooseGemmFor's). It
+	// is for measuring the tiles end to end: vkprobe times them product
+	// by product only.
 	CoopTile string
 	// TensorFormats lists the 16-bit operand formats whose tensor-core
 	// kernels (GEMM and attention) are built and self-checked; nil builds
