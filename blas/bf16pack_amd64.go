@@ -52,6 +52,29 @@ func interleaveF32(out []uint32, even, odd []float32) int {
 //go:noescape
 func interleaveF32AVX2(dst *uint32, even, odd *float32, n8 int)
 
+// interleaveBits sets out[l] = even[l] | odd[l]<<16 (bf16 bits, as
+// packPairs pairs them) for every line where there are at least 16 (a
+// tail of fewer than 16 is done again with the last 16 lines), none with
+// fewer or without AVX2, and returns how many.
+func interleaveBits(out []uint32, even, odd []uint16) int {
+	n := len(out)
+	if n < 16 || !cpu.X86.HasAVX2 {
+		return 0
+	}
+	_ = even[n-1]
+	_ = odd[n-1]
+	interleaveBitsAVX2(&out[0], &even[0], &odd[0], n/16)
+	if n%16 != 0 {
+		interleaveBitsAVX2(&out[n-16], &even[n-16], &odd[n-16], 1)
+	}
+	return n
+}
+
+// interleaveBitsAVX2 is interleaveBits' routine (bf16pack_amd64.s).
+//
+//go:noescape
+func interleaveBitsAVX2(dst *uint32, even, odd *uint16, n16 int)
+
 // interleavePairsF32 does, where there are at least 8 lines (and AVX2),
 // what packPairs does for np whole pairs of an operand whose lines run
 // across its rows: dst[p·width+l] = bf16(src[2p·ld+l]) |

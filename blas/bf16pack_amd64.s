@@ -130,6 +130,34 @@ iloop:
 	VZEROUPPER
 	RET
 
+// func interleaveBitsAVX2(dst *uint32, even, odd *uint16, n16 int)
+//
+// dst[l] = even[l] | odd[l]<<16 for l < 16·n16: the words of the two rows
+// interleaved (VPUNPCKLWD and VPUNPCKHWD work within 128-bit lanes, so
+// the halves are put back in order across them).
+TEXT ·interleaveBitsAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ even+8(FP), SI
+	MOVQ odd+16(FP), DX
+	MOVQ n16+24(FP), CX
+
+bloop:
+	VMOVDQU    (SI), Y0
+	VMOVDQU    (DX), Y1
+	VPUNPCKLWD Y1, Y0, Y2       // lines 0-3 | 8-11
+	VPUNPCKHWD Y1, Y0, Y3       // lines 4-7 | 12-15
+	VPERM2I128 $0x20, Y3, Y2, Y4 // lines 0-7
+	VPERM2I128 $0x31, Y3, Y2, Y5 // lines 8-15
+	VMOVDQU    Y4, (DI)
+	VMOVDQU    Y5, 32(DI)
+	ADDQ       $32, SI
+	ADDQ       $32, DX
+	ADDQ       $64, DI
+	DECQ       CX
+	JNZ        bloop
+	VZEROUPPER
+	RET
+
 // IL8(off) interleaves 8 lines at byte offset off of the even row SI and
 // the odd row DX into DI: RNE8 on each, the odd one's bf16 in the high
 // half. Clobbers Y0..Y4.

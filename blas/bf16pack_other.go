@@ -8,6 +8,9 @@ func packRowPairsF32(dst []uint32, width int, row []float32, pairs int) int { re
 // interleaveF32: no vector routine here; packPairs does every line.
 func interleaveF32(out []uint32, even, odd []float32) int { return 0 }
 
+// interleaveBits: no vector routine here; packPairs does every line.
+func interleaveBits(out []uint32, even, odd []uint16) int { return 0 }
+
 // interleavePairsF32: no vector routine here; packPairs does every pair.
 func interleavePairsF32(dst []uint32, width int, src []float32, ld, np, lines int) bool {
 	return false

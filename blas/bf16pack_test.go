@@ -88,6 +88,44 @@ func TestInterleaveF32(t *testing.T) {
 	}
 }
 
+// TestInterleaveBits holds the vector interleaving of two rows of bf16
+// bits into pairs to the scalar pairing, at every length to 70 (tails
+// overlapped) and at offsets that leave the rows off 32 bytes.
+func TestInterleaveBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(75, 76))
+	for lines := 1; lines <= 70; lines++ {
+		for _, off := range []int{0, 1, 3} {
+			even, odd := make([]uint16, lines+off), make([]uint16, lines+off)
+			for i := range even {
+				even[i], odd[i] = uint16(rng.Uint32()), uint16(rng.Uint32())
+			}
+			out := make([]uint32, lines+off)
+			done := interleaveBits(out[off:], even[off:], odd[off:])
+			if done != 0 && (lines < 16 || done != lines) {
+				t.Fatalf("%d lines: interleaved %d, want all from 16 on (the tail overlapped), or none without AVX2", lines, done)
+			}
+			if lines >= 16 && done == 0 {
+				t.Logf("no vector interleaving on this CPU")
+			}
+			for l := 0; l < done; l++ {
+				if want := uint32(even[off+l]) | uint32(odd[off+l])<<16; out[off+l] != want {
+					t.Fatalf("%d lines at offset %d: line %d is %#08x, want %#08x", lines, off, l, out[off+l], want)
+				}
+			}
+			for i := range off {
+				if out[i] != 0 {
+					t.Fatalf("%d lines at offset %d: out[%d] = %#x written before the lines", lines, off, i, out[i])
+				}
+			}
+			for l := done; l < lines; l++ {
+				if out[off+l] != 0 {
+					t.Fatalf("out[%d] = %#x written past the vector routine's lines", off+l, out[off+l])
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkBF16Pack times the packing of the D576 training products'
 // operands alone, as the native bf16 driver packs them for each kernel
 // (vdp: VDPBF16PS, amx): every strip of op(A) over every k slice, every

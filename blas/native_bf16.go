@@ -461,8 +461,8 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 			continue
 		}
 		oddRow := x.Bits[e+ld+l0 : e+ld+l0+lines]
-		for l, v := range even {
-			out[l] = uint32(v) | uint32(oddRow[l])<<16
+		for l := interleaveBits(out, even, oddRow); l < lines; l++ {
+			out[l] = uint32(even[l]) | uint32(oddRow[l])<<16
 		}
 	}
 }
