@@ -62,7 +62,7 @@ func measureBF16(be Backend, g BF16Gemmer, threads int, opt AutoOptions, cpuSeco
 	}
 	// A bf16 GEMM giving wrong products is never taken, whatever its
 	// speed or a cached figure says: checked on every run (milliseconds).
-	if err := checkBF16Correct(g); err != nil {
+	if err := CheckBF16(g); err != nil {
 		return BF16Speed{Emulate: 1, Source: "checked: " + err.Error()},
 			[]string{fmt.Sprintf("the bf16 GEMM %s gives wrong products here (%v): bf16 products stay on the emulation", g.Name(), err)}
 	}
@@ -191,13 +191,7 @@ func timeBF16(be Backend, g BF16Gemmer) BF16Speed {
 	return BF16Speed{Emulate: flops / emu / 1e9, Hardware: flops / hw / 1e9}
 }
 
-// CheckBF16 holds the bf16 GEMM g to a float64 reference on a few
-// products (checkBF16Correct): nil where it computes them correctly on
-// this machine. auto checks every candidate before timing it; a run that
-// asks for the hardware outright checks the one it takes.
-func CheckBF16(g BF16Gemmer) error { return checkBF16Correct(g) }
-
-// checkBF16Correct computes products of bf16 values in every transpose
+// CheckBF16 computes products of bf16 values in every transpose
 // combination, through both ways nn calls the GEMM (bf16 bits; for the
 // native kernel, float32 operands rounded as they are packed too), at a
 // ragged shape and one that spans several k slices, column blocks and
@@ -206,7 +200,10 @@ func CheckBF16(g BF16Gemmer) error { return checkBF16Correct(g) }
 // the products of bf16 values are exact in fp32 and any order of fp32
 // sums, pairs rounded first as VDPBF16PS rounds them included, is within
 // it. Inputs are in (−1, 1), so no product is a denormal to be flushed.
-func checkBF16Correct(g BF16Gemmer) error {
+// nil where g computes them correctly on this machine: auto checks every
+// candidate before timing it; a run that asks for the hardware outright
+// checks the one it takes.
+func CheckBF16(g BF16Gemmer) error {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, sh := range [][3]int{{37, 45, 131}, {15, 1030, 1100}} {
 		m, n, k := sh[0], sh[1], sh[2]

@@ -101,7 +101,7 @@ func amxDropsLastStep(workers int) *NativeBF16 {
 // TDPBF16PS, both ways nn calls it) pass the check.
 func TestMeasureBF16RefusesWrongProducts(t *testing.T) {
 	for _, g := range []BF16Gemmer{widenBF16{}, NewNativeBF16Go(3), NewNativeAMXGo(3)} {
-		if err := checkBF16Correct(g); err != nil {
+		if err := CheckBF16(g); err != nil {
 			t.Errorf("%s: %v", g.Name(), err)
 		}
 	}

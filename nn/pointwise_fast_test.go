@@ -126,11 +126,11 @@ func TestPointwiseFastBits(t *testing.T) {
 	}
 }
 
-// BenchmarkPointwiseLoops times the loops at a 1,024-token × 1,376
-// activation (SmolLM2-mid's MLP width).
 // sinkF32 keeps a benchmark's result alive.
 var sinkF32 float32
 
+// BenchmarkPointwiseLoops times the loops at a 1,024-token × 1,376
+// activation (SmolLM2-mid's MLP width).
 func BenchmarkPointwiseLoops(b *testing.B) {
 	const n = 1024 * 1376
 	rng := rand.New(rand.NewPCG(1, 2))

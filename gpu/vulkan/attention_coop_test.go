@@ -103,9 +103,10 @@ func TestAttentionCoopEmulated(t *testing.T) {
 					}
 				}
 				r.Close()
+				keepMax := ks.attnKeepMax
 				ks.attnKeepMax = 0
 				recomputed, err := ks.runAttention(rc)
-				ks.attnKeepMax = attnKeepMaxFor(ks.d.Physical)
+				ks.attnKeepMax = keepMax
 				must(t, err)
 				if d := attnDiffer(got, recomputed); d != "" {
 					t.Errorf("the scores kept and computed again differ: %s", d)
