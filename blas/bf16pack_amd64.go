@@ -23,6 +23,51 @@ func packRowPairsF32(dst []uint32, width int, row []float32, pairs int) int {
 	return pairs
 }
 
+// have512 says whether the AVX-512 packing routines
+// (bf16pack512_amd64.s) run here: AVX512F and AVX512BW, with the OS
+// saving the registers.
+func have512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW }
+
+// packLinesF32 packs the first pairs of lines lines (at most the width,
+// line l's floats at x[off+l·ld:]) as packPairs does, dst[p·width+l] =
+// bf16(x(l, 2p)) | bf16(x(l, 2p+1))<<16, 16 lines and 16 pairs at a time
+// in AVX-512 (a tail of fewer than 16 pairs is done again with the 16
+// that end the rows: the same values written twice), and returns pairs;
+// it does nothing and returns 0 with fewer than 16 pairs or without
+// AVX-512.
+func packLinesF32(dst []uint32, width int, x []float32, ld, off, lines, pairs int) int {
+	if pairs < 16 || lines == 0 || !have512() {
+		return 0
+	}
+	_ = dst[(pairs-1)*width+lines-1]
+	_ = x[off+(lines-1)*ld+2*pairs-1]
+	for g := 0; g < lines; g += 16 {
+		n := min(16, lines-g)
+		var rows [16]*float32
+		for l := range rows { // lines past n repeat the last: read, not stored
+			rows[l] = &x[off+(g+min(l, n-1))*ld]
+		}
+		mask := uint16(1<<n - 1)
+		packRowsF32AVX512(&dst[g], 4*width, &rows, pairs/16, mask)
+		if tail := pairs - 16; pairs%16 != 0 {
+			for l := range rows {
+				rows[l] = &x[off+(g+min(l, n-1))*ld+2*tail]
+			}
+			packRowsF32AVX512(&dst[tail*width+g], 4*width, &rows, 1, mask)
+		}
+	}
+	return pairs
+}
+
+// packRowsF32AVX512 and interleavePairsF32AVX512 are packLinesF32's and
+// interleavePairsF32's AVX-512 routines (bf16pack512_amd64.s).
+//
+//go:noescape
+func packRowsF32AVX512(dst *uint32, dstride int, rows *[16]*float32, np16 int, mask uint16)
+
+//go:noescape
+func interleavePairsF32AVX512(dst *uint32, dstride int, src *float32, sstride, np, n16 int, tail uint16)
+
 // packPairsF32AVX2 rounds 16·n8 floats to bf16 pairs, pair p at dst +
 // p·dstride bytes (bf16pack_amd64.s).
 //
@@ -75,12 +120,19 @@ func interleaveBits(out []uint32, even, odd []uint16) int {
 //go:noescape
 func interleaveBitsAVX2(dst *uint32, even, odd *uint16, n16 int)
 
-// interleavePairsF32 does, where there are at least 8 lines (and AVX2),
+// interleavePairsF32 does, with AVX-512 (any lines) or else where there
+// are at least 8 lines (and AVX2),
 // what packPairs does for np whole pairs of an operand whose lines run
 // across its rows: dst[p·width+l] = bf16(src[2p·ld+l]) |
 // bf16(src[(2p+1)·ld+l])<<16 for l < lines, in one call (a tail of fewer
 // than 8 lines done again with the last 8), and says whether it did.
 func interleavePairsF32(dst []uint32, width int, src []float32, ld, np, lines int) bool {
+	if np > 0 && lines > 0 && have512() { // 16 lines at a time, a tail masked
+		_ = dst[(np-1)*width+lines-1]
+		_ = src[(2*np-1)*ld+lines-1]
+		interleavePairsF32AVX512(&dst[0], 4*width, &src[0], 4*ld, np, lines/16, uint16(1<<(lines%16)-1))
+		return true
+	}
 	if lines < 8 || np == 0 || !cpu.X86.HasAVX2 {
 		return false
 	}

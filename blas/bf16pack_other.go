@@ -5,6 +5,9 @@ package blas
 // packRowPairsF32: no vector routine here; packPairs does every pair.
 func packRowPairsF32(dst []uint32, width int, row []float32, pairs int) int { return 0 }
 
+// packLinesF32: no vector routine here; packPairs does every line.
+func packLinesF32(dst []uint32, width int, x []float32, ld, off, lines, pairs int) int { return 0 }
+
 // interleaveF32: no vector routine here; packPairs does every line.
 func interleaveF32(out []uint32, even, odd []float32) int { return 0 }
 

@@ -406,11 +406,19 @@ func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, l
 	odd := k%2 == 1 && p0+np == (k+1)/2
 	ld := x.Ld
 	if kContiguous {
+		whole := 0 // the whole pairs of every line packed 16 lines at a time
+		if x.F32 != nil {
+			whole = packLinesF32(dst, width, x.F32, ld, l0*ld+2*p0, lines, pairs)
+		}
 		for l := 0; l < lines; l++ {
 			off := (l0+l)*ld + 2*p0
 			if x.F32 != nil {
 				row := x.F32[off : off+2*pairs+btoi(odd)]
-				for p := packRowPairsF32(dst[l:], width, row, pairs); p < pairs; p++ {
+				p := whole
+				if p == 0 {
+					p = packRowPairsF32(dst[l:], width, row, pairs)
+				}
+				for ; p < pairs; p++ {
 					dst[p*width+l] = uint32(amp.BF16Bits(row[2*p])) | uint32(amp.BF16Bits(row[2*p+1]))<<16
 				}
 				if odd {
