@@ -2,6 +2,7 @@ package blas
 
 import (
 	"cmp"
+	"github.com/mixtune/mixtune/internal/par"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -60,11 +61,11 @@ const (
 	nativeNC = 1024
 
 	// nativeParallelWork is the smallest m·n·k per worker worth handing
-	// to another goroutine. Waking a goroutine on an idle core costs tens
-	// of microseconds on the 2-vCPU VMs mixtune was tuned on (on the order
-	// of 10⁷ flops), so a product needs about 16M multiply-adds (~0.4 ms on
-	// one core) before a second worker pays.
-	nativeParallelWork = 1 << 23
+	// to another goroutine: 1M multiply-adds, 5–10 µs on one core. A
+	// helper of par's team, spinning between regions, starts within a
+	// microsecond; a goroutine woken on an idle vCPU took about 100 µs,
+	// which is why this was 8M before the team.
+	nativeParallelWork = 1 << 20
 
 	// nativeSharedB bounds, in floats, the op(B) panel that parallelRows
 	// packs once for all workers (4 MiB).
@@ -235,19 +236,10 @@ func (g *nativeGemm) compute(name string, split nativeSplit, m, n, lenB int) int
 // of C is computed alone, by the same kernel, over the same k slices in the
 // same order.
 
-// nativeParallel runs body on the caller's goroutine and workers-1 others until
-// body returns on each.
+// nativeParallel runs body on the caller's goroutine and workers-1 others
+// (par's spinning helpers) until body returns on each.
 func nativeParallel(workers int, body func()) {
-	var wg sync.WaitGroup
-	for range workers - 1 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body()
-		}()
-	}
-	body()
-	wg.Wait()
+	par.Run(workers, func(int) { body() })
 }
 
 // parallelRows splits C by rows. The caller packs op(B) for a column block

@@ -3,6 +3,7 @@ package blas
 import (
 	"errors"
 	"fmt"
+	"github.com/mixtune/mixtune/internal/par"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -90,7 +91,7 @@ const (
 
 	// bf16ParallelWork is the smallest m·n·k per worker worth handing to
 	// another goroutine (nativeParallelWork's reasoning).
-	bf16ParallelWork = 1 << 23
+	bf16ParallelWork = 1 << 20
 	// bf16UnitsPerWorker is how many pieces of C each worker gets on
 	// average, claimed as workers come free.
 	bf16UnitsPerWorker = 4
@@ -489,16 +490,7 @@ func parallelRange(workers, items int, fn func(lo, hi int)) {
 		fn(0, items)
 		return
 	}
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		lo, hi := w*items/workers, (w+1)*items/workers
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
+	par.Run(workers, func(w int) { fn(w*items/workers, (w+1)*items/workers) })
 }
 
 // scaleBF16Sum is alpha·sum + beta·c in float32, each product rounded

@@ -244,7 +244,8 @@ func TestNativeSplitPolicy(t *testing.T) {
 		m, n, k, workers, want int
 	}{
 		{128, 128, 32, 2, 1},   // attention head: too small
-		{256, 256, 64, 2, 1},   // below nativeParallelWork per worker
+		{128, 128, 96, 2, 1},   // below nativeParallelWork per worker
+		{256, 256, 64, 2, 2},   // 4M multiply-adds: worth a second worker
 		{1024, 256, 256, 2, 2}, // by rows
 		{1024, 256, 256, 1, 1},
 		{12, 2048, 1024, 2, 2}, // by columns

@@ -2,8 +2,8 @@ package blas
 
 import (
 	"fmt"
+	"github.com/mixtune/mixtune/internal/par"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -95,17 +95,11 @@ func splitRows(workers, rowBlock int, transA bool, m, n, k, lda, ldc int, gemm f
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	for i := 0; i < w; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := i; b < blocks; b += w {
-				call(b)
-			}
-		}()
-	}
-	wg.Wait()
+	par.Run(w, func(i int) {
+		for b := i; b < blocks; b += w {
+			call(b)
+		}
+	})
 }
 
 // x86Features are the CPU features OpenBLAS's x86 kernel families need.

@@ -14,6 +14,7 @@ package nn
 
 import (
 	"fmt"
+	"github.com/mixtune/mixtune/internal/par"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -128,16 +129,7 @@ func (e *Engine) parallel(n, minChunk int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	for i := 0; i < w; i++ {
-		lo, hi := i*n/w, (i+1)*n/w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
+	par.Run(w, func(i int) { fn(i*n/w, (i+1)*n/w) })
 }
 
 // Builder assembles a graph of nn ops. It tracks, like PyTorch's
