@@ -335,7 +335,7 @@ func (d *Decoder) graph(rows, outputs int) (*decodeGraph, error) {
 			return nil, err
 		}
 	}
-	dg.vm = G.NewTapeMachine(b.G)
+	dg.vm = nn.NewTapeMachine(b.Eng, b.G)
 	d.graphs = append([]*decodeGraph{dg}, d.graphs...)
 	if len(d.graphs) > keptGraphs {
 		d.graphs[keptGraphs].vm.Close()

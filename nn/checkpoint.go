@@ -89,7 +89,7 @@ func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build f
 				lg.trainIdx = append(lg.trainIdx, i)
 			}
 		}
-		lg.fwd = G.NewTapeMachine(lb.G.ExactSubgraphRoots(out))
+		lg.fwd = NewTapeMachine(b.Eng, lb.G.ExactSubgraphRoots(out))
 		b.layers = append(b.layers, lg)
 	}
 
@@ -183,7 +183,7 @@ func (lg *layerGraph) differentiate() error {
 		return fmt.Errorf("nn: differentiate a checkpointed layer: %w", err)
 	}
 	lg.grads = grads
-	lg.full = G.NewTapeMachine(lb.G)
+	lg.full = NewTapeMachine(lb.Eng, lb.G)
 	return nil
 }
 

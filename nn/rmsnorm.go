@@ -75,11 +75,24 @@ func RMSNormRows[T Float](y, x, w []T, d int, eps float64) {
 // meanSquare accumulates in float64: the statistic that decides the scale
 // of the whole row is worth the extra bits.
 func meanSquare[T Float](x []T) float64 {
-	var s float64
-	for _, v := range x {
-		s += float64(v) * float64(v)
+	// Four sums, element i into sum i mod 4, so that four float64
+	// additions are in flight instead of one chain: the loop ran at one
+	// element per add latency and was 4% of a bf16 LoRA step. Each square
+	// of a float32 is exact in float64; only the sums' order changed.
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		a, b, c, d := float64(x[i]), float64(x[i+1]), float64(x[i+2]), float64(x[i+3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
 	}
-	return s / float64(len(x))
+	for ; i < len(x); i++ {
+		v := float64(x[i])
+		s0 += v * v
+	}
+	return ((s0 + s1) + (s2 + s3)) / float64(len(x))
 }
 
 func (o *rmsNormOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {

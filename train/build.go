@@ -735,7 +735,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 			return nil, err
 		}
 	}
-	ru.vm = G.NewTapeMachine(b.G)
+	ru.vm = nn.NewTapeMachine(b.Eng, b.G)
 	return ru, nil
 }
 
