@@ -215,6 +215,39 @@ func (nb *NativeBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, 
 // ignored), and done, when not nil, called on each block of C once it is
 // final (see Finisher), from the worker that computed it.
 func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	nb.gemm(BandFull, transA, transB, m, n, k, alpha, a, b, pb, beta, c, ldc, done)
+}
+
+// Band is the part of a square product a causal mask leaves (attention's,
+// row i of op(A) and of C being query i, column j of C key j), so that
+// GemmBand skips the rest: whole 14×32 tiles of C, and the pairs of k
+// outside a strip of op(A)'s rows' nonzero span.
+type Band int
+
+const (
+	// BandFull is every element: Gemm.
+	BandFull Band = iota
+	// BandLowerC wants only C[i][j] with j ≤ i (the scores, dP): a tile
+	// wholly above the diagonal is neither computed nor written.
+	BandLowerC
+	// BandLowerA has op(A)[i][kk] = 0 for kk > i (P·V, dS·K).
+	BandLowerA
+	// BandUpperA has op(A)[i][kk] = 0 for kk < i (Pᵀ·dO, dSᵀ·Q).
+	BandUpperA
+)
+
+// GemmBand is Gemm on a product whose operands or wanted output follow
+// band. The pairs it skips are products with a zero from op(A), which
+// the sum would add as +0 or −0: each element it writes has Gemm's bits
+// except that a sum that is exactly zero may come out +0 where Gemm's is
+// −0, and that an infinity or NaN in op(B) where op(A) is zero does not
+// reach C (Gemm makes it NaN).
+func (nb *NativeBF16) GemmBand(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, beta float32, c []float32, ldc int) {
+	nb.gemm(band, transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, nil)
+}
+
+// gemm is Gemm and GemmBand.
+func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
 	lb, ldb := b.len(), b.Ld
 	if pb != nil {
 		if pb.k != k || pb.n != n {
@@ -233,7 +266,7 @@ func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 	}
 	kp := roundUp((k+1)/2, nb.micro.kStep)
 	ns := (kp + bf16KCP - 1) / bf16KCP
-	g := &bf16Gemm{micro: nb.micro, transA: transA, transB: transB, m: m, n: n, k: k, kp: kp, kcp: roundUp((kp+ns-1)/ns, nb.micro.kStep),
+	g := &bf16Gemm{micro: nb.micro, band: band, transA: transA, transB: transB, m: m, n: n, k: k, kp: kp, kcp: roundUp((kp+ns-1)/ns, nb.micro.kStep),
 		alpha: alpha, beta: beta, a: a, b: b, c: c, ldc: ldc, done: done}
 	workers := nb.workers
 	if w := int64(m) * int64(n) * int64(k) / bf16ParallelWork; w < int64(workers) {
@@ -268,6 +301,7 @@ func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 // bf16Gemm is one product, shared read-only by its workers.
 type bf16Gemm struct {
 	micro          bf16Micro
+	band           Band
 	transA, transB bool
 	m, n, k        int
 	kp, kcp        int // pairs along k (padded to micro.kStep), and per slice
@@ -310,19 +344,39 @@ func (g *bf16Gemm) block(workers int, bp []uint32, jc, panels int) {
 // the block at column jc: slice by slice, the strip of op(A) packed into
 // ap once per slice, each tile's sums carried in acc between slices.
 func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 int) {
-	mr := g.micro.mr
+	mr, step := g.micro.mr, g.micro.kStep
 	i1 := min(i0+mr, g.m)
-	for pc := 0; pc < g.kp; pc += g.kcp {
-		kc := min(g.kcp, g.kp-pc)
+	p0, p1 := 0, g.kp // the pairs the strip's rows of op(A) may be nonzero in
+	switch g.band {
+	case BandLowerC: // the panels holding a column j ≤ i1-1
+		q1 = min(q1, (i1-1-jc)/bf16NR+1)
+		if i1-1 < jc || q0 >= q1 {
+			return
+		}
+	case BandLowerA: // kk ≤ i1-1
+		p1 = min(g.kp, roundUp((i1-1)/2+1, step))
+	case BandUpperA: // kk ≥ i0
+		p0 = i0 / 2 / step * step
+	}
+	if p0 >= p1 { // every product is zero: C = alpha·0 (+ beta·C), as the sum from zero gives
+		for i := i0; i < i1; i++ {
+			row := g.c[i*g.ldc+jc+q0*bf16NR : i*g.ldc+min(jc+q1*bf16NR, g.n)]
+			for j := range row {
+				row[j] = scaleBF16Sum(g.alpha, g.beta, 0, row[j])
+			}
+		}
+	}
+	for pc := p0; pc < p1; pc += g.kcp {
+		kc := min(g.kcp, p1-pc)
 		g.micro.packA(ap[:kc*mr], g.transA, g.a, g.k, g.m, i0, pc, kc)
-		last := pc+kc == g.kp
+		last := pc+kc == p1
 		for q := q0; q < q1; q++ {
 			j0 := jc + q*bf16NR
 			j1 := min(j0+bf16NR, g.n)
 			tile := acc[(q-q0)*mr*bf16NR : (q-q0+1)*mr*bf16NR]
 			bpan := bp[q*g.kp*bf16NR+pc*bf16NR : q*g.kp*bf16NR+(pc+kc)*bf16NR]
 			mode := 0
-			if pc > 0 {
+			if pc > p0 {
 				mode = bf16Load
 			}
 			if last && i1-i0 == mr && j1-j0 == bf16NR {

@@ -414,3 +414,93 @@ func checkDriver(t *testing.T, micro bf16Micro, ref gemmModel) {
 		}
 	}
 }
+
+// TestNativeBF16Band holds GemmBand to Gemm on attention's four kinds of
+// product, with op(A) zero where the band says and every other element
+// random: the wanted elements must have Gemm's bits (the skipped products
+// are all zero, and the sums here are never exactly zero), and for
+// BandLowerC each element above the diagonal must be Gemm's or left as
+// it was. Both kernels' models, and the VDPBF16PS kernel where the CPU
+// has it; 1 and 3 workers; beta 0 and not.
+func TestNativeBF16Band(t *testing.T) {
+	micros := []struct {
+		name  string
+		micro bf16Micro
+	}{
+		{"VDPBF16PS model", bf16Micro{mr: bf16MR, kStep: 1, kern: modelKernel, packA: packStripA}},
+		{"AMX model", NewNativeAMXGo(1).micro},
+	}
+	f := cpufeat.Detect()
+	f.AMXPermitted = false // the VDPBF16PS kernel, not AMX's
+	if nb, err := NewNativeBF16(f, 1); err == nil {
+		micros = append(micros, struct {
+			name  string
+			micro bf16Micro
+		}{"VDPBF16PS", nb.micro})
+	} else {
+		t.Logf("%v: the band is checked on the kernels' models only", err)
+	}
+	rng := rand.New(rand.NewPCG(63, 64))
+	for _, mc := range micros {
+		for _, T := range []int{1, 13, 14, 15, 33, 64, 100} {
+			for _, inner := range []int{8, 33} {
+				for _, band := range []Band{BandLowerC, BandLowerA, BandUpperA} {
+					// C is T×T over k = inner (LowerC), else T×inner over k = T
+					m, n, k := T, inner, T
+					transA := band == BandUpperA
+					if band == BandLowerC {
+						n, k = T, inner
+					}
+					rowsA, colsA := m, k
+					if transA {
+						rowsA, colsA = k, m
+					}
+					a := make([]float32, rowsA*colsA)
+					for r := range rowsA {
+						for c := range colsA {
+							i, kk := r, c // op(A)[i][kk]
+							if transA {
+								i, kk = c, r
+							}
+							if (band == BandLowerA && kk > i) || (band == BandUpperA && kk < i) {
+								continue
+							}
+							a[r*colsA+c] = math.Float32frombits(uint32(amp.BF16Bits(float32(rng.NormFloat64()))) << 16)
+						}
+					}
+					b := make([]float32, k*n)
+					for i := range b {
+						b[i] = math.Float32frombits(uint32(amp.BF16Bits(float32(rng.NormFloat64()))) << 16)
+					}
+					c0 := make([]float32, m*n)
+					for i := range c0 {
+						c0[i] = float32(rng.NormFloat64())
+					}
+					for _, ab := range [][2]float32{{1, 0}, {0.5, -2}} {
+						for _, workers := range []int{1, 3} {
+							nb := &NativeBF16{workers: workers, micro: mc.micro}
+							want := append([]float32(nil), c0...)
+							nb.Gemm(transA, false, m, n, k, ab[0], BF16Matrix{F32: a, Ld: colsA}, BF16Matrix{F32: b, Ld: n}, nil, ab[1], want, n, nil)
+							got := append([]float32(nil), c0...)
+							nb.GemmBand(band, transA, false, m, n, k, ab[0], BF16Matrix{F32: a, Ld: colsA}, BF16Matrix{F32: b, Ld: n}, ab[1], got, n)
+							for i := range m {
+								for j := range n {
+									g, w := got[i*n+j], want[i*n+j]
+									if band == BandLowerC && j > i {
+										if math.Float32bits(g) != math.Float32bits(w) && math.Float32bits(g) != math.Float32bits(c0[i*n+j]) {
+											t.Fatalf("%s band %d T=%d inner %d: unwanted C[%d][%d] = %v, neither Gemm's %v nor the old %v", mc.name, band, T, inner, i, j, g, w, c0[i*n+j])
+										}
+										continue
+									}
+									if math.Float32bits(g) != math.Float32bits(w) {
+										t.Fatalf("%s band %d T=%d inner %d alpha %v beta %v, %d workers: C[%d][%d] = %v, Gemm %v", mc.name, band, T, inner, ab[0], ab[1], workers, i, j, g, w)
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

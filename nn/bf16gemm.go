@@ -16,6 +16,12 @@ type bf16Packer interface {
 	PackB(into *blas.PackedBF16, transB bool, k, n int, b blas.BF16Matrix) *blas.PackedBF16
 }
 
+// bandGemmer is a bf16 GEMM that skips what a causal mask leaves out of a
+// product (blas.NativeBF16).
+type bandGemmer interface {
+	GemmBand(band blas.Band, transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, beta float32, c []float32, ldc int)
+}
+
 // packedWeight is a weight packed once for a bf16Packer, as one op reads
 // it (op(B) of its product), and what the packing was made from: it is
 // packed again when the weight's storage, the engine's bound weights
@@ -146,8 +152,16 @@ func (e *Engine) lendBits(n int) *[]uint16 {
 // product: the GEMM's own threading decides, and each bf16 GEMM gives the
 // same bits for any thread count (NativeBF16 by design; oneDNN runs fixed
 // row blocks of C, each on one OpenMP thread).
-func (e *Engine) bf16Product(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+//
+// band (blas.Band) says which part of the product attention's causal mask
+// leaves; a GEMM that can skip the rest (blas.NativeBF16.GemmBand) does,
+// any other computes it all.
+func (e *Engine) bf16Product(band blas.Band, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
+		return
+	}
+	if g, ok := e.BF16.(bandGemmer); ok && band != blas.BandFull {
+		g.GemmBand(band, transA, transB, m, n, k, alpha, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Ld: ldb}, beta, c, ldc)
 		return
 	}
 	if p, ok := e.BF16.(bf16Packer); ok {
