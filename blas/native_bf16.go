@@ -248,6 +248,7 @@ func (nb *NativeBF16) GemmBand(band Band, transA, transB bool, m, n, k int, alph
 
 // gemm is Gemm and GemmBand.
 func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	bTrans := transB // op(B)'s layout in b, before a packed op(B) overrides it
 	lb, ldb := b.len(), b.Ld
 	if pb != nil {
 		if pb.k != k || pb.n != n {
@@ -262,6 +263,10 @@ func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha fl
 		if done != nil && m > 0 && n > 0 {
 			done(0, m, 0, n)
 		}
+		return
+	}
+	if band == BandFull && beta == 0 && n <= bf16ThinN && m >= 4*n && b.len() > 0 {
+		nb.gemmTransposed(transA, bTrans, m, n, k, alpha, a, b, c, ldc, done)
 		return
 	}
 	kp := roundUp((k+1)/2, nb.micro.kStep)
@@ -295,6 +300,34 @@ func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha fl
 			})
 		}
 		g.block(workers, bp, jc, panels)
+	}
+}
+
+// bf16ThinN is the widest op(B) gemmTransposed takes: one strip of the
+// kernel's rows.
+const bf16ThinN = bf16MR
+
+// gemmTransposed computes a thin product (n ≤ bf16ThinN, m ≥ 4n: LoRA's,
+// n being the adapter's rank) as Cᵀ = op(B)ᵀ·op(A)ᵀ into scratch, then
+// copies it into C (beta = 0) and calls done on the whole of C. The
+// rank then fills 8 of a strip's 14 rows rather than 8 of a panel's 32
+// columns: 2.3 times less kernel work at rank 8. Each element is the same
+// sum of the same products in the same order (the product of two bf16
+// values is the same either way round), so C has Gemm's bits.
+func (nb *NativeBF16) gemmTransposed(transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	bufs := bf16Pool.Get().(*bf16Buffers)
+	defer bf16Pool.Put(bufs)
+	ct := alignF32(&bufs.ct, n*m)
+	nb.gemm(BandFull, !transB, !transA, n, m, k, alpha, b, a, nil, 0, ct, m, nil)
+	_ = c[(m-1)*ldc+n-1]
+	for j := 0; j < n; j++ {
+		col := ct[j*m : (j+1)*m]
+		for i, v := range col {
+			c[i*ldc+j] = v
+		}
+	}
+	if done != nil {
+		done(0, m, 0, n)
 	}
 }
 
@@ -405,10 +438,11 @@ func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 
 }
 
 // bf16Buffers are one worker's packing buffers, recycled through a pool:
-// a strip of op(A), the sums of its tiles, and a block of op(B).
+// a strip of op(A), the sums of its tiles, a block of op(B), and a thin
+// product's transposed C.
 type bf16Buffers struct {
-	a, b []uint32
-	acc  []float32
+	a, b    []uint32
+	acc, ct []float32 // ct: a thin product's Cᵀ (gemmTransposed)
 }
 
 var bf16Pool = sync.Pool{New: func() any { return new(bf16Buffers) }}

@@ -317,8 +317,9 @@ func checkDenormals(t *testing.T, nb *NativeBF16) {
 
 // bf16DriverShapes are the driver's cases: partial tiles, one and several k
 // slices (kp > bf16KCP), several column blocks (n > bf16NC), few strips
-// (column groups) and strides wider than the matrices.
-var bf16DriverShapes = []struct{ m, n, k int }{{1, 1, 1}, {14, 32, 2}, {15, 33, 3}, {17, 70, 31}, {5, 100, 64}, {41, 70, 800}, {3, 1030, 21}, {29, 64, 600}, {32, 32, 32}, {33, 65, 33}, {70, 45, 1100}}
+// (column groups), strides wider than the matrices, and thin products
+// (n ≤ bf16ThinN, m ≥ 4n) that run transposed.
+var bf16DriverShapes = []struct{ m, n, k int }{{1, 1, 1}, {14, 32, 2}, {15, 33, 3}, {17, 70, 31}, {5, 100, 64}, {41, 70, 800}, {3, 1030, 21}, {29, 64, 600}, {32, 32, 32}, {33, 65, 33}, {70, 45, 1100}, {100, 8, 70}, {60, 1, 5}, {57, 14, 600}}
 
 // TestNativeBF16Driver runs NativeBF16's packing, blocking, epilogue and
 // worker split with the model in place of the assembly kernel, for the
