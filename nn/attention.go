@@ -238,10 +238,10 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 				qOff := bi*T_*qw + h*s.HeadDim
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
 				attnGemmBand(e, on.scores, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
-				round(o.f.scores, p)
+				roundLower(o.f.scores, p, T_)
 				causalSoftmax(p, T_, start)
-				round(o.f.softmax, p)
-				attnGemmBand(e, on.values, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, asValues(o.f, p, pv), T_, v[kOff:], kw, 0, out[qOff:], qw)
+				roundLower(o.f.softmax, p, T_)
+				attnGemmBand(e, on.values, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, asValuesLower(o.f, p, pv, T_), T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
 		}
 	})
@@ -256,6 +256,36 @@ func valuesScratch[T Float](f attnFormats, n int) []T {
 		return nil
 	}
 	return make([]T, n)
+}
+
+// asValuesLower is asValues on the full kernel's t×t probabilities, which
+// are zero above the diagonal: it copies and rounds only rows i over
+// columns 0..i, the half a causal mask leaves. scratch must hold zeros
+// above its diagonal; it does, since valuesScratch makes it zeroed and
+// only this writes it.
+func asValuesLower[T Float](f attnFormats, p, scratch []T, t int) []T {
+	if scratch == nil {
+		return p
+	}
+	for i := 0; i < t; i++ {
+		row := scratch[i*t : i*t+i+1]
+		copy(row, p[i*t:i*t+i+1])
+		round(f.values, row)
+	}
+	return scratch[:len(p)]
+}
+
+// roundLower rounds rows i of a t×t matrix over columns 0..i: the part of
+// the scores, the probabilities or dP that a causal mask leaves. What lies
+// above the diagonal is never read before causalSoftmax or
+// causalSoftmaxGradRow zeroes it.
+func roundLower[T Float](f amp.Format, x []T, t int) {
+	if f == amp.FP32 {
+		return
+	}
+	for i := 0; i < t; i++ {
+		round(f, x[i*t:i*t+i+1])
+	}
 }
 
 // asValues is p as the values matmul reads it: rounded to its format.
@@ -380,7 +410,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
 				first := h == kh*group
 				if dv != nil {
-					accumulate(first, o.inFm[2], roundV, on.dV, asValues(o.f, p, pv), T_, g[qOff:], qw, 1, dv[kOff:])
+					accumulate(first, o.inFm[2], roundV, on.dV, asValuesLower(o.f, p, pv, T_), T_, g[qOff:], qw, 1, dv[kOff:])
 				}
 				if dq == nil && dk == nil {
 					continue
@@ -388,12 +418,12 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				attnGemmBand(e, on.dP, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
 				// gradient dtype = tensor dtype: dP in the values matmul's
 				// format, then the softmax output's, dS in the scores'
-				round(o.f.values, ds)
-				round(o.f.softmax, ds)
+				roundLower(o.f.values, ds, T_)
+				roundLower(o.f.softmax, ds, T_)
 				for i := 0; i < T_; i++ {
 					causalSoftmaxGradRow(p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_], start[i], i)
 				}
-				round(o.f.scores, ds)
+				roundLower(o.f.scores, ds, T_)
 				if dq != nil {
 					attnGemmBand(e, on.dQ, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
 				}
