@@ -314,26 +314,66 @@ func causalSoftmax[T Float](p []T, t int, start []int) {
 // probabilities are the same operations on the same scores.
 func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 	m = maxSlice(row[s0 : i+1])
-	var sum T
 	expSub(row[s0:i+1], row[s0:i+1], m)
-	for _, e := range row[s0 : i+1] {
-		sum += e
-	}
-	inv = 1 / sum
+	inv = 1 / sum8(row[s0:i+1])
 	scaleSlice(row[s0:i+1], row[s0:i+1], inv)
 	clear(row[:s0])
 	clear(row[i+1:])
 	return m, inv
 }
 
+// sum8 is Σ x in a fixed order: element j into partial sum j mod 8, then
+// the partial sums pairwise ((0+1)+(2+3))+((4+5)+(6+7)). Eight sums in
+// flight instead of one chain: a row's sum was one add latency per
+// element, the largest part of softmax's cost at 128–256 tokens. The order
+// depends on the row alone, never on threads.
+func sum8[T Float](x []T) T {
+	var s [8]T
+	j := 0
+	for ; j+8 <= len(x); j += 8 {
+		c := x[j : j+8 : j+8]
+		s[0] += c[0]
+		s[1] += c[1]
+		s[2] += c[2]
+		s[3] += c[3]
+		s[4] += c[4]
+		s[5] += c[5]
+		s[6] += c[6]
+		s[7] += c[7]
+	}
+	for k := 0; j < len(x); j, k = j+1, k+1 {
+		s[k] += x[j]
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}
+
+// dot8 is Σ a⊙b in sum8's order, each product rounded before it is added.
+func dot8[T Float](a, b []T) T {
+	b = b[:len(a)]
+	var s [8]T
+	j := 0
+	for ; j+8 <= len(a); j += 8 {
+		x, y := a[j:j+8:j+8], b[j:j+8:j+8]
+		s[0] += T(x[0] * y[0])
+		s[1] += T(x[1] * y[1])
+		s[2] += T(x[2] * y[2])
+		s[3] += T(x[3] * y[3])
+		s[4] += T(x[4] * y[4])
+		s[5] += T(x[5] * y[5])
+		s[6] += T(x[6] * y[6])
+		s[7] += T(x[7] * y[7])
+	}
+	for k := 0; j < len(a); j, k = j+1, k+1 {
+		s[k] += T(a[j] * b[j])
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}
+
 // causalSoftmaxGradRow is softmax's backward on one row: dp[s0..i] (the
 // probabilities' gradient) becomes p ⊙ (dp − Σ p ⊙ dp), the scores'
 // gradient, and the rest of dp is zeroed. Both kernels call it.
 func causalSoftmaxGradRow[T Float](p, dp []T, s0, i int) {
-	var sum T
-	for j := s0; j <= i; j++ {
-		sum += p[j] * dp[j]
-	}
+	sum := dot8(p[s0:i+1], dp[s0:i+1])
 	mulSubSlice(dp[s0:i+1], p[s0:i+1], dp[s0:i+1], sum)
 	clear(dp[:s0])
 	clear(dp[i+1:])
