@@ -255,9 +255,7 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 					continue
 				}
 				scale := g.seed / T(count)
-				for j, p := range d {
-					d[j] = scale * p
-				}
+				scaleSlice(d, d, scale)
 				d[t] -= scale
 			}
 		})
