@@ -2,11 +2,12 @@ package blas
 
 import (
 	"cmp"
-	"github.com/mixtune/mixtune/internal/par"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/mixtune/mixtune/internal/par"
 )
 
 // Native is mixtune's own pure-Go backend: packed panels and an AVX2/FMA

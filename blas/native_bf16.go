@@ -3,7 +3,6 @@ package blas
 import (
 	"errors"
 	"fmt"
-	"github.com/mixtune/mixtune/internal/par"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/internal/cpufeat"
+	"github.com/mixtune/mixtune/internal/par"
 )
 
 // NativeBF16 is mixtune's own bf16 GEMM, for machines without oneDNN: an

@@ -2,11 +2,12 @@ package blas
 
 import (
 	"fmt"
-	"github.com/mixtune/mixtune/internal/par"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
+
+	"github.com/mixtune/mixtune/internal/par"
 )
 
 // CBLAS enum values (cblas.h).

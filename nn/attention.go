@@ -315,7 +315,7 @@ func causalSoftmax[T Float](p []T, t int, start []int) {
 func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 	m = maxSlice(row[s0 : i+1])
 	expSub(row[s0:i+1], row[s0:i+1], m)
-	inv = 1 / sum8(row[s0:i+1])
+	inv = 1 / sum8[T](row[s0:i+1])
 	scaleSlice(row[s0:i+1], row[s0:i+1], inv)
 	clear(row[:s0])
 	clear(row[i+1:])
@@ -323,26 +323,27 @@ func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 }
 
 // sum8 is Σ x in a fixed order: element j into partial sum j mod 8, then
-// the partial sums pairwise ((0+1)+(2+3))+((4+5)+(6+7)). Eight sums in
+// the partial sums pairwise ((0+1)+(2+3))+((4+5)+(6+7)), each in A (T, or
+// float64 for a wider sum; a float32 is exact in float64). Eight sums in
 // flight instead of one chain: a row's sum was one add latency per
 // element, the largest part of softmax's cost at 128–256 tokens. The order
 // depends on the row alone, never on threads.
-func sum8[T Float](x []T) T {
-	var s [8]T
+func sum8[A, T Float](x []T) A {
+	var s [8]A
 	j := 0
 	for ; j+8 <= len(x); j += 8 {
 		c := x[j : j+8 : j+8]
-		s[0] += c[0]
-		s[1] += c[1]
-		s[2] += c[2]
-		s[3] += c[3]
-		s[4] += c[4]
-		s[5] += c[5]
-		s[6] += c[6]
-		s[7] += c[7]
+		s[0] += A(c[0])
+		s[1] += A(c[1])
+		s[2] += A(c[2])
+		s[3] += A(c[3])
+		s[4] += A(c[4])
+		s[5] += A(c[5])
+		s[6] += A(c[6])
+		s[7] += A(c[7])
 	}
 	for k := 0; j < len(x); j, k = j+1, k+1 {
-		s[k] += x[j]
+		s[k] += A(x[j])
 	}
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 }

@@ -14,7 +14,6 @@ package nn
 
 import (
 	"fmt"
-	"github.com/mixtune/mixtune/internal/par"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/internal/par"
 )
 
 // Engine is what kernels need at run time: the backend and thread count it

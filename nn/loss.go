@@ -81,33 +81,9 @@ func (o *crossEntropyOp[T]) Do(vs ...G.Value) (G.Value, error) {
 func softmaxRow[T Float](p, l []T) float64 {
 	m := maxSlice(l)
 	expSub(p[:len(l)], l, m)
-	sum := sumFloat64(p[:len(l)])
+	sum := sum8[float64](p[:len(l)]) // in float64: the loss's own precision
 	scaleSlice(p, p, T(1/sum))
 	return float64(m) + math.Log(sum)
-}
-
-// sumFloat64 is Σ x in float64, element j into partial sum j mod 8, then
-// the partial sums pairwise, as sum8 orders them: eight additions in
-// flight rather than one chain of 8,192 or 49,152 at a vocabulary's width
-// (each float32 is exact in float64, so only the sums' order is chosen).
-func sumFloat64[T Float](x []T) float64 {
-	var s [8]float64
-	j := 0
-	for ; j+8 <= len(x); j += 8 {
-		c := x[j : j+8 : j+8]
-		s[0] += float64(c[0])
-		s[1] += float64(c[1])
-		s[2] += float64(c[2])
-		s[3] += float64(c[3])
-		s[4] += float64(c[4])
-		s[5] += float64(c[5])
-		s[6] += float64(c[6])
-		s[7] += float64(c[7])
-	}
-	for k := 0; j < len(x); j, k = j+1, k+1 {
-		s[k] += float64(x[j])
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 }
 
 // d loss / d logits = g·(softmax − onehot(target)) / count on kept rows.

@@ -62,19 +62,24 @@ func (t *Team) Run(n int, body func(i int)) {
 		spawn(n, body)
 		return
 	}
-	defer t.mu.Unlock()
 	for len(t.helpers) < n-1 {
 		h := &helper{wake: make(chan struct{}, 1)}
 		t.helpers = append(t.helpers, h)
 		go h.loop()
 	}
-	for i, h := range t.helpers[:n-1] {
+	used := t.helpers[:n-1]
+	for i, h := range used {
 		h.start(i+1, body)
 	}
+	// deferred, so that a panic in the caller's share still waits for the
+	// helpers before the team is free again
+	defer func() {
+		for _, h := range used {
+			h.wait()
+		}
+		t.mu.Unlock()
+	}()
 	body(0)
-	for _, h := range t.helpers[:n-1] {
-		h.wait()
-	}
 }
 
 // spawn runs body(0) on the caller and the rest on new goroutines.

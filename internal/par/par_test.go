@@ -107,3 +107,37 @@ func TestRunNestedAndConcurrent(t *testing.T) {
 		t.Fatalf("%d inner calls, want %d", total.Load(), want)
 	}
 }
+
+// TestRunPanicWaitsForHelpers panics in the caller's share while a
+// helper is still working: the panic must reach the caller only once the
+// helper has finished, and leave the team free for the next region.
+func TestRunPanicWaitsForHelpers(t *testing.T) {
+	var team Team
+	var helperDone atomic.Bool
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the caller's panic was lost")
+			}
+			if !helperDone.Load() {
+				t.Fatal("the panic left Run while a helper was still running its share")
+			}
+		}()
+		team.Run(2, func(i int) {
+			if i == 0 {
+				panic("caller's share")
+			}
+			time.Sleep(50 * time.Millisecond)
+			helperDone.Store(true)
+		})
+	}()
+	if !team.mu.TryLock() {
+		t.Fatal("the team is still held after the panicking region")
+	}
+	team.mu.Unlock()
+	var calls atomic.Int64
+	team.Run(3, func(int) { calls.Add(1) })
+	if calls.Load() != 3 {
+		t.Fatalf("the next region ran %d calls, want 3", calls.Load())
+	}
+}
