@@ -54,6 +54,9 @@ type bf16Micro struct {
 	// padding k.
 	kStep int
 	kern  bf16Kernel
+	// roundsC says kern takes bf16Round: it rounds C to bf16 as it
+	// stores it. Otherwise the driver rounds each finished tile.
+	roundsC bool
 	// packA packs rows [i0, i0+mr) of op(A) over pairs [pc, pc+kc) into
 	// ap (kc·mr dwords) as kern reads them, zero past m and past k.
 	packA func(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int)
@@ -61,14 +64,16 @@ type bf16Micro struct {
 
 // vdpMicro is the VDPBF16PS kernel: 14×32, a pair at a time, op(A)'s
 // strip pair-major (packStripA).
-var vdpMicro = bf16Micro{mr: bf16MR, kStep: 1, kern: bf16KernelAsm, packA: packStripA}
+var vdpMicro = bf16Micro{mr: bf16MR, kStep: 1, kern: bf16KernelAsm, packA: packStripA, roundsC: true}
 
 // bf16Kernel computes one mr×bf16NR tile over kcp pairs, as
 // dpbf16K14x32 (native_bf16_amd64.s) and amxK32x32 (native_amx_amd64.s)
 // say: the accumulators start from zero or, with mode&bf16Load, from acc
 // (mr rows of bf16NR floats);
 // then the sums go back to acc or, with mode&bf16Final, C (row stride ldc)
-// = alpha·sum (+ beta·C with mode&bf16ReadC) as scaleBF16Sum rounds it.
+// = alpha·sum (+ beta·C with mode&bf16ReadC) as scaleBF16Sum rounds it,
+// and, with mode&bf16Round (a kernel whose bf16Micro.roundsC), rounded
+// to bf16 as amp rounds.
 type bf16Kernel func(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta float32, mode int)
 
 // The kernel's modes.
@@ -76,6 +81,7 @@ const (
 	bf16Load  = 1 // start from the sums in acc
 	bf16Final = 2 // write alpha·sum (+ beta·C) to C, not the sums to acc
 	bf16ReadC = 4 // with bf16Final: add beta·C
+	bf16Round = 8 // with bf16Final: C rounded to bf16
 )
 
 // Blocking. A 14-row strip of packed op(A) over one slice (14·256 dwords,
@@ -246,8 +252,36 @@ func (nb *NativeBF16) GemmBand(band Band, transA, transB bool, m, n, k int, alph
 	nb.gemm(band, transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, nil)
 }
 
+// GemmRound is Gemm with alpha 1 and beta 0 whose C is rounded to bf16
+// (nearest even, a NaN kept a quiet NaN: amp's rounding) as each tile is
+// stored, while it is in registers or in cache, not in a pass of its
+// own. No value of C rounds to zero: both kernels flush sums below
+// float32's smallest normal, 2^-126, to zero, and bf16 has float32's
+// exponent range (amp.Format.Underflows of C is 0), so a gradient
+// rounded here loses nothing to underflow.
+func (nb *NativeBF16) GemmRound(transA, transB bool, m, n, k int, a, b BF16Matrix, pb *PackedBF16, c []float32, ldc int) {
+	nb.gemmWith(bf16Epilogue{round: true}, BandFull, transA, transB, m, n, k, 1, a, b, pb, 0, c, ldc, nil)
+}
+
+// bf16Epilogue is what a product does to C past alpha and beta: nothing,
+// or round it to bf16.
+type bf16Epilogue struct{ round bool }
+
+// roundRows rounds C's rows [i0, i1) over columns [j0, j1) to bf16: a
+// tile the kernel did not round.
+func roundRows(c []float32, ldc, i0, i1, j0, j1 int) {
+	for i := i0; i < i1; i++ {
+		amp.BF16.RoundSlice(c[i*ldc+j0 : i*ldc+j1])
+	}
+}
+
 // gemm is Gemm and GemmBand.
 func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	nb.gemmWith(bf16Epilogue{}, band, transA, transB, m, n, k, alpha, a, b, pb, beta, c, ldc, done)
+}
+
+// gemmWith is gemm with epilogue ep.
+func (nb *NativeBF16) gemmWith(ep bf16Epilogue, band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
 	bTrans := transB // op(B)'s layout in b, before a packed op(B) overrides it
 	lb, ldb := b.len(), b.Ld
 	if pb != nil {
@@ -260,6 +294,9 @@ func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha fl
 		transB, lb, ldb = false, k*n, max(1, n)
 	}
 	if trivialGemm("native bf16 Gemm", transA, transB, m, n, k, a.len(), a.Ld, lb, ldb, beta, c, ldc) {
+		if ep.round && m > 0 && n > 0 {
+			roundRows(c, ldc, 0, m, 0, n)
+		}
 		if done != nil && m > 0 && n > 0 {
 			done(0, m, 0, n)
 		}
@@ -267,12 +304,15 @@ func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha fl
 	}
 	if band == BandFull && beta == 0 && n <= bf16ThinN && m >= 4*n && b.len() > 0 {
 		nb.gemmTransposed(transA, bTrans, m, n, k, alpha, a, b, c, ldc, done)
+		if ep.round {
+			roundRows(c, ldc, 0, m, 0, n)
+		}
 		return
 	}
 	kp := roundUp((k+1)/2, nb.micro.kStep)
 	ns := (kp + bf16KCP - 1) / bf16KCP
 	g := &bf16Gemm{micro: nb.micro, band: band, transA: transA, transB: transB, m: m, n: n, k: k, kp: kp, kcp: roundUp((kp+ns-1)/ns, nb.micro.kStep),
-		alpha: alpha, beta: beta, a: a, b: b, c: c, ldc: ldc, done: done}
+		alpha: alpha, beta: beta, a: a, b: b, c: c, ldc: ldc, done: done, ep: ep}
 	workers := nb.workers
 	if w := int64(m) * int64(n) * int64(k) / bf16ParallelWork; w < int64(workers) {
 		workers = int(max(1, w))
@@ -343,6 +383,7 @@ type bf16Gemm struct {
 	c              []float32
 	ldc            int
 	done           func(i0, i1, j0, j1 int)
+	ep             bf16Epilogue
 }
 
 // block computes columns [jc, jc+32·panels) of C from the packed panels
@@ -398,6 +439,9 @@ func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 
 				row[j] = scaleBF16Sum(g.alpha, g.beta, 0, row[j])
 			}
 		}
+		if g.ep.round {
+			roundRows(g.c, g.ldc, i0, i1, jc+q0*bf16NR, min(jc+q1*bf16NR, g.n))
+		}
 	}
 	for pc := p0; pc < p1; pc += g.kcp {
 		kc := min(g.kcp, p1-pc)
@@ -417,23 +461,49 @@ func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 
 				if g.beta != 0 {
 					mode |= bf16ReadC
 				}
+				if g.ep.round && g.micro.roundsC {
+					mode |= bf16Round
+				}
 				g.micro.kern(kc, ap, bpan, tile, g.c[i0*g.ldc+j0:], g.ldc, g.alpha, g.beta, mode)
+				if g.ep.round && !g.micro.roundsC {
+					roundRows(g.c, g.ldc, i0, i1, j0, j1)
+				}
 				continue
 			}
 			g.micro.kern(kc, ap, bpan, tile, tile, bf16NR, 1, 0, mode)
 			if last { // a partial tile: its corner of the sums into C
-				for i := i0; i < i1; i++ {
-					row := g.c[i*g.ldc+j0 : i*g.ldc+j1]
-					sums := tile[(i-i0)*bf16NR:]
-					for j := range row {
-						row[j] = scaleBF16Sum(g.alpha, g.beta, sums[j], row[j])
-					}
+				g.partialTile(tile, i0, i1, j0, j1)
+				if g.ep.round {
+					roundRows(g.c, g.ldc, i0, i1, j0, j1)
 				}
 			}
 		}
 	}
 	if g.done != nil {
 		g.done(i0, i1, jc+q0*bf16NR, min(jc+q1*bf16NR, g.n))
+	}
+}
+
+// partialTile writes the corner rows [i0, i1) × columns [j0, j1) of a
+// tile's sums into C as the kernel's final mode would: alpha·sum (+
+// beta·C). With alpha = 1 and beta = 0, the usual case, that is the sum
+// itself (1·x is x for every float32), copied row by row.
+func (g *bf16Gemm) partialTile(tile []float32, i0, i1, j0, j1 int) {
+	for i := i0; i < i1; i++ {
+		row := g.c[i*g.ldc+j0 : i*g.ldc+j1]
+		sums := tile[(i-i0)*bf16NR : (i-i0)*bf16NR+len(row)]
+		switch {
+		case g.alpha == 1 && g.beta == 0:
+			copy(row, sums)
+		case g.beta == 0:
+			for j, s := range sums {
+				row[j] = g.alpha * s
+			}
+		default:
+			for j := range row {
+				row[j] = scaleBF16Sum(g.alpha, g.beta, sums[j], row[j])
+			}
+		}
 	}
 }
 

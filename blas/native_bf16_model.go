@@ -1,6 +1,10 @@
 package blas
 
-import "math"
+import (
+	"math"
+
+	"github.com/mixtune/mixtune/amp"
+)
 
 // The model of VDPBF16PS (Intel SDM, "VDPBF16PS—Dot Product of BF16 Pairs
 // Accumulated into Packed Single Precision"): per fp32 lane,
@@ -68,6 +72,11 @@ func modelKernel(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta 
 				s = vdpbf16psModel(s, b[p*bf16NR+j], a[p*bf16MR+i])
 			}
 			finishBF16Sum(s, mode, acc, i*bf16NR+j, c, i*ldc+j, alpha, beta)
+		}
+	}
+	if mode&bf16Final != 0 && mode&bf16Round != 0 { // the assembly kernel's rounding epilogue
+		for i := 0; i < bf16MR; i++ {
+			amp.BF16.RoundSlice(c[i*ldc : i*ldc+bf16NR])
 		}
 	}
 }

@@ -326,7 +326,7 @@ var bf16DriverShapes = []struct{ m, n, k int }{{1, 1, 1}, {14, 32, 2}, {15, 33, 
 // VDPBF16PS and the AMX kernel, on every CPU: it must give the model's
 // bits (gemmBF16Model, gemmAMXModel) in every transpose, with operands as
 // bits or float32 (rounded to bf16 as packed), op(B) packed in advance,
-// alpha and beta, one or three workers, and call done on every element of
+// alpha (with beta 0 and not), one or three workers, and call done on every element of
 // C once.
 func TestNativeBF16Driver(t *testing.T) {
 	for _, kc := range []struct {
@@ -373,7 +373,7 @@ func checkDriver(t *testing.T, micro bf16Micro, ref gemmModel) {
 				for i := range c0 {
 					c0[i] = float32(rng.NormFloat64())
 				}
-				for _, ab := range [][2]float32{{1, 0}, {0.5, -2}} {
+				for _, ab := range [][2]float32{{1, 0}, {-0.75, 0}, {0.5, -2}} {
 					want := append([]float32(nil), c0...)
 					ref(ta, tb, m, n, k, ab[0], a, lda, b, ldb, ab[1], want, ldc)
 					for _, workers := range []int{1, 3} {
@@ -477,7 +477,7 @@ func TestNativeBF16Band(t *testing.T) {
 					for i := range c0 {
 						c0[i] = float32(rng.NormFloat64())
 					}
-					for _, ab := range [][2]float32{{1, 0}, {0.5, -2}} {
+					for _, ab := range [][2]float32{{1, 0}, {-0.75, 0}, {0.5, -2}} {
 						for _, workers := range []int{1, 3} {
 							nb := &NativeBF16{workers: workers, micro: mc.micro}
 							want := append([]float32(nil), c0...)

@@ -115,8 +115,25 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	// with its own place in the op lists.
 	fs, fv := b.formatOf("attention_scores", q, k), b.formatOf("attention_values", v)
 	fsm := b.formatOf("softmax")
-	q, k, v = b.lower(q, fs), b.lower(k, fs), b.lower(v, fv)
+	// every product reads q, k and v with bf16 operands, scores and values
+	// both bf16 (attnPathsOf), outside a decoding graph
+	allBF16 := s.Cache == nil && b.Eng.bf16Path(fs, fv) && b.Eng.bf16Path(fs, fs)
+	raw := [3]bool{b.roundsInProducts(q, fs, allBF16), b.roundsInProducts(k, fs, allBF16), b.roundsInProducts(v, fv, allBF16)}
+	ins := [3]*G.Node{q, k, v}
+	for i, f := range [3]amp.Format{fs, fs, fv} {
+		if raw[i] {
+			b.readRaw(ins[i], f)
+		} else {
+			ins[i] = b.lower(ins[i], f)
+		}
+	}
+	q, k, v = ins[0], ins[1], ins[2]
 	base := b.newBase("attention", q, k, v)
+	for i, f := range [3]amp.Format{fs, fs, fv} {
+		if raw[i] {
+			base.inFm[i] = f // the values the products read
+		}
+	}
 	base.out = fv
 	f := attnFormats{scores: fs, softmax: fsm, values: fv}
 	if s.Cache != nil {
@@ -228,7 +245,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
-		pv := valuesScratch[T](o.f, T_*T_)
+		scratch := valuesScratch[T](o.f, on.values, T_*T_)
 		start := make([]int, T_)
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
@@ -237,11 +254,21 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
 				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
+				pv := scratch // P as the values matmul reads it
 				attnGemmBand(e, on.scores, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
-				roundLower(o.f.scores, p, T_)
-				causalSoftmax(p, T_, start)
-				roundLower(o.f.softmax, p, T_)
-				attnGemmBand(e, on.values, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, asValuesLower(o.f, p, pv, T_), T_, v[kOff:], kw, 0, out[qOff:], qw)
+				for i := range T_ { // row by row, while the row is in L1
+					row := p[i*T_ : (i+1)*T_]
+					round(o.f.scores, row[:i+1])
+					causalSoftmaxRow(row, start[i], i)
+					round(o.f.softmax, row[:i+1])
+					if pv != nil {
+						asValuesRow(o.f, pv[i*T_:i*T_+i+1], row[:i+1])
+					}
+				}
+				if pv == nil {
+					pv = p
+				}
+				attnGemmBand(e, on.values, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, pv, T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
 		}
 	})
@@ -250,12 +277,22 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 }
 
 // valuesScratch is a per-worker buffer of n values for the probabilities
-// in the values matmul's format, when that differs from the softmax's.
-func valuesScratch[T Float](f attnFormats, n int) []T {
-	if f.values == f.softmax {
+// in the format of the values matmul (or of dV's, onBF16 saying which
+// GEMM runs it), when that differs from the softmax's. A bf16 GEMM needs
+// none for bf16: it rounds its operands to bf16 as it packs them, the
+// bits amp's rounding gives.
+func valuesScratch[T Float](f attnFormats, onBF16 bool, n int) []T {
+	if f.values == f.softmax || onBF16 && f.values == amp.BF16 {
 		return nil
 	}
 	return make([]T, n)
+}
+
+// asValuesRow copies one row of probabilities p into dst, the row as the
+// values matmul reads them, rounded to its format.
+func asValuesRow[T Float](f attnFormats, dst, p []T) {
+	copy(dst, p)
+	round(f.values, dst)
 }
 
 // asValuesLower is asValues on the full kernel's t×t probabilities, which
@@ -314,67 +351,18 @@ func causalSoftmax[T Float](p []T, t int, start []int) {
 // probabilities are the same operations on the same scores.
 func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 	m = maxSlice(row[s0 : i+1])
-	expSub(row[s0:i+1], row[s0:i+1], m)
-	inv = 1 / sum8[T](row[s0:i+1])
+	inv = 1 / expSubSum(row[s0:i+1], row[s0:i+1], m)
 	scaleSlice(row[s0:i+1], row[s0:i+1], inv)
 	clear(row[:s0])
 	clear(row[i+1:])
 	return m, inv
 }
 
-// sum8 is Σ x in a fixed order: element j into partial sum j mod 8, then
-// the partial sums pairwise ((0+1)+(2+3))+((4+5)+(6+7)), each in A (T, or
-// float64 for a wider sum; a float32 is exact in float64). Eight sums in
-// flight instead of one chain: a row's sum was one add latency per
-// element, the largest part of softmax's cost at 128–256 tokens. The order
-// depends on the row alone, never on threads.
-func sum8[A, T Float](x []T) A {
-	var s [8]A
-	j := 0
-	for ; j+8 <= len(x); j += 8 {
-		c := x[j : j+8 : j+8]
-		s[0] += A(c[0])
-		s[1] += A(c[1])
-		s[2] += A(c[2])
-		s[3] += A(c[3])
-		s[4] += A(c[4])
-		s[5] += A(c[5])
-		s[6] += A(c[6])
-		s[7] += A(c[7])
-	}
-	for k := 0; j < len(x); j, k = j+1, k+1 {
-		s[k] += A(x[j])
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
-}
-
-// dot8 is Σ a⊙b in sum8's order, each product rounded before it is added.
-func dot8[T Float](a, b []T) T {
-	b = b[:len(a)]
-	var s [8]T
-	j := 0
-	for ; j+8 <= len(a); j += 8 {
-		x, y := a[j:j+8:j+8], b[j:j+8:j+8]
-		s[0] += T(x[0] * y[0])
-		s[1] += T(x[1] * y[1])
-		s[2] += T(x[2] * y[2])
-		s[3] += T(x[3] * y[3])
-		s[4] += T(x[4] * y[4])
-		s[5] += T(x[5] * y[5])
-		s[6] += T(x[6] * y[6])
-		s[7] += T(x[7] * y[7])
-	}
-	for k := 0; j < len(a); j, k = j+1, k+1 {
-		s[k] += T(a[j] * b[j])
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
-}
-
 // causalSoftmaxGradRow is softmax's backward on one row: dp[s0..i] (the
 // probabilities' gradient) becomes p ⊙ (dp − Σ p ⊙ dp), the scores'
 // gradient, and the rest of dp is zeroed. Both kernels call it.
 func causalSoftmaxGradRow[T Float](p, dp []T, s0, i int) {
-	sum := dot8(p[s0:i+1], dp[s0:i+1])
+	sum := dot16(p[s0:i+1], dp[s0:i+1])
 	mulSubSlice(dp[s0:i+1], p[s0:i+1], dp[s0:i+1], sum)
 	clear(dp[:s0])
 	clear(dp[i+1:])
@@ -409,7 +397,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
-		pv := valuesScratch[T](o.f, T_*T_)
+		pv := valuesScratch[T](o.f, on.dV, T_*T_)
 		start := make([]int, T_)
 		var head []T // one head's dK or dV, [T_, HeadDim], to round before the group sum
 		if roundK || roundV {
@@ -457,14 +445,15 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 					continue
 				}
 				attnGemmBand(e, on.dP, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
-				// gradient dtype = tensor dtype: dP in the values matmul's
-				// format, then the softmax output's, dS in the scores'
-				roundLower(o.f.values, ds, T_)
-				roundLower(o.f.softmax, ds, T_)
-				for i := 0; i < T_; i++ {
-					causalSoftmaxGradRow(p[i*T_:(i+1)*T_], ds[i*T_:(i+1)*T_], start[i], i)
+				for i := range T_ { // row by row, while the row is in L1
+					// gradient dtype = tensor dtype: dP in the values matmul's
+					// format, then the softmax output's, dS in the scores'
+					row := ds[i*T_ : (i+1)*T_]
+					round(o.f.values, row[:i+1])
+					round(o.f.softmax, row[:i+1])
+					causalSoftmaxGradRow(p[i*T_:(i+1)*T_], row, start[i], i)
+					round(o.f.scores, row[:i+1])
 				}
-				roundLower(o.f.scores, ds, T_)
 				if dq != nil {
 					attnGemmBand(e, on.dQ, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
 				}

@@ -150,3 +150,62 @@ func BenchmarkAttentionBF16(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttentionPassesBF16 times the full kernel's forward pass and
+// backward pass alone (no graph around them) under the bf16 policy, on
+// the native bf16 GEMM, 2 workers, at the bench and mid shapes of
+// scripts/bench_vs_torch.sh: one layer's attention. It is skipped where
+// the CPU has no bf16 units, with the reason.
+//
+//	go test ./nn -run '^$' -bench AttentionPassesBF16
+func BenchmarkAttentionPassesBF16(b *testing.B) {
+	native, err := blas.NewNativeBF16(cpufeat.Detect(), 2)
+	if err != nil {
+		b.Skip(err)
+	}
+	for _, sh := range []struct {
+		name string
+		s    AttentionShape
+	}{
+		{"bench", AttentionShape{Batch: 8, SeqLen: 128, Heads: 8, KVHeads: 8, HeadDim: 32, Kernel: AttentionFull}},
+		{"mid", AttentionShape{Batch: 4, SeqLen: 256, Heads: 8, KVHeads: 8, HeadDim: 64, Kernel: AttentionFull}},
+	} {
+		s := sh.s
+		eng := &Engine{BLAS: blas.Native{Workers: 2}, Workers: 2, BF16: native}
+		n, w := s.Batch*s.SeqLen, s.Heads*s.HeadDim
+		rng := rand.New(rand.NewPCG(7, 8))
+		input := func() []float32 {
+			x := make([]float32, n*w)
+			for i := range x {
+				x[i] = amp.BF16.Round(float32(rng.NormFloat64()))
+			}
+			return x
+		}
+		q, k, v, g := input(), input(), input(), input()
+		dq, dk, dv := make([]float32, n*w), make([]float32, n*w), make([]float32, n*w)
+		f := amp.BF16
+		o := &attentionOp[float32]{opBase: opBase{eng: eng, out: f, inFm: []amp.Format{f, f, f}, wrt: []bool{true, true, true}},
+			s: s, f: attnFormats{scores: f, softmax: amp.FP32, values: f}, buf: newBuffer[float32](n, w)}
+		ts := make([]G.Value, 3)
+		for i, x := range [][]float32{q, k, v} {
+			ts[i] = tensor.New(tensor.WithShape(n, w), tensor.WithBacking(x))
+		}
+		b.Run(sh.name+"/forward", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := o.Do(ts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(sh.name+"/backward", func(b *testing.B) {
+			if _, err := o.Do(ts...); err != nil { // the probabilities it reads
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if err := o.backward([][]float32{q, k, v, g}, [][]float32{dq, dk, dv}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -16,8 +16,10 @@ import (
 // attention's products take on a GEMM that rounds float32 operands as it
 // packs them (the native driver): it widens those operands to float32
 // (rounded to bf16, as that GEMM reads them) and runs the fp32 backend's
-// Sgemm, the emulation's bits by design. It counts the float32 operand
-// values that are not bf16 values: the path must carry only those.
+// Sgemm, the emulation's bits by design. It counts the float32 values of
+// op(B) that are not bf16 values: the path must carry only those there.
+// op(A) may be the fp32 probabilities, which the values matmul and dV's
+// leave to the GEMM to round (the same bits as rounding them first).
 type widenPacker struct {
 	*widenGemmer
 	notBF16 int64
@@ -29,7 +31,7 @@ func (g *widenPacker) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 		panic("widenPacker: attention packs no operand in advance")
 	}
 	g.calls.Add(1)
-	widen := func(x blas.BF16Matrix) []float32 {
+	widen := func(x blas.BF16Matrix, count bool) []float32 {
 		if x.F32 == nil {
 			w := make([]float32, len(x.Bits))
 			amp.BF16.FromBits16Slice(w, x.Bits)
@@ -43,12 +45,14 @@ func (g *widenPacker) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b
 				off++
 			}
 		}
-		g.mu.Lock()
-		g.notBF16 += off
-		g.mu.Unlock()
+		if count {
+			g.mu.Lock()
+			g.notBF16 += off
+			g.mu.Unlock()
+		}
 		return w
 	}
-	g.be.Sgemm(transA, transB, m, n, k, alpha, widen(a), a.Ld, widen(b), b.Ld, beta, c, ldc)
+	g.be.Sgemm(transA, transB, m, n, k, alpha, widen(a, false), a.Ld, widen(b, true), b.Ld, beta, c, ldc)
 	if done != nil && m > 0 && n > 0 {
 		done(0, m, 0, n)
 	}
@@ -221,15 +225,16 @@ type boundCheck struct {
 	fail  string // the first product outside its bound
 }
 
-// bf16At is op(X)[i][j] of a bf16 operand (transposed when trans), and
-// whether it holds a bf16 value.
+// bf16At is op(X)[i][j] of a bf16 operand (transposed when trans) as the
+// GEMM reads it, a float32 rounded to bf16 (nearest even), and whether
+// it held a bf16 value already.
 func bf16At(x blas.BF16Matrix, trans bool, i, j int) (float64, bool) {
 	if trans {
 		i, j = j, i
 	}
 	if x.F32 != nil {
 		v := x.F32[i*x.Ld+j]
-		return float64(v), amp.BF16.Round(v) == v || v != v
+		return float64(amp.BF16.Round(v)), amp.BF16.Round(v) == v || v != v
 	}
 	return float64(amp.BF16.FromBits16(x.Bits[i*x.Ld+j])), true
 }
@@ -253,9 +258,12 @@ func (bc *boundCheck) check(transA, transB bool, m, n, k int, alpha float32, a, 
 		for j := 0; j < n; j++ {
 			var dot, abs, sum float64
 			for p := 0; p < k; p++ {
-				x, okA := bf16At(a, transA, i, p)
+				// op(A) may be the fp32 probabilities, which the values
+				// matmul and dV's leave to the GEMM to round; every other
+				// operand holds bf16 values already
+				x, _ := bf16At(a, transA, i, p)
 				y, okB := bf16At(b, transB, p, j)
-				if !okA || !okB {
+				if !okB {
 					fail = fmt.Sprintf("an operand value of element [%d,%d] is not a bf16 value", i, j)
 				}
 				dot += x * y

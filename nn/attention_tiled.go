@@ -97,7 +97,7 @@ func (o *attentionTiledOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	on := attnPathsOf[T](&o.opBase, o.f)
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		sb := make([]T, attnTile*n)
-		pv := valuesScratch[T](o.f, attnTile*n)
+		pv := valuesScratch[T](o.f, on.values, attnTile*n)
 		start := make([]int, n)
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
@@ -204,7 +204,7 @@ func (o *attentionTiledOp[T]) backward(in [][]T, grads [][]T) error {
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		sb := make([]T, attnTile*n)
 		ds := make([]T, attnTile*n)
-		pv := valuesScratch[T](o.f, attnTile*n)
+		pv := valuesScratch[T](o.f, on.dV, attnTile*n)
 		start := make([]int, n)
 		gk := headGrad[T]{f: o.inFm[1], rounded: roundK, n: n, d: hd, kw: kw}
 		gv := headGrad[T]{f: o.inFm[2], rounded: roundV, n: n, d: hd, kw: kw}

@@ -16,6 +16,13 @@ type bf16Packer interface {
 	PackB(into *blas.PackedBF16, transB bool, k, n int, b blas.BF16Matrix) *blas.PackedBF16
 }
 
+// bf16Rounder is a bf16Packer whose kernel rounds C to bf16 as it stores
+// each tile (blas.NativeBF16.GemmRound): no value of C rounds to zero
+// there, so a gradient's rounding counts no underflow.
+type bf16Rounder interface {
+	GemmRound(transA, transB bool, m, n, k int, a, b blas.BF16Matrix, pb *blas.PackedBF16, c []float32, ldc int)
+}
+
 // bandGemmer is a bf16 GEMM that skips what a causal mask leaves out of a
 // product (blas.NativeBF16).
 type bandGemmer interface {
@@ -68,7 +75,8 @@ func (e *Engine) bf16Path(fa, fb amp.Format) bool {
 // values the policy put there.
 //
 // Where the GEMM is a bf16Packer, the operands are rounded as it packs
-// them, C is rounded block by block as the GEMM finishes it, and w, when
+// them, C is rounded block by block as the GEMM finishes it (to bf16, by
+// the kernel as it stores C, where it is a bf16Rounder), and w, when
 // not nil, keeps B (a weight) packed from call to call.
 func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, bBits []uint16, ldb int, c []float32, ldc int, w *packedWeight) {
 	if m == 0 || n == 0 {
@@ -78,6 +86,13 @@ func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, 
 		var pb *blas.PackedBF16
 		if w != nil {
 			pb = w.get(e, p, transB, k, n, b, bBits, ldb)
+		}
+		if r, ok := p.(bf16Rounder); ok && f == amp.BF16 {
+			r.GemmRound(transA, transB, m, n, k, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb}, pb, c, ldc)
+			if grad {
+				e.Grads.rounded.Add(int64(m) * int64(n))
+			}
+			return
 		}
 		var done func(i0, i1, j0, j1 int)
 		if f != amp.FP32 {

@@ -151,7 +151,8 @@ func realBF16Gemmers(t *testing.T, workers int) []blas.BF16Gemmer {
 }
 
 // TestLinearOnBF16Units runs a linear layer's forward and dx on each real
-// bf16 GEMM against the emulation. Both sum the same exact products in
+// bf16 GEMM against the emulation; both must come out rounded to bf16
+// (by the kernel, on the native driver). Both sum the same exact products in
 // fp32, k roundings each, in different orders: before the output's bf16
 // rounding they differ by at most 2·γ_k·Σ|x||w| (each within γ_k of the
 // exact sum), and that rounding adds at most one bf16 ulp of the larger.
@@ -187,6 +188,11 @@ func TestLinearOnBF16Units(t *testing.T) {
 	yEmu, dxEmu := run(nil)
 	for _, g := range realBF16Gemmers(t, 2) {
 		y, dx := run(g)
+		for i, v := range append(append([]float32(nil), y...), dx...) {
+			if amp.BF16.Round(v) != v {
+				t.Fatalf("%s: value %d of y and dx, %v, is not rounded to bf16", g.Name(), i, v)
+			}
+		}
 		for i := 0; i < n; i++ {
 			for o := 0; o < out; o++ {
 				var abs float64

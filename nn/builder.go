@@ -147,12 +147,21 @@ type Builder struct {
 	// CPU engine runs: an engine that compiles the graph (gpu/vkengine)
 	// reads the weight as the graph holds it.
 	PackFrozenWeights bool
+	// RoundInProducts lets an op whose products all run on the engine's
+	// bf16 GEMM read an fp32 activation it computes on in bf16 with no
+	// cast: the GEMM rounds a float32 operand to bf16 as it packs or
+	// converts it, nearest even, the bits the cast would give, so the
+	// cast's pass over the activation and its copy are left out
+	// (Builder.roundsInProducts). Only for graphs the CPU engine runs, as
+	// PackFrozenWeights.
+	RoundInProducts bool
 
 	needsGrad map[*G.Node]bool
 	isParam   map[*G.Node]bool
 	is16      map[*G.Node]bool  // frozen weights stored as 16-bit values
 	q4        map[*G.Node][]int // frozen 4-bit weights (blobs), with their shapes
 	casts     map[castKey]*G.Node
+	castIDs   map[castKey]int // the ids of casts left out (readRaw)
 	format    map[*G.Node]amp.Format
 	nextID    int
 
@@ -189,6 +198,7 @@ func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
 		isParam:   map[*G.Node]bool{},
 		is16:      map[*G.Node]bool{},
 		casts:     map[castKey]*G.Node{},
+		castIDs:   map[castKey]int{},
 		format:    map[*G.Node]amp.Format{},
 
 		perReaderCast: map[*G.Node]bool{},
@@ -271,9 +281,51 @@ func (b *Builder) lower(x *G.Node, f amp.Format) *G.Node {
 	if c, ok := b.casts[key]; ok {
 		return c
 	}
-	c := b.Cast(x, f)
+	var c *G.Node
+	if id, ok := b.castIDs[key]; ok { // the id an op reading x with no cast kept for it
+		next := b.nextID
+		b.nextID = id - 1
+		c = b.Cast(x, f)
+		b.nextID = next
+	} else {
+		c = b.Cast(x, f)
+	}
 	b.casts[key] = c
 	return c
+}
+
+// readRaw is lower for an op that reads x with no cast, its products
+// rounding x to f themselves (roundsInProducts): it takes the id the
+// cast would have taken, and keeps it for a later reader that needs the
+// cast after all, so that every op has the id it has in a graph with the
+// cast (dropout draws its masks by op id: the two graphs, this engine's
+// and another's, draw the same ones).
+func (b *Builder) readRaw(x *G.Node, f amp.Format) {
+	key := castKey{x, f}
+	if _, ok := b.casts[key]; ok {
+		return
+	}
+	if _, ok := b.castIDs[key]; !ok {
+		b.nextID++
+		b.castIDs[key] = b.nextID
+	}
+}
+
+// roundsInProducts says whether an op computing in format f may read x,
+// an fp32 activation, as it is, every product that reads it running on
+// the engine's bf16 GEMM (the caller checks that, productsOnBF16): the
+// GEMM rounds x to bf16 as it packs or converts it (Engine.gemmBF16,
+// Engine.bf16Product: amp's rounding), which is the cast's value, and the
+// gradient an activation's cast passes on is its readers' fp32 sum, what
+// x gets as the reader itself. The op then records bf16 as x's operand
+// format, the values its products read, and rounds x's gradient to it
+// as it rounded the cast's.
+// A cast that an earlier reader made is read as it is. The caller then
+// calls readRaw.
+func (b *Builder) roundsInProducts(x *G.Node, f amp.Format, productsOnBF16 bool) bool {
+	_, cast := b.casts[castKey{x, f}]
+	return b.RoundInProducts && productsOnBF16 && f == amp.BF16 && b.Dtype == tensor.Float32 &&
+		b.format[x] == amp.FP32 && !b.isParam[x] && b.Eng.BF16 != nil && !cast
 }
 
 type castKey struct {

@@ -58,6 +58,7 @@ func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build f
 	lb := NewBuilder(&Engine{BLAS: b.Eng.BLAS, BF16: b.Eng.BF16, Workers: b.Eng.Workers}, b.Dtype)
 	lb.Policy = b.Policy
 	lb.PackFrozenWeights = b.PackFrozenWeights
+	lb.RoundInProducts = b.RoundInProducts
 	lb.recording = true
 	lb.nextID = b.nextID
 	idStart := b.nextID

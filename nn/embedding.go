@@ -100,16 +100,27 @@ func (o *embeddingOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		if id < 0 || id >= o.v {
 			return nil, fmt.Errorf("token id %d at position %d is outside the vocabulary (size %d)", id, r, o.v)
 		}
-		dst := y[r*o.d : (r+1)*o.d]
-		switch table := vs[1].Data().(type) {
-		case []T:
-			copy(dst, table[id*o.d:(id+1)*o.d])
-		case []uint16:
-			for j, bits := range table[id*o.d : (id+1)*o.d] {
-				dst[j] = T(o.stored.FromBits16(bits))
+	}
+	// the rows gathered on the workers; a 16-bit table's widened as
+	// FromBits16Slice does it, sixteen at a time where the CPU allows
+	table := vs[1].Data()
+	o.eng.parallel(len(ids), max(1, (1<<14)/o.d), func(r0, r1 int) {
+		for r := r0; r < r1; r++ {
+			id, dst := ids[r], y[r*o.d:(r+1)*o.d]
+			switch table := table.(type) {
+			case []T:
+				copy(dst, table[id*o.d:(id+1)*o.d])
+			case []uint16:
+				if d32, ok := any(dst).([]float32); ok {
+					o.stored.FromBits16Slice(d32, table[id*o.d:(id+1)*o.d])
+					continue
+				}
+				for j, bits := range table[id*o.d : (id+1)*o.d] {
+					dst[j] = T(o.stored.FromBits16(bits))
+				}
 			}
 		}
-	}
+	})
 	roundAll(o.eng, o.out, y)
 	return t, nil
 }

@@ -169,7 +169,7 @@ func (o *attentionCacheOp) Do(vs ...G.Value) (G.Value, error) {
 			keys := g.pos + g.rows // the sequence's tokens up to the run's last
 			if cap(p) < g.rows*keys {
 				p = make([]float32, g.rows*keys)
-				pv = valuesScratch[float32](o.f, g.rows*keys)
+				pv = valuesScratch[float32](o.f, false, g.rows*keys)
 			}
 			p = p[:g.rows*keys]
 			K, V := c.k[g.seq][l][kh*s.HeadDim:], c.v[g.seq][l][kh*s.HeadDim:]

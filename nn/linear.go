@@ -44,7 +44,21 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 		ws = q4
 	}
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
-	x = b.lower(x, f)
+	// x is read by the forward product (with W) and, for a trainable W,
+	// by dW's (with the output's gradient, in format out)
+	wFm := f // the values the products read from W
+	switch {
+	case is4:
+		wFm = amp.FP32 // dequantized to fp32 blocks
+	case b.is16[w]:
+		wFm = (&weights16{stored: b.format[w], compute: f}).bitsFormat()
+	}
+	xRaw := b.roundsInProducts(x, f, b.Eng.bf16Path(amp.BF16, wFm) && (!b.needsGrad[w] || b.Eng.bf16Path(out, amp.BF16)))
+	if xRaw {
+		b.readRaw(x, f)
+	} else {
+		x = b.lower(x, f)
+	}
 	wfwd, wdx := b.weightPackings(w)
 	roundsInPack := b.roundsInPack(w, f)
 	if !b.is16[w] && !is4 && !roundsInPack { // a 16- or 4-bit weight is converted inside the op, block by block
@@ -52,6 +66,9 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	}
 	base := b.newBase("linear", x, w)
 	base.out = out
+	if xRaw {
+		base.inFm[0] = amp.BF16 // the values the products read
+	}
 	if roundsInPack {
 		base.inFm[1] = amp.BF16 // the values the products read
 	}

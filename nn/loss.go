@@ -123,3 +123,29 @@ func softmaxGrad[T Float](e *Engine, dl, probs []T, targets []int, v int, scale 
 		}
 	})
 }
+
+// sum8 is Σ x in a fixed order: element j into partial sum j mod 8, then
+// the partial sums pairwise ((0+1)+(2+3))+((4+5)+(6+7)), each in A (T, or
+// float64 for a wider sum; a float32 is exact in float64). Eight sums in
+// flight instead of one chain, which cost one add latency per element;
+// the loss softmax's sum over the vocabulary. The order depends on the
+// row alone, never on threads.
+func sum8[A, T Float](x []T) A {
+	var s [8]A
+	j := 0
+	for ; j+8 <= len(x); j += 8 {
+		c := x[j : j+8 : j+8]
+		s[0] += A(c[0])
+		s[1] += A(c[1])
+		s[2] += A(c[2])
+		s[3] += A(c[3])
+		s[4] += A(c[4])
+		s[5] += A(c[5])
+		s[6] += A(c[6])
+		s[7] += A(c[7])
+	}
+	for k := 0; j < len(x); j, k = j+1, k+1 {
+		s[k] += A(x[j])
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}

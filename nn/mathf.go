@@ -122,3 +122,70 @@ func expSub[T Float](dst, src []T, m T) {
 		dst[i] = exp(x - m)
 	}
 }
+
+// The sums of attention's softmax and of its gradient run in one fixed
+// order, sum16's: element j into partial sum j mod 16, each partial in
+// element order, then the partials folded in halves (fold16). Sixteen
+// sums in flight are one AVX-512 register, so the assembly adds each
+// block of exponentials as it computes them; the order depends on the
+// row's length alone, never on threads or on the CPU.
+
+// fold16 is s[0] + ... + s[15] as halves folded onto halves: s[k] +=
+// s[k+8], then s[k] += s[k+4], s[k] += s[k+2], and s[0] + s[1].
+func fold16[T Float](s *[16]T) T {
+	for w := 8; w > 1; w /= 2 {
+		for k := range w {
+			s[k] += s[k+w]
+		}
+	}
+	return s[0] + s[1]
+}
+
+// sum16 is Σ x in sum16's order.
+func sum16[T Float](x []T) T {
+	var s [16]T
+	for j, v := range x {
+		s[j&15] += v
+	}
+	return fold16(&s)
+}
+
+// dot16 is Σ a⊙b in sum16's order, each product rounded before it is
+// added.
+func dot16[T Float](a, b []T) T {
+	if a32, ok := any(a).([]float32); ok {
+		if d, ok := dotFast(a32, any(b).([]float32)); ok {
+			return T(d)
+		}
+	}
+	var s [16]T
+	b = b[:len(a)]
+	for j, x := range a {
+		s[j&15] += T(x * b[j])
+	}
+	return fold16(&s)
+}
+
+// expSubSum sets dst[i] = exp(src[i] - m), as expSub does, and returns
+// Σ dst in sum16's order; dst may be src.
+func expSubSum[T Float](dst, src []T, m T) T {
+	if !isF32[T]() || !haveAVX512 {
+		expSub(dst, src, m)
+		return sum16(dst[:len(src)])
+	}
+	d, x, m32 := any(dst).([]float32)[:len(src)], any(src).([]float32), float32(m)
+	var s [16]float32
+	for j := 0; j < len(x); {
+		n, sum := expSubSumFast(d[j:], x[j:], m32, &s)
+		if j += n; j == len(x) {
+			return T(sum)
+		}
+		end := min(j+16, len(x)) // the block the assembly left (j is a multiple of 16)
+		for i := j; i < end; i++ {
+			d[i] = expf(x[i] - m32)
+			s[i&15] += d[i]
+		}
+		j = end
+	}
+	return T(fold16(&s))
+}

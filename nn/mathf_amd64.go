@@ -79,3 +79,34 @@ func expfSubFast(dst, src []float32, m float32) int {
 	}
 	return expfSubAVX512(&dst[0], &src[0], n, m, &expfConsts)
 }
+
+//go:noescape
+func expfSubSumAVX512(dst, src *float32, n int, m float32, c *[12]float32, acc *[16]float32) (done int, sum float32)
+
+//go:noescape
+func dotAVX512(a, b *float32, n int) float32
+
+// expSubSumFast sets dst[i] = expf(src[i] - m) and adds each to partial
+// sum acc[i mod 16], in order, for the leading values it can do in
+// assembly, and returns how many: all of them, with the sum (fold16 of
+// the partials), or a multiple of 16 before a block that needs expf's
+// rare paths, with the partials back in acc.
+func expSubSumFast(dst, src []float32, m float32, acc *[16]float32) (int, float32) {
+	if !haveAVX512 || len(src) == 0 {
+		return 0, 0
+	}
+	_ = dst[len(src)-1]
+	return expfSubSumAVX512(&dst[0], &src[0], len(src), m, &expfConsts, acc)
+}
+
+// dotFast is dot16(a, b) in AVX-512, and whether the CPU allows it.
+func dotFast(a, b []float32) (float32, bool) {
+	if !haveAVX512 {
+		return 0, false
+	}
+	if len(a) == 0 {
+		return 0, true
+	}
+	_ = b[len(a)-1]
+	return dotAVX512(&a[0], &b[0], len(a)), true
+}

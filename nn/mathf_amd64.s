@@ -81,6 +81,59 @@ sdone:
 	VZEROUPPER
 	RET
 
+// EXPF_CONSTS_AVX512 broadcasts expf's constants from c (DX) into Z16..Z27
+// and 127 into Z29 (clobbering R8), as expfSubAVX512 and expfSubSumAVX512
+// read them: log2e, 0.5, ln2hi, ln2lo, p0..p5, 1, -126 (an int32), and the
+// exponent bias, which is also the largest n.
+#define EXPF_CONSTS_AVX512 \
+	VBROADCASTSS 0(DX), Z16; \
+	VBROADCASTSS 4(DX), Z17; \
+	VBROADCASTSS 8(DX), Z18; \
+	VBROADCASTSS 12(DX), Z19; \
+	VBROADCASTSS 16(DX), Z20; \
+	VBROADCASTSS 20(DX), Z21; \
+	VBROADCASTSS 24(DX), Z22; \
+	VBROADCASTSS 28(DX), Z23; \
+	VBROADCASTSS 32(DX), Z24; \
+	VBROADCASTSS 36(DX), Z25; \
+	VBROADCASTSS 40(DX), Z26; \
+	VPBROADCASTD 44(DX), Z27; \
+	MOVL $127, R8; \
+	VPBROADCASTD R8, Z29
+
+// EXPF_SUB_AVX512: Z7 = expf(Z0 - m) for m in Z31, expf's constants in
+// Z16..Z27 and Z29 (see expfSubAVX512), with K1 and K2 the lanes below
+// and above expf's main path; clobbers Z1..Z8.
+#define EXPF_SUB_AVX512 \
+	VSUBPS  Z31, Z0, Z1; \
+	VMULPS  Z16, Z1, Z2; \
+	VADDPS  Z17, Z2, Z2; \
+	VRNDSCALEPS $9, Z2, Z3; \
+	VCVTTPS2DQ Z3, Z4; \
+	VPCMPD  $1, Z27, Z4, K1; \
+	VPCMPD  $6, Z29, Z4, K2; \
+	VMULPS  Z18, Z3, Z5; \
+	VSUBPS  Z5, Z1, Z6; \
+	VMULPS  Z19, Z3, Z5; \
+	VSUBPS  Z5, Z6, Z6; \
+	VMULPS  Z6, Z20, Z7; \
+	VADDPS  Z21, Z7, Z7; \
+	VMULPS  Z6, Z7, Z7; \
+	VADDPS  Z22, Z7, Z7; \
+	VMULPS  Z6, Z7, Z7; \
+	VADDPS  Z23, Z7, Z7; \
+	VMULPS  Z6, Z7, Z7; \
+	VADDPS  Z24, Z7, Z7; \
+	VMULPS  Z6, Z7, Z7; \
+	VADDPS  Z25, Z7, Z7; \
+	VMULPS  Z6, Z7, Z7; \
+	VMULPS  Z6, Z7, Z7; \
+	VADDPS  Z6, Z7, Z7; \
+	VADDPS  Z26, Z7, Z7; \
+	VPADDD  Z29, Z4, Z8; \
+	VPSLLD  $23, Z8, Z8; \
+	VMULPS  Z8, Z7, Z7
+
 // func expfSubAVX512(dst, src *float32, n int, m float32, c *[12]float32) int
 // n is a multiple of 16. dst[i] = expf(src[i] - m), bit for bit the
 // scalar expf (see sigmoidAVX512), sixteen at a time; it stops before a
@@ -93,54 +146,14 @@ TEXT ·expfSubAVX512(SB), NOSPLIT, $0-48
 	VBROADCASTSS m+24(FP), Z31
 	MOVQ c+32(FP), DX
 	XORQ AX, AX
-	VBROADCASTSS 0(DX), Z16        // log2e
-	VBROADCASTSS 4(DX), Z17        // 0.5
-	VBROADCASTSS 8(DX), Z18        // ln2hi
-	VBROADCASTSS 12(DX), Z19       // ln2lo
-	VBROADCASTSS 16(DX), Z20       // p0
-	VBROADCASTSS 20(DX), Z21       // p1
-	VBROADCASTSS 24(DX), Z22       // p2
-	VBROADCASTSS 28(DX), Z23       // p3
-	VBROADCASTSS 32(DX), Z24       // p4
-	VBROADCASTSS 36(DX), Z25       // p5
-	VBROADCASTSS 40(DX), Z26       // 1
-	VPBROADCASTD 44(DX), Z27       // -126
-	MOVL $127, R8
-	VPBROADCASTD R8, Z29           // exponent bias, and the largest n
+	EXPF_CONSTS_AVX512
 eloop:
 	CMPQ AX, CX
 	JGE  edone
 	VMOVUPS (SI)(AX*4), Z0
-	VSUBPS  Z31, Z0, Z1            // x = src - m
-	VMULPS  Z16, Z1, Z2
-	VADDPS  Z17, Z2, Z2            // x·log2e + 0.5
-	VRNDSCALEPS $9, Z2, Z3         // n = floor
-	VCVTTPS2DQ Z3, Z4              // ni
-	VPCMPD  $1, Z27, Z4, K1        // ni < -126 (NaN, ±Inf give MinInt32)
-	VPCMPD  $6, Z29, Z4, K2        // ni > 127
+	EXPF_SUB_AVX512                // Z7 = expf(x - m); K1, K2: off the main path
 	KORTESTW K1, K2
 	JNZ     edone
-	VMULPS  Z18, Z3, Z5
-	VSUBPS  Z5, Z1, Z6
-	VMULPS  Z19, Z3, Z5
-	VSUBPS  Z5, Z6, Z6             // r
-	VMULPS  Z6, Z20, Z7
-	VADDPS  Z21, Z7, Z7
-	VMULPS  Z6, Z7, Z7
-	VADDPS  Z22, Z7, Z7
-	VMULPS  Z6, Z7, Z7
-	VADDPS  Z23, Z7, Z7
-	VMULPS  Z6, Z7, Z7
-	VADDPS  Z24, Z7, Z7
-	VMULPS  Z6, Z7, Z7
-	VADDPS  Z25, Z7, Z7            // p
-	VMULPS  Z6, Z7, Z7
-	VMULPS  Z6, Z7, Z7
-	VADDPS  Z6, Z7, Z7
-	VADDPS  Z26, Z7, Z7            // y = p·r·r + r + 1
-	VPADDD  Z29, Z4, Z8
-	VPSLLD  $23, Z8, Z8
-	VMULPS  Z8, Z7, Z7             // y·2^n
 	VMOVUPS Z7, (DI)(AX*4)
 	ADDQ    $16, AX
 	JMP     eloop
@@ -257,5 +270,119 @@ e2loop:
 	JMP     e2loop
 e2done:
 	MOVQ AX, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// FOLD16_Z30: X0 = the sixteen partial sums in Z30 folded as fold16
+// folds them (each add with the lower half's sum as its first operand, as
+// Go's s[k] += s[k+w]); clobbers Z0, Z1.
+#define FOLD16_Z30 \
+	VEXTRACTF32X8 $1, Z30, Y1; \
+	VADDPS  Y1, Y30, Y0; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS  X1, X0, X0; \
+	VMOVHLPS X0, X0, X1; \
+	VADDPS  X1, X0, X0; \
+	VMOVSHDUP X0, X1; \
+	VADDSS  X1, X0, X0
+
+// func expfSubSumAVX512(dst, src *float32, n int, m float32, c *[12]float32, acc *[16]float32) (done int, sum float32)
+// dst[i] = expf(src[i] - m) as expfSubAVX512 computes it, and each value
+// added to lane i mod 16 of the sixteen partial sums in acc (read at the
+// start), in order. n may be any count: a last block of fewer than
+// sixteen runs masked. It stops before a block where some lane it
+// computes leaves expf's main path and returns how many values it did: n,
+// with the partial sums folded (fold16) into sum, or a multiple of 16
+// before that block, with the partial sums written back to acc.
+TEXT ·expfSubSumAVX512(SB), NOSPLIT, $0-60
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS m+24(FP), Z31
+	MOVQ c+32(FP), DX
+	MOVQ acc+40(FP), R9
+	VMOVUPS (R9), Z30              // the partial sums
+	XORQ AX, AX
+	EXPF_CONSTS_AVX512
+	MOVQ CX, R10
+	ANDQ $-16, R10                 // the end of the whole blocks
+	MOVL $0xffff, R8
+	KMOVW R8, K3                   // every lane
+xloop:
+	CMPQ AX, R10
+	JGE  xtail
+	VMOVUPS (SI)(AX*4), Z0
+	EXPF_SUB_AVX512
+	KORTESTW K1, K2
+	JNZ     xdone
+	VMOVUPS Z7, (DI)(AX*4)
+	VADDPS  Z7, Z30, Z30
+	ADDQ    $16, AX
+	JMP     xloop
+xtail:
+	MOVQ CX, R11
+	SUBQ AX, R11                   // 0..15 values left
+	JZ   xdone
+	MOVQ R11, CX
+	MOVL $1, R8
+	SHLL CX, R8
+	DECL R8
+	KMOVW R8, K3                   // their lanes
+	VMOVUPS.Z (SI)(AX*4), K3, Z0
+	EXPF_SUB_AVX512
+	KANDW   K3, K1, K1
+	KANDW   K3, K2, K2
+	KORTESTW K1, K2
+	JNZ     xdone
+	VMOVUPS Z7, K3, (DI)(AX*4)
+	VADDPS  Z7, Z30, K3, Z30
+	ADDQ    R11, AX
+xdone:
+	MOVQ AX, done+48(FP)
+	CMPQ AX, n+16(FP)
+	JNE  xpartial
+	FOLD16_Z30
+	MOVSS X0, sum+56(FP)
+	VZEROUPPER
+	RET
+xpartial:
+	VMOVUPS Z30, (R9)
+	VZEROUPPER
+	RET
+
+// func dotAVX512(a, b *float32, n int) float32
+// Σ a[i]·b[i], each product rounded to float32 before the sum (no FMA),
+// in dot16's order: product i into lane i mod 16 of sixteen partial sums,
+// in order (a last block of fewer than sixteen masked), then fold16.
+TEXT ·dotAVX512(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VPXORD Z30, Z30, Z30
+	XORQ AX, AX
+	MOVQ CX, R10
+	ANDQ $-16, R10
+dloop:
+	CMPQ AX, R10
+	JGE  dtail
+	VMOVUPS (SI)(AX*4), Z0
+	VMULPS  (DI)(AX*4), Z0, Z0
+	VADDPS  Z0, Z30, Z30
+	ADDQ    $16, AX
+	JMP     dloop
+dtail:
+	SUBQ AX, CX                    // 0..15 values left
+	JZ   ddone
+	MOVL $1, R8
+	SHLL CX, R8
+	DECL R8
+	KMOVW R8, K3
+	VMOVUPS.Z (SI)(AX*4), K3, Z0
+	VMOVUPS.Z (DI)(AX*4), K3, Z1
+	VMULPS  Z1, Z0, Z0
+	VADDPS  Z0, Z30, K3, Z30
+ddone:
+	FOLD16_Z30
+	MOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET

@@ -17,4 +17,7 @@ func rmsGradFast(d, gr, w, x []float32, c, rs float32) int { return 0 }
 func accMulMulFast(p, gr, x []float32, s float32) int      { return 0 }
 func maxFast(x []float32) (float32, bool)                  { return 0, false }
 
-const haveAVX2, haveMaxAVX2 = false, false // no assembly: the scalar loops run
+const haveAVX512, haveAVX2, haveMaxAVX2 = false, false, false // no assembly: the scalar loops run
+
+func expSubSumFast(dst, src []float32, m float32, acc *[16]float32) (int, float32) { return 0, 0 }
+func dotFast(a, b []float32) (float32, bool)                                       { return 0, false }

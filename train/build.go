@@ -662,6 +662,7 @@ func trainGraph(tap nn.GradTap, world int, checkpoint bool) graphOptions {
 func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen int, params []*optim.Param, policy *amp.Policy, o graphOptions) (*runner, error) {
 	b := nn.NewBuilder(eng, tensor.Float32)
 	b.PackFrozenWeights = o.gpu == nil // the Vulkan engine reads weights as the graph holds them
+	b.RoundInProducts = o.gpu == nil
 	if params != nil {
 		b.GradTap = o.tap
 	}
