@@ -258,9 +258,10 @@ func (nb *NativeBF16) GemmBand(band Band, transA, transB bool, m, n, k int, alph
 // own. No value of C rounds to zero: both kernels flush sums below
 // float32's smallest normal, 2^-126, to zero, and bf16 has float32's
 // exponent range (amp.Format.Underflows of C is 0), so a gradient
-// rounded here loses nothing to underflow.
-func (nb *NativeBF16) GemmRound(transA, transB bool, m, n, k int, a, b BF16Matrix, pb *PackedBF16, c []float32, ldc int) {
-	nb.gemmWith(bf16Epilogue{round: true}, BandFull, transA, transB, m, n, k, 1, a, b, pb, 0, c, ldc, nil)
+// rounded here loses nothing to underflow. done, when not nil, is
+// called on each block of C once it is final and rounded (see Gemm).
+func (nb *NativeBF16) GemmRound(transA, transB bool, m, n, k int, a, b BF16Matrix, pb *PackedBF16, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	nb.gemmWith(bf16Epilogue{round: true}, BandFull, transA, transB, m, n, k, 1, a, b, pb, 0, c, ldc, done)
 }
 
 // bf16Epilogue is what a product does to C past alpha and beta: nothing,
@@ -303,9 +304,12 @@ func (nb *NativeBF16) gemmWith(ep bf16Epilogue, band Band, transA, transB bool, 
 		return
 	}
 	if band == BandFull && beta == 0 && n <= bf16ThinN && m >= 4*n && b.len() > 0 {
-		nb.gemmTransposed(transA, bTrans, m, n, k, alpha, a, b, c, ldc, done)
+		nb.gemmTransposed(transA, bTrans, m, n, k, alpha, a, b, c, ldc, nil)
 		if ep.round {
 			roundRows(c, ldc, 0, m, 0, n)
+		}
+		if done != nil {
+			done(0, m, 0, n)
 		}
 		return
 	}

@@ -53,10 +53,11 @@ func TestVDPBF16PSRoundEpilogue(t *testing.T) {
 // VDPBF16PS kernel where the CPU has it and on both kernels' Go models
 // everywhere (the AMX model, like its kernel, leaves the rounding to the
 // driver): operands as float32 and packed, every transpose, 1 and 3
-// workers. Some operands are huge, so that sums overflow to infinity and
-// NaN, and the unrounded C of each product is checked to hold no value
-// that rounds to zero (GemmRound's claim that a gradient rounded there
-// loses nothing to underflow).
+// workers; and its epilogue callback sees every element once, rounded.
+// Some operands are huge, so that sums overflow to infinity and NaN, and
+// the unrounded C of each product is checked to hold no value that
+// rounds to zero (GemmRound's claim that a gradient rounded there loses
+// nothing to underflow).
 func TestNativeBF16GemmRound(t *testing.T) {
 	type gemmer struct {
 		name string
@@ -104,10 +105,25 @@ func TestNativeBF16GemmRound(t *testing.T) {
 								if packed {
 									pb = nb.PackB(nil, tb, k, n, BF16Matrix{F32: bf, Ld: ldb})
 								}
-								nb.GemmRound(ta, tb, m, n, k, BF16Matrix{F32: af, Ld: lda}, BF16Matrix{F32: bf, Ld: ldb}, pb, got, n)
+								// done sees each element once, rounded: it
+								// records what it saw
+								seen := make([]float32, m*n)
+								times := make([]int, m*n)
+								done := func(i0, i1, j0, j1 int) {
+									for i := i0; i < i1; i++ {
+										for j := j0; j < j1; j++ {
+											seen[i*n+j] = got[i*n+j]
+											times[i*n+j]++
+										}
+									}
+								}
+								nb.GemmRound(ta, tb, m, n, k, BF16Matrix{F32: af, Ld: lda}, BF16Matrix{F32: bf, Ld: ldb}, pb, got, n, done)
 								for i := range want {
 									if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 										t.Fatalf("%s: C[%d] = %v, Gemm rounded %v", name, i, got[i], want[i])
+									}
+									if times[i] != 1 || math.Float32bits(seen[i]) != math.Float32bits(want[i]) {
+										t.Fatalf("%s: done saw C[%d] %d times, last as %v, want once as %v", name, i, times[i], seen[i], want[i])
 									}
 								}
 							}

@@ -20,7 +20,7 @@ type bf16Packer interface {
 // each tile (blas.NativeBF16.GemmRound): no value of C rounds to zero
 // there, so a gradient's rounding counts no underflow.
 type bf16Rounder interface {
-	GemmRound(transA, transB bool, m, n, k int, a, b blas.BF16Matrix, pb *blas.PackedBF16, c []float32, ldc int)
+	GemmRound(transA, transB bool, m, n, k int, a, b blas.BF16Matrix, pb *blas.PackedBF16, c []float32, ldc int, done func(i0, i1, j0, j1 int))
 }
 
 // bandGemmer is a bf16 GEMM that skips what a causal mask leaves out of a
@@ -79,8 +79,19 @@ func (e *Engine) bf16Path(fa, fb amp.Format) bool {
 // the kernel as it stores C, where it is a bf16Rounder), and w, when
 // not nil, keeps B (a weight) packed from call to call.
 func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, bBits []uint16, ldb int, c []float32, ldc int, w *packedWeight) {
+	e.gemmBF16Then(f, grad, transA, transB, m, n, k, a, lda, b, bBits, ldb, c, ldc, w, nil)
+}
+
+// gemmBF16Then is gemmBF16 that then calls then, when not nil, on blocks
+// of C (rows [i0, i1), columns [j0, j1)) once they are rounded, each
+// element once, from the worker that finished it: an epilogue that runs
+// while the block is in cache.
+func (e *Engine) gemmBF16Then(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, bBits []uint16, ldb int, c []float32, ldc int, w *packedWeight, then func(i0, i1, j0, j1 int)) {
 	if m == 0 || n == 0 {
 		return
+	}
+	if grad && f != amp.FP32 {
+		defer e.Grads.rounded.Add(int64(m) * int64(n))
 	}
 	if p, ok := e.BF16.(bf16Packer); ok {
 		var pb *blas.PackedBF16
@@ -88,20 +99,20 @@ func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, 
 			pb = w.get(e, p, transB, k, n, b, bBits, ldb)
 		}
 		if r, ok := p.(bf16Rounder); ok && f == amp.BF16 {
-			r.GemmRound(transA, transB, m, n, k, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb}, pb, c, ldc)
-			if grad {
-				e.Grads.rounded.Add(int64(m) * int64(n))
-			}
+			r.GemmRound(transA, transB, m, n, k, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb}, pb, c, ldc, then)
 			return
 		}
-		var done func(i0, i1, j0, j1 int)
+		done := then
 		if f != amp.FP32 {
-			done = e.roundBlock(f, grad, c, ldc)
+			rows := e.roundBlock(f, grad, c, ldc)
+			done = func(i0, i1, j0, j1 int) {
+				rows(i0, i1, j0, j1)
+				if then != nil {
+					then(i0, i1, j0, j1)
+				}
+			}
 		}
 		p.Gemm(transA, transB, m, n, k, 1, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb}, pb, 0, c, ldc, done)
-		if grad && f != amp.FP32 {
-			e.Grads.rounded.Add(int64(m) * int64(n))
-		}
 		return
 	}
 	ab, releaseA := e.bf16Bits(a[:extent(transA, m, k, lda)])
@@ -112,14 +123,18 @@ func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, 
 		defer releaseB()
 	}
 	e.BF16.GemmBF16(transA, transB, m, n, k, 1, ab, lda, bBits, ldb, 0, c, ldc)
-	if f == amp.FP32 {
+	if f == amp.FP32 && then == nil {
 		return
 	}
 	rows := e.roundBlock(f, grad, c, ldc)
-	e.parallel(m, max(1, (1<<14)/n), func(i0, i1 int) { rows(i0, i1, 0, n) })
-	if grad {
-		e.Grads.rounded.Add(int64(m) * int64(n))
-	}
+	e.parallel(m, max(1, (1<<14)/n), func(i0, i1 int) {
+		if f != amp.FP32 {
+			rows(i0, i1, 0, n)
+		}
+		if then != nil {
+			then(i0, i1, 0, n)
+		}
+	})
 }
 
 // extent is how many elements of a row-major operand a GEMM reads: op(X)

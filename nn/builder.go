@@ -155,6 +155,9 @@ type Builder struct {
 	// (Builder.roundsInProducts). Only for graphs the CPU engine runs, as
 	// PackFrozenWeights.
 	RoundInProducts bool
+	// FuseAdapterAdd lets AddLinear form its sum as its product's epilogue.
+	// Only for graphs the CPU engine runs, as PackFrozenWeights.
+	FuseAdapterAdd bool
 
 	needsGrad map[*G.Node]bool
 	isParam   map[*G.Node]bool

@@ -59,6 +59,7 @@ func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build f
 	lb.Policy = b.Policy
 	lb.PackFrozenWeights = b.PackFrozenWeights
 	lb.RoundInProducts = b.RoundInProducts
+	lb.FuseAdapterAdd = b.FuseAdapterAdd
 	lb.recording = true
 	lb.nextID = b.nextID
 	idStart := b.nextID

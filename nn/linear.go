@@ -144,6 +144,27 @@ type linearOp[T Float] struct {
 	// packed and packedDx keep W packed for a bf16 GEMM as op(B) of the
 	// forward product and of dx; nil where W is not a parameter
 	packed, packedDx *packedWeight
+	// deferred: the op's one reader, an add (Builder.AddLinear), runs the
+	// product into its own output; Do keeps the inputs for it (pending)
+	// and leaves the output unwritten
+	deferred bool
+	pending  []G.Value
+}
+
+// fusable says whether the product may run as an add's epilogue
+// (Builder.AddLinear): float32 operands on the engine's bf16 GEMM, which
+// hands finished blocks of C to a callback.
+func (o *linearOp[T]) fusable() bool {
+	_, packs := o.eng.BF16.(bf16Packer)
+	return isF32[T]() && packs && !o.w16.on && !o.w4.on && o.eng.bf16Path(o.inFm[0], o.inFm[1])
+}
+
+// productInto computes the deferred product, x·Wᵀ rounded to the op's
+// output format, into y ([n, outF]) and calls then on each block of it
+// once it is final (gemmBF16Then).
+func (o *linearOp[T]) productInto(y []float32, then func(i0, i1, j0, j1 int)) {
+	x, w := o.pending[0].Data().([]float32), o.pending[1].Data().([]float32)
+	o.eng.gemmBF16Then(o.out, false, false, true, o.n, o.outF, o.in, x, o.in, w, nil, o.in, y, o.outF, o.packed, then)
 }
 
 func (o *linearOp[T]) Arity() int    { return 2 }
@@ -171,6 +192,11 @@ func (o *linearOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	if o.deferred { // the add reading it computes the product (productInto)
+		o.pending = append(o.pending[:0], vs...)
+		t, _ := o.buf.tensor()
+		return t, nil
+	}
 	x := vs[0].Data().([]T)
 	t, y := o.buf.get()
 	switch w := vs[1].Data().(type) {

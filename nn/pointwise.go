@@ -19,6 +19,10 @@ type pointwiseOp[T Float] struct {
 	fwd   func(y []T, in [][]T)
 	bwd   func(in, grads [][]T) // in: the forward inputs, then the output gradient
 	buf   buffer[T]
+	// product, when set, is the deferred linear op whose output is input
+	// 1 (Builder.AddLinear): Do runs its product into this op's output
+	// and applies fwd to each block of it as the GEMM finishes the block
+	product *linearOp[float32]
 }
 
 func (o *pointwiseOp[T]) Arity() int { return o.arity }
@@ -36,6 +40,21 @@ func (o *pointwiseOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	in := vals[T](vs)
 	t, y := o.buf.get()
+	if o.product != nil {
+		// y = fwd(in[0], x·Wᵀ): the product (rounded as the linear op
+		// rounds it) into y, then each block of y through fwd with y as
+		// input 1, and rounded, as below
+		y32, base := any(y).([]float32), any(in[0]).([]float32)
+		cols := o.product.outF
+		o.product.productInto(y32, func(i0, i1, j0, j1 int) {
+			for i := i0; i < i1; i++ {
+				row := y[i*cols+j0 : i*cols+j1]
+				o.fwd(row, [][]T{any(base[i*cols+j0 : i*cols+j1]).([]T), row})
+				round(o.out, row)
+			}
+		})
+		return t, nil
+	}
 	o.eng.parallel(len(y), 4096, func(lo, hi int) {
 		// in blocks that stay in L1, each rounded right after it is computed
 		sub := make([][]T, len(in))
@@ -186,6 +205,30 @@ func SwiGLUInto[T Float](y, a, u []T) {
 	for i := range y {
 		y[i] = a[i] * sigmoid(a[i]) * u[i]
 	}
+}
+
+// AddLinear returns base + s·y, AddScaled(base, y, s), for y the output
+// of Linear that nothing else reads: an adapter's branch joining its base
+// layer's output (PEFT's result + lora_B(...)·scaling). The graph and the
+// bits are AddScaled's. With FuseAdapterAdd, where y's product runs on a
+// bf16 GEMM that hands it finished blocks, the add forms the sum as the
+// GEMM's epilogue: y's op leaves its output unwritten, and the add runs
+// the product into its own output, each block scaled, rounded and added
+// to base while it is in cache, the same operations on the same values as
+// the two ops apart. Neither op's backward reads y, so the branch's
+// product is never written to memory and read back. A second reader of y
+// would read nothing: y must have none.
+func (b *Builder) AddLinear(base, y *G.Node, s float64) *G.Node {
+	check(b.G.To(y.ID()).Len() == 0, "add: the linear output %v has readers already", y)
+	out := b.AddScaled(base, y, s)
+	if b.FuseAdapterAdd {
+		lin, _ := y.Op().(*linearOp[float32])
+		add, _ := out.Op().(*pointwiseOp[float32])
+		if lin != nil && add != nil && lin.fusable() {
+			lin.deferred, add.product = true, lin
+		}
+	}
+	return out
 }
 
 // Add returns a + b (residual connections).

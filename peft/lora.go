@@ -446,7 +446,7 @@ func (l *Adapter) Linear(nodes map[string]*G.Node) func(b *nn.Builder, path stri
 		if !c.UseDoRA {
 			// the base layer with its (frozen) bias, plus the update: PEFT's
 			// result = base_layer(x) + lora_B(lora_A(dropout(x)))·scaling
-			return b.AddScaled(b.LinearBias(x, w, bias), lora, s)
+			return b.AddLinear(b.LinearBias(x, w, bias), lora, s)
 		}
 		mag := b.Param(KeyM(path), []int{m.Out}, m.M, true)
 		nodes[KeyM(path)] = mag

@@ -15,16 +15,18 @@ import (
 	"github.com/mixtune/mixtune/peft"
 )
 
-// TestRoundInProductsSameBits: with nn.Builder.RoundInProducts, a LoRA
-// model's bf16 graph on a bf16 GEMM that rounds its float32 operands
-// (the native driver, on its Go model of VDPBF16PS so that it runs on
-// any CPU) reads the fp32 activations its linear layers and attention
-// compute on with no casts, and computes the same loss and adapter
-// gradients, bit for bit, as with the casts: the GEMM rounds as the cast
-// does, and the activations' gradients add up in the same order. Every
-// module is adapted, with dropout on the adapter branch, and the keys and
-// values are grouped (2 query heads, 1 key/value head).
-func TestRoundInProductsSameBits(t *testing.T) {
+// TestCPUGraphFusionsSameBits: with nn.Builder.RoundInProducts and
+// FuseAdapterAdd, a LoRA model's bf16 graph on a bf16 GEMM that rounds
+// its float32 operands (the native driver, on its Go model of VDPBF16PS
+// so that it runs on any CPU) reads the fp32 activations its linear
+// layers and attention compute on with no casts, and forms each adapter's
+// sum as its product's epilogue, and computes the same loss and adapter
+// gradients, bit for bit, as without: the GEMM rounds as the cast does,
+// the activations' gradients add up in the same order, and the epilogue
+// does the add's operations. Every module is adapted, with dropout on the
+// adapter branch, and the keys and values are grouped (2 query heads, 1
+// key/value head).
+func TestCPUGraphFusionsSameBits(t *testing.T) {
 	m := tinyModel(t)
 	ts, err := peft.Targets(linearTargets(m), allModules)
 	if err != nil {
@@ -40,7 +42,7 @@ func TestRoundInProductsSameBits(t *testing.T) {
 		b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, BF16: blas.NewNativeBF16Go(2), Workers: 2}, tensor.Float32)
 		b.Policy = &p
 		b.PackFrozenWeights = true
-		b.RoundInProducts = round
+		b.RoundInProducts, b.FuseAdapterAdd = round, round
 		nodes := map[string]*G.Node{}
 		g, err := m.Build(b, model.GraphConfig{Batch: 2, SeqLen: 4, Linear: l.Linear(nodes)})
 		if err != nil {
@@ -85,15 +87,15 @@ func TestRoundInProductsSameBits(t *testing.T) {
 	// down_proj, the dropout outputs read by the adapters' A, q and k after
 	// the rotation (v is a linear's bf16 output)
 	if casts1 >= casts0 {
-		t.Fatalf("%d activation casts with RoundInProducts, %d without: want fewer", casts1, casts0)
+		t.Fatalf("%d activation casts with the fusions, %d without: want fewer", casts1, casts0)
 	}
 	if math.Float32bits(loss0) != math.Float32bits(loss1) {
-		t.Fatalf("loss %v with RoundInProducts, %v without", loss1, loss0)
+		t.Fatalf("loss %v with the fusions, %v without", loss1, loss0)
 	}
 	for i := range grads0 {
 		for j := range grads0[i] {
 			if math.Float32bits(grads0[i][j]) != math.Float32bits(grads1[i][j]) {
-				t.Fatalf("gradient %d[%d] = %v with RoundInProducts, %v without", i, j, grads1[i][j], grads0[i][j])
+				t.Fatalf("gradient %d[%d] = %v with the fusions, %v without", i, j, grads1[i][j], grads0[i][j])
 			}
 		}
 	}

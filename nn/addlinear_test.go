@@ -1,0 +1,88 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
+)
+
+// TestAddLinearFused: AddLinear under FuseAdapterAdd on a bf16 GEMM that
+// hands finished blocks to an epilogue (the native driver on its Go model
+// of VDPBF16PS) defers the linear op and forms base + s·(x·Wᵀ) as the
+// GEMM's epilogue, with AddScaled's bits for the output and for the
+// gradients of base, x and W; with a scale of 1 and not, a product wide
+// enough for tiles and a thin one (which runs transposed), and base in
+// bf16 and in fp32. Without a GEMM that takes an epilogue (the
+// emulation), nothing is deferred.
+func TestAddLinearFused(t *testing.T) {
+	for _, c := range []struct {
+		n, in, out int
+		s          float64
+		base32     bool
+	}{{40, 8, 70, 2, false}, {40, 8, 70, 1, true}, {60, 16, 5, 0.5, false}} {
+		t.Run(fmt.Sprintf("%dx%dx%d/s%v/fp32base%v", c.n, c.out, c.in, c.s, c.base32), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(c.n), uint64(c.out)))
+			vals := func(k int) []float32 {
+				v := make([]float32, k)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64())
+				}
+				return v
+			}
+			xs, ws, bs := vals(c.n*c.in), vals(c.out*c.in), vals(c.n*c.out)
+			run := func(g blas.BF16Gemmer, fuse bool) (out []float32, grads [][]float32, deferred bool) {
+				b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: g, Workers: 2}, tensor.Float32)
+				p := amp.DefaultPolicy(amp.BF16)
+				b.Policy = &p
+				b.FuseAdapterAdd = fuse
+				x := b.Param("x", []int{c.n, c.in}, append([]float32(nil), xs...), true)
+				w := b.Param("w", []int{c.out, c.in}, append([]float32(nil), ws...), true)
+				base := b.Param("base", []int{c.n, c.out}, append([]float32(nil), bs...), true)
+				bin := base
+				if !c.base32 {
+					bin = b.lower(base, amp.BF16)
+				}
+				y := b.Linear(x, w)
+				sum := b.AddLinear(bin, y, c.s)
+				lin := y.Op().(*linearOp[float32])
+				gn, err := G.Grad(G.Must(G.Sum(G.Must(G.Square(sum)))), base, x, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				runGraph(t, b)
+				for _, n := range gn {
+					grads = append(grads, append([]float32(nil), f32(n)...))
+				}
+				return append([]float32(nil), f32(sum)...), grads, lin.deferred
+			}
+			model := blas.NewNativeBF16Go(2)
+			want, wantG, _ := run(model, false)
+			got, gotG, deferred := run(model, true)
+			if !deferred {
+				t.Fatal("the linear op was not deferred")
+			}
+			if _, _, d := run(nil, true); d {
+				t.Fatal("deferred on the emulation, which has no epilogue")
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("sum[%d] = %v fused, %v apart", i, got[i], want[i])
+				}
+			}
+			for k := range wantG {
+				for i := range wantG[k] {
+					if math.Float32bits(gotG[k][i]) != math.Float32bits(wantG[k][i]) {
+						t.Fatalf("gradient %d[%d] = %v fused, %v apart", k, i, gotG[k][i], wantG[k][i])
+					}
+				}
+			}
+		})
+	}
+}
