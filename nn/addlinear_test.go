@@ -86,3 +86,47 @@ func TestAddLinearFused(t *testing.T) {
 		})
 	}
 }
+
+// TestAddPassesGradient: an add hands its output's gradient on as the
+// gradient of an input with coefficient 1 whose format that gradient is
+// already in (a residual's fp32 stream here; the base output of an
+// adapted layer, in bf16, in TestAddLinearFused), with no op and no copy;
+// the scaled input's gradient is still computed, s·g rounded to its
+// format.
+func TestAddPassesGradient(t *testing.T) {
+	const n, d, s = 6, 10, 0.25
+	rng := rand.New(rand.NewPCG(3, 9))
+	vals := func() []float32 {
+		v := make([]float32, n*d)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	p := amp.DefaultPolicy(amp.BF16)
+	b.Policy = &p
+	x := b.Param("x", []int{n, d}, vals(), true)
+	y := b.Param("y", []int{n, d}, vals(), true)
+	sum := b.AddScaled(x, y, s) // fp32 + s·fp32: out fp32
+	w := b.Param("w", []int{n, d}, vals(), false)
+	gn, err := G.Grad(G.Must(G.Sum(G.Must(G.HadamardProd(sum, w)))), x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gn[0].Op().(*pickOp[float32]); ok {
+		t.Fatalf("x's gradient is a pick of the add's backward (%v), want the output's gradient", gn[0].Op())
+	}
+	if _, ok := gn[1].Op().(*pickOp[float32]); !ok {
+		t.Fatalf("y's gradient is %v, want a pick of the add's backward", gn[1].Op())
+	}
+	runGraph(t, b)
+	for i, wv := range f32(w) { // d loss / d sum = w
+		if got := f32(gn[0])[i]; got != wv {
+			t.Fatalf("d/dx[%d] = %v, want %v", i, got, wv)
+		}
+		if got, want := f32(gn[1])[i], s*wv; got != want {
+			t.Fatalf("d/dy[%d] = %v, want %v", i, got, want)
+		}
+	}
+}

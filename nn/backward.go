@@ -94,6 +94,12 @@ func fusedBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, ru
 // newBackward is fusedBackward that also returns the backward op, whose
 // buffers a forward op may fill itself (see LMHeadLoss).
 func newBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run backwardKernel[T]) (*backwardOp[T], G.Nodes) {
+	return newBackwardFor(fwd, fwd.wrt, graphIn, inShapes, run)
+}
+
+// newBackwardFor is newBackward computing the gradients of the inputs
+// need says (a subset of fwd.wrt): the caller hands on the others itself.
+func newBackwardFor[T Float](fwd *opBase, need []bool, graphIn []*G.Node, inShapes [][]int, run backwardKernel[T]) (*backwardOp[T], G.Nodes) {
 	ranks := make([]int, len(graphIn))
 	for i, n := range graphIn {
 		ranks[i] = n.Dims()
@@ -105,7 +111,7 @@ func newBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run 
 		opBase: opBase{eng: fwd.eng, id: fwd.id, kind: fwd.kind + ".backward",
 			wrt: make([]bool, len(graphIn)), inFm: fwd.inFm, out: fwd.out},
 		ranks:  ranks,
-		need:   fwd.wrt,
+		need:   need,
 		fwd:    fwdOp(fwd),
 		shapes: inShapes,
 		run:    run,
@@ -116,7 +122,7 @@ func newBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run 
 	}
 	bn := applyOp(bw, graphIn...)
 	grads := make(G.Nodes, len(inShapes))
-	for i, need := range fwd.wrt {
+	for i, need := range need {
 		if need {
 			p := &pickOp[T]{opBase: gradBase(fwd, fwd.kind+".grad", i, 1), src: bw, i: i}
 			grads[i] = applyOp(p, bn)

@@ -1,6 +1,8 @@
 package nn
 
 import (
+	"slices"
+
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -77,6 +79,7 @@ func (o *pointwiseOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 		shapes[i] = o.shape
 	}
 	graphIn := append(append([]*G.Node(nil), inputs...), grad)
+	pass, need := o.passedGrads()
 	var bw *backwardOp[T]
 	bwd := func(in, grads [][]T) error {
 		o.eng.parallel(len(in[0]), 4096, func(lo, hi int) {
@@ -102,15 +105,57 @@ func (o *pointwiseOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 			}
 		})
 		for i, g := range grads {
-			if g != nil && bw.inFm[i] != amp.FP32 && isF32[T]() {
-				o.eng.Grads.rounded.Add(int64(len(g)))
+			if (g != nil || pass[i]) && bw.inFm[i] != amp.FP32 && isF32[T]() {
+				o.eng.Grads.rounded.Add(int64(len(in[0])))
 			}
 		}
 		return nil
 	}
-	bw, grads := newBackward(&o.opBase, graphIn, shapes, bwd)
+	if !slices.Contains(need, true) { // every gradient is the output's
+		grads := make(G.Nodes, o.arity)
+		for i := range grads {
+			if pass[i] {
+				grads[i] = grad
+			}
+		}
+		return grads, nil
+	}
+	bw, grads := newBackwardFor(&o.opBase, need, graphIn, shapes, bwd)
 	bw.rounded = true
+	for i := range grads {
+		if pass[i] {
+			grads[i] = grad
+		}
+	}
 	return grads, nil
+}
+
+// passedGrads says which inputs of an add get the output's gradient g
+// itself, with no op and no copy (pass), and which the backward op
+// computes (need). An input passes where its coefficient is 1 and
+// rounding g to its format changes nothing: g is already in the add's
+// output format (gradIn), so the input's format must be that or fp32.
+// A pass-through of a low-precision input still counts as a rounding
+// (Grads.rounded), done by the backward op: so one such input passes
+// only while another input keeps the op.
+func (o *pointwiseOp[T]) passedGrads() (pass, need []bool) {
+	pass, need = make([]bool, o.arity), slices.Clone(o.wrt)
+	if o.kind != "add" {
+		return pass, need
+	}
+	coef := [2]float64{1, o.scale}
+	for i := range pass {
+		pass[i] = o.wrt[i] && coef[i] == 1 && (o.inFm[i] == amp.FP32 || o.inFm[i] == o.out)
+		need[i] = o.wrt[i] && !pass[i]
+	}
+	if !slices.Contains(need, true) {
+		for i := range pass {
+			if pass[i] && o.inFm[i] != amp.FP32 { // keep the op, to count it
+				pass[i], need[i] = false, true
+			}
+		}
+	}
+	return pass, need
 }
 
 // pointwiseBlock is how many values a pointwise kernel computes before it
