@@ -19,18 +19,18 @@ func (b *Builder) Linear(x, w *G.Node) *G.Node {
 // weightPackings are the packings of W that a bf16 GEMM may keep from
 // call to call, as op(B) of the forward product and of dx (nil where none
 // is kept). A parameter (or a 16-bit base weight) is what may be kept,
-// whatever copy of it the op reads: both packings of a float32 one, whose
-// bf16 copy they replace where it rounds as it packs, the forward's only
-// of a 16-bit one, which is held in bf16 already: packing its dx operand
-// per call (pairs of its rows side by side) costs little beside the
-// product, a second packing 2 bytes a parameter. Decided on W's node
-// before it is lowered.
+// whatever copy of it the op reads: both packings, for a float32 one in
+// place of its bf16 copy where the GEMM rounds as it packs. A 16-bit one
+// is held in bf16 already, and its dx operand (pairs of its rows side by
+// side) was packed per call until that was 2–3% of a bf16 step at the
+// mid shape of scripts/bench_vs_torch.sh, on a Zen 5: keeping it costs 2
+// bytes a parameter (about 30 MB of peak RSS at the mid shape, 75–120 MB
+// at SmolLM2's), with bf16's peak still well below PyTorch's autocast.
+// Decided on W's node before it is lowered.
 func (b *Builder) weightPackings(w *G.Node) (fwd, dx *packedWeight) {
 	if b.isParam[w] || b.is16[w] {
 		fwd = &packedWeight{trainable: b.needsGrad[w]}
-		if !b.is16[w] {
-			dx = &packedWeight{trainable: b.needsGrad[w]}
-		}
+		dx = &packedWeight{trainable: b.needsGrad[w]}
 	}
 	return fwd, dx
 }
