@@ -46,8 +46,8 @@ const (
 	// AttentionAuto uses AttentionFull below tiledAttentionMinSeqLen
 	// tokens per row and AttentionTiled from there on.
 	AttentionAuto AttentionKernel = iota
-	// AttentionFull keeps each head's [T, T] probabilities for the
-	// backward pass: B·Heads·T² values.
+	// AttentionFull keeps each head's probabilities for the backward
+	// pass, the lower triangle of [T, T]: B·Heads·T(T+1)/2 values.
 	AttentionFull
 	// AttentionTiled keeps two values per query row (the softmax's max
 	// and reciprocal sum) and recomputes the probabilities block by block
@@ -64,7 +64,8 @@ const (
 // to 512 the two are within the noise of each other (a few percent); at
 // 1024 and 2048 the tiled one is 4-15% faster. It skips the masked half of
 // every product but computes each exponential twice. From 512 tokens on
-// it is no slower and keeps T/2 times less: 256 times at 512.
+// it is no slower and keeps about T/4 times less than the full kernel's
+// lower triangle: 128 times at 512.
 const tiledAttentionMinSeqLen = 512
 
 // AttentionKeepsProbabilities reports whether attention over sequences of
@@ -218,8 +219,18 @@ type attentionOp[T Float] struct {
 	s     AttentionShape
 	f     attnFormats
 	buf   buffer[T]
-	probs []T // saved for backward: [B, Heads, T, T] softmax outputs, zero above the diagonal
+	// probs is saved for backward: each head's softmax outputs, the lower
+	// triangle alone, row i's columns 0..i at i(i+1)/2 (tri): half of T²,
+	// and half the memory traffic of a step that writes them in the
+	// forward pass and reads them back in the backward, by then long out
+	// of cache. The products read them from a full T×T buffer of their
+	// worker's, in cache, zero above the diagonal.
+	probs []T
 }
+
+// tri is the size of a head's lower triangle of t×t values, and the
+// offset of its row t.
+func tri(t int) int { return t * (t + 1) / 2 }
 
 func (o *attentionOp[T]) Arity() int    { return 3 }
 func (o *attentionOp[T]) Type() hm.Type { return fnType(2, 2, 2, 2) }
@@ -238,13 +249,14 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	t, out := o.buf.get()
 	s := o.s
 	T_ := s.SeqLen
-	if len(o.probs) != s.Batch*s.Heads*T_*T_ {
-		o.probs = make([]T, s.Batch*s.Heads*T_*T_)
+	if len(o.probs) != s.Batch*s.Heads*tri(T_) {
+		o.probs = make([]T, s.Batch*s.Heads*tri(T_))
 	}
 	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
+		p := make([]T, T_*T_) // the head's scores, then probabilities
 		scratch := valuesScratch[T](o.f, on.values, T_*T_)
 		start := make([]int, T_)
 		for u := lo; u < hi; u++ {
@@ -253,7 +265,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			kOff := bi*T_*kw + kh*s.HeadDim
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
-				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
+				saved := o.probs[(bi*s.Heads+h)*tri(T_) : (bi*s.Heads+h+1)*tri(T_)]
 				pv := scratch // P as the values matmul reads it
 				attnGemmBand(e, on.scores, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
 				for i := range T_ { // row by row, while the row is in L1
@@ -261,6 +273,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 					round(o.f.scores, row[:i+1])
 					causalSoftmaxRow(row, start[i], i)
 					round(o.f.softmax, row[:i+1])
+					copy(saved[tri(i):tri(i+1)], row[:i+1])
 					if pv != nil {
 						asValuesRow(o.f, pv[i*T_:i*T_+i+1], row[:i+1])
 					}
@@ -397,6 +410,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
+		p := make([]T, T_*T_) // the head's saved probabilities, zero above the diagonal
 		pv := valuesScratch[T](o.f, on.dV, T_*T_)
 		start := make([]int, T_)
 		var head []T // one head's dK or dV, [T_, HeadDim], to round before the group sum
@@ -436,7 +450,10 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 			kOff := bi*T_*kw + kh*s.HeadDim
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
-				p := o.probs[(bi*s.Heads+h)*T_*T_ : (bi*s.Heads+h+1)*T_*T_]
+				saved := o.probs[(bi*s.Heads+h)*tri(T_) : (bi*s.Heads+h+1)*tri(T_)]
+				for i := range T_ { // only the lower triangle is written: the rest stays zero
+					copy(p[i*T_:i*T_+i+1], saved[tri(i):tri(i+1)])
+				}
 				first := h == kh*group
 				if dv != nil {
 					accumulate(first, o.inFm[2], roundV, on.dV, asValuesLower(o.f, p, pv, T_), T_, g[qOff:], qw, 1, dv[kOff:])
