@@ -226,8 +226,11 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 	for r0 := 0; r0 < o.n; r0 += o.chunk {
 		rows := min(o.chunk, o.n-r0)
 		blk, xc := o.block[:rows*o.v], x[r0*o.d:(r0+rows)*o.d]
-		o.logits(xc, w, wBits, blk, rows)
-		roundAll(o.eng, o.logitsFm, blk)
+		if o.logits(xc, w, wBits, blk, rows); !o.logitsRounded() {
+			roundAll(o.eng, o.logitsFm, blk)
+		}
+		// each row's softmax and loss, then, in the training pass, its
+		// gradient, rounded and counted, while the row is in cache
 		o.eng.parallel(rows, 8, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				l, t := blk[r*o.v:(r+1)*o.v], o.targets[r0+r]
@@ -240,26 +243,28 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 				if t != IgnoreIndex {
 					o.rowLoss[r0+r] = lse - float64(lt)
 				}
+				if g == nil {
+					continue
+				}
+				// d loss / d logits = seed·(softmax − onehot(target)) /
+				// count on kept rows, as crossEntropyOp's backward
+				// computes it
+				if t == IgnoreIndex || count == 0 {
+					clear(l)
+					continue
+				}
+				scale := g.seed / T(count)
+				scaleSlice(l, l, scale)
+				l[t] -= scale
+				roundGradBlock(o.eng, o.logitsFm, l)
 			}
 		})
 		if g == nil {
 			continue
 		}
-		// d loss / d logits = seed·(softmax − onehot(target)) / count on
-		// kept rows, as crossEntropyOp's backward computes it
-		o.eng.parallel(rows, 8, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				d, t := blk[r*o.v:(r+1)*o.v], o.targets[r0+r]
-				if t == IgnoreIndex || count == 0 {
-					clear(d)
-					continue
-				}
-				scale := g.seed / T(count)
-				scaleSlice(d, d, scale)
-				d[t] -= scale
-			}
-		})
-		roundGrad(o.eng, o.logitsFm, blk)
+		if o.logitsFm != amp.FP32 && isF32[T]() {
+			o.eng.Grads.rounded.Add(int64(len(blk)))
+		}
 		if g.dx != nil {
 			o.inputGrad(blk, w, wBits, g.dx[r0*o.d:(r0+rows)*o.d], rows)
 		}
@@ -309,10 +314,22 @@ const (
 // product runs there in one call (the GEMM splits it among its threads),
 // unrounded: pass rounds the logits after. wBits is W encoded for the
 // pass (encodedWeight), or nil.
+// logitsRounded says whether logits leaves the block rounded to the
+// logits' format: on a bf16 GEMM whose kernel rounds C as it stores it
+// (bf16Rounder), in bf16.
+func (o *headLossOp[T]) logitsRounded() bool {
+	_, rounds := o.eng.BF16.(bf16Rounder)
+	return isF32[T]() && rounds && o.logitsFm == amp.BF16 && o.eng.bf16Path(o.inFm[0], o.weightFormat())
+}
+
 func (o *headLossOp[T]) logits(xc, w []T, wBits []uint16, blk []T, rows int) {
 	if isF32[T]() && o.eng.bf16Path(o.inFm[0], o.weightFormat()) {
 		wf, bits := o.weightOperand(w, wBits)
-		o.eng.gemmBF16(amp.FP32, false, false, true, rows, o.v, o.d, any(xc).([]float32), o.d, wf, bits, o.d, any(blk).([]float32), o.v, o.packed)
+		f := amp.FP32 // rounded after, unless the kernel rounds as it stores
+		if o.logitsRounded() {
+			f = o.logitsFm
+		}
+		o.eng.gemmBF16(f, false, false, true, rows, o.v, o.d, any(xc).([]float32), o.d, wf, bits, o.d, any(blk).([]float32), o.v, o.packed)
 		return
 	}
 	if w != nil {

@@ -102,10 +102,41 @@ func TestLMHeadLossBF16Path(t *testing.T) {
 						if n := pack.calls.Load(); n != 2*want {
 							t.Fatalf("packer: %d products, want %d", n, 2*want)
 						}
+						// a GEMM whose kernel rounds C as it stores it takes
+						// the logits rounded that way, and the bits hold
+						rounder := roundingPacker{&widenPacker{widenGemmer: &widenGemmer{be: be}}}
+						c.bf16 = rounder
+						got = runHead(t, be, c)
+						if msg := sameHeadBits(got, emu); msg != "" {
+							t.Fatalf("rounding GEMM against the emulation: %s", msg)
+						}
+						if n := rounder.calls.Load(); n != 2*want {
+							t.Fatalf("rounding GEMM: %d products, want %d", n, 2*want)
+						}
 					})
 				}
 			}
 		}
+	}
+}
+
+// roundingPacker is widenPacker with the entry point of a bf16 GEMM whose
+// kernel rounds C to bf16 as it stores it (bf16Rounder), rounding the
+// emulation's product with amp: the emulation's bits by design. It keeps
+// no packing (PackB gives none, so every product reads B as given).
+type roundingPacker struct{ *widenPacker }
+
+func (g roundingPacker) PackB(*blas.PackedBF16, bool, int, int, blas.BF16Matrix) *blas.PackedBF16 {
+	return nil
+}
+
+func (g roundingPacker) GemmRound(transA, transB bool, m, n, k int, a, b blas.BF16Matrix, pb *blas.PackedBF16, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	g.widenPacker.Gemm(transA, transB, m, n, k, 1, a, b, pb, 0, c, ldc, nil)
+	for i := range m {
+		amp.BF16.RoundSlice(c[i*ldc : i*ldc+n])
+	}
+	if done != nil && m > 0 && n > 0 {
+		done(0, m, 0, n)
 	}
 }
 

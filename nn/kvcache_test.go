@@ -197,6 +197,11 @@ func (c *productCounter) Gemm(transA, transB bool, m, n, k int, alpha float32, a
 	c.NativeBF16.Gemm(transA, transB, m, n, k, alpha, a, b, pb, beta, cm, ldc, done)
 }
 
+func (c *productCounter) GemmRound(transA, transB bool, m, n, k int, a, b blas.BF16Matrix, pb *blas.PackedBF16, cm []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+	c.calls.Add(1)
+	c.NativeBF16.GemmRound(transA, transB, m, n, k, a, b, pb, cm, ldc, done)
+}
+
 func TestKVCacheRows(t *testing.T) {
 	c := NewKVCache(2, 4, RopeInvFreq(4, 10000))
 	a, b := c.Add(), c.Add()
