@@ -216,9 +216,9 @@ func attnGemmBand[T Float](e *Engine, onBF16 bool, band blas.Band, transA, trans
 
 type attentionOp[T Float] struct {
 	opBase
-	s     AttentionShape
-	f     attnFormats
-	buf   buffer[T]
+	s   AttentionShape
+	f   attnFormats
+	buf buffer[T]
 	// probs is saved for backward: each head's softmax outputs, the lower
 	// triangle alone, row i's columns 0..i at i(i+1)/2 (tri): half of T²,
 	// and half the memory traffic of a step that writes them in the
