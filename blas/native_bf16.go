@@ -252,6 +252,13 @@ func (nb *NativeBF16) GemmBand(band Band, transA, transB bool, m, n, k int, alph
 	nb.gemm(band, transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, nil)
 }
 
+// GemmBandRound is GemmBand with beta 0 whose C, alpha·op(A)·op(B), is
+// rounded to bf16 as GemmRound rounds it: as each tile is stored, and
+// never to zero.
+func (nb *NativeBF16) GemmBandRound(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, c []float32, ldc int) {
+	nb.gemmWith(bf16Epilogue{round: true}, band, transA, transB, m, n, k, alpha, a, b, nil, 0, c, ldc, nil)
+}
+
 // GemmRound is Gemm with alpha 1 and beta 0 whose C is rounded to bf16
 // (nearest even, a NaN kept a quiet NaN: amp's rounding) as each tile is
 // stored, while it is in registers or in cache, not in a pass of its

@@ -422,13 +422,14 @@ func checkDriver(t *testing.T, micro bf16Micro, ref gemmModel) {
 // are all zero, and the sums here are never exactly zero), and for
 // BandLowerC each element above the diagonal must be Gemm's or left as
 // it was. Both kernels' models, and the VDPBF16PS kernel where the CPU
-// has it; 1 and 3 workers; beta 0 and not.
+// has it; 1 and 3 workers; beta 0 and not; and GemmBandRound, whose wanted
+// elements must be GemmBand's rounded as amp rounds.
 func TestNativeBF16Band(t *testing.T) {
 	micros := []struct {
 		name  string
 		micro bf16Micro
 	}{
-		{"VDPBF16PS model", bf16Micro{mr: bf16MR, kStep: 1, kern: modelKernel, packA: packStripA}},
+		{"VDPBF16PS model", bf16Micro{mr: bf16MR, kStep: 1, kern: modelKernel, packA: packStripA, roundsC: true}},
 		{"AMX model", NewNativeAMXGo(1).micro},
 	}
 	f := cpufeat.Detect()
@@ -495,6 +496,22 @@ func TestNativeBF16Band(t *testing.T) {
 									}
 									if math.Float32bits(g) != math.Float32bits(w) {
 										t.Fatalf("%s band %d T=%d inner %d alpha %v beta %v, %d workers: C[%d][%d] = %v, Gemm %v", mc.name, band, T, inner, ab[0], ab[1], workers, i, j, g, w)
+									}
+								}
+							}
+							if ab[1] != 0 {
+								continue
+							}
+							// GemmBandRound: the wanted elements, rounded as amp rounds
+							rounded := append([]float32(nil), c0...)
+							nb.GemmBandRound(band, transA, false, m, n, k, ab[0], BF16Matrix{F32: a, Ld: colsA}, BF16Matrix{F32: b, Ld: n}, rounded, n)
+							for i := range m {
+								for j := range n {
+									if band == BandLowerC && j > i {
+										continue
+									}
+									if g, w := rounded[i*n+j], amp.BF16.Round(want[i*n+j]); math.Float32bits(g) != math.Float32bits(w) {
+										t.Fatalf("%s band %d T=%d inner %d alpha %v, %d workers: GemmBandRound C[%d][%d] = %v, Gemm rounded %v", mc.name, band, T, inner, ab[0], workers, i, j, g, w)
 									}
 								}
 							}

@@ -214,6 +214,35 @@ func attnGemmBand[T Float](e *Engine, onBF16 bool, band blas.Band, transA, trans
 	blas.Gemm(e.BLAS, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// bandRounder is a bandGemmer whose kernel rounds C to bf16 as it stores
+// it (blas.NativeBF16.GemmBandRound): no pass over C afterwards, and no
+// value rounds to zero.
+type bandRounder interface {
+	GemmBandRound(band blas.Band, transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, c []float32, ldc int)
+}
+
+// attnGemmBandRound is attnGemmBand on the bf16 path with beta 0 and C
+// rounded to bf16 by the kernel (e.BF16 is a bandRounder).
+func attnGemmBandRound[T Float](e *Engine, band blas.Band, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	e.BF16.(bandRounder).GemmBandRound(band, transA, transB, m, n, k, float32(alpha), blas.BF16Matrix{F32: any(a).([]float32), Ld: lda}, blas.BF16Matrix{F32: any(b).([]float32), Ld: ldb}, any(c).([]float32), ldc)
+}
+
+// roundsInKernel says whether the bf16 GEMM's kernel rounds attention's
+// output (P·V, on the bf16 path, into a bf16 output) and, in the backward
+// pass, dQ, dK and dV (all on the bf16 path into bf16 inputs, one query
+// head per key/value head, so each head's dK and dV are final as the
+// GEMM stores them): no passes over them afterwards.
+func (o *attentionOp[T]) roundsInKernel() (out, grads bool) {
+	if _, ok := o.eng.BF16.(bandRounder); !ok || !isF32[T]() {
+		return false, false
+	}
+	on := attnPathsOf[T](&o.opBase, o.f)
+	out = on.values && o.out == amp.BF16
+	grads = on.dQ && on.dK && on.dV && o.s.Heads == o.s.KVHeads &&
+		o.inFm[0] == amp.BF16 && o.inFm[1] == amp.BF16 && o.inFm[2] == amp.BF16
+	return out, grads
+}
+
 type attentionOp[T Float] struct {
 	opBase
 	s   AttentionShape
@@ -255,6 +284,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	qw, kw, group := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim, s.Heads/s.KVHeads
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
+	outInKernel, _ := o.roundsInKernel()
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		p := make([]T, T_*T_) // the head's scores, then probabilities
 		scratch := valuesScratch[T](o.f, on.values, T_*T_)
@@ -281,11 +311,17 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 				if pv == nil {
 					pv = p
 				}
+				if outInKernel {
+					attnGemmBandRound(e, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, pv, T_, v[kOff:], kw, out[qOff:], qw)
+					continue
+				}
 				attnGemmBand(e, on.values, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, pv, T_, v[kOff:], kw, 0, out[qOff:], qw)
 			}
 		}
 	})
-	roundAll(o.eng, o.out, out)
+	if !outInKernel {
+		roundAll(o.eng, o.out, out)
+	}
 	return t, nil
 }
 
@@ -385,7 +421,9 @@ func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 	grad = gradIn(&o.opBase, grad)
 	n := o.s.Batch * o.s.SeqLen
 	shapes := [][]int{{n, o.s.Heads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}}
-	return fusedBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], inputs[2], grad}, shapes, o.backward), nil
+	bw, grads := newBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], inputs[2], grad}, shapes, o.backward)
+	_, bw.rounded = o.roundsInKernel() // the kernel rounds dq, dk and dv as it stores them
+	return grads, nil
 }
 
 // backward, per head with P the saved probabilities and dO the output gradient:
@@ -408,6 +446,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
+	_, inKernel := o.roundsInKernel()
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		ds := make([]T, T_*T_)
 		p := make([]T, T_*T_) // the head's saved probabilities, zero above the diagonal
@@ -420,6 +459,10 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 		// accumulate adds one head's gradient Aᵀ·B into dst (rows kw wide):
 		// directly, or, when rounded, after rounding it to f.
 		accumulate := func(first bool, f amp.Format, rounded, onBF16 bool, a []T, lda int, b []T, ldb int, alpha T, dst []T) {
+			if inKernel { // one head per group: its gradient, rounded by the kernel
+				attnGemmBandRound(e, blas.BandUpperA, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, dst, kw)
+				return
+			}
 			if !rounded {
 				var beta T // the first head of a group overwrites, the others add
 				if !first {
@@ -471,7 +514,9 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 					causalSoftmaxGradRow(p[i*T_:(i+1)*T_], row, start[i], i)
 					round(o.f.scores, row[:i+1])
 				}
-				if dq != nil {
+				if dq != nil && inKernel {
+					attnGemmBandRound(e, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, dq[qOff:], qw)
+				} else if dq != nil {
 					attnGemmBand(e, on.dQ, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
 				}
 				if dk != nil {
@@ -480,5 +525,12 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 			}
 		}
 	})
+	if inKernel { // what backwardOp would have counted (rounded, it counts nothing)
+		for _, g := range grads {
+			if g != nil {
+				e.Grads.rounded.Add(int64(len(g)))
+			}
+		}
+	}
 	return nil
 }

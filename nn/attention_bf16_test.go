@@ -167,12 +167,16 @@ func TestAttentionBF16Path(t *testing.T) {
 					emu := runAttentionPolicy(t, tc.s, k.kind, tensor.Float32, pc.policy(), eng(nil))
 					bits := &widenGemmer{be: blas.Native{Workers: 2}}
 					pack := &widenPacker{widenGemmer: &widenGemmer{be: blas.Native{Workers: 2}}}
+					// a GEMM whose kernel rounds C as it stores it: the
+					// output and, with one query head per key/value head, dQ,
+					// dK and dV are left to it to round
+					rounder := roundingPacker{&widenPacker{widenGemmer: &widenGemmer{be: blas.Native{Workers: 2}}}}
 					want := attnProducts(tc.s, k.kind, pc.on)
 					for _, g := range []struct {
 						name  string
 						g     blas.BF16Gemmer
 						calls func() int64
-					}{{"bits", bits, bits.calls.Load}, {"packer", pack, pack.calls.Load}} {
+					}{{"bits", bits, bits.calls.Load}, {"packer", pack, pack.calls.Load}, {"rounding packer", rounder, rounder.calls.Load}} {
 						got := runAttentionPolicy(t, tc.s, k.kind, tensor.Float32, pc.policy(), eng(g.g))
 						if n := g.calls(); n != want {
 							t.Fatalf("%s: %d products on the bf16 GEMM, want %d", g.name, n, want)

@@ -140,6 +140,20 @@ func (g roundingPacker) GemmRound(transA, transB bool, m, n, k int, a, b blas.BF
 	}
 }
 
+// GemmBand computes the whole product (what a band leaves out is zeros,
+// and GemmBand may write the rest).
+func (g roundingPacker) GemmBand(band blas.Band, transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, beta float32, c []float32, ldc int) {
+	g.widenPacker.Gemm(transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, nil)
+}
+
+// GemmBandRound is GemmBand with beta 0, C rounded to bf16 by amp.
+func (g roundingPacker) GemmBandRound(band blas.Band, transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, c []float32, ldc int) {
+	g.widenPacker.Gemm(transA, transB, m, n, k, alpha, a, b, nil, 0, c, ldc, nil)
+	for i := range m {
+		amp.BF16.RoundSlice(c[i*ldc : i*ldc+n])
+	}
+}
+
 // reversedGemmer is a correct bf16 GEMM that sums each output's k exact
 // products in float32 from the last to the first: an order no fp32
 // kernel takes, so that the bounds against the emulation meet real
