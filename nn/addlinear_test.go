@@ -130,3 +130,48 @@ func TestAddPassesGradient(t *testing.T) {
 		}
 	}
 }
+
+// TestAddLinearPlannedMemory: in a graph with no backward pass, where the
+// memory plan frees a value after its last reader, the deferred linear
+// op's inputs stay live until the add runs its product (inputsReadLater):
+// an adapter branch's output, planned and poisoned, against the same
+// graph unfused and unplanned.
+func TestAddLinearPlannedMemory(t *testing.T) {
+	const n, in, r, out, s = 40, 16, 4, 48, 2
+	rng := rand.New(rand.NewPCG(21, 22))
+	vals := func(k int) []float32 {
+		v := make([]float32, k)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	xs, as, bs, ws := vals(n*in), vals(r*in), vals(out*r), vals(out*in)
+	run := func(fuse, plan bool) []float32 {
+		b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: blas.NewNativeBF16Go(2), Workers: 2}, tensor.Float32)
+		p := amp.DefaultPolicy(amp.BF16)
+		b.Policy = &p
+		b.FuseAdapterAdd = fuse
+		x := b.Param("x", []int{n, in}, xs, false)
+		a := b.Param("a", []int{r, in}, as, false)
+		bw := b.Param("b", []int{out, r}, bs, false)
+		w := b.Param("w", []int{out, in}, ws, false)
+		lora := b.Linear(b.Linear(x, a), bw)
+		y := b.AddLinear(b.Linear(x, w), lora, s)
+		sum := b.Add(y, b.Linear(x, w))
+		if plan {
+			if _, err := b.PlanMemory(G.Nodes{sum}, PoisonBlocks()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runGraph(t, b)
+		return append([]float32(nil), f32(sum)...)
+	}
+	want := run(false, false)
+	got := run(true, true)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("sum[%d] = %v fused and planned, %v apart and unplanned", i, got[i], want[i])
+		}
+	}
+}

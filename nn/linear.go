@@ -151,6 +151,10 @@ type linearOp[T Float] struct {
 	pending  []G.Value
 }
 
+// readsInputsLater: a deferred op's inputs are read when its reader runs,
+// so the memory plan keeps them that long (inputsReadLater).
+func (o *linearOp[T]) readsInputsLater() bool { return o.deferred }
+
 // fusable says whether the product may run as an add's epilogue
 // (Builder.AddLinear): float32 operands on the engine's bf16 GEMM, which
 // hands finished blocks of C to a callback.

@@ -118,6 +118,10 @@ func (b *Builder) PlanMemory(keep G.Nodes, opts ...PlanOption) (MemoryPlan, erro
 	return plan, nil
 }
 
+// inputsReadLater is an op whose inputs are read after it runs, by the
+// op that reads its value (a deferred linear op: Builder.AddLinear).
+type inputsReadLater interface{ readsInputsLater() bool }
+
 // planGraph plans one graph into plan. Values written by the nodes in
 // together are planned as live together from the start.
 func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg planConfig, plan *MemoryPlan) error {
@@ -170,6 +174,13 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 				values = append(values, v)
 			}
 			roots[n] = []*value{v}
+			if d, ok := op.(inputsReadLater); ok && d.readsInputsLater() {
+				// its product runs when its reader runs (AddLinear): its
+				// inputs live as long as its value does
+				for _, c := range ins {
+					roots[n] = append(roots[n], roots[c]...)
+				}
+			}
 		case isBackward(op):
 			// its value is a placeholder scalar; its picks hand out its buffers
 		default:
