@@ -221,7 +221,7 @@ func (nb *NativeBF16) GemmBF16(transA, transB bool, m, n, k int, alpha float32, 
 // ignored), and done, when not nil, called on each block of C once it is
 // final (see Finisher), from the worker that computed it.
 func (nb *NativeBF16) Gemm(transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
-	nb.gemm(BandFull, transA, transB, m, n, k, alpha, a, b, pb, beta, c, ldc, done)
+	nb.gemm(false, BandFull, transA, transB, m, n, k, alpha, a, b, pb, beta, c, ldc, done)
 }
 
 // Band is the part of a square product a causal mask leaves (attention's,
@@ -249,14 +249,14 @@ const (
 // −0, and that an infinity or NaN in op(B) where op(A) is zero does not
 // reach C (Gemm makes it NaN).
 func (nb *NativeBF16) GemmBand(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, beta float32, c []float32, ldc int) {
-	nb.gemm(band, transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, nil)
+	nb.gemm(false, band, transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, nil)
 }
 
 // GemmBandRound is GemmBand with beta 0 whose C, alpha·op(A)·op(B), is
 // rounded to bf16 as GemmRound rounds it: as each tile is stored, and
 // never to zero.
 func (nb *NativeBF16) GemmBandRound(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, c []float32, ldc int) {
-	nb.gemmWith(bf16Epilogue{round: true}, band, transA, transB, m, n, k, alpha, a, b, nil, 0, c, ldc, nil)
+	nb.gemm(true, band, transA, transB, m, n, k, alpha, a, b, nil, 0, c, ldc, nil)
 }
 
 // GemmRound is Gemm with alpha 1 and beta 0 whose C is rounded to bf16
@@ -268,12 +268,8 @@ func (nb *NativeBF16) GemmBandRound(band Band, transA, transB bool, m, n, k int,
 // rounded here loses nothing to underflow. done, when not nil, is
 // called on each block of C once it is final and rounded (see Gemm).
 func (nb *NativeBF16) GemmRound(transA, transB bool, m, n, k int, a, b BF16Matrix, pb *PackedBF16, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
-	nb.gemmWith(bf16Epilogue{round: true}, BandFull, transA, transB, m, n, k, 1, a, b, pb, 0, c, ldc, done)
+	nb.gemm(true, BandFull, transA, transB, m, n, k, 1, a, b, pb, 0, c, ldc, done)
 }
-
-// bf16Epilogue is what a product does to C past alpha and beta: nothing,
-// or round it to bf16.
-type bf16Epilogue struct{ round bool }
 
 // roundRows rounds C's rows [i0, i1) over columns [j0, j1) to bf16: a
 // tile the kernel did not round.
@@ -283,13 +279,10 @@ func roundRows(c []float32, ldc, i0, i1, j0, j1 int) {
 	}
 }
 
-// gemm is Gemm and GemmBand.
-func (nb *NativeBF16) gemm(band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
-	nb.gemmWith(bf16Epilogue{}, band, transA, transB, m, n, k, alpha, a, b, pb, beta, c, ldc, done)
-}
-
-// gemmWith is gemm with epilogue ep.
-func (nb *NativeBF16) gemmWith(ep bf16Epilogue, band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
+// gemm is Gemm, GemmBand, GemmRound and GemmBandRound: roundC rounds C
+// to bf16 as each tile is stored (by the kernel where its micro.roundsC,
+// else by roundRows as the driver finishes the tile).
+func (nb *NativeBF16) gemm(roundC bool, band Band, transA, transB bool, m, n, k int, alpha float32, a, b BF16Matrix, pb *PackedBF16, beta float32, c []float32, ldc int, done func(i0, i1, j0, j1 int)) {
 	bTrans := transB // op(B)'s layout in b, before a packed op(B) overrides it
 	lb, ldb := b.len(), b.Ld
 	if pb != nil {
@@ -302,7 +295,7 @@ func (nb *NativeBF16) gemmWith(ep bf16Epilogue, band Band, transA, transB bool, 
 		transB, lb, ldb = false, k*n, max(1, n)
 	}
 	if trivialGemm("native bf16 Gemm", transA, transB, m, n, k, a.len(), a.Ld, lb, ldb, beta, c, ldc) {
-		if ep.round && m > 0 && n > 0 {
+		if roundC && m > 0 && n > 0 {
 			roundRows(c, ldc, 0, m, 0, n)
 		}
 		if done != nil && m > 0 && n > 0 {
@@ -312,7 +305,7 @@ func (nb *NativeBF16) gemmWith(ep bf16Epilogue, band Band, transA, transB bool, 
 	}
 	if band == BandFull && beta == 0 && n <= bf16ThinN && m >= 4*n && b.len() > 0 {
 		nb.gemmTransposed(transA, bTrans, m, n, k, alpha, a, b, c, ldc, nil)
-		if ep.round {
+		if roundC {
 			roundRows(c, ldc, 0, m, 0, n)
 		}
 		if done != nil {
@@ -323,7 +316,7 @@ func (nb *NativeBF16) gemmWith(ep bf16Epilogue, band Band, transA, transB bool, 
 	kp := roundUp((k+1)/2, nb.micro.kStep)
 	ns := (kp + bf16KCP - 1) / bf16KCP
 	g := &bf16Gemm{micro: nb.micro, band: band, transA: transA, transB: transB, m: m, n: n, k: k, kp: kp, kcp: roundUp((kp+ns-1)/ns, nb.micro.kStep),
-		alpha: alpha, beta: beta, a: a, b: b, c: c, ldc: ldc, done: done, ep: ep}
+		alpha: alpha, beta: beta, a: a, b: b, c: c, ldc: ldc, done: done, roundC: roundC}
 	workers := nb.workers
 	if w := int64(m) * int64(n) * int64(k) / bf16ParallelWork; w < int64(workers) {
 		workers = int(max(1, w))
@@ -369,7 +362,7 @@ func (nb *NativeBF16) gemmTransposed(transA, transB bool, m, n, k int, alpha flo
 	bufs := bf16Pool.Get().(*bf16Buffers)
 	defer bf16Pool.Put(bufs)
 	ct := alignF32(&bufs.ct, n*m)
-	nb.gemm(BandFull, !transB, !transA, n, m, k, alpha, b, a, nil, 0, ct, m, nil)
+	nb.gemm(false, BandFull, !transB, !transA, n, m, k, alpha, b, a, nil, 0, ct, m, nil)
 	_ = c[(m-1)*ldc+n-1]
 	for j := 0; j < n; j++ {
 		col := ct[j*m : (j+1)*m]
@@ -394,7 +387,7 @@ type bf16Gemm struct {
 	c              []float32
 	ldc            int
 	done           func(i0, i1, j0, j1 int)
-	ep             bf16Epilogue
+	roundC         bool // C rounded to bf16 as it is stored (gemm)
 }
 
 // block computes columns [jc, jc+32·panels) of C from the packed panels
@@ -450,7 +443,7 @@ func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 
 				row[j] = scaleBF16Sum(g.alpha, g.beta, 0, row[j])
 			}
 		}
-		if g.ep.round {
+		if g.roundC {
 			roundRows(g.c, g.ldc, i0, i1, jc+q0*bf16NR, min(jc+q1*bf16NR, g.n))
 		}
 	}
@@ -472,11 +465,11 @@ func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 
 				if g.beta != 0 {
 					mode |= bf16ReadC
 				}
-				if g.ep.round && g.micro.roundsC {
+				if g.roundC && g.micro.roundsC {
 					mode |= bf16Round
 				}
 				g.micro.kern(kc, ap, bpan, tile, g.c[i0*g.ldc+j0:], g.ldc, g.alpha, g.beta, mode)
-				if g.ep.round && !g.micro.roundsC {
+				if g.roundC && !g.micro.roundsC {
 					roundRows(g.c, g.ldc, i0, i1, j0, j1)
 				}
 				continue
@@ -484,7 +477,7 @@ func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 
 			g.micro.kern(kc, ap, bpan, tile, tile, bf16NR, 1, 0, mode)
 			if last { // a partial tile: its corner of the sums into C
 				g.partialTile(tile, i0, i1, j0, j1)
-				if g.ep.round {
+				if g.roundC {
 					roundRows(g.c, g.ldc, i0, i1, j0, j1)
 				}
 			}

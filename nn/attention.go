@@ -2,6 +2,7 @@ package nn
 
 import (
 	"math"
+	"sync"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -118,7 +119,7 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	fsm := b.formatOf("softmax")
 	// every product reads q, k and v with bf16 operands, scores and values
 	// both bf16 (attnPathsOf), outside a decoding graph
-	allBF16 := s.Cache == nil && b.Eng.bf16Path(fs, fv) && b.Eng.bf16Path(fs, fs)
+	allBF16 := s.Cache == nil && b.Eng.bf16Path(fs, fv)
 	raw := [3]bool{b.roundsInProducts(q, fs, allBF16), b.roundsInProducts(k, fs, allBF16), b.roundsInProducts(v, fv, allBF16)}
 	ins := [3]*G.Node{q, k, v}
 	for i, f := range [3]amp.Format{fs, fs, fv} {
@@ -255,6 +256,20 @@ type attentionOp[T Float] struct {
 	// of cache. The products read them from a full T×T buffer of their
 	// worker's, in cache, zero above the diagonal.
 	probs []T
+	// T×T buffers the workers take from call to call: rows, for the
+	// scores and dS, whose every row a call writes whole; lower, for the
+	// backward pass's probabilities, written below the diagonal only, so
+	// zero above it from their allocation on
+	rows, lower sync.Pool
+}
+
+// lend takes a buffer of n values from pool, or makes one.
+func lend[T Float](pool *sync.Pool, n int) *[]T {
+	if b, _ := pool.Get().(*[]T); b != nil && len(*b) == n {
+		return b
+	}
+	b := make([]T, n)
+	return &b
 }
 
 // tri is the size of a head's lower triangle of t×t values, and the
@@ -286,7 +301,9 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	outInKernel, _ := o.roundsInKernel()
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
-		p := make([]T, T_*T_) // the head's scores, then probabilities
+		pb := lend[T](&o.rows, T_*T_)
+		defer o.rows.Put(pb)
+		p := *pb // the head's scores, then probabilities
 		scratch := valuesScratch[T](o.f, on.values, T_*T_)
 		start := make([]int, T_)
 		for u := lo; u < hi; u++ {
@@ -353,25 +370,10 @@ func asValuesLower[T Float](f attnFormats, p, scratch []T, t int) []T {
 	if scratch == nil {
 		return p
 	}
-	for i := 0; i < t; i++ {
-		row := scratch[i*t : i*t+i+1]
-		copy(row, p[i*t:i*t+i+1])
-		round(f.values, row)
+	for i := range t {
+		asValuesRow(f, scratch[i*t:i*t+i+1], p[i*t:i*t+i+1])
 	}
 	return scratch[:len(p)]
-}
-
-// roundLower rounds rows i of a t×t matrix over columns 0..i: the part of
-// the scores, the probabilities or dP that a causal mask leaves. What lies
-// above the diagonal is never read before causalSoftmax or
-// causalSoftmaxGradRow zeroes it.
-func roundLower[T Float](f amp.Format, x []T, t int) {
-	if f == amp.FP32 {
-		return
-	}
-	for i := 0; i < t; i++ {
-		round(f, x[i*t:i*t+i+1])
-	}
 }
 
 // asValues is p as the values matmul reads it: rounded to its format.
@@ -383,15 +385,6 @@ func asValues[T Float](f attnFormats, p, scratch []T) []T {
 	copy(scratch, p)
 	round(f.values, scratch)
 	return scratch
-}
-
-// causalSoftmax turns each row i of scores [t, t] into softmax over
-// columns start[i]..i (its document's tokens up to itself) and zeroes the
-// rest.
-func causalSoftmax[T Float](p []T, t int, start []int) {
-	for i := 0; i < t; i++ {
-		causalSoftmaxRow(p[i*t:(i+1)*t], start[i], i)
-	}
 }
 
 // causalSoftmaxRow turns row[s0..i] into its softmax, zeroes the rest of row,
@@ -448,8 +441,10 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	_, inKernel := o.roundsInKernel()
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
-		ds := make([]T, T_*T_)
-		p := make([]T, T_*T_) // the head's saved probabilities, zero above the diagonal
+		dsb, pb := lend[T](&o.rows, T_*T_), lend[T](&o.lower, T_*T_)
+		defer o.rows.Put(dsb)
+		defer o.lower.Put(pb)
+		ds, p := *dsb, *pb // dP, then dS; the head's saved probabilities
 		pv := valuesScratch[T](o.f, on.dV, T_*T_)
 		start := make([]int, T_)
 		var head []T // one head's dK or dV, [T_, HeadDim], to round before the group sum

@@ -46,12 +46,13 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "linear: x %v and W %v do not fit (want [N,in] and [out,in])", xs, ws)
 	// x is read by the forward product (with W) and, for a trainable W,
 	// by dW's (with the output's gradient, in format out)
+	w16 := weights16{on: b.is16[w], stored: b.format[w], compute: f}
 	wFm := f // the values the products read from W
 	switch {
 	case is4:
 		wFm = amp.FP32 // dequantized to fp32 blocks
-	case b.is16[w]:
-		wFm = (&weights16{stored: b.format[w], compute: f}).bitsFormat()
+	case w16.on:
+		wFm = w16.bitsFormat()
 	}
 	xRaw := b.roundsInProducts(x, f, b.Eng.bf16Path(amp.BF16, wFm) && (!b.needsGrad[w] || b.Eng.bf16Path(out, amp.BF16)))
 	if xRaw {
@@ -76,7 +77,6 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 		check(!b.is16[w] && !is4, "linear: 16- and 4-bit weights need a float32 graph")
 		return b.apply(&linearOp[float64]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float64](xs[0], ws[0])}, x, w)
 	}
-	w16 := weights16{on: b.is16[w], stored: b.format[w], compute: f}
 	w4 := weights4{on: is4, compute: f}
 	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16, w4: w4, packed: wfwd, packedDx: wdx}, x, w)
 }

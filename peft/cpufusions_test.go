@@ -10,7 +10,6 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
-	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/peft"
 )
@@ -43,21 +42,8 @@ func TestCPUGraphFusionsSameBits(t *testing.T) {
 		b.Policy = &p
 		b.PackFrozenWeights = true
 		b.RoundInProducts, b.FuseAdapterAdd = round, round
-		nodes := map[string]*G.Node{}
-		g, err := m.Build(b, model.GraphConfig{Batch: 2, SeqLen: 4, Linear: l.Linear(nodes)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, in := range []struct {
-			n *G.Node
-			v []int
-		}{{g.IDs, []int{0, 4, 7, 12, 0, 3, 3, 9}}, {g.Targets, []int{4, 7, 12, 1, 3, 3, 9, nn.IgnoreIndex}}} {
-			if err := G.Let(in.n, tensor.New(tensor.WithShape(8), tensor.WithBacking(in.v))); err != nil {
-				t.Fatal(err)
-			}
-		}
-		params := adapterNodes(l, nodes)
-		gn, err := G.Grad(g.Loss, params...)
+		bt := buildOn(t, b, m, l)
+		gn, err := G.Grad(bt.g.Loss, adapterNodes(l, bt.nodes)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +65,7 @@ func TestCPUGraphFusionsSameBits(t *testing.T) {
 		for _, n := range gn {
 			grads = append(grads, append([]float32(nil), n.Value().Data().([]float32)...))
 		}
-		return g.Loss.Value().Data().(float32), grads, casts
+		return bt.g.Loss.Value().Data().(float32), grads, casts
 	}
 	loss0, grads0, casts0 := run(false)
 	loss1, grads1, casts1 := run(true)

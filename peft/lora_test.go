@@ -62,6 +62,13 @@ func buildWith(t *testing.T, m *model.Model, l *peft.Adapter, dt tensor.Dtype, p
 	if p != nil && p.Low != amp.FP32 {
 		b.Policy = p
 	}
+	return buildOn(t, b, m, l)
+}
+
+// buildOn builds the model (and adapter l, when not nil) into b, with the
+// test batch of 2 rows of 4 tokens bound to its inputs.
+func buildOn(t *testing.T, b *nn.Builder, m *model.Model, l *peft.Adapter) built {
+	t.Helper()
 	nodes := map[string]*G.Node{}
 	gc := model.GraphConfig{Batch: 2, SeqLen: 4}
 	if l != nil {
