@@ -171,7 +171,7 @@ func BenchmarkBF16Pack(b *testing.B) {
 							for i0 := 0; i0 < sh.m; i0 += mc.mr {
 								for pc := 0; pc < kp; pc += kcp {
 									kc := min(kcp, kp-pc)
-									mc.packA(ap[:kc*mc.mr], sh.transA, am, sh.k, sh.m, i0, pc, kc)
+									mc.packA(ap[:kc*mc.mr], sh.transA, &am, sh.k, sh.m, i0, pc, kc)
 								}
 							}
 						}
@@ -181,7 +181,7 @@ func BenchmarkBF16Pack(b *testing.B) {
 						bp := make([]uint32, kp*bf16NR)
 						for b.Loop() {
 							for j0 := 0; j0 < sh.n; j0 += bf16NR {
-								packPanelB(bp, sh.transB, bm, sh.k, sh.n, j0)
+								packPanelB(bp, sh.transB, &bm, sh.k, sh.n, j0)
 							}
 						}
 						b.ReportMetric(float64(size*sh.n*sh.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
@@ -244,16 +244,16 @@ func TestPackRoundsAsAmp(t *testing.T) {
 							n := min(kc, kp-pc)
 							for i0 := 0; i0 < sh.m; i0 += mc.micro.mr {
 								g, w := make([]uint32, n*mc.micro.mr), make([]uint32, n*mc.micro.mr)
-								mc.micro.packA(g, trans, fm, sh.k, sh.m, i0, pc, n)
-								mc.micro.packA(w, trans, bm, sh.k, sh.m, i0, pc, n)
+								mc.micro.packA(g, trans, &fm, sh.k, sh.m, i0, pc, n)
+								mc.micro.packA(w, trans, &bm, sh.k, sh.m, i0, pc, n)
 								got, want = append(got, g...), append(want, w...)
 							}
 						}
 					} else {
 						for j0 := 0; j0 < sh.n; j0 += bf16NR {
 							g, w := make([]uint32, kp*bf16NR), make([]uint32, kp*bf16NR)
-							packPanelB(g, trans, fm, sh.k, sh.n, j0)
-							packPanelB(w, trans, bm, sh.k, sh.n, j0)
+							packPanelB(g, trans, &fm, sh.k, sh.n, j0)
+							packPanelB(w, trans, &bm, sh.k, sh.n, j0)
 							got, want = append(got, g...), append(want, w...)
 						}
 					}

@@ -243,6 +243,25 @@ func nativeParallel(workers int, body func()) {
 	par.Run(workers, func(int) { body() })
 }
 
+// claims hands out the indices 0, 1, 2, ... to workers as they come free.
+// It fills a cache line of its own: a bare atomic.Int64 that escapes is
+// a tiny allocation, sharing 16 bytes with another, and two workers each
+// claiming from their own product (attention's heads run side by side)
+// then pull one line back and forth: 3% of a bf16 training step at the
+// bench shape of scripts/bench_vs_torch.sh on a 2-core Zen 5, in the
+// claim alone.
+type claims struct {
+	next atomic.Int64
+	_    [56]byte
+}
+
+// newClaims returns a counter on its own cache line (a 64-byte object is
+// 64-byte aligned in its span).
+func newClaims() *claims { return new(claims) }
+
+// claim returns the next index.
+func (c *claims) claim() int { return int(c.next.Add(1)) - 1 }
+
 // parallelRows splits C by rows. The caller packs op(B) for a column block
 // and as many k slices as fit in nativeSharedB floats; the workers share it
 // read-only, each packing the rows of op(A) its chunks need.
@@ -265,11 +284,11 @@ func (g *nativeGemm) parallelRows(workers, m, n, mt int) {
 					g.packB(bufs, bp[(pc-p0)*ncMax:], pc, min(g.kc, g.k-pc), jc, nc)
 				}
 			}
-			var next atomic.Int64
+			next := newClaims()
 			nativeParallel(workers, func() {
 				var abufs *nativeBuffers
 				for {
-					ch := int(next.Add(1)) - 1
+					ch := next.claim()
 					if ch >= chunks {
 						break
 					}
@@ -525,11 +544,11 @@ func (g *nativeGemm) packLoadedShared(workers int, bp []float32, ncMax, p0, p1, 
 	perSlice := (nc + strip - 1) / strip
 	slices := (p1 - p0 + g.kc - 1) / g.kc
 	units := slices * perSlice
-	var next atomic.Int64
+	next := newClaims()
 	nativeParallel(min(workers, units), func() {
 		var bufs *nativeBuffers
 		for {
-			u := int(next.Add(1)) - 1
+			u := next.claim()
 			if u >= units {
 				break
 			}

@@ -54,7 +54,7 @@ func amxKernelAsm(kcp int, a, b []uint32, acc, c []float32, ldc int, alpha, beta
 // partial strip, a slice's last pairs) 16 pairs at a time pair-major, as
 // op(B) is packed, into a block that stays in L1 and is transposed into
 // place.
-func packStripAAMX(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int) {
+func packStripAAMX(ap []uint32, transA bool, a *BF16Matrix, k, m, i0, pc, kc int) {
 	ap = ap[:amxMR*kc]
 	lines := min(amxMR, m-i0)
 	inK := max(0, min(kc, (k+1)/2-pc)) // pairs of this slice within k
@@ -71,7 +71,7 @@ func packStripAAMX(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int)
 	}
 	done := 0 // pairs packed by the vector routine: whole pairs of a full strip
 	if lines == amxMR {
-		done = transposePairs(ap, kc, a, i0, pc, max(0, min(inK, k/2-pc)))
+		done = transposePairs(ap, kc, *a, i0, pc, max(0, min(inK, k/2-pc)))
 	}
 	var blk [amxKStep * amxMR]uint32 // 16 pairs × 32 lines, pair-major
 	for p0 := done; p0 < inK; p0 += amxKStep {

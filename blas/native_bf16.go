@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/mixtune/mixtune/amp"
@@ -59,7 +58,7 @@ type bf16Micro struct {
 	roundsC bool
 	// packA packs rows [i0, i0+mr) of op(A) over pairs [pc, pc+kc) into
 	// ap (kc·mr dwords) as kern reads them, zero past m and past k.
-	packA func(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int)
+	packA func(ap []uint32, transA bool, a *BF16Matrix, k, m, i0, pc, kc int)
 }
 
 // vdpMicro is the VDPBF16PS kernel: 14×32, a pair at a time, op(A)'s
@@ -204,7 +203,7 @@ func (nb *NativeBF16) PackB(into *PackedBF16, transB bool, k, n int, b BF16Matri
 	work := max(1, int(int64(kp)*int64(n)/(1<<16)))
 	parallelRange(min(nb.workers, panels, work), panels, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
-			packPanelB(p.data[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, b, k, n, q*bf16NR)
+			packPanelB(p.data[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, &b, k, n, q*bf16NR)
 		}
 	})
 	return p
@@ -339,7 +338,7 @@ func (nb *NativeBF16) gemm(roundC bool, band Band, transA, transB bool, m, n, k 
 			bp = alignU32(&bufs.b, panels*kp*bf16NR)
 			parallelRange(min(workers, panels), panels, func(lo, hi int) {
 				for q := lo; q < hi; q++ {
-					packPanelB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, b, k, n, jc+q*bf16NR)
+					packPanelB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, &b, k, n, jc+q*bf16NR)
 				}
 			})
 		}
@@ -401,20 +400,33 @@ func (g *bf16Gemm) block(workers int, bp []uint32, jc, panels int) {
 		groups = min(panels, (want+strips-1)/strips)
 	}
 	units := strips * groups
-	var next atomic.Int64
-	nativeParallel(min(workers, units), func() {
-		bufs := bf16Pool.Get().(*bf16Buffers)
-		defer bf16Pool.Put(bufs)
+	run := func(bufs *bf16Buffers, next func() int) {
 		ap := alignU32(&bufs.a, g.kcp*mr)
 		acc := alignF32(&bufs.acc, (panels+groups-1)/groups*mr*bf16NR)
 		for {
-			u := int(next.Add(1)) - 1
+			u := next()
 			if u >= units {
 				return
 			}
 			s, grp := u/groups, u%groups
 			g.unit(ap, acc, bp, s*mr, jc, panels*grp/groups, panels*(grp+1)/groups)
 		}
+	}
+	if workers = min(workers, units); workers == 1 {
+		// no claims: a locked add waits for the stores before it, the
+		// tile of C just written, to drain (attention's products, one
+		// worker each, make thousands of them a step)
+		bufs := bf16Pool.Get().(*bf16Buffers)
+		defer bf16Pool.Put(bufs)
+		u := -1
+		run(bufs, func() int { u++; return u })
+		return
+	}
+	next := newClaims()
+	nativeParallel(workers, func() {
+		bufs := bf16Pool.Get().(*bf16Buffers)
+		defer bf16Pool.Put(bufs)
+		run(bufs, next.claim)
 	})
 }
 
@@ -449,7 +461,7 @@ func (g *bf16Gemm) unit(ap []uint32, acc []float32, bp []uint32, i0, jc, q0, q1 
 	}
 	for pc := p0; pc < p1; pc += g.kcp {
 		kc := min(g.kcp, p1-pc)
-		g.micro.packA(ap[:kc*mr], g.transA, g.a, g.k, g.m, i0, pc, kc)
+		g.micro.packA(ap[:kc*mr], g.transA, &g.a, g.k, g.m, i0, pc, kc)
 		last := pc+kc == p1
 		for q := q0; q < q1; q++ {
 			j0 := jc + q*bf16NR
@@ -539,14 +551,14 @@ func alignF32(p *[]float32, n int) []float32 { return nativeAlign(p, n) }
 // packStripA packs rows [i0, i0+14) of op(A) (m×k) over pairs [pc, pc+kc)
 // into ap: ap[p·14+r] = op(A)[i0+r][2(pc+p)] | op(A)[i0+r][2(pc+p)+1]<<16,
 // zero past m and past k.
-func packStripA(ap []uint32, transA bool, a BF16Matrix, k, m, i0, pc, kc int) {
+func packStripA(ap []uint32, transA bool, a *BF16Matrix, k, m, i0, pc, kc int) {
 	packPairs(ap, bf16MR, a, !transA, k, i0, min(bf16MR, m-i0), pc, kc)
 }
 
 // packPanelB packs columns [j0, j0+32) of op(B) (k×n) over all pairs into
 // bp (len(bp)/32 pairs, at least (k+1)/2): bp[p·32+j] = op(B)[2p][j0+j] |
 // op(B)[2p+1][j0+j]<<16, zero past n and past k.
-func packPanelB(bp []uint32, transB bool, b BF16Matrix, k, n, j0 int) {
+func packPanelB(bp []uint32, transB bool, b *BF16Matrix, k, n, j0 int) {
 	kp := (k + 1) / 2
 	packPairs(bp, bf16NR, b, transB, k, j0, min(bf16NR, n-j0), 0, kp)
 	clear(bp[kp*bf16NR:])
@@ -558,7 +570,7 @@ func packPanelB(bp []uint32, transB bool, b BF16Matrix, k, n, j0 int) {
 // past the lines (up to width) and past k. x(l, kk) is x[l·ld+kk] where
 // lines are contiguous along k, else x[kk·ld+l]. float32 values are
 // rounded to bf16 here.
-func packPairs(dst []uint32, width int, x BF16Matrix, kContiguous bool, k, l0, lines, p0, np int) {
+func packPairs(dst []uint32, width int, x *BF16Matrix, kContiguous bool, k, l0, lines, p0, np int) {
 	dst = dst[:np*width]
 	if lines < width {
 		for p := 0; p < np; p++ {

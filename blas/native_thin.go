@@ -1,7 +1,5 @@
 package blas
 
-import "sync/atomic"
-
 // Thin products. The LoRA adapters' products have one side of rank r (8,
 // 16): x·Aᵀ and dY·B are m×r, dB = dYᵀ·h is d×r over all the tokens, dA
 // = dhᵀ·x is r×d. The blocked path packs all of op(A) to compute an r-wide
@@ -202,10 +200,10 @@ func nativeChunked(workers, units int, body func(lo, hi int)) int {
 		body(0, units)
 		return 1
 	}
-	var next atomic.Int64
+	next := newClaims()
 	nativeParallel(workers, func() {
 		for {
-			ch := int(next.Add(1)) - 1
+			ch := next.claim()
 			if ch >= chunks {
 				return
 			}

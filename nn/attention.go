@@ -3,6 +3,8 @@ package nn
 import (
 	"math"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -246,9 +248,10 @@ func (o *attentionOp[T]) roundsInKernel() (out, grads bool) {
 
 type attentionOp[T Float] struct {
 	opBase
-	s   AttentionShape
-	f   attnFormats
-	buf buffer[T]
+	sink atomic.Uint32
+	s    AttentionShape
+	f    attnFormats
+	buf  buffer[T]
 	// probs is saved for backward: each head's softmax outputs, the lower
 	// triangle alone, row i's columns 0..i at i(i+1)/2 (tri): half of T²,
 	// and half the memory traffic of a step that writes them in the
@@ -300,31 +303,44 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	scale := T(1 / math.Sqrt(float64(s.HeadDim)))
 	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	outInKernel, _ := o.roundsInKernel()
+	// the kernel rounds the scores as it stores them, where it can: the
+	// bits of round(scale·sum), one pass over the head's scores fewer
+	_, bandRounds := e.BF16.(bandRounder)
+	scoresInKernel := bandRounds && on.scores && o.f.scores == amp.BF16
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		pb := lend[T](&o.rows, T_*T_)
 		defer o.rows.Put(pb)
 		p := *pb // the head's scores, then probabilities
 		scratch := valuesScratch[T](o.f, on.values, T_*T_)
 		start := make([]int, T_)
+		var sink uint32
+		defer func() { o.sink.Add(sink) }()
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
+			if u == lo || kh == 0 {
+				sink ^= touch(q[bi*T_*qw:(bi+1)*T_*qw]) ^ touch(k[bi*T_*kw:(bi+1)*T_*kw]) ^ touch(v[bi*T_*kw:(bi+1)*T_*kw])
+			}
 			s.starts(start, bi)
 			kOff := bi*T_*kw + kh*s.HeadDim
 			for h := kh * group; h < (kh+1)*group; h++ {
 				qOff := bi*T_*qw + h*s.HeadDim
 				saved := o.probs[(bi*s.Heads+h)*tri(T_) : (bi*s.Heads+h+1)*tri(T_)]
 				pv := scratch // P as the values matmul reads it
-				attnGemmBand(e, on.scores, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
-				for i := range T_ { // row by row, while the row is in L1
-					row := p[i*T_ : (i+1)*T_]
-					round(o.f.scores, row[:i+1])
-					causalSoftmaxRow(row, start[i], i)
+				if scoresInKernel {
+					attnGemmBandRound(e, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, p, T_)
+				} else {
+					attnGemmBand(e, on.scores, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
+					for i := range T_ {
+						round(o.f.scores, p[i*T_:i*T_+i+1])
+					}
+				}
+				causalSoftmaxRows(p, T_, start, 0, T_, func(i int, row []T) {
 					round(o.f.softmax, row[:i+1])
 					copy(saved[tri(i):tri(i+1)], row[:i+1])
 					if pv != nil {
 						asValuesRow(o.f, pv[i*T_:i*T_+i+1], row[:i+1])
 					}
-				}
+				})
 				if pv == nil {
 					pv = p
 				}
@@ -400,6 +416,39 @@ func causalSoftmaxRow[T Float](row []T, s0, i int) (m, inv T) {
 	return m, inv
 }
 
+// softmaxGroup is how many rows causalSoftmaxRows takes through each of
+// softmax's steps before the next step: the steps of one row wait on each
+// other (the max, then the exponentials and their sum, then its
+// reciprocal, then the scaling), and a causal row is short (64 values on
+// average at 128 tokens), so row after row the CPU waits on each step's
+// latency; the same step on several rows has no such chain.
+const softmaxGroup = 8
+
+// causalSoftmaxRows is causalSoftmaxRow on rows [r0, r1) of the t×t
+// scores p, row i starting at start[i], the same operations on each row
+// in a different interleaving (the same bits), then calls done on each
+// row (i, and the row's t values).
+func causalSoftmaxRows[T Float](p []T, t int, start []int, r0, r1 int, done func(i int, row []T)) {
+	var m, sum [softmaxGroup]T
+	for g0 := r0; g0 < r1; g0 += softmaxGroup {
+		g1 := min(g0+softmaxGroup, r1)
+		for i := g0; i < g1; i++ {
+			m[i-g0] = maxSlice(p[i*t+start[i] : i*t+i+1])
+		}
+		for i := g0; i < g1; i++ {
+			row := p[i*t+start[i] : i*t+i+1]
+			sum[i-g0] = expSubSum(row, row, m[i-g0])
+		}
+		for i := g0; i < g1; i++ {
+			row := p[i*t : (i+1)*t]
+			scaleSlice(row[start[i]:i+1], row[start[i]:i+1], 1/sum[i-g0])
+			clear(row[:start[i]])
+			clear(row[i+1:])
+			done(i, row)
+		}
+	}
+}
+
 // causalSoftmaxGradRow is softmax's backward on one row: dp[s0..i] (the
 // probabilities' gradient) becomes p ⊙ (dp − Σ p ⊙ dp), the scores'
 // gradient, and the rest of dp is zeroed. Both kernels call it.
@@ -447,6 +496,8 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 		ds, p := *dsb, *pb // dP, then dS; the head's saved probabilities
 		pv := valuesScratch[T](o.f, on.dV, T_*T_)
 		start := make([]int, T_)
+		var sink uint32
+		defer func() { o.sink.Add(sink) }()
 		var head []T // one head's dK or dV, [T_, HeadDim], to round before the group sum
 		if roundK || roundV {
 			head = make([]T, T_*s.HeadDim)
@@ -484,6 +535,10 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 		}
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
+			if u == lo || kh == 0 {
+				sink ^= touch(q[bi*T_*qw:(bi+1)*T_*qw]) ^ touch(k[bi*T_*kw:(bi+1)*T_*kw]) ^ touch(v[bi*T_*kw:(bi+1)*T_*kw]) ^
+					touch(g[bi*T_*qw:(bi+1)*T_*qw]) ^ touch(o.probs[bi*s.Heads*tri(T_):(bi+1)*s.Heads*tri(T_)])
+			}
 			s.starts(start, bi)
 			kOff := bi*T_*kw + kh*s.HeadDim
 			for h := kh * group; h < (kh+1)*group; h++ {
@@ -528,4 +583,15 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 		}
 	}
 	return nil
+}
+
+// touch reads one value from each cache line of x, in order, and returns
+// their bits' xor.
+func touch[T Float](x []T) uint32 {
+	var h uint32
+	step := 64 / int(unsafe.Sizeof(x[0]))
+	for i := 0; i < len(x); i += step {
+		h ^= uint32(x[i])
+	}
+	return h
 }

@@ -33,6 +33,36 @@ import (
 // pass their input through) are taken to alias their inputs: those stay
 // live as long as the op's own readers.
 
+// block is a piece of memory the plan hands to values whose lifetimes do
+// not overlap.
+type block struct {
+	size  int
+	free  bool
+	freed int // when it was last freed: its value's last reader
+}
+
+// pickBlock returns the free block a value of need elements takes: the
+// smallest that holds it, of those the one freed last, or else the
+// largest free one, grown to need; nil where none is free.
+func pickBlock(blocks []*block, need int) *block {
+	var best, largest *block
+	for _, bl := range blocks {
+		if !bl.free {
+			continue
+		}
+		if bl.size >= need && (best == nil || bl.size < best.size || bl.size == best.size && bl.freed > best.freed) {
+			best = bl
+		}
+		if largest == nil || bl.size > largest.size {
+			largest = bl
+		}
+	}
+	if best == nil && largest != nil {
+		best, largest.size = largest, need
+	}
+	return best
+}
+
 // freshOutput is implemented by ops whose value is their own buffer,
 // every element of which their Do writes on every run, before the value
 // is read. It returns that buffer (a *buffer[float32] or
@@ -209,11 +239,11 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 	// Greedy assignment in the order the values are written: a value
 	// takes the smallest free block that holds it, or grows the largest
 	// free one, or opens a new block. A block is free again once the last
-	// reader of its value has run.
-	type block struct {
-		size int
-		free bool
-	}
+	// reader of its value has run. Of blocks of one size (many values of
+	// a decoder are [tokens, dim]), the one freed last is taken: its
+	// lines are the likeliest to be in cache still, where the op writing
+	// the new value would otherwise fetch each line it writes from memory
+	// first.
 	var blocks []*block
 	assigned := map[*value]*block{}
 	var live []*value
@@ -226,30 +256,15 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 		keepLive := live[:0]
 		for _, u := range live {
 			if u.last-cfg.early < v.def {
-				assigned[u].free = true
+				assigned[u].free, assigned[u].freed = true, u.last
 			} else {
 				keepLive = append(keepLive, u)
 			}
 		}
 		live = keepLive
 		need := v.buf.len()
-		var best, largest *block
-		for _, bl := range blocks {
-			if !bl.free {
-				continue
-			}
-			if bl.size >= need && (best == nil || bl.size < best.size) {
-				best = bl
-			}
-			if largest == nil || bl.size > largest.size {
-				largest = bl
-			}
-		}
-		switch {
-		case best != nil:
-		case largest != nil:
-			best, largest.size = largest, need
-		default:
+		best := pickBlock(blocks, need)
+		if best == nil {
 			best = &block{size: need}
 			blocks = append(blocks, best)
 		}

@@ -92,3 +92,48 @@ func TestWrongPlanIsCaught(t *testing.T) {
 	}
 	t.Fatal("a plan that frees values early computed the same gradients")
 }
+
+// TestPickBlockTakesTheHottest: of the free blocks that fit, the smallest,
+// and of those the one freed last (its lines the likeliest in cache);
+// else the largest free block grows.
+func TestPickBlockTakesTheHottest(t *testing.T) {
+	type blk struct {
+		size, freed int
+		free        bool
+	}
+	cases := []struct {
+		name   string
+		blocks []blk
+		need   int
+		want   int // index, -1: none
+		size   int // the block's size afterwards
+	}{
+		{"freed last of one size", []blk{{16, 3, true}, {16, 9, true}, {16, 5, true}}, 16, 1, 16},
+		{"freed last, not first", []blk{{16, 9, true}, {16, 3, true}}, 12, 0, 16},
+		{"smallest before hottest", []blk{{32, 9, true}, {16, 1, true}}, 16, 1, 16},
+		{"busy blocks skipped", []blk{{16, 9, false}, {16, 2, true}}, 16, 1, 16},
+		{"largest grows", []blk{{8, 9, true}, {12, 1, true}}, 16, 1, 16},
+		{"none free", []blk{{16, 9, false}}, 16, -1, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			blocks := make([]*block, len(c.blocks))
+			for i, b := range c.blocks {
+				blocks[i] = &block{size: b.size, freed: b.freed, free: b.free}
+			}
+			got := pickBlock(blocks, c.need)
+			if c.want < 0 {
+				if got != nil {
+					t.Fatalf("picked a block of %d, want none", got.size)
+				}
+				return
+			}
+			if got != blocks[c.want] {
+				t.Fatalf("picked %+v, want block %d (%+v)", *got, c.want, c.blocks[c.want])
+			}
+			if got.size != c.size {
+				t.Errorf("block size %d after the pick, want %d", got.size, c.size)
+			}
+		})
+	}
+}

@@ -128,3 +128,72 @@ func TestDot16Exact(t *testing.T) {
 		}
 	}
 }
+
+// TestCausalSoftmaxRowsExact holds causalSoftmaxRows, which takes groups
+// of rows through softmax's steps together, to softmax written out row by
+// row: the max of row i over [start, i], expf of each value less it, their
+// sum in sum16's order, each value times the sum's reciprocal, zeros
+// outside [start, i]. Bit for bit (any NaN for a NaN), for row counts around the group size,
+// rows that start late (a sliding window, packed sequences) and scores
+// that send expf off its fast path.
+func TestCausalSoftmaxRowsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{1, 7, 8, 9, 17, 40} {
+		for _, window := range []int{0, 5} {
+			name := fmt.Sprintf("t%d/window%d", n, window)
+			p := make([]float32, n*n)
+			for i := range p {
+				p[i] = float32(rng.NormFloat64() * 5)
+			}
+			for r := 0; r < n/4; r++ {
+				p[rng.IntN(len(p))] = []float32{-120, -300, 100, float32(math.Inf(-1)), float32(math.NaN())}[rng.IntN(5)]
+			}
+			start := make([]int, n)
+			for i := range start {
+				if window > 0 {
+					start[i] = max(0, i-window+1)
+				}
+			}
+			want := make([]float32, n*n)
+			for i := range n {
+				row := p[i*n+start[i] : i*n+i+1]
+				m := row[0]
+				for _, x := range row[1:] {
+					m = max(m, x)
+				}
+				e := make([]float32, len(row))
+				for j, x := range row {
+					e[j] = expf(x - m)
+				}
+				inv := 1 / sum16Spec(e)
+				for j := range e {
+					want[i*n+start[i]+j] = e[j] * inv
+				}
+			}
+			got := append([]float32(nil), p...)
+			for i := range got { // what must be cleared
+				if j := i % n; j > i/n || j < start[i/n] {
+					got[i] = 7
+				}
+			}
+			next := 0
+			causalSoftmaxRows(got, n, start, 0, n, func(i int, row []float32) {
+				if i != next || &row[0] != &got[i*n] || len(row) != n {
+					t.Fatalf("%s: done called on row %d (len %d), want row %d", name, i, len(row), next)
+				}
+				next++
+			})
+			if next != n {
+				t.Fatalf("%s: done called on %d rows, want %d", name, next, n)
+			}
+			for i := range want {
+				if g, w := got[i], want[i]; g != g && w != w { // NaN: its payload is not kept
+					continue
+				}
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s: p[%d][%d] = %v (%#x), want %v (%#x)", name, i/n, i%n, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+}
