@@ -245,11 +245,10 @@ func nativeParallel(workers int, body func()) {
 
 // claims hands out the indices 0, 1, 2, ... to workers as they come free.
 // It fills a cache line of its own: a bare atomic.Int64 that escapes is
-// a tiny allocation, sharing 16 bytes with another, and two workers each
-// claiming from their own product (attention's heads run side by side)
-// then pull one line back and forth: 3% of a bf16 training step at the
-// bench shape of scripts/bench_vs_torch.sh on a 2-core Zen 5, in the
-// claim alone.
+// a tiny allocation, which may share its line with another product's
+// counter, and two workers each claiming from their own product
+// (attention's heads run side by side) would then pull that line back
+// and forth.
 type claims struct {
 	next atomic.Int64
 	_    [56]byte

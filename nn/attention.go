@@ -449,6 +449,29 @@ func causalSoftmaxRows[T Float](p []T, t int, start []int, r0, r1 int, done func
 	}
 }
 
+// causalSoftmaxGradRows is causalSoftmaxGradRow on rows [r0, r1) of the
+// t×t probabilities p and their gradient dp, row i starting at start[i],
+// in groups of rows as causalSoftmaxRows takes them (the same bits):
+// before calls before on each row of dp (i, and its t values), after
+// after.
+func causalSoftmaxGradRows[T Float](p, dp []T, t int, start []int, r0, r1 int, before, after func(i int, row []T)) {
+	var sum [softmaxGroup]T
+	for g0 := r0; g0 < r1; g0 += softmaxGroup {
+		g1 := min(g0+softmaxGroup, r1)
+		for i := g0; i < g1; i++ {
+			before(i, dp[i*t:(i+1)*t])
+			sum[i-g0] = dot16(p[i*t+start[i]:i*t+i+1], dp[i*t+start[i]:i*t+i+1])
+		}
+		for i := g0; i < g1; i++ {
+			row := dp[i*t : (i+1)*t]
+			mulSubSlice(row[start[i]:i+1], p[i*t+start[i]:i*t+i+1], row[start[i]:i+1], sum[i-g0])
+			clear(row[:start[i]])
+			clear(row[i+1:])
+			after(i, row)
+		}
+	}
+}
+
 // causalSoftmaxGradRow is softmax's backward on one row: dp[s0..i] (the
 // probabilities' gradient) becomes p ⊙ (dp − Σ p ⊙ dp), the scores'
 // gradient, and the rest of dp is zeroed. Both kernels call it.
@@ -489,6 +512,13 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 	e, on := o.eng, attnPathsOf[T](&o.opBase, o.f)
 	roundK, roundV := group > 1 && o.inFm[1] != amp.FP32, group > 1 && o.inFm[2] != amp.FP32
 	_, inKernel := o.roundsInKernel()
+	// dP rounded to the values' format by the kernel as it stores it, where
+	// it can; dS is read only by dQ's and dK's products, and where both run
+	// on the bf16 GEMM, its rounding to bf16 is theirs (the GEMM rounds its
+	// float32 operands as amp does): no passes over the head's rows for them
+	_, bandRounds := e.BF16.(bandRounder)
+	dPInKernel := bandRounds && on.dP && o.f.values == amp.BF16
+	dSInPacking := o.f.scores == amp.BF16 && (dq == nil || on.dQ) && (dk == nil || on.dK)
 	o.eng.parallel(o.units(), 1, func(lo, hi int) {
 		dsb, pb := lend[T](&o.rows, T_*T_), lend[T](&o.lower, T_*T_)
 		defer o.rows.Put(dsb)
@@ -554,16 +584,23 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				if dq == nil && dk == nil {
 					continue
 				}
-				attnGemmBand(e, on.dP, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
-				for i := range T_ { // row by row, while the row is in L1
-					// gradient dtype = tensor dtype: dP in the values matmul's
-					// format, then the softmax output's, dS in the scores'
-					row := ds[i*T_ : (i+1)*T_]
-					round(o.f.values, row[:i+1])
-					round(o.f.softmax, row[:i+1])
-					causalSoftmaxGradRow(p[i*T_:(i+1)*T_], row, start[i], i)
-					round(o.f.scores, row[:i+1])
+				// gradient dtype = tensor dtype: dP in the values matmul's
+				// format, then the softmax output's, dS in the scores'
+				if dPInKernel {
+					attnGemmBandRound(e, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, ds, T_)
+				} else {
+					attnGemmBand(e, on.dP, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
+					for i := range T_ {
+						round(o.f.values, ds[i*T_:i*T_+i+1])
+					}
 				}
+				causalSoftmaxGradRows(p, ds, T_, start, 0, T_, func(i int, row []T) {
+					round(o.f.softmax, row[:i+1]) // before the gradient: dP's rounding to the softmax's format
+				}, func(i int, row []T) {
+					if !dSInPacking {
+						round(o.f.scores, row[:i+1])
+					}
+				})
 				if dq != nil && inKernel {
 					attnGemmBandRound(e, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, dq[qOff:], qw)
 				} else if dq != nil {

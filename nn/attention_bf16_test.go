@@ -19,7 +19,8 @@ import (
 // Sgemm, the emulation's bits by design. It counts the float32 values of
 // op(B) that are not bf16 values: the path must carry only those there.
 // op(A) may be the fp32 probabilities, which the values matmul and dV's
-// leave to the GEMM to round (the same bits as rounding them first).
+// leave to the GEMM to round, or dS, which dQ's and dK's leave to it (the
+// same bits as rounding them first).
 type widenPacker struct {
 	*widenGemmer
 	notBF16 int64

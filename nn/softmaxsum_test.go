@@ -133,9 +133,9 @@ func TestDot16Exact(t *testing.T) {
 // of rows through softmax's steps together, to softmax written out row by
 // row: the max of row i over [start, i], expf of each value less it, their
 // sum in sum16's order, each value times the sum's reciprocal, zeros
-// outside [start, i]. Bit for bit (any NaN for a NaN), for row counts around the group size,
-// rows that start late (a sliding window, packed sequences) and scores
-// that send expf off its fast path.
+// outside [start, i]. Bit for bit (any NaN for a NaN), for row counts
+// around the group size, rows that start late (a sliding window, packed
+// sequences) and scores that send expf off its fast path.
 func TestCausalSoftmaxRowsExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, n := range []int{1, 7, 8, 9, 17, 40} {
@@ -192,6 +192,81 @@ func TestCausalSoftmaxRowsExact(t *testing.T) {
 				}
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("%s: p[%d][%d] = %v (%#x), want %v (%#x)", name, i/n, i%n, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+}
+
+// TestCausalSoftmaxGradRowsExact holds causalSoftmaxGradRows to softmax's
+// backward written out row by row: before's change to row i, then s =
+// Σ p·dp over [start, i] (the products summed in sum16's order, as
+// TestDot16Exact holds dot16 to), each dp replaced by p·(dp − s), zeros
+// outside [start, i], then after's change. Bit for bit, with before and
+// after each called once per row, in order.
+func TestCausalSoftmaxGradRowsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, n := range []int{1, 7, 8, 9, 17, 40} {
+		for _, window := range []int{0, 5} {
+			name := fmt.Sprintf("t%d/window%d", n, window)
+			start := make([]int, n)
+			for i := range start {
+				if window > 0 {
+					start[i] = max(0, i-window+1)
+				}
+			}
+			p, dp := make([]float32, n*n), make([]float32, n*n)
+			for i := range p {
+				p[i], dp[i] = float32(rng.Float64()), float32(rng.NormFloat64())
+			}
+			// before halves row i's values, after adds i to them: a change
+			// each that the spec makes in the same places
+			want := append([]float32(nil), dp...)
+			for i := range n {
+				row := want[i*n : (i+1)*n]
+				for j := range row {
+					row[j] /= 2
+				}
+				lo := start[i]
+				prod := make([]float32, i+1-lo)
+				for j := range prod {
+					prod[j] = p[i*n+lo+j] * row[lo+j]
+				}
+				sum := sum16Spec(prod)
+				for j := range row {
+					switch {
+					case j < lo || j > i:
+						row[j] = 0
+					default:
+						row[j] = p[i*n+j] * (row[j] - sum)
+					}
+					row[j] += float32(i)
+				}
+			}
+			var nb, na int
+			causalSoftmaxGradRows(p, dp, n, start, 0, n, func(i int, row []float32) {
+				if i != nb || &row[0] != &dp[i*n] || len(row) != n {
+					t.Fatalf("%s: before called on row %d, want row %d", name, i, nb)
+				}
+				nb++
+				for j := range row {
+					row[j] /= 2
+				}
+			}, func(i int, row []float32) {
+				if i != na || &row[0] != &dp[i*n] || len(row) != n || na >= nb {
+					t.Fatalf("%s: after called on row %d (before on %d rows), want row %d", name, i, nb, na)
+				}
+				na++
+				for j := range row {
+					row[j] += float32(i)
+				}
+			})
+			if nb != n || na != n {
+				t.Fatalf("%s: before called on %d rows and after on %d, want %d", name, nb, na, n)
+			}
+			for i := range want {
+				if math.Float32bits(dp[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s: dS[%d][%d] = %v, want %v", name, i/n, i%n, dp[i], want[i])
 				}
 			}
 		}
