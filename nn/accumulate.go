@@ -53,16 +53,19 @@ func (b *Builder) share(x *G.Node) *G.Node {
 	shape := shapeOf(x)
 	base := b.newBase("share", x)
 	base.out = b.format[x]
-	n := applyOp(&shareOp{opBase: base, shape: shape, buf: newBuffer[float32](shape...)}, x)
+	n := applyOp(&shareOp{opBase: base, shape: shape}, x)
 	b.needsGrad[n] = true
 	b.format[n] = base.out
 	return n
 }
 
+// shareOp's value is its input's tensor, not a copy (as tapOp's): nn ops
+// never overwrite their inputs, and the memory plan keeps an op's input
+// live while the op's own readers still read it (an op it does not know
+// as writing a fresh output is taken to alias its inputs).
 type shareOp struct {
 	opBase
 	shape []int
-	buf   buffer[float32]
 }
 
 func (o *shareOp) Arity() int    { return 1 }
@@ -71,11 +74,7 @@ func (o *shareOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape(o.shape).Clone(), nil
 }
 
-func (o *shareOp) Do(vs ...G.Value) (G.Value, error) {
-	t, y := o.buf.get()
-	copy(y, vs[0].Data().([]float32))
-	return t, nil
-}
+func (o *shareOp) Do(vs ...G.Value) (G.Value, error) { return vs[0], nil }
 
 func (o *shareOp) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	return G.Nodes{gradIn(&o.opBase, grad)}, nil

@@ -338,7 +338,6 @@ func (o *dropoutOp[T]) outputBuffer() any        { return &o.buf }
 func (o *embeddingOp[T]) outputBuffer() any      { return &o.buf }
 func (o *doraOp[T]) outputBuffer() any           { return &o.buf }
 func (o *layerOp[T]) outputBuffer() any          { return &o.buf }
-func (o *shareOp) outputBuffer() any             { return &o.buf }
 func (o *gradRoundOp) outputBuffer() any         { return &o.buf }
 
 // A cast of an activation is fresh; a weight's is cached across runs.
