@@ -49,9 +49,11 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		y32, base := any(y).([]float32), any(in[0]).([]float32)
 		cols := o.product.outF
 		o.product.productInto(y32, func(i0, i1, j0, j1 int) {
+			args := make([][]T, 2) // one for the block: a literal per row was most of a step's allocations
 			for i := i0; i < i1; i++ {
 				row := y[i*cols+j0 : i*cols+j1]
-				o.fwd(row, [][]T{any(base[i*cols+j0 : i*cols+j1]).([]T), row})
+				args[0], args[1] = any(base[i*cols+j0:i*cols+j1]).([]T), row
+				o.fwd(row, args)
 				round(o.out, row)
 			}
 		})

@@ -14,9 +14,18 @@
 // The helpers spin for spinFor after each piece of work, yielding the
 // processor (runtime.Gosched) every few hundred polls so that other
 // goroutines are not held up, then sleep on a channel until the next
-// region wakes them. A region that finds the team busy (a region started
-// inside another, or from another goroutine) runs on goroutines of its
-// own, as before: the team never makes a caller wait for another caller.
+// region wakes them.
+//
+// A region that finds the team busy (a region started inside another,
+// such as a product inside attention's loop over heads, or one from
+// another goroutine) runs its calls one after another on its caller: the
+// team never makes a caller wait for another caller. The team's region
+// has the cores, so goroutines of the inner region's own would only wait
+// for them, each costing a start, a switch and a wake-up: at the mid
+// shape of scripts/bench_vs_torch.sh, where attention's products are
+// large enough to ask for two workers, that was thousands of goroutines
+// a step, started by regions that had already done their work on the
+// caller's share (their pieces are claimed as workers come free).
 package par
 
 import (
@@ -46,8 +55,10 @@ type Team struct {
 var shared Team
 
 // Run calls body(0) on the caller's goroutine and body(1) … body(n-1)
-// on other goroutines, and returns once every call has returned. The
-// calls run concurrently; which goroutine runs which i is not promised.
+// on the team's other goroutines, concurrently, and returns once every
+// call has returned; which goroutine runs which i is not promised. Where
+// the team is busy, the caller makes the calls in turn itself, so no
+// call may wait for another.
 func Run(n int, body func(i int)) { shared.Run(n, body) }
 
 // Run is the package's Run on team t.
@@ -58,8 +69,10 @@ func (t *Team) Run(n int, body func(i int)) {
 		}
 		return
 	}
-	if !t.mu.TryLock() { // nested or concurrent: goroutines of its own
-		spawn(n, body)
+	if !t.mu.TryLock() { // nested or concurrent: the caller alone
+		for i := range n {
+			body(i)
+		}
 		return
 	}
 	for len(t.helpers) < n-1 {
@@ -80,20 +93,6 @@ func (t *Team) Run(n int, body func(i int)) {
 		t.mu.Unlock()
 	}()
 	body(0)
-}
-
-// spawn runs body(0) on the caller and the rest on new goroutines.
-func spawn(n int, body func(i int)) {
-	var wg sync.WaitGroup
-	for i := 1; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body(i)
-		}()
-	}
-	body(0)
-	wg.Wait()
 }
 
 // helper is one goroutine of a team. The region's caller writes the

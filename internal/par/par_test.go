@@ -85,8 +85,8 @@ func TestRunWakesSleepingHelpers(t *testing.T) {
 }
 
 // TestRunNestedAndConcurrent starts regions inside regions and from
-// several goroutines at once: those that find the team busy run on
-// goroutines of their own, and every call runs once.
+// several goroutines at once: those that find the team busy run their
+// calls on their caller, and every call runs once.
 func TestRunNestedAndConcurrent(t *testing.T) {
 	var team Team
 	var total atomic.Int64
@@ -140,4 +140,28 @@ func TestRunPanicWaitsForHelpers(t *testing.T) {
 	if calls.Load() != 3 {
 		t.Fatalf("the next region ran %d calls, want 3", calls.Load())
 	}
+}
+
+// TestRunNestedRunsOnCaller: a region started inside another makes its
+// calls in turn, in order, on the caller: none overlaps another, even
+// when the first sleeps (goroutines of the region's own would run then).
+func TestRunNestedRunsOnCaller(t *testing.T) {
+	var team Team
+	team.Run(2, func(outer int) {
+		var inside atomic.Int32
+		var order []int
+		team.Run(3, func(i int) {
+			if inside.Add(1) != 1 {
+				t.Errorf("outer %d: inner call %d overlaps another", outer, i)
+			}
+			if i == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			order = append(order, i)
+			inside.Add(-1)
+		})
+		if len(order) != 3 || order[0] != 0 || order[1] != 1 || order[2] != 2 {
+			t.Errorf("outer %d: inner calls ran in order %v, want [0 1 2]", outer, order)
+		}
+	})
 }
