@@ -320,6 +320,12 @@ func (nb *NativeBF16) gemm(roundC bool, band Band, transA, transB bool, m, n, k 
 	if w := int64(m) * int64(n) * int64(k) / bf16ParallelWork; w < int64(workers) {
 		workers = int(max(1, w))
 	}
+	if workers > 1 && par.Busy() {
+		// inside another region (attention's heads): the pieces run in
+		// turn on this goroutine anyway, and one worker claims them
+		// without a locked add after each (block)
+		workers = 1
+	}
 	var bufs *bf16Buffers
 	if pb == nil {
 		bufs = bf16Pool.Get().(*bf16Buffers)

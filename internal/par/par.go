@@ -61,6 +61,22 @@ var shared Team
 // call may wait for another.
 func Run(n int, body func(i int)) { shared.Run(n, body) }
 
+// Busy says whether the process's team is serving a region now: a region
+// started now, from a goroutine other than its caller's or from inside it,
+// would run its calls in turn on its caller. A hint, for a caller that
+// does less work for a region of one (a product that need not share out
+// its pieces): the answer may be stale by the time it is used.
+func Busy() bool { return shared.Busy() }
+
+// Busy is the package's Busy on team t.
+func (t *Team) Busy() bool {
+	if t.mu.TryLock() {
+		t.mu.Unlock()
+		return false
+	}
+	return true
+}
+
 // Run is the package's Run on team t.
 func (t *Team) Run(n int, body func(i int)) {
 	if n <= 1 {

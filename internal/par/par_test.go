@@ -165,3 +165,24 @@ func TestRunNestedRunsOnCaller(t *testing.T) {
 		}
 	})
 }
+
+// TestBusy: a free team is not busy; inside its region it is, for every
+// call; and it is free again once the region has returned.
+func TestBusy(t *testing.T) {
+	var team Team
+	if team.Busy() {
+		t.Fatal("a new team says it is busy")
+	}
+	var busy atomic.Int32
+	team.Run(2, func(int) {
+		if team.Busy() {
+			busy.Add(1)
+		}
+	})
+	if busy.Load() != 2 {
+		t.Fatalf("%d of 2 calls inside the region saw the team busy", busy.Load())
+	}
+	if team.Busy() {
+		t.Fatal("the team says it is busy after its region returned")
+	}
+}
