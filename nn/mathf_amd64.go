@@ -110,3 +110,38 @@ func dotFast(a, b []float32) (float32, bool) {
 	_ = b[len(a)-1]
 	return dotAVX512(&a[0], &b[0], len(a)), true
 }
+
+// haveF64SumsAVX512: meanSquare's and rmsDot's sixteen float64 sums run
+// in AVX-512 (sumSqF64AVX512, rmsDotF64AVX512). Every product they add is
+// exact in float64, so fusing it into the sum changes no bit: no
+// condition on how Go itself fuses.
+var haveF64SumsAVX512 = cpu.X86.HasAVX512F
+
+//go:noescape
+func sumSqF64AVX512(x *float32, n16 int, acc *[16]float64)
+
+//go:noescape
+func rmsDotF64AVX512(gr, w, x *float32, n16 int, acc *[16]float64)
+
+// sumSqFast adds float64(x[j])² into acc[j mod 16] for the leading whole
+// blocks of sixteen it can do in assembly, acc being zero, and returns
+// how many values it did.
+func sumSqFast(x []float32, acc *[16]float64) int {
+	n := len(x) &^ 15
+	if !haveF64SumsAVX512 || n == 0 {
+		return 0
+	}
+	sumSqF64AVX512(&x[0], n/16, acc)
+	return n
+}
+
+// rmsDotFast is sumSqFast for rmsDot's terms, float64(g·w)·float64(x).
+func rmsDotFast(g, w, x []float32, acc *[16]float64) int {
+	n := len(x) &^ 15
+	if !haveF64SumsAVX512 || n == 0 {
+		return 0
+	}
+	_, _ = g[n-1], w[n-1]
+	rmsDotF64AVX512(&g[0], &w[0], &x[0], n/16, acc)
+	return n
+}

@@ -386,3 +386,66 @@ ddone:
 	MOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func sumSqF64AVX512(x *float32, n16 int, acc *[16]float64)
+// acc[l] = Σ float64(x[16b+l])² over the blocks b < n16 in order, from
+// zero: the sixteen float64 partial sums of meanSquare's order, two
+// registers of eight. A float32's square is exact in float64, so the
+// fused multiply-add rounds once, as the sum of the square does.
+TEXT ·sumSqF64AVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n16+8(FP), CX
+	MOVQ acc+16(FP), DI
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+sqloop:
+	TESTQ CX, CX
+	JZ    sqdone
+	VCVTPS2PD   (SI), Z2
+	VCVTPS2PD   32(SI), Z3
+	VFMADD231PD Z2, Z2, Z0
+	VFMADD231PD Z3, Z3, Z1
+	ADDQ        $64, SI
+	DECQ        CX
+	JMP         sqloop
+sqdone:
+	VMOVUPD Z0, (DI)
+	VMOVUPD Z1, 64(DI)
+	VZEROUPPER
+	RET
+
+// func rmsDotF64AVX512(gr, w, x *float32, n16 int, acc *[16]float64)
+// acc[l] = Σ float64(gr[j]·w[j])·float64(x[j]) over j = 16b+l, blocks b <
+// n16 in order, from zero, gr·w rounded to float32 first (rmsDot's order).
+// The product of two float32 values is exact in float64, so the fused
+// multiply-add rounds once, as the sum of the product does.
+TEXT ·rmsDotF64AVX512(SB), NOSPLIT, $0-40
+	MOVQ gr+0(FP), AX
+	MOVQ w+8(FP), BX
+	MOVQ x+16(FP), SI
+	MOVQ n16+24(FP), CX
+	MOVQ acc+32(FP), DI
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+rdloop:
+	TESTQ CX, CX
+	JZ    rddone
+	VMOVUPS       (AX), Z4
+	VMULPS        (BX), Z4, Z4     // g·w in float32
+	VCVTPS2PD     Y4, Z5
+	VEXTRACTF64X4 $1, Z4, Y6
+	VCVTPS2PD     Y6, Z6
+	VCVTPS2PD     (SI), Z7
+	VCVTPS2PD     32(SI), Z8
+	VFMADD231PD   Z7, Z5, Z0
+	VFMADD231PD   Z8, Z6, Z1
+	ADDQ          $64, AX
+	ADDQ          $64, BX
+	ADDQ          $64, SI
+	DECQ          CX
+	JMP           rdloop
+rddone:
+	VMOVUPD Z0, (DI)
+	VMOVUPD Z1, 64(DI)
+	VZEROUPPER
+	RET

@@ -72,27 +72,40 @@ func RMSNormRows[T Float](y, x, w []T, d int, eps float64) {
 	}
 }
 
-// meanSquare accumulates in float64: the statistic that decides the scale
-// of the whole row is worth the extra bits.
+// meanSquare is mean(x²) in float64: each square (exact in float64 for a
+// float32) into sixteen partial sums, element j into sum j mod 16, folded
+// in halves (fold16), sixteen at a time in AVX-512 where the CPU has it
+// (the same bits). One chain of additions held the loop to an element per
+// add latency (4% of a bf16 LoRA step), and scalar partial sums to one
+// element per few instructions.
 func meanSquare[T Float](x []T) float64 {
-	// Four sums, element i into sum i mod 4, so that four float64
-	// additions are in flight instead of one chain: the loop ran at one
-	// element per add latency and was 4% of a bf16 LoRA step. Each square
-	// of a float32 is exact in float64; only the sums' order changed.
-	var s0, s1, s2, s3 float64
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		a, b, c, d := float64(x[i]), float64(x[i+1]), float64(x[i+2]), float64(x[i+3])
-		s0 += a * a
-		s1 += b * b
-		s2 += c * c
-		s3 += d * d
+	var s [16]float64
+	j := 0
+	if x32, ok := any(x).([]float32); ok {
+		j = sumSqFast(x32, &s)
 	}
-	for ; i < len(x); i++ {
-		v := float64(x[i])
-		s0 += v * v
+	for ; j < len(x); j++ {
+		v := float64(x[j])
+		s[j&15] += v * v
 	}
-	return ((s0 + s1) + (s2 + s3)) / float64(len(x))
+	return fold16(&s) / float64(len(x))
+}
+
+// rmsDot is Σ (g⊙w)·x over a row in float64, each g·w rounded to T
+// first (for float32, each product with x is then exact in float64), in
+// meanSquare's order: sixteen partial sums, element j into sum j mod 16,
+// folded in halves, in AVX-512 where the CPU has it. One chain of
+// additions was most of RMSNorm's backward pass.
+func rmsDot[T Float](g, w, x []T) float64 {
+	var s [16]float64
+	j := 0
+	if x32, ok := any(x).([]float32); ok {
+		j = rmsDotFast(any(g).([]float32), any(w).([]float32), x32, &s)
+	}
+	for ; j < len(x); j++ {
+		s[j&15] += float64(g[j]*w[j]) * float64(x[j])
+	}
+	return fold16(&s)
 }
 
 func (o *rmsNormOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) {
@@ -122,10 +135,7 @@ func (o *rmsNormOp[T]) backward(in [][]T, grads [][]T) error {
 				xr, gr := x[r*d:(r+1)*d], g[r*d:(r+1)*d]
 				rstd := 1 / sqrt(meanSquare(xr)+o.eps)
 				if dx != nil {
-					var dot float64
-					for j := range xr {
-						dot += float64(gr[j]*w[j]) * float64(xr[j])
-					}
+					dot := rmsDot(gr, w, xr)
 					c := T(dot * rstd * rstd / float64(d)) // mean(h ⊙ x̂)·rstd, folded
 					dr := dx[r*d : (r+1)*d]
 					rs := T(rstd)

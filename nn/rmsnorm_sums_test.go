@@ -1,0 +1,99 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// sum16F64Spec is meanSquare's and rmsDot's order written out: term j
+// into partial j mod 16, in order, then the halves folded: p[k]+p[k+8],
+// then +4, +2, +1.
+func sum16F64Spec(terms []float64) float64 {
+	var p [16]float64
+	for j, v := range terms {
+		p[j%16] += v
+	}
+	var q [8]float64
+	for k := range q {
+		q[k] = p[k] + p[k+8]
+	}
+	r := [4]float64{q[0] + q[4], q[1] + q[5], q[2] + q[6], q[3] + q[7]}
+	return (r[0] + r[2]) + (r[1] + r[3])
+}
+
+// TestRMSNormSumsExact holds meanSquare and rmsDot (AVX-512 where the CPU
+// has it, Go elsewhere) to that order, bit for bit, over lengths around
+// the sixteen-wide blocks and rows with huge, tiny, subnormal and signed
+// zero values, and products g·w that overflow float32. Each is also
+// within the bound any order meets, (n+1)·2⁻⁵³·Σ|term|, of the exact sum
+// (every term is exact in float64; the reference sums them with
+// Neumaier's compensation).
+func TestRMSNormSumsExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	odd := []float32{3e38, -2e38, 1e-40, -1e-45, float32(math.Copysign(0, -1)), 1e20, 7}
+	for _, n := range []int{1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 100, 512, 1000} {
+		for _, rare := range []bool{false, true} {
+			name := fmt.Sprintf("n%d/rare=%v", n, rare)
+			x, g, w := make([]float32, n), make([]float32, n), make([]float32, n)
+			for i := range x {
+				x[i], g[i], w[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()), float32(1+rng.NormFloat64()/4)
+			}
+			if rare {
+				for r := 0; r < 1+n/8; r++ {
+					x[rng.IntN(n)] = odd[rng.IntN(len(odd))]
+					g[rng.IntN(n)] = odd[rng.IntN(len(odd))]
+				}
+			}
+			sq, dot := make([]float64, n), make([]float64, n)
+			for j := range x {
+				sq[j] = float64(x[j]) * float64(x[j])
+				dot[j] = float64(g[j]*w[j]) * float64(x[j])
+			}
+			for _, c := range []struct {
+				what  string
+				got   float64
+				terms []float64
+				scale float64
+			}{
+				{"meanSquare", meanSquare(x), sq, float64(n)},
+				{"rmsDot", rmsDot(g, w, x), dot, 1},
+			} {
+				want := sum16F64Spec(c.terms) / c.scale
+				if c.got != c.got && want != want {
+					continue // NaN (an Inf·0 or Inf − Inf among the terms)
+				}
+				if math.Float64bits(c.got) != math.Float64bits(want) {
+					t.Fatalf("%s: %s = %v, want %v", name, c.what, c.got, want)
+				}
+				exact, abs := neumaier(c.terms), 0.0
+				for _, v := range c.terms {
+					abs += math.Abs(v)
+				}
+				if math.IsInf(abs, 0) || math.IsNaN(exact) {
+					continue
+				}
+				if bound := float64(n+1) * 0x1p-53 * abs / c.scale; math.Abs(c.got-exact/c.scale) > bound {
+					t.Fatalf("%s: %s = %v, exact %v: more than %g apart", name, c.what, c.got, exact/c.scale, bound)
+				}
+			}
+		}
+	}
+}
+
+// neumaier is Σ v with Neumaier's compensation: the exact sum to within
+// a rounding or two of float64, whatever the order.
+func neumaier(v []float64) float64 {
+	var s, c float64
+	for _, x := range v {
+		t := s + x
+		if math.Abs(s) >= math.Abs(x) {
+			c += (s - t) + x
+		} else {
+			c += (x - t) + s
+		}
+		s = t
+	}
+	return s + c
+}
