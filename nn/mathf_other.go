@@ -22,5 +22,5 @@ const haveAVX512, haveAVX2, haveMaxAVX2 = false, false, false // no assembly: th
 func expSubSumFast(dst, src []float32, m float32, acc *[16]float32) (int, float32) { return 0, 0 }
 func dotFast(a, b []float32) (float32, bool)                                       { return 0, false }
 
-func sumSqFast(x []float32, acc *[16]float64) int         { return 0 }
+func sumSqFast(x []float32, acc *[16]float64) int        { return 0 }
 func rmsDotFast(g, w, x []float32, acc *[16]float64) int { return 0 }
