@@ -578,10 +578,8 @@ func packPanelB(bp []uint32, transB bool, b *BF16Matrix, k, n, j0 int) {
 // rounded to bf16 here.
 func packPairs(dst []uint32, width int, x *BF16Matrix, kContiguous bool, k, l0, lines, p0, np int) {
 	dst = dst[:np*width]
-	if lines < width {
-		for p := 0; p < np; p++ {
-			clear(dst[p*width+lines : (p+1)*width])
-		}
+	if lines < width { // the padding lines are zeros: all of dst cleared at once, then the lines written
+		clear(dst)
 	}
 	pairs := min(np, k/2-p0) // whole pairs; then maybe one with an odd k's last element
 	odd := k%2 == 1 && p0+np == (k+1)/2

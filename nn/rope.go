@@ -147,12 +147,19 @@ func (o *ropeOp[T]) rotate(y, x []T, sign T) {
 		table, positions = any(o.cache.rope).(RopeTable[T]), o.cache.pos
 	}
 	o.eng.parallel(o.shape[0], 16, func(lo, hi int) {
-		copy(y[lo*width:hi*width], x[lo*width:hi*width])
-		pos := func(r int) int { return (lo + r) % o.seqLen }
-		if positions != nil {
-			pos = func(r int) int { return positions[lo+r] }
+		// a few rows at a time, copied and rotated while they are in L1:
+		// copying the worker's whole share first sent it out of cache
+		// and back
+		const rows = 4
+		for b0 := lo; b0 < hi; b0 += rows {
+			b1 := min(b0+rows, hi)
+			copy(y[b0*width:b1*width], x[b0*width:b1*width])
+			pos := func(r int) int { return (b0 + r) % o.seqLen }
+			if positions != nil {
+				pos = func(r int) int { return positions[b0+r] }
+			}
+			table.RotateRows(y[b0*width:b1*width], o.heads, pos, sign)
 		}
-		table.RotateRows(y[lo*width:hi*width], o.heads, pos, sign)
 	})
 }
 
