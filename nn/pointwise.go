@@ -50,11 +50,17 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		cols := o.product.outF
 		o.product.productInto(y32, func(i0, i1, j0, j1 int) {
 			args := make([][]T, 2) // one for the block: a literal per row was most of a step's allocations
+			pass := func(y, base []T) {
+				args[0], args[1] = base, y
+				o.fwd(y, args)
+				round(o.out, y)
+			}
+			if j0 == 0 && j1 == cols { // whole rows, one run of memory: each pass once (fwd is elementwise)
+				pass(y[i0*cols:i1*cols], any(base[i0*cols:i1*cols]).([]T))
+				return
+			}
 			for i := i0; i < i1; i++ {
-				row := y[i*cols+j0 : i*cols+j1]
-				args[0], args[1] = any(base[i*cols+j0:i*cols+j1]).([]T), row
-				o.fwd(row, args)
-				round(o.out, row)
+				pass(y[i*cols+j0:i*cols+j1], any(base[i*cols+j0:i*cols+j1]).([]T))
 			}
 		})
 		return t, nil
