@@ -24,3 +24,5 @@ func dotFast(a, b []float32) (float32, bool)                                    
 
 func sumSqFast(x []float32, acc *[16]float64) int        { return 0 }
 func rmsDotFast(g, w, x []float32, acc *[16]float64) int { return 0 }
+
+func ropeHeadsFast(row, c, s []float32, sign float32, half, heads int) bool { return false }

@@ -143,3 +143,18 @@ func accMulMulFast(p, gr, x []float32, s float32) int {
 	accMulMulAVX2(&p[0], &gr[0], &x[0], s, n)
 	return n
 }
+
+//go:noescape
+func ropeHeadsAVX2(row, c, s *float32, sign float32, half, heads int)
+
+// ropeHeadsFast rotates every head of row (heads·2·half values) by c and
+// s as RotateRows does, in one call, and says whether it could: where
+// the CPU has AVX2 and half is a multiple of 8.
+func ropeHeadsFast(row, c, s []float32, sign float32, half, heads int) bool {
+	if !haveAVX2 || half%8 != 0 || half == 0 || heads == 0 {
+		return false
+	}
+	_, _, _ = row[heads*2*half-1], c[half-1], s[half-1]
+	ropeHeadsAVX2(&row[0], &c[0], &s[0], sign, half, heads)
+	return true
+}

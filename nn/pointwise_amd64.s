@@ -275,3 +275,47 @@ mxreduce:
 	MOVQ         BX, nan+24(FP)
 	VZEROUPPER
 	RET
+
+// func ropeHeadsAVX2(row, c, s *float32, sign float32, half, heads int)
+// ropeAVX2 on each of a row's heads in turn, x1 and x2 being head h's
+// halves at row[2h·half] and row[2h·half+half], all sharing c and s
+// (one position); half is a multiple of 8.
+TEXT ·ropeHeadsAVX2(SB), NOSPLIT, $0-48
+	MOVQ row+0(FP), DI
+	MOVQ c+8(FP), DX
+	MOVQ s+16(FP), R8
+	VBROADCASTSS sign+24(FP), Y15
+	MOVQ half+32(FP), CX
+	MOVQ heads+40(FP), R9
+	LEAQ (DI)(CX*4), SI            // head 0's x2
+	MOVQ CX, R10
+	SHLQ $3, R10                   // a head's bytes: 2·half·4
+rhhead:
+	TESTQ R9, R9
+	JZ    rhdone
+	XORQ  AX, AX
+rhloop:
+	CMPQ    AX, CX
+	JGE     rhnext
+	VMOVUPS (DI)(AX*4), Y0         // a
+	VMOVUPS (SI)(AX*4), Y1         // b
+	VMOVUPS (DX)(AX*4), Y2         // c
+	VMULPS  (R8)(AX*4), Y15, Y3    // si
+	VMULPS  Y2, Y0, Y4             // a·c
+	VMULPS  Y3, Y1, Y5             // b·si
+	VSUBPS  Y5, Y4, Y4
+	VMULPS  Y2, Y1, Y6             // b·c
+	VMULPS  Y3, Y0, Y7             // a·si
+	VADDPS  Y7, Y6, Y6
+	VMOVUPS Y4, (DI)(AX*4)
+	VMOVUPS Y6, (SI)(AX*4)
+	ADDQ    $8, AX
+	JMP     rhloop
+rhnext:
+	ADDQ R10, DI
+	ADDQ R10, SI
+	DECQ R9
+	JMP  rhhead
+rhdone:
+	VZEROUPPER
+	RET

@@ -62,6 +62,9 @@ func (t RopeTable[T]) RotateRows(x []T, heads int, pos func(r int) int, sign T) 
 		p := pos(r)
 		c, s := t.Cos[p*half:(p+1)*half], t.Sin[p*half:(p+1)*half]
 		row := x[r*width : (r+1)*width]
+		if isF32[T]() && ropeHeadsFast(any(row).([]float32), any(c).([]float32), any(s).([]float32), float32(sign), half, heads) {
+			continue // every head in one call: a call a head cost more than the rotation at 16 pairs a head
+		}
 		for h := 0; h < heads; h++ {
 			x1 := row[h*2*half : h*2*half+half]
 			x2 := row[h*2*half+half : (h+1)*2*half]
