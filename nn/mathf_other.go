@@ -11,7 +11,6 @@ func swigluGradAFast(d, g, u, s, a []float32) int          { return 0 }
 func addScaledFast(y, a, b []float32, s float32) int       { return 0 }
 func scaleFast(y, x []float32, s float32) int              { return 0 }
 func mulSubFast(y, a, b []float32, s float32) int          { return 0 }
-func ropeFast(x1, x2, c, s []float32, sign float32) int    { return 0 }
 func scaleMulFast(y, x, w []float32, s float32) int        { return 0 }
 func rmsGradFast(d, gr, w, x []float32, c, rs float32) int { return 0 }
 func accMulMulFast(p, gr, x []float32, s float32) int      { return 0 }
@@ -25,4 +24,4 @@ func dotFast(a, b []float32) (float32, bool)                                    
 func sumSqFast(x []float32, acc *[16]float64) int        { return 0 }
 func rmsDotFast(g, w, x []float32, acc *[16]float64) int { return 0 }
 
-func ropeHeadsFast(row, c, s []float32, sign float32, half, heads int) bool { return false }
+func ropeHeadsFast(row, c, s []float32, sign float32, half, heads int) int { return 0 }

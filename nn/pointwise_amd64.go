@@ -93,9 +93,6 @@ func mulSubFast(y, a, b []float32, s float32) int {
 }
 
 //go:noescape
-func ropeAVX2(x1, x2, c, s *float32, sign float32, n int)
-
-//go:noescape
 func scaleMulAVX2(y, x, w *float32, s float32, n int)
 
 //go:noescape
@@ -103,16 +100,6 @@ func rmsGradAVX2(d, gr, w, x *float32, c, rs float32, n int)
 
 //go:noescape
 func accMulMulAVX2(p, gr, x *float32, s float32, n int)
-
-func ropeFast(x1, x2, c, s []float32, sign float32) int {
-	n := len(x1) &^ 7
-	if !haveAVX2 || n == 0 {
-		return 0
-	}
-	_, _, _ = x2[n-1], c[n-1], s[n-1]
-	ropeAVX2(&x1[0], &x2[0], &c[0], &s[0], sign, n)
-	return n
-}
 
 func scaleMulFast(y, x, w []float32, s float32) int {
 	n := len(y) &^ 7
@@ -145,16 +132,17 @@ func accMulMulFast(p, gr, x []float32, s float32) int {
 }
 
 //go:noescape
-func ropeHeadsAVX2(row, c, s *float32, sign float32, half, heads int)
+func ropeHeadsAVX2(row, c, s *float32, sign float32, n8, half, heads int)
 
-// ropeHeadsFast rotates every head of row (heads·2·half values) by c and
-// s as RotateRows does, in one call, and says whether it could: where
-// the CPU has AVX2 and half is a multiple of 8.
-func ropeHeadsFast(row, c, s []float32, sign float32, half, heads int) bool {
-	if !haveAVX2 || half%8 != 0 || half == 0 || heads == 0 {
-		return false
+// ropeHeadsFast rotates the first half&^7 pairs of every head of row
+// (heads·2·half values) by c and s as RotateRows does, in one call, where
+// the CPU has AVX2, and returns how many pairs of each head it did.
+func ropeHeadsFast(row, c, s []float32, sign float32, half, heads int) int {
+	n8 := half &^ 7
+	if !haveAVX2 || n8 == 0 || heads == 0 {
+		return 0
 	}
-	_, _, _ = row[heads*2*half-1], c[half-1], s[half-1]
-	ropeHeadsAVX2(&row[0], &c[0], &s[0], sign, half, heads)
-	return true
+	_, _, _ = row[heads*2*half-1], c[n8-1], s[n8-1]
+	ropeHeadsAVX2(&row[0], &c[0], &s[0], sign, n8, half, heads)
+	return n8
 }

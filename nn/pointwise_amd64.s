@@ -122,38 +122,6 @@ msdone:
 	VZEROUPPER
 	RET
 
-// func ropeAVX2(x1, x2, c, s *float32, sign float32, n int)
-// with si = sign·s[i]: x1[i] = a·c[i] − b·si, x2[i] = b·c[i] + a·si, where
-// a, b = x1[i], x2[i] before.
-TEXT ·ropeAVX2(SB), NOSPLIT, $0-48
-	MOVQ x1+0(FP), DI
-	MOVQ x2+8(FP), SI
-	MOVQ c+16(FP), DX
-	MOVQ s+24(FP), R8
-	VBROADCASTSS sign+32(FP), Y15
-	MOVQ n+40(FP), CX
-	XORQ AX, AX
-rploop:
-	CMPQ    AX, CX
-	JGE     rpdone
-	VMOVUPS (DI)(AX*4), Y0         // a
-	VMOVUPS (SI)(AX*4), Y1         // b
-	VMOVUPS (DX)(AX*4), Y2         // c
-	VMULPS  (R8)(AX*4), Y15, Y3    // si
-	VMULPS  Y2, Y0, Y4             // a·c
-	VMULPS  Y3, Y1, Y5             // b·si
-	VSUBPS  Y5, Y4, Y4
-	VMULPS  Y2, Y1, Y6             // b·c
-	VMULPS  Y3, Y0, Y7             // a·si
-	VADDPS  Y7, Y6, Y6
-	VMOVUPS Y4, (DI)(AX*4)
-	VMOVUPS Y6, (SI)(AX*4)
-	ADDQ    $8, AX
-	JMP     rploop
-rpdone:
-	VZEROUPPER
-	RET
-
 // func scaleMulAVX2(y, x, w *float32, s float32, n int)
 // y[i] = w[i]·(x[i]·s)
 TEXT ·scaleMulAVX2(SB), NOSPLIT, $0-40
@@ -276,19 +244,20 @@ mxreduce:
 	VZEROUPPER
 	RET
 
-// func ropeHeadsAVX2(row, c, s *float32, sign float32, half, heads int)
-// ropeAVX2 on each of a row's heads in turn, x1 and x2 being head h's
-// halves at row[2h·half] and row[2h·half+half], all sharing c and s
-// (one position); half is a multiple of 8.
-TEXT ·ropeHeadsAVX2(SB), NOSPLIT, $0-48
+// func ropeHeadsAVX2(row, c, s *float32, sign float32, n8, half, heads int)
+// Each of a row's heads in turn, its halves x1 at row[2h·half] and x2 at
+// row[2h·half+half], all sharing c and s (one position): with si =
+// sign·s[i], x1[i] = a·c[i] − b·si, x2[i] = b·c[i] + a·si, where a, b =
+// x1[i], x2[i] before, for i < n8 (a multiple of 8, at most half).
+TEXT ·ropeHeadsAVX2(SB), NOSPLIT, $0-56
 	MOVQ row+0(FP), DI
 	MOVQ c+8(FP), DX
 	MOVQ s+16(FP), R8
 	VBROADCASTSS sign+24(FP), Y15
-	MOVQ half+32(FP), CX
-	MOVQ heads+40(FP), R9
-	LEAQ (DI)(CX*4), SI            // head 0's x2
-	MOVQ CX, R10
+	MOVQ n8+32(FP), CX
+	MOVQ half+40(FP), R10
+	MOVQ heads+48(FP), R9
+	LEAQ (DI)(R10*4), SI           // head 0's x2
 	SHLQ $3, R10                   // a head's bytes: 2·half·4
 rhhead:
 	TESTQ R9, R9

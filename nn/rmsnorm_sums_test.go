@@ -7,26 +7,11 @@ import (
 	"testing"
 )
 
-// sum16F64Spec is meanSquare's and rmsDot's order written out: term j
-// into partial j mod 16, in order, then the halves folded: p[k]+p[k+8],
-// then +4, +2, +1.
-func sum16F64Spec(terms []float64) float64 {
-	var p [16]float64
-	for j, v := range terms {
-		p[j%16] += v
-	}
-	var q [8]float64
-	for k := range q {
-		q[k] = p[k] + p[k+8]
-	}
-	r := [4]float64{q[0] + q[4], q[1] + q[5], q[2] + q[6], q[3] + q[7]}
-	return (r[0] + r[2]) + (r[1] + r[3])
-}
-
 // TestRMSNormSumsExact holds meanSquare and rmsDot (AVX-512 where the CPU
-// has it, Go elsewhere) to that order, bit for bit, over lengths around
-// the sixteen-wide blocks and rows with huge, tiny, subnormal and signed
-// zero values, and products g·w that overflow float32. Each is also
+// has it, Go elsewhere) to sum16's order written out (sum16Spec, in
+// float64), bit for bit, over lengths around the sixteen-wide blocks and
+// rows with huge, tiny, subnormal and signed zero values, and products
+// g·w that overflow float32. Each is also
 // within the bound any order meets, (n+1)·2⁻⁵³·Σ|term|, of the exact sum
 // (every term is exact in float64; the reference sums them with
 // Neumaier's compensation).
@@ -60,7 +45,7 @@ func TestRMSNormSumsExact(t *testing.T) {
 				{"meanSquare", meanSquare(x), sq, float64(n)},
 				{"rmsDot", rmsDot(g, w, x), dot, 1},
 			} {
-				want := sum16F64Spec(c.terms) / c.scale
+				want := sum16Spec(c.terms) / c.scale
 				if c.got != c.got && want != want {
 					continue // NaN (an Inf·0 or Inf − Inf among the terms)
 				}

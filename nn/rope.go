@@ -62,16 +62,16 @@ func (t RopeTable[T]) RotateRows(x []T, heads int, pos func(r int) int, sign T) 
 		p := pos(r)
 		c, s := t.Cos[p*half:(p+1)*half], t.Sin[p*half:(p+1)*half]
 		row := x[r*width : (r+1)*width]
-		if isF32[T]() && ropeHeadsFast(any(row).([]float32), any(c).([]float32), any(s).([]float32), float32(sign), half, heads) {
-			continue // every head in one call: a call a head cost more than the rotation at 16 pairs a head
+		i0 := 0 // every head in one call: a call a head cost more than the rotation at 16 pairs a head
+		if isF32[T]() {
+			i0 = ropeHeadsFast(any(row).([]float32), any(c).([]float32), any(s).([]float32), float32(sign), half, heads)
+		}
+		if i0 == half {
+			continue
 		}
 		for h := 0; h < heads; h++ {
 			x1 := row[h*2*half : h*2*half+half]
 			x2 := row[h*2*half+half : (h+1)*2*half]
-			i0 := 0
-			if isF32[T]() {
-				i0 = ropeFast(any(x1).([]float32), any(x2).([]float32), any(c).([]float32), any(s).([]float32), float32(sign))
-			}
 			for i := i0; i < len(x1); i++ {
 				a, b := x1[i], x2[i]
 				si := sign * s[i]

@@ -9,16 +9,16 @@ import (
 
 // sum16Spec is sum16's order written out: element j into partial j mod
 // 16, then the halves folded: p[k]+p[k+8], then +4, +2, +1.
-func sum16Spec(x []float32) float32 {
-	var p [16]float32
+func sum16Spec[T float32 | float64](x []T) T {
+	var p [16]T
 	for j, v := range x {
 		p[j%16] += v
 	}
-	var q [8]float32
+	var q [8]T
 	for k := range q {
 		q[k] = p[k] + p[k+8]
 	}
-	r := [4]float32{q[0] + q[4], q[1] + q[5], q[2] + q[6], q[3] + q[7]}
+	r := [4]T{q[0] + q[4], q[1] + q[5], q[2] + q[6], q[3] + q[7]}
 	return (r[0] + r[2]) + (r[1] + r[3])
 }
 
