@@ -129,10 +129,17 @@ func softmaxGrad[T Float](e *Engine, dl, probs []T, targets []int, v int, scale 
 // float64 for a wider sum; a float32 is exact in float64). Eight sums in
 // flight instead of one chain, which cost one add latency per element;
 // the loss softmax's sum over the vocabulary. The order depends on the
-// row alone, never on threads.
+// row alone, never on threads. float32 summed in float64 takes AVX-512
+// where the CPU has it: the eight partial sums are a register's lanes,
+// each in its own order, so the same bits.
 func sum8[A, T Float](x []T) A {
 	var s [8]A
 	j := 0
+	if x32, ok := any(x).([]float32); ok {
+		if s64, ok := any(&s).(*[8]float64); ok {
+			j = sum8Fast(x32, s64)
+		}
+	}
 	for ; j+8 <= len(x); j += 8 {
 		c := x[j : j+8 : j+8]
 		s[0] += A(c[0])
@@ -144,7 +151,7 @@ func sum8[A, T Float](x []T) A {
 		s[6] += A(c[6])
 		s[7] += A(c[7])
 	}
-	for k := 0; j < len(x); j, k = j+1, k+1 {
+	for k := j % 8; j < len(x); j, k = j+1, k+1 {
 		s[k] += A(x[j])
 	}
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))

@@ -145,3 +145,18 @@ func rmsDotFast(g, w, x []float32, acc *[16]float64) int {
 	rmsDotF64AVX512(&g[0], &w[0], &x[0], n/16, acc)
 	return n
 }
+
+//go:noescape
+func sum8F64AVX512(x *float32, n8 int, acc *[8]float64)
+
+// sum8Fast adds float64(x[j]) into acc[j mod 8] for the leading whole
+// blocks of eight it can do in assembly, acc being zero, and returns how
+// many values it did: sum8's partial sums, each in its own order.
+func sum8Fast(x []float32, acc *[8]float64) int {
+	n := len(x) &^ 7
+	if !haveF64SumsAVX512 || n == 0 {
+		return 0
+	}
+	sum8F64AVX512(&x[0], n/8, acc)
+	return n
+}

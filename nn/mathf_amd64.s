@@ -449,3 +449,25 @@ rddone:
 	VMOVUPD Z1, 64(DI)
 	VZEROUPPER
 	RET
+
+// func sum8F64AVX512(x *float32, n8 int, acc *[8]float64)
+// acc[l] = Σ float64(x[8b+l]) over the blocks b < n8 in order, from zero:
+// sum8's eight float64 partial sums, one register, each lane's additions
+// in its own order (a float32 is exact in float64).
+TEXT ·sum8F64AVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n8+8(FP), CX
+	MOVQ acc+16(FP), DI
+	VXORPD Z0, Z0, Z0
+s8loop:
+	TESTQ CX, CX
+	JZ    s8done
+	VCVTPS2PD (SI), Z1
+	VADDPD    Z1, Z0, Z0
+	ADDQ      $32, SI
+	DECQ      CX
+	JMP       s8loop
+s8done:
+	VMOVUPD Z0, (DI)
+	VZEROUPPER
+	RET

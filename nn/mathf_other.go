@@ -25,3 +25,5 @@ func sumSqFast(x []float32, acc *[16]float64) int        { return 0 }
 func rmsDotFast(g, w, x []float32, acc *[16]float64) int { return 0 }
 
 func ropeHeadsFast(row, c, s []float32, sign float32, half, heads int) int { return 0 }
+
+func sum8Fast(x []float32, acc *[8]float64) int { return 0 }

@@ -82,3 +82,25 @@ func neumaier(v []float64) float64 {
 	}
 	return s + c
 }
+
+// TestSum8Exact holds sum8 over float32 values in float64 (AVX-512 where
+// the CPU has it) to its order written out: element j into partial j mod
+// 8, in order, then ((0+1)+(2+3))+((4+5)+(6+7)). Bit for bit, over
+// lengths around the blocks of eight and values of every size.
+func TestSum8Exact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 8192} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(math.Exp(rng.NormFloat64() * 20)) // 1e-26 to 1e26
+		}
+		var p [8]float64
+		for j, v := range x {
+			p[j%8] += float64(v)
+		}
+		want := ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))
+		if got := sum8[float64](x); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("n=%d: sum8 = %v, want %v", n, got, want)
+		}
+	}
+}
