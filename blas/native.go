@@ -243,24 +243,6 @@ func nativeParallel(workers int, body func()) {
 	par.Run(workers, func(int) { body() })
 }
 
-// claims hands out the indices 0, 1, 2, ... to workers as they come free.
-// It fills a cache line of its own: a bare atomic.Int64 that escapes is
-// a tiny allocation, which may share its line with another product's
-// counter, and two workers each claiming from their own product
-// (attention's heads run side by side) would then pull that line back
-// and forth.
-type claims struct {
-	next atomic.Int64
-	_    [56]byte
-}
-
-// newClaims returns a counter on its own cache line (a 64-byte object is
-// 64-byte aligned in its span).
-func newClaims() *claims { return new(claims) }
-
-// claim returns the next index.
-func (c *claims) claim() int { return int(c.next.Add(1)) - 1 }
-
 // parallelRows splits C by rows. The caller packs op(B) for a column block
 // and as many k slices as fit in nativeSharedB floats; the workers share it
 // read-only, each packing the rows of op(A) its chunks need.
@@ -283,11 +265,11 @@ func (g *nativeGemm) parallelRows(workers, m, n, mt int) {
 					g.packB(bufs, bp[(pc-p0)*ncMax:], pc, min(g.kc, g.k-pc), jc, nc)
 				}
 			}
-			next := newClaims()
+			var next atomic.Int64
 			nativeParallel(workers, func() {
 				var abufs *nativeBuffers
 				for {
-					ch := next.claim()
+					ch := int(next.Add(1)) - 1
 					if ch >= chunks {
 						break
 					}
@@ -543,11 +525,11 @@ func (g *nativeGemm) packLoadedShared(workers int, bp []float32, ncMax, p0, p1, 
 	perSlice := (nc + strip - 1) / strip
 	slices := (p1 - p0 + g.kc - 1) / g.kc
 	units := slices * perSlice
-	next := newClaims()
+	var next atomic.Int64
 	nativeParallel(min(workers, units), func() {
 		var bufs *nativeBuffers
 		for {
-			u := next.claim()
+			u := int(next.Add(1)) - 1
 			if u >= units {
 				break
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mixtune/mixtune/amp"
@@ -344,7 +345,7 @@ func (nb *NativeBF16) gemm(roundC bool, band Band, transA, transB bool, m, n, k 
 			bp = alignU32(&bufs.b, panels*kp*bf16NR)
 			parallelRange(min(workers, panels), panels, func(lo, hi int) {
 				for q := lo; q < hi; q++ {
-					packPanelB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], transB, &b, k, n, jc+q*bf16NR)
+					packPanelB(bp[q*kp*bf16NR:(q+1)*kp*bf16NR], g.transB, &g.b, k, n, jc+q*bf16NR)
 				}
 			})
 		}
@@ -428,11 +429,11 @@ func (g *bf16Gemm) block(workers int, bp []uint32, jc, panels int) {
 		run(bufs, func() int { u++; return u })
 		return
 	}
-	next := newClaims()
+	var next atomic.Int64
 	nativeParallel(workers, func() {
 		bufs := bf16Pool.Get().(*bf16Buffers)
 		defer bf16Pool.Put(bufs)
-		run(bufs, next.claim)
+		run(bufs, func() int { return int(next.Add(1)) - 1 })
 	})
 }
 

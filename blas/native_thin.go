@@ -1,5 +1,7 @@
 package blas
 
+import "sync/atomic"
+
 // Thin products. The LoRA adapters' products have one side of rank r (8,
 // 16): x·Aᵀ and dY·B are m×r, dB = dYᵀ·h is d×r over all the tokens, dA
 // = dhᵀ·x is r×d. The blocked path packs all of op(A) to compute an r-wide
@@ -200,10 +202,10 @@ func nativeChunked(workers, units int, body func(lo, hi int)) int {
 		body(0, units)
 		return 1
 	}
-	next := newClaims()
+	var next atomic.Int64
 	nativeParallel(workers, func() {
 		for {
-			ch := next.claim()
+			ch := int(next.Add(1)) - 1
 			if ch >= chunks {
 				return
 			}

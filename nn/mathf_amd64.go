@@ -111,10 +111,11 @@ func dotFast(a, b []float32) (float32, bool) {
 	return dotAVX512(&a[0], &b[0], len(a)), true
 }
 
-// haveF64SumsAVX512: meanSquare's and rmsDot's sixteen float64 sums run
-// in AVX-512 (sumSqF64AVX512, rmsDotF64AVX512). Every product they add is
-// exact in float64, so fusing it into the sum changes no bit: no
-// condition on how Go itself fuses.
+// haveF64SumsAVX512: meanSquare's and rmsDot's sixteen float64 sums and
+// sum8's eight run in AVX-512 (sumSqF64AVX512, rmsDotF64AVX512,
+// sum8F64AVX512). Every term they add is exact in float64, so fusing a
+// product into the sum changes no bit: no condition on how Go itself
+// fuses.
 var haveF64SumsAVX512 = cpu.X86.HasAVX512F
 
 //go:noescape
