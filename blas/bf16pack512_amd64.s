@@ -81,6 +81,65 @@ GLOBL bf16OddWords<>(SB), RODATA|NOPTR, $64
 	VMOVDQU32  Z22, K2, s2;        \
 	VMOVDQU32  Z23, K2, s3
 
+// TRANSPOSE16 transposes the 16 rows of 16 dwords in Z0..Z15 (dword
+// unpacks, then qword unpacks, then 128-bit lane shuffles) and stores
+// column c at DI + c·dstride (R11: dstride, R12: 3·, R13: 5·, R14: 7·),
+// lanes K2; DI then points 16 columns on. Clobbers Z16..Z31 and DX.
+#define TRANSPOSE16 \
+	VPUNPCKLDQ Z1, Z0, Z16; \
+	VPUNPCKHDQ Z1, Z0, Z17; \
+	VPUNPCKLDQ Z3, Z2, Z18; \
+	VPUNPCKHDQ Z3, Z2, Z19; \
+	VPUNPCKLDQ Z5, Z4, Z20; \
+	VPUNPCKHDQ Z5, Z4, Z21; \
+	VPUNPCKLDQ Z7, Z6, Z22; \
+	VPUNPCKHDQ Z7, Z6, Z23; \
+	VPUNPCKLDQ Z9, Z8, Z24; \
+	VPUNPCKHDQ Z9, Z8, Z25; \
+	VPUNPCKLDQ Z11, Z10, Z26; \
+	VPUNPCKHDQ Z11, Z10, Z27; \
+	VPUNPCKLDQ Z13, Z12, Z28; \
+	VPUNPCKHDQ Z13, Z12, Z29; \
+	VPUNPCKLDQ Z15, Z14, Z30; \
+	VPUNPCKHDQ Z15, Z14, Z31; \
+	VPUNPCKLQDQ Z18, Z16, Z0; \
+	VPUNPCKHQDQ Z18, Z16, Z1; \
+	VPUNPCKLQDQ Z19, Z17, Z2; \
+	VPUNPCKHQDQ Z19, Z17, Z3; \
+	VPUNPCKLQDQ Z22, Z20, Z4; \
+	VPUNPCKHQDQ Z22, Z20, Z5; \
+	VPUNPCKLQDQ Z23, Z21, Z6; \
+	VPUNPCKHQDQ Z23, Z21, Z7; \
+	VPUNPCKLQDQ Z26, Z24, Z8; \
+	VPUNPCKHQDQ Z26, Z24, Z9; \
+	VPUNPCKLQDQ Z27, Z25, Z10; \
+	VPUNPCKHQDQ Z27, Z25, Z11; \
+	VPUNPCKLQDQ Z30, Z28, Z12; \
+	VPUNPCKHQDQ Z30, Z28, Z13; \
+	VPUNPCKLQDQ Z31, Z29, Z14; \
+	VPUNPCKHQDQ Z31, Z29, Z15; \
+	LEAQ (DI)(R11*8), DX; \
+	COLUMNS(Z0, Z4, Z8, Z12, (DI), (DI)(R11*4), (DX), (DX)(R11*4)); \
+	COLUMNS(Z1, Z5, Z9, Z13, (DI)(R11*1), (DI)(R13*1), (DX)(R11*1), (DX)(R13*1)); \
+	COLUMNS(Z2, Z6, Z10, Z14, (DI)(R11*2), (DI)(R12*2), (DX)(R11*2), (DX)(R12*2)); \
+	COLUMNS(Z3, Z7, Z11, Z15, (DI)(R12*1), (DI)(R14*1), (DX)(R12*1), (DX)(R14*1)); \
+	LEAQ (DX)(R11*8), DI
+
+// ROWSARGS loads packRows*AVX512's arguments: dst in DI, dstride in R11
+// (3·, 5·, 7· in R12, R13, R14), rows in R8, np16 in CX (the flags set
+// by a test of it), mask in K2; BX, the byte offset in the rows, zero.
+#define ROWSARGS \
+	MOVQ  dst+0(FP), DI; \
+	MOVQ  dstride+8(FP), R11; \
+	MOVQ  rows+16(FP), R8; \
+	MOVQ  np16+24(FP), CX; \
+	KMOVW mask+32(FP), K2; \
+	LEAQ  (R11)(R11*2), R12; \
+	LEAQ  (R11)(R11*4), R13; \
+	LEAQ  (R12)(R11*4), R14; \
+	XORQ  BX, BX; \
+	TESTQ CX, CX
+
 // func packRowsF32AVX512(dst *uint32, dstride int, rows *[16]*float32, np16 int, mask uint16)
 //
 // For 16·np16 pairs p of 16 rows (row l's floats from rows[l]): pair p
@@ -90,16 +149,7 @@ GLOBL bf16OddWords<>(SB), RODATA|NOPTR, $64
 // pairs transposed in registers (dword unpacks, then qword unpacks, then
 // 128-bit lane shuffles), so every store is one run of up to 16 dwords.
 TEXT ·packRowsF32AVX512(SB), NOSPLIT, $0-34
-	MOVQ  dst+0(FP), DI
-	MOVQ  dstride+8(FP), R11
-	MOVQ  rows+16(FP), R8
-	MOVQ  np16+24(FP), CX
-	KMOVW mask+32(FP), K2
-	LEAQ  (R11)(R11*2), R12 // 3·dstride
-	LEAQ  (R11)(R11*4), R13 // 5·dstride
-	LEAQ  (R12)(R11*4), R14 // 7·dstride
-	XORQ  BX, BX
-	TESTQ CX, CX
+	ROWSARGS
 	JZ    rowsdone
 
 rowsblock:
@@ -122,50 +172,7 @@ rowsblock:
 	ROWPAIRS(112, Z14)
 	ROWPAIRS(120, Z15)
 
-	// dwords of row pairs (2i, 2i+1), within 128-bit lanes
-	VPUNPCKLDQ Z1, Z0, Z16
-	VPUNPCKHDQ Z1, Z0, Z17
-	VPUNPCKLDQ Z3, Z2, Z18
-	VPUNPCKHDQ Z3, Z2, Z19
-	VPUNPCKLDQ Z5, Z4, Z20
-	VPUNPCKHDQ Z5, Z4, Z21
-	VPUNPCKLDQ Z7, Z6, Z22
-	VPUNPCKHDQ Z7, Z6, Z23
-	VPUNPCKLDQ Z9, Z8, Z24
-	VPUNPCKHDQ Z9, Z8, Z25
-	VPUNPCKLDQ Z11, Z10, Z26
-	VPUNPCKHDQ Z11, Z10, Z27
-	VPUNPCKLDQ Z13, Z12, Z28
-	VPUNPCKHDQ Z13, Z12, Z29
-	VPUNPCKLDQ Z15, Z14, Z30
-	VPUNPCKHDQ Z15, Z14, Z31
-
-	// qwords: Z(4j+c) holds rows 4j..4j+3 of column 4L+c in lane L
-	VPUNPCKLQDQ Z18, Z16, Z0
-	VPUNPCKHQDQ Z18, Z16, Z1
-	VPUNPCKLQDQ Z19, Z17, Z2
-	VPUNPCKHQDQ Z19, Z17, Z3
-	VPUNPCKLQDQ Z22, Z20, Z4
-	VPUNPCKHQDQ Z22, Z20, Z5
-	VPUNPCKLQDQ Z23, Z21, Z6
-	VPUNPCKHQDQ Z23, Z21, Z7
-	VPUNPCKLQDQ Z26, Z24, Z8
-	VPUNPCKHQDQ Z26, Z24, Z9
-	VPUNPCKLQDQ Z27, Z25, Z10
-	VPUNPCKHQDQ Z27, Z25, Z11
-	VPUNPCKLQDQ Z30, Z28, Z12
-	VPUNPCKHQDQ Z30, Z28, Z13
-	VPUNPCKLQDQ Z31, Z29, Z14
-	VPUNPCKHQDQ Z31, Z29, Z15
-
-	// lanes: column k at DI + k·dstride (DX: DI + 8·dstride)
-	LEAQ (DI)(R11*8), DX
-	COLUMNS(Z0, Z4, Z8, Z12, (DI), (DI)(R11*4), (DX), (DX)(R11*4))
-	COLUMNS(Z1, Z5, Z9, Z13, (DI)(R11*1), (DI)(R13*1), (DX)(R11*1), (DX)(R13*1))
-	COLUMNS(Z2, Z6, Z10, Z14, (DI)(R11*2), (DI)(R12*2), (DX)(R11*2), (DX)(R12*2))
-	COLUMNS(Z3, Z7, Z11, Z15, (DI)(R12*1), (DI)(R14*1), (DX)(R12*1), (DX)(R14*1))
-
-	LEAQ (DX)(R11*8), DI
+	TRANSPOSE16
 	ADDQ $128, BX
 	DECQ CX
 	JNZ  rowsblock
@@ -235,5 +242,55 @@ ilnext:
 	JNZ  ilpair
 
 ildone:
+	VZEROUPPER
+	RET
+
+// func packRowsBitsAVX512(dst *uint32, dstride int, rows *[16]*uint16, np16 int, mask uint16)
+//
+// packRowsF32AVX512 for rows of bf16 bits: pair p of row l is the dword
+// at rows[l] + 4p bytes, stored as it is (no rounding).
+TEXT ·packRowsBitsAVX512(SB), NOSPLIT, $0-34
+	ROWSARGS
+	JZ    bitsdone
+
+bitsblock:
+	MOVQ      0(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z0
+	MOVQ      8(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z1
+	MOVQ      16(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z2
+	MOVQ      24(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z3
+	MOVQ      32(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z4
+	MOVQ      40(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z5
+	MOVQ      48(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z6
+	MOVQ      56(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z7
+	MOVQ      64(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z8
+	MOVQ      72(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z9
+	MOVQ      80(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z10
+	MOVQ      88(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z11
+	MOVQ      96(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z12
+	MOVQ      104(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z13
+	MOVQ      112(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z14
+	MOVQ      120(R8), R10
+	VMOVDQU32 (R10)(BX*1), Z15
+	TRANSPOSE16
+	ADDQ $64, BX
+	DECQ CX
+	JNZ  bitsblock
+
+bitsdone:
 	VZEROUPPER
 	RET

@@ -36,6 +36,20 @@ func have512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW }
 // it does nothing and returns 0 with fewer than 16 pairs or without
 // AVX-512.
 func packLinesF32(dst []uint32, width int, x []float32, ld, off, lines, pairs int) int {
+	return packLines(dst, width, x, ld, off, lines, pairs)
+}
+
+// packLinesBits is packLinesF32 for lines of bf16 bits (line l's at
+// x[off+l·ld:]): dst[p·width+l] = x(l, 2p) | x(l, 2p+1)<<16, 16 lines and
+// 16 pairs at a time in AVX-512, a tail of fewer than 16 pairs done again
+// with the 16 that end the rows; it returns pairs, or 0 (nothing done)
+// with fewer than 16 pairs or without AVX-512.
+func packLinesBits(dst []uint32, width int, x []uint16, ld, off, lines, pairs int) int {
+	return packLines(dst, width, x, ld, off, lines, pairs)
+}
+
+// packLines is packLinesF32 and packLinesBits.
+func packLines[T float32 | uint16](dst []uint32, width int, x []T, ld, off, lines, pairs int) int {
 	if pairs < 16 || lines == 0 || !have512() {
 		return 0
 	}
@@ -43,21 +57,38 @@ func packLinesF32(dst []uint32, width int, x []float32, ld, off, lines, pairs in
 	_ = x[off+(lines-1)*ld+2*pairs-1]
 	for g := 0; g < lines; g += 16 {
 		n := min(16, lines-g)
-		var rows [16]*float32
+		var rows [16]*T
 		for l := range rows { // lines past n repeat the last: read, not stored
 			rows[l] = &x[off+(g+min(l, n-1))*ld]
 		}
 		mask := uint16(1<<n - 1)
-		packRowsF32AVX512(&dst[g], 4*width, &rows, pairs/16, mask)
+		rows16(&dst[g], 4*width, &rows, pairs/16, mask)
 		if tail := pairs - 16; pairs%16 != 0 {
 			for l := range rows {
 				rows[l] = &x[off+(g+min(l, n-1))*ld+2*tail]
 			}
-			packRowsF32AVX512(&dst[tail*width+g], 4*width, &rows, 1, mask)
+			rows16(&dst[tail*width+g], 4*width, &rows, 1, mask)
 		}
 	}
 	return pairs
 }
+
+// rows16 calls the AVX-512 routine that packs 16 rows of T (a type switch,
+// not a func value, so that rows stays on the caller's stack).
+func rows16[T float32 | uint16](dst *uint32, dstride int, rows *[16]*T, np16 int, mask uint16) {
+	switch r := any(rows).(type) {
+	case *[16]*float32:
+		packRowsF32AVX512(dst, dstride, r, np16, mask)
+	case *[16]*uint16:
+		packRowsBitsAVX512(dst, dstride, r, np16, mask)
+	}
+}
+
+// packRowsBitsAVX512 is packLinesBits' AVX-512 routine
+// (bf16pack512_amd64.s).
+//
+//go:noescape
+func packRowsBitsAVX512(dst *uint32, dstride int, rows *[16]*uint16, np16 int, mask uint16)
 
 // packRowsF32AVX512 and interleavePairsF32AVX512 are packLinesF32's and
 // interleavePairsF32's AVX-512 routines (bf16pack512_amd64.s).

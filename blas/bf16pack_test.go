@@ -126,6 +126,64 @@ func TestInterleaveBits(t *testing.T) {
 	}
 }
 
+// TestPackLinesBits holds the vector packing of rows of bf16 bits into a
+// strip's pairs to the scalar pairing, dst[p·width+l] = x(l, 2p) |
+// x(l, 2p+1)<<16, for line counts around 16 (a masked last group) and
+// pair counts around 16 (the tail overlapped), and checks that nothing
+// past the lines is written.
+func TestPackLinesBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(77, 78))
+	const sentinel = 0xdeadbeef
+	for _, width := range []int{bf16MR, bf16NR} {
+		for _, lines := range []int{1, 5, 14, 16, 17, 32} {
+			if lines > width {
+				continue
+			}
+			for _, pairs := range []int{15, 16, 17, 33, 64} {
+				ld, off := 2*pairs+3, 5
+				x := make([]uint16, off+lines*ld)
+				for i := range x {
+					x[i] = uint16(rng.Uint32())
+				}
+				dst := make([]uint32, pairs*width)
+				for i := range dst {
+					dst[i] = sentinel
+				}
+				done := packLinesBits(dst, width, x, ld, off, lines, pairs)
+				if done == 0 {
+					switch {
+					case pairs < 16:
+						continue // packPairs does them
+					case have512():
+						t.Fatalf("%d pairs of %d lines: nothing packed with AVX-512", pairs, lines)
+					}
+					t.Logf("no AVX-512 packing on this CPU (AVX512F and AVX512BW): packPairs does every pair")
+					return
+				}
+				if pairs < 16 {
+					t.Fatalf("%d pairs: packed with fewer than 16", pairs)
+				}
+				if done != pairs {
+					t.Fatalf("%d pairs: packed %d", pairs, done)
+				}
+				for p := 0; p < pairs; p++ {
+					for l := 0; l < width; l++ {
+						got := dst[p*width+l]
+						want := uint32(sentinel)
+						if l < lines {
+							row := off + l*ld
+							want = uint32(x[row+2*p]) | uint32(x[row+2*p+1])<<16
+						}
+						if got != want {
+							t.Fatalf("width %d, %d lines, %d pairs: dst[pair %d, line %d] = %#08x, want %#08x", width, lines, pairs, p, l, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkBF16Pack times the packing of the D576 training products'
 // operands alone, as the native bf16 driver packs them for each kernel
 // (vdp: VDPBF16PS, amx): every strip of op(A) over every k slice, every

@@ -587,8 +587,11 @@ func packPairs(dst []uint32, width int, x *BF16Matrix, kContiguous bool, k, l0, 
 	ld := x.Ld
 	if kContiguous {
 		whole := 0 // the whole pairs of every line packed 16 lines at a time
-		if x.F32 != nil {
+		switch {
+		case x.F32 != nil:
 			whole = packLinesF32(dst, width, x.F32, ld, l0*ld+2*p0, lines, pairs)
+		case width > 1:
+			whole = packLinesBits(dst, width, x.Bits, ld, l0*ld+2*p0, lines, pairs)
 		}
 		for l := 0; l < lines; l++ {
 			off := (l0+l)*ld + 2*p0
@@ -610,7 +613,7 @@ func packPairs(dst []uint32, width int, x *BF16Matrix, kContiguous bool, k, l0, 
 			if width == 1 && pairs > 0 { // a run of pairs is the row's bytes (little endian)
 				copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[l])), 4*pairs), unsafe.Slice((*byte)(unsafe.Pointer(&row[0])), 4*pairs))
 			} else {
-				for p := 0; p < pairs; p++ {
+				for p := whole; p < pairs; p++ {
 					dst[p*width+l] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
 				}
 			}

@@ -68,25 +68,26 @@ func (e *Engine) bf16Path(fa, fb amp.Format) bool {
 }
 
 // gemmBF16 computes C = op(A)·op(B) on the engine's bf16 GEMM and rounds C
-// to f as Engine.sgemmRound does (f = FP32: not rounded). A holds bf16
-// values as float32; B holds them as float32 (b) or, for a weight stored
-// in bf16, as its bits (bBits, used when b is nil). The float32 operands
-// are encoded as bf16 bits with round-to-nearest-even, exact for the bf16
-// values the policy put there.
+// to f as Engine.sgemmRound does (f = FP32: not rounded). Each operand
+// holds bf16 values, as float32 (F32) or as bits (Bits, used where F32 is
+// nil): a weight stored in bf16, or an activation held in bf16
+// (Builder.HoldBF16Operands). The float32 operands are encoded as bf16
+// bits with round-to-nearest-even, exact for the bf16 values the policy
+// put there.
 //
 // Where the GEMM is a bf16Packer, the operands are rounded as it packs
 // them, C is rounded block by block as the GEMM finishes it (to bf16, by
 // the kernel as it stores C, where it is a bf16Rounder), and w, when
 // not nil, keeps B (a weight) packed from call to call.
-func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, bBits []uint16, ldb int, c []float32, ldc int, w *packedWeight) {
-	e.gemmBF16Then(f, grad, transA, transB, m, n, k, a, lda, b, bBits, ldb, c, ldc, w, nil)
+func (e *Engine) gemmBF16(f amp.Format, grad, transA, transB bool, m, n, k int, a, b blas.BF16Matrix, c []float32, ldc int, w *packedWeight) {
+	e.gemmBF16Then(f, grad, transA, transB, m, n, k, a, b, c, ldc, w, nil)
 }
 
 // gemmBF16Then is gemmBF16 that then calls then, when not nil, on blocks
 // of C (rows [i0, i1), columns [j0, j1)) once they are rounded, each
 // element once, from the worker that finished it: an epilogue that runs
 // while the block is in cache.
-func (e *Engine) gemmBF16Then(f amp.Format, grad, transA, transB bool, m, n, k int, a []float32, lda int, b []float32, bBits []uint16, ldb int, c []float32, ldc int, w *packedWeight, then func(i0, i1, j0, j1 int)) {
+func (e *Engine) gemmBF16Then(f amp.Format, grad, transA, transB bool, m, n, k int, a, b blas.BF16Matrix, c []float32, ldc int, w *packedWeight, then func(i0, i1, j0, j1 int)) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -96,10 +97,10 @@ func (e *Engine) gemmBF16Then(f amp.Format, grad, transA, transB bool, m, n, k i
 	if p, ok := e.BF16.(bf16Packer); ok {
 		var pb *blas.PackedBF16
 		if w != nil {
-			pb = w.get(e, p, transB, k, n, b, bBits, ldb)
+			pb = w.get(e, p, transB, k, n, b.F32, b.Bits, b.Ld)
 		}
 		if r, ok := p.(bf16Rounder); ok && f == amp.BF16 {
-			r.GemmRound(transA, transB, m, n, k, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb}, pb, c, ldc, then)
+			r.GemmRound(transA, transB, m, n, k, a, b, pb, c, ldc, then)
 			return
 		}
 		done := then
@@ -112,17 +113,21 @@ func (e *Engine) gemmBF16Then(f amp.Format, grad, transA, transB bool, m, n, k i
 				}
 			}
 		}
-		p.Gemm(transA, transB, m, n, k, 1, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Bits: bBits, Ld: ldb}, pb, 0, c, ldc, done)
+		p.Gemm(transA, transB, m, n, k, 1, a, b, pb, 0, c, ldc, done)
 		return
 	}
-	ab, releaseA := e.bf16Bits(a[:extent(transA, m, k, lda)])
-	defer releaseA()
-	if b != nil {
+	aBits, bBits := a.Bits, b.Bits
+	if a.F32 != nil {
+		var releaseA func()
+		aBits, releaseA = e.bf16Bits(a.F32[:extent(transA, m, k, a.Ld)])
+		defer releaseA()
+	}
+	if b.F32 != nil {
 		var releaseB func()
-		bBits, releaseB = e.bf16Bits(b[:extent(transB, k, n, ldb)])
+		bBits, releaseB = e.bf16Bits(b.F32[:extent(transB, k, n, b.Ld)])
 		defer releaseB()
 	}
-	e.BF16.GemmBF16(transA, transB, m, n, k, 1, ab, lda, bBits, ldb, 0, c, ldc)
+	e.BF16.GemmBF16(transA, transB, m, n, k, 1, aBits, a.Ld, bBits, b.Ld, 0, c, ldc)
 	if f == amp.FP32 && then == nil {
 		return
 	}

@@ -158,13 +158,21 @@ type Builder struct {
 	// FuseAdapterAdd lets AddLinear form its sum as its product's epilogue.
 	// Only for graphs the CPU engine runs, as PackFrozenWeights.
 	FuseAdapterAdd bool
+	// HoldBF16Operands lets a linear layer whose products run on the
+	// engine's bf16 GEMM read its input activation as bf16 bits, converted
+	// once for all its readers, and keep those for its backward pass in
+	// place of the float32 activation (bf16operand.go). Only for graphs
+	// the CPU engine runs, as PackFrozenWeights.
+	HoldBF16Operands bool
 
 	needsGrad map[*G.Node]bool
 	isParam   map[*G.Node]bool
 	is16      map[*G.Node]bool  // frozen weights stored as 16-bit values
 	q4        map[*G.Node][]int // frozen 4-bit weights (blobs), with their shapes
 	casts     map[castKey]*G.Node
-	castIDs   map[castKey]int // the ids of casts left out (readRaw)
+	castIDs   map[castKey]int     // the ids of casts left out (readRaw)
+	bits      map[*G.Node]*G.Node // activations' bf16 operands (bf16Operand)
+	bitsID    int                 // the last bf16 operand's id: they count down from -1
 	format    map[*G.Node]amp.Format
 	nextID    int
 
@@ -202,6 +210,7 @@ func NewBuilder(eng *Engine, dt tensor.Dtype) *Builder {
 		is16:      map[*G.Node]bool{},
 		casts:     map[castKey]*G.Node{},
 		castIDs:   map[castKey]int{},
+		bits:      map[*G.Node]*G.Node{},
 		format:    map[*G.Node]amp.Format{},
 
 		perReaderCast: map[*G.Node]bool{},

@@ -60,6 +60,7 @@ func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build f
 	lb.PackFrozenWeights = b.PackFrozenWeights
 	lb.RoundInProducts = b.RoundInProducts
 	lb.FuseAdapterAdd = b.FuseAdapterAdd
+	lb.HoldBF16Operands = b.HoldBF16Operands
 	lb.recording = true
 	lb.nextID = b.nextID
 	idStart := b.nextID

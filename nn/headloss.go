@@ -329,7 +329,7 @@ func (o *headLossOp[T]) logits(xc, w []T, wBits []uint16, blk []T, rows int) {
 		if o.logitsRounded() {
 			f = o.logitsFm
 		}
-		o.eng.gemmBF16(f, false, false, true, rows, o.v, o.d, any(xc).([]float32), o.d, wf, bits, o.d, any(blk).([]float32), o.v, o.packed)
+		o.eng.gemmBF16(f, false, false, true, rows, o.v, o.d, blas.BF16Matrix{F32: any(xc).([]float32), Ld: o.d}, blas.BF16Matrix{F32: wf, Bits: bits, Ld: o.d}, any(blk).([]float32), o.v, o.packed)
 		return
 	}
 	if w != nil {
@@ -355,7 +355,7 @@ func (o *headLossOp[T]) logits(xc, w []T, wBits []uint16, blk []T, rows int) {
 func (o *headLossOp[T]) inputGrad(dl, w []T, wBits []uint16, dx []T, rows int) {
 	if isF32[T]() && o.eng.bf16Path(o.logitsFm, o.weightFormat()) {
 		wf, bits := o.weightOperand(w, wBits)
-		o.eng.gemmBF16(amp.FP32, true, false, false, rows, o.d, o.v, any(dl).([]float32), o.v, wf, bits, o.d, any(dx).([]float32), o.d, o.packedDx)
+		o.eng.gemmBF16(amp.FP32, true, false, false, rows, o.d, o.v, blas.BF16Matrix{F32: any(dl).([]float32), Ld: o.v}, blas.BF16Matrix{F32: wf, Bits: bits, Ld: o.d}, any(dx).([]float32), o.d, o.packedDx)
 		return
 	}
 	if w != nil {

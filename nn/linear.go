@@ -54,11 +54,16 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	case w16.on:
 		wFm = w16.bitsFormat()
 	}
-	xRaw := b.roundsInProducts(x, f, b.Eng.bf16Path(amp.BF16, wFm) && (!b.needsGrad[w] || b.Eng.bf16Path(out, amp.BF16)))
+	productsOnBF16 := b.Eng.bf16Path(amp.BF16, wFm) && (!b.needsGrad[w] || b.Eng.bf16Path(out, amp.BF16))
+	xRaw := b.roundsInProducts(x, f, productsOnBF16)
 	if xRaw {
 		b.readRaw(x, f)
 	} else {
 		x = b.lower(x, f)
+	}
+	var xBits *G.Node // x as bf16 bits, the operand every product reads
+	if b.holdsBF16(x, f, productsOnBF16) && (xRaw || b.format[x] == amp.BF16) {
+		xBits = b.bf16Operand(x)
 	}
 	wfwd, wdx := b.weightPackings(w)
 	roundsInPack := b.roundsInPack(w, f)
@@ -78,7 +83,13 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 		return b.apply(&linearOp[float64]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float64](xs[0], ws[0])}, x, w)
 	}
 	w4 := weights4{on: is4, compute: f}
-	return b.apply(&linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16, w4: w4, packed: wfwd, packedDx: wdx}, x, w)
+	op := &linearOp[float32]{opBase: base, n: xs[0], in: xs[1], outF: ws[0], buf: newBuffer[float32](xs[0], ws[0]), w16: w16, w4: w4, packed: wfwd, packedDx: wdx}
+	if xBits == nil {
+		return b.apply(op, x, w)
+	}
+	op.xBits = true
+	op.wrt, op.inFm = append(op.wrt, false), append(op.inFm, amp.BF16)
+	return b.apply(op, x, w, xBits)
 }
 
 // roundsInPack says whether the products of an op computing in format f
@@ -144,6 +155,9 @@ type linearOp[T Float] struct {
 	// packed and packedDx keep W packed for a bf16 GEMM as op(B) of the
 	// forward product and of dx; nil where W is not a parameter
 	packed, packedDx *packedWeight
+	// xBits: a third input holds x as bf16 bits (Builder.bf16Operand),
+	// which the products read in place of x
+	xBits bool
 	// deferred: the op's one reader, an add (Builder.AddLinear), runs the
 	// product into its own output; Do keeps the inputs for it (pending)
 	// and leaves the output unwritten
@@ -167,12 +181,50 @@ func (o *linearOp[T]) fusable() bool {
 // output format, into y ([n, outF]) and calls then on each block of it
 // once it is final (gemmBF16Then).
 func (o *linearOp[T]) productInto(y []float32, then func(i0, i1, j0, j1 int)) {
-	x, w := o.pending[0].Data().([]float32), o.pending[1].Data().([]float32)
-	o.eng.gemmBF16Then(o.out, false, false, true, o.n, o.outF, o.in, x, o.in, w, nil, o.in, y, o.outF, o.packed, then)
+	w := o.pending[1].Data().([]float32)
+	o.eng.gemmBF16Then(o.out, false, false, true, o.n, o.outF, o.in, o.operandX(o.pending), blas.BF16Matrix{F32: w, Ld: o.in}, y, o.outF, o.packed, then)
 }
 
-func (o *linearOp[T]) Arity() int    { return 2 }
-func (o *linearOp[T]) Type() hm.Type { return weightType[T](o.w16.on, o.w4.on) }
+// operandX is x as the bf16 products read it: its bits where the op has
+// them, else x itself.
+func (o *linearOp[T]) operandX(vs []G.Value) blas.BF16Matrix {
+	if o.xBits {
+		return blas.BF16Matrix{Bits: vs[2].Data().([]uint16), Ld: o.in}
+	}
+	return blas.BF16Matrix{F32: vs[0].Data().([]float32), Ld: o.in}
+}
+
+func (o *linearOp[T]) Arity() int { return 2 + btoi(o.xBits) }
+func (o *linearOp[T]) Type() hm.Type {
+	if o.xBits {
+		return bitsOperandType(o.w16.on, 2)
+	}
+	return weightType[T](o.w16.on, o.w4.on)
+}
+
+// bitsOperandType is the type of an op on float32 values that reads one
+// of them as bf16 bits as well, a [N, in] uint16 tensor: (x, W, xBits) →
+// y for a linear op (bitsAt 2), (g, xBits) → dW for its dW (bitsAt 1).
+// W may be a 16-bit tensor.
+func bitsOperandType(w16 bool, bitsAt int) hm.Type {
+	act := G.TensorType{Dims: 2, Of: tensor.Float32}
+	w := act
+	if w16 {
+		w.Of = tensor.Uint16
+	}
+	bits := G.TensorType{Dims: 2, Of: tensor.Uint16}
+	if bitsAt == 1 {
+		return hm.NewFnType(act, bits, act)
+	}
+	return hm.NewFnType(act, w, bits, act)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // weightType is (x, W) → y with concrete types, where W may be a 16-bit
 // tensor, or a 4-bit weight's blob (a uint8 vector), beside float
@@ -206,7 +258,7 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	switch w := vs[1].Data().(type) {
 	case []T:
 		if isF32[T]() && o.eng.bf16Path(o.inFm[0], o.inFm[1]) {
-			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, any(x).([]float32), o.in, any(w).([]float32), nil, o.in, any(y).([]float32), o.outF, o.packed)
+			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, o.operandX(vs), blas.BF16Matrix{F32: any(w).([]float32), Ld: o.in}, any(y).([]float32), o.outF, o.packed)
 			break
 		}
 		if o.out == amp.FP32 || !isF32[T]() {
@@ -218,7 +270,7 @@ func (o *linearOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		// y[:, r0:r1] = x · W[r0:r1]ᵀ, one block of weight rows at a time
 		yf, xf := any(y).([]float32), any(x).([]float32)
 		if o.eng.bf16Path(o.inFm[0], o.w16.bitsFormat()) { // W's bits are the bf16 operand
-			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, nil, w, o.in, yf, o.outF, o.packed)
+			o.eng.gemmBF16(o.out, false, false, true, o.n, o.outF, o.in, o.operandX(vs), blas.BF16Matrix{Bits: w, Ld: o.in}, yf, o.outF, o.packed)
 			break
 		}
 		if o.w16.sgemm(o.eng, o.out, false, false, true, o.n, o.outF, o.in, xf, o.in, w, o.in, yf, o.outF) {
@@ -256,7 +308,14 @@ func (o *linearOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, error) 
 	if o.wrt[1] { // dW = gᵀ·x  [out, in]
 		op := &linearGradOp[T]{opBase: gradBase(&o.opBase, "linear.dw", 1, 2), transA: true, m: o.outF, n: o.in, k: o.n, buf: newBuffer[T](o.outF, o.in),
 			fa: o.out, fb: o.inFm[0]}
+		if o.xBits { // x's bits, not x: x is not kept for the backward pass
+			op.xBits = true
+			x = inputs[2]
+		}
 		grads[1] = applyOp(op, grad, x)
+	}
+	if o.xBits {
+		grads = append(grads, nil)
 	}
 	return grads, nil
 }
@@ -275,10 +334,17 @@ type linearGradOp[T Float] struct {
 	fa, fb amp.Format
 	// packed keeps W packed for a bf16 GEMM (dx only; nil otherwise)
 	packed *packedWeight
+	// xBits: dW's B is x as bf16 bits (Builder.bf16Operand)
+	xBits bool
 }
 
-func (o *linearGradOp[T]) Arity() int    { return 2 }
-func (o *linearGradOp[T]) Type() hm.Type { return weightType[T](o.w16.on, o.w4.on) }
+func (o *linearGradOp[T]) Arity() int { return 2 }
+func (o *linearGradOp[T]) Type() hm.Type {
+	if o.xBits {
+		return bitsOperandType(false, 1)
+	}
+	return weightType[T](o.w16.on, o.w4.on)
+}
 func (o *linearGradOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{o.m, o.n}, nil
 }
@@ -287,6 +353,12 @@ func (o *linearGradOp[T]) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 }
 
 func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
+	if o.xBits { // dW = gᵀ·x, x as bf16 bits
+		t, c := o.buf.get()
+		g := vs[0].Data().([]float32)
+		o.eng.gemmBF16(o.out, true, true, false, o.m, o.n, o.k, blas.BF16Matrix{F32: g, Ld: o.m}, blas.BF16Matrix{Bits: vs[1].Data().([]uint16), Ld: o.n}, any(c).([]float32), o.n, nil)
+		return t, nil
+	}
 	if o.w4.on { // dx = g·W, dequantized as the GEMM packs it, or one slab of W's columns at a time
 		g := vs[0].Data().([]float32)
 		t, c := o.buf.get()
@@ -307,7 +379,7 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		t, c := o.buf.get()
 		dx := any(c).([]float32)
 		if o.eng.bf16Path(o.fa, o.fb) {
-			o.eng.gemmBF16(o.out, true, false, false, o.m, o.n, o.k, g, o.k, nil, w, o.n, dx, o.n, o.packed)
+			o.eng.gemmBF16(o.out, true, false, false, o.m, o.n, o.k, blas.BF16Matrix{F32: g, Ld: o.k}, blas.BF16Matrix{Bits: w, Ld: o.n}, dx, o.n, o.packed)
 			return t, nil
 		}
 		if o.w16.sgemm(o.eng, o.out, true, false, false, o.m, o.n, o.k, g, o.k, w, o.n, dx, o.n) {
@@ -325,7 +397,7 @@ func (o *linearGradOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		lda = o.m
 	}
 	if isF32[T]() && o.eng.bf16Path(o.fa, o.fb) {
-		o.eng.gemmBF16(o.out, true, o.transA, false, o.m, o.n, o.k, any(in[0]).([]float32), lda, any(in[1]).([]float32), nil, o.n, any(c).([]float32), o.n, o.packed)
+		o.eng.gemmBF16(o.out, true, o.transA, false, o.m, o.n, o.k, blas.BF16Matrix{F32: any(in[0]).([]float32), Ld: lda}, blas.BF16Matrix{F32: any(in[1]).([]float32), Ld: o.n}, any(c).([]float32), o.n, o.packed)
 		return t, nil
 	}
 	if o.out == amp.FP32 || !isF32[T]() {

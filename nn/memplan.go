@@ -168,12 +168,12 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 	// The values: each fresh buffer, with the position of the op that
 	// writes it and of its last reader.
 	type value struct {
-		buf       *buffer[float32]
+		buf       planned
 		def, last int
 		pinned    bool
 	}
 	var values []*value
-	byBuf := map[*buffer[float32]]*value{}
+	byBuf := map[planned]*value{}
 	roots := make(map[*G.Node][]*value, len(order)) // the buffers a node's value lives in
 	readers := make(map[*G.Node]int, len(order))
 	for i, n := range order {
@@ -197,7 +197,7 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 				if together[n] {
 					v.def = -1
 				}
-				if buf.t != nil { // allocated already: not this plan's to move
+				if buf.allocated() { // allocated already: not this plan's to move
 					v.pinned = true
 				}
 				byBuf[buf] = v
@@ -262,7 +262,7 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 			}
 		}
 		live = keepLive
-		need := v.buf.len()
+		need := v.buf.words()
 		best := pickBlock(blocks, need)
 		if best == nil {
 			best = &block{size: need}
@@ -280,16 +280,15 @@ func planGraph(g *G.ExprGraph, keep G.Nodes, together map[*G.Node]bool, cfg plan
 		plan.BlockBytes += 4 * int64(bl.size)
 	}
 	for v, bl := range assigned {
-		v.buf.t = tensor.New(tensor.WithShape(v.buf.shape...), tensor.WithBacking(mem[bl][:v.buf.len()]))
-		v.buf.poison = cfg.poison
+		v.buf.place(mem[bl], cfg.poison)
 	}
 	return nil
 }
 
-// ownBuffer is the fresh buffer a node's value lives in, and the position
-// of the op that writes it: the node's own, or for a pick its backward
-// op's. nil where the value is not fresh.
-func ownBuffer(op G.Op, n *G.Node, pos map[*G.Node]int) (*buffer[float32], int) {
+// ownBuffer is the fresh buffer a node's value lives in (float32 values,
+// or bf16 bits), and the position of the op that writes it: the node's
+// own, or for a pick its backward op's. nil where the value is not fresh.
+func ownBuffer(op G.Op, n *G.Node, pos map[*G.Node]int) (planned, int) {
 	switch o := op.(type) {
 	case *pickOp[float32]:
 		if o.src.early { // written by the forward op (LMHeadLoss), not at the backward node
@@ -298,8 +297,14 @@ func ownBuffer(op G.Op, n *G.Node, pos map[*G.Node]int) (*buffer[float32], int) 
 		src := Inputs(n)[0]
 		return &o.src.bufs[o.i], pos[src]
 	case freshOutput:
-		b, _ := o.outputBuffer().(*buffer[float32])
-		return b, pos[n]
+		switch b := o.outputBuffer().(type) {
+		case *buffer[float32]:
+			if b != nil {
+				return b, pos[n]
+			}
+		case *bitsBuffer:
+			return b, pos[n]
+		}
 	}
 	return nil, 0
 }

@@ -15,10 +15,25 @@ import (
 // planStack builds a two-block transformer-like stack in bf16 (x read by
 // several ops, so gorgonia adds its gradients with its own +), plans it
 // with opts (none: unplanned), runs it and returns every weight's
-// gradient and the plan.
-func planStack(t *testing.T, plan bool, opts ...PlanOption) ([][]float32, MemoryPlan) {
+// gradient and the plan. With bits, its products run on a bf16 GEMM (the
+// Go model of VDPBF16PS) and its linear layers read their inputs as bf16
+// bits (Builder.HoldBF16Operands), planned among the float32 values.
+func planStack(t *testing.T, plan, bits bool, opts ...PlanOption) ([][]float32, MemoryPlan) {
 	t.Helper()
-	b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	var g blas.BF16Gemmer
+	if bits {
+		g = blas.NewNativeBF16Go(2)
+	}
+	return planStackOn(t, plan, g, bits, opts...)
+}
+
+// planStackOn is planStack whose products run on the bf16 GEMM g (nil:
+// none), reading the activations as bits with operands.
+func planStackOn(t *testing.T, plan bool, g blas.BF16Gemmer, operands bool, opts ...PlanOption) ([][]float32, MemoryPlan) {
+	t.Helper()
+	e := &Engine{BLAS: blas.Native{Workers: 2}, Workers: 2, BF16: g}
+	b := NewBuilder(e, tensor.Float32)
+	b.RoundInProducts, b.HoldBF16Operands = g != nil, operands
 	p := amp.DefaultPolicy(amp.BF16)
 	b.Policy = &p
 	rng := rand.New(rand.NewPCG(5, 7))
@@ -63,16 +78,18 @@ func planStack(t *testing.T, plan bool, opts ...PlanOption) ([][]float32, Memory
 }
 
 func TestPlanMemorySharesAndKeepsBits(t *testing.T) {
-	ref, _ := planStack(t, false)
-	got, mp := planStack(t, true, PoisonBlocks())
-	if mp.Planned == 0 || mp.BlockBytes >= mp.PlannedBytes {
-		t.Fatalf("nothing shared: %v", mp)
-	}
-	t.Log(mp)
-	for i := range ref {
-		for j := range ref[i] {
-			if math.Float32bits(ref[i][j]) != math.Float32bits(got[i][j]) {
-				t.Fatalf("gradient %d[%d]: %v planned, %v unplanned", i, j, got[i][j], ref[i][j])
+	for _, bits := range []bool{false, true} {
+		ref, _ := planStack(t, false, bits)
+		got, mp := planStack(t, true, bits, PoisonBlocks())
+		if mp.Planned == 0 || mp.BlockBytes >= mp.PlannedBytes {
+			t.Fatalf("bf16 operands %v: nothing shared: %v", bits, mp)
+		}
+		t.Logf("bf16 operands %v: %v", bits, mp)
+		for i := range ref {
+			for j := range ref[i] {
+				if math.Float32bits(ref[i][j]) != math.Float32bits(got[i][j]) {
+					t.Fatalf("bf16 operands %v: gradient %d[%d]: %v planned, %v unplanned", bits, i, j, got[i][j], ref[i][j])
+				}
 			}
 		}
 	}
@@ -81,16 +98,47 @@ func TestPlanMemorySharesAndKeepsBits(t *testing.T) {
 // A plan that frees each value one op before its last reader is wrong, and
 // the poisoned blocks make that visible: the check above can fail.
 func TestWrongPlanIsCaught(t *testing.T) {
-	ref, _ := planStack(t, false)
-	got, _ := planStack(t, true, PoisonBlocks(), planFreeEarly(1))
-	for i := range ref {
-		for j := range ref[i] {
-			if math.Float32bits(ref[i][j]) != math.Float32bits(got[i][j]) {
-				return
+	for _, bits := range []bool{false, true} {
+		ref, _ := planStack(t, false, bits)
+		got, _ := planStack(t, true, bits, PoisonBlocks(), planFreeEarly(1))
+		if !sameGrads(ref, got) {
+			continue
+		}
+		t.Fatalf("bf16 operands %v: a plan that frees values early computed the same gradients", bits)
+	}
+}
+
+func sameGrads(a, b [][]float32) bool {
+	for i := range a {
+		for j := range a[i] {
+			if math.Float32bits(a[i][j]) != math.Float32bits(b[i][j]) {
+				return false
 			}
 		}
 	}
-	t.Fatal("a plan that frees values early computed the same gradients")
+	return true
+}
+
+// TestBF16OperandsHalveSavedInputs: holding the linear layers' inputs as
+// bf16 bits computes the same gradients, bit for bit, as reading the
+// float32 activations (the conversion rounds as the GEMM's packing or
+// conversion does), on every bf16 GEMM that runs here, and the plan's
+// blocks shrink: the backward pass keeps the bits, 2 bytes an element,
+// where it kept the float32 activations.
+func TestBF16OperandsHalveSavedInputs(t *testing.T) {
+	for _, g := range realBF16Gemmers(t, 2) {
+		t.Run(g.Name(), func(t *testing.T) {
+			ref, refPlan := planStackOn(t, true, g, false, PoisonBlocks())
+			got, gotPlan := planStackOn(t, true, g, true, PoisonBlocks())
+			t.Logf("float32 inputs: %v, %d bytes; bf16 operands: %v, %d bytes", refPlan, refPlan.BlockBytes, gotPlan, gotPlan.BlockBytes)
+			if !sameGrads(ref, got) {
+				t.Fatal("the gradients changed with the inputs held as bf16 bits")
+			}
+			if gotPlan.BlockBytes >= refPlan.BlockBytes {
+				t.Fatalf("the plan's blocks hold %d bytes with bf16 operands, %d without: want fewer", gotPlan.BlockBytes, refPlan.BlockBytes)
+			}
+		})
+	}
 }
 
 // TestPickBlockTakesTheHottest: of the free blocks that fit, the smallest,

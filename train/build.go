@@ -664,6 +664,7 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 	b.PackFrozenWeights = o.gpu == nil // the Vulkan engine reads weights as the graph holds them
 	b.RoundInProducts = o.gpu == nil
 	b.FuseAdapterAdd = o.gpu == nil
+	b.HoldBF16Operands = o.gpu == nil
 	if params != nil {
 		b.GradTap = o.tap
 	}
