@@ -154,7 +154,15 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	if b.Dtype == tensor.Float64 {
 		return b.apply(&attentionOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)
 	}
-	return b.apply(&attentionOp[float32]{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}, q, k, v)
+	op := &attentionOp[float32]{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}
+	if !b.holdsBF16(q, amp.BF16, allBF16 && fs == amp.BF16 && fv == amp.BF16) {
+		return b.apply(op, q, k, v)
+	}
+	// every product reads q, k and v as bf16 bits, converted once; the
+	// backward pass keeps those, not the float32 values
+	op.bits = true
+	op.wrt, op.inFm = append(op.wrt, false, false, false), append(op.inFm, amp.BF16, amp.BF16, amp.BF16)
+	return b.apply(op, q, k, v, b.bf16Operand(q), b.bf16Operand(k), b.bf16Operand(v))
 }
 
 // attnFormats are the formats of attention's intermediate tensors: the
@@ -201,7 +209,42 @@ func attnPathsOf[T Float](o *opBase, f attnFormats) attnPaths {
 // on the engine's bf16 GEMM where onBF16 (one of attnPaths), else in the
 // backend's fp32 (or float64) kernels. C is not rounded here.
 func attnGemm[T Float](e *Engine, onBF16, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
-	attnGemmBand(e, onBF16, blas.BandFull, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	attnGemmBand(e, onBF16, blas.BandFull, transA, transB, m, n, k, alpha, valuesOf(a), lda, valuesOf(b), ldb, beta, c, ldc)
+}
+
+// attnOperand is an operand of attention's products: values (f), or,
+// where the op reads its inputs as bf16 bits (Builder.HoldBF16Operands;
+// every product then runs on the bf16 GEMM), their bits.
+type attnOperand[T Float] struct {
+	f    []T
+	bits []uint16
+}
+
+func valuesOf[T Float](x []T) attnOperand[T] { return attnOperand[T]{f: x} }
+
+// at is the operand from element off on.
+func (x attnOperand[T]) at(off int) attnOperand[T] {
+	if x.bits != nil {
+		return attnOperand[T]{bits: x.bits[off:]}
+	}
+	return attnOperand[T]{f: x.f[off:]}
+}
+
+// matrix is the operand as the bf16 GEMM reads it, row stride ld (a
+// float32 graph's).
+func (x attnOperand[T]) matrix(ld int) blas.BF16Matrix {
+	if x.bits != nil {
+		return blas.BF16Matrix{Bits: x.bits, Ld: ld}
+	}
+	return blas.BF16Matrix{F32: any(x.f).([]float32), Ld: ld}
+}
+
+// touch is touch on elements [lo, hi) of the operand.
+func (x attnOperand[T]) touch(lo, hi int) uint32 {
+	if x.bits != nil {
+		return touch(x.bits[lo:hi])
+	}
+	return touch(x.f[lo:hi])
 }
 
 // attnGemmBand is attnGemm on a product of the full kernel, whose causal
@@ -209,12 +252,12 @@ func attnGemm[T Float](e *Engine, onBF16, transA, transB bool, m, n, k int, alph
 // pairs it leaves out, about a third of the work at 128 tokens and more
 // with longer sequences. The skipped products are zeros, so the wanted
 // elements keep their bits (GemmBand says what else may differ).
-func attnGemmBand[T Float](e *Engine, onBF16 bool, band blas.Band, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+func attnGemmBand[T Float](e *Engine, onBF16 bool, band blas.Band, transA, transB bool, m, n, k int, alpha T, a attnOperand[T], lda int, b attnOperand[T], ldb int, beta T, c []T, ldc int) {
 	if onBF16 {
-		e.bf16Product(band, transA, transB, m, n, k, float32(alpha), any(a).([]float32), lda, any(b).([]float32), ldb, float32(beta), any(c).([]float32), ldc)
+		e.bf16Product(band, transA, transB, m, n, k, float32(alpha), a.matrix(lda), b.matrix(ldb), float32(beta), any(c).([]float32), ldc)
 		return
 	}
-	blas.Gemm(e.BLAS, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	blas.Gemm(e.BLAS, transA, transB, m, n, k, alpha, a.f, lda, b.f, ldb, beta, c, ldc)
 }
 
 // bandRounder is a bandGemmer whose kernel rounds C to bf16 as it stores
@@ -226,8 +269,8 @@ type bandRounder interface {
 
 // attnGemmBandRound is attnGemmBand on the bf16 path with beta 0 and C
 // rounded to bf16 by the kernel (e.BF16 is a bandRounder).
-func attnGemmBandRound[T Float](e *Engine, band blas.Band, transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, c []T, ldc int) {
-	e.BF16.(bandRounder).GemmBandRound(band, transA, transB, m, n, k, float32(alpha), blas.BF16Matrix{F32: any(a).([]float32), Ld: lda}, blas.BF16Matrix{F32: any(b).([]float32), Ld: ldb}, any(c).([]float32), ldc)
+func attnGemmBandRound[T Float](e *Engine, band blas.Band, transA, transB bool, m, n, k int, alpha T, a attnOperand[T], lda int, b attnOperand[T], ldb int, c []T, ldc int) {
+	e.BF16.(bandRounder).GemmBandRound(band, transA, transB, m, n, k, float32(alpha), a.matrix(lda), b.matrix(ldb), any(c).([]float32), ldc)
 }
 
 // roundsInKernel says whether the bf16 GEMM's kernel rounds attention's
@@ -261,6 +304,10 @@ type attentionOp[T Float] struct {
 	// of cache. The products read them from a full T×T buffer of their
 	// worker's, in cache, zero above the diagonal.
 	probs []T
+	// bits: inputs 3 to 5 hold q, k and v as bf16 bits (Builder.bf16Operand),
+	// which every product reads, and which the backward pass keeps in
+	// place of the float32 values
+	bits bool
 	// T×T buffers the workers take from call to call: rows, for the
 	// scores and dS, whose every row a call writes whole; lower, for the
 	// backward pass's probabilities, written below the diagonal only, so
@@ -281,8 +328,33 @@ func lend[T Float](pool *sync.Pool, n int) *[]T {
 // offset of its row t.
 func tri(t int) int { return t * (t + 1) / 2 }
 
-func (o *attentionOp[T]) Arity() int    { return 3 }
-func (o *attentionOp[T]) Type() hm.Type { return fnType(2, 2, 2, 2) }
+func (o *attentionOp[T]) Arity() int { return 3 + 3*btoi(o.bits) }
+func (o *attentionOp[T]) Type() hm.Type {
+	if o.bits { // q, k, v, then their bits
+		f, u := G.TensorType{Dims: 2, Of: tensor.Float32}, G.TensorType{Dims: 2, Of: tensor.Uint16}
+		return hm.NewFnType(f, f, f, u, u, u, f)
+	}
+	return fnType(2, 2, 2, 2)
+}
+
+// operands are q, k and v as the products read them: the values, or,
+// where the op reads its inputs as bf16 bits, those (inputs 3 to 5).
+func (o *attentionOp[T]) operands(vs []G.Value) (q, k, v attnOperand[T]) {
+	if o.bits {
+		return o.savedOperands(nil, [][]uint16{vs[3].Data().([]uint16), vs[4].Data().([]uint16), vs[5].Data().([]uint16)})
+	}
+	in := vals[T](vs)
+	return valuesOf(in[0]), valuesOf(in[1]), valuesOf(in[2])
+}
+
+// savedOperands are q, k and v as the backward pass reads them: the
+// backward op's inputs 0 to 2, values (in) or bf16 bits (bits).
+func (o *attentionOp[T]) savedOperands(in [][]T, bits [][]uint16) (q, k, v attnOperand[T]) {
+	if o.bits {
+		return attnOperand[T]{bits: bits[0]}, attnOperand[T]{bits: bits[1]}, attnOperand[T]{bits: bits[2]}
+	}
+	return valuesOf(in[0]), valuesOf(in[1]), valuesOf(in[2])
+}
 func (o *attentionOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.Shape{o.s.Batch * o.s.SeqLen, o.s.Heads * o.s.HeadDim}, nil
 }
@@ -293,8 +365,7 @@ func (o *attentionOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 func (o *attentionOp[T]) units() int { return o.s.Batch * o.s.KVHeads }
 
 func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
-	in := vals[T](vs)
-	q, k, v := in[0], in[1], in[2]
+	q, k, v := o.operands(vs)
 	t, out := o.buf.get()
 	s := o.s
 	T_ := s.SeqLen
@@ -320,7 +391,7 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
 			if u == lo || kh == 0 { // a new batch row: its inputs streamed in for its heads (touch)
-				sink ^= touch(q[bi*T_*qw:(bi+1)*T_*qw]) ^ touch(k[bi*T_*kw:(bi+1)*T_*kw]) ^ touch(v[bi*T_*kw:(bi+1)*T_*kw])
+				sink ^= q.touch(bi*T_*qw, (bi+1)*T_*qw) ^ k.touch(bi*T_*kw, (bi+1)*T_*kw) ^ v.touch(bi*T_*kw, (bi+1)*T_*kw)
 			}
 			s.starts(start, bi)
 			kOff := bi*T_*kw + kh*s.HeadDim
@@ -329,9 +400,9 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 				saved := o.probs[(bi*s.Heads+h)*tri(T_) : (bi*s.Heads+h+1)*tri(T_)]
 				pv := scratch // P as the values matmul reads it
 				if scoresInKernel {
-					attnGemmBandRound(e, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, p, T_)
+					attnGemmBandRound(e, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q.at(qOff), qw, k.at(kOff), kw, p, T_)
 				} else {
-					attnGemmBand(e, on.scores, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q[qOff:], qw, k[kOff:], kw, 0, p, T_)
+					attnGemmBand(e, on.scores, blas.BandLowerC, false, true, T_, T_, s.HeadDim, scale, q.at(qOff), qw, k.at(kOff), kw, 0, p, T_)
 					for i := range T_ {
 						round(o.f.scores, p[i*T_:i*T_+i+1])
 					}
@@ -347,10 +418,10 @@ func (o *attentionOp[T]) Do(vs ...G.Value) (G.Value, error) {
 					pv = p
 				}
 				if outInKernel {
-					attnGemmBandRound(e, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, pv, T_, v[kOff:], kw, out[qOff:], qw)
+					attnGemmBandRound(e, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, valuesOf(pv), T_, v.at(kOff), kw, out[qOff:], qw)
 					continue
 				}
-				attnGemmBand(e, on.values, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, pv, T_, v[kOff:], kw, 0, out[qOff:], qw)
+				attnGemmBand(e, on.values, blas.BandLowerA, false, false, T_, s.HeadDim, T_, 1, valuesOf(pv), T_, v.at(kOff), kw, 0, out[qOff:], qw)
 			}
 		}
 	})
@@ -488,8 +559,18 @@ func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 	grad = gradIn(&o.opBase, grad)
 	n := o.s.Batch * o.s.SeqLen
 	shapes := [][]int{{n, o.s.Heads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}, {n, o.s.KVHeads * o.s.HeadDim}}
-	bw, grads := newBackward(&o.opBase, []*G.Node{inputs[0], inputs[1], inputs[2], grad}, shapes, o.backward)
+	saved := inputs[:3]
+	if o.bits {
+		saved = inputs[3:6] // the bits: q, k and v themselves are not kept for the backward pass
+	}
+	var bw *backwardOp[T]
+	bw, grads := newBackward(&o.opBase, []*G.Node{saved[0], saved[1], saved[2], grad}, shapes, func(in, grads [][]T) error {
+		return o.backward(in, bw.bits, grads)
+	})
 	_, bw.rounded = o.roundsInKernel() // the kernel rounds dq, dk and dv as it stores them
+	if o.bits {
+		grads = append(grads, nil, nil, nil) // the bits have none
+	}
 	return grads, nil
 }
 
@@ -504,8 +585,9 @@ func (o *attentionOp[T]) SymDiff(inputs G.Nodes, _, grad *G.Node) (G.Nodes, erro
 // repeat_kv expands K and V to every query head, so each head's matmul
 // backward yields a rounded gradient, and expand's backward sums them in
 // fp32. In fp32 the heads accumulate into dK and dV directly.
-func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
-	q, k, v, g := in[0], in[1], in[2], in[3]
+func (o *attentionOp[T]) backward(in [][]T, bits [][]uint16, grads [][]T) error {
+	q, k, v := o.savedOperands(in, bits)
+	g := in[3]
 	dq, dk, dv := grads[0], grads[1], grads[2]
 	s := o.s
 	T_ := s.SeqLen
@@ -536,7 +618,8 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 		}
 		// accumulate adds one head's gradient Aᵀ·B into dst (rows kw wide):
 		// directly, or, when rounded, after rounding it to f.
-		accumulate := func(first bool, f amp.Format, rounded, onBF16 bool, a []T, lda int, b []T, ldb int, alpha T, dst []T) {
+		accumulate := func(first bool, f amp.Format, rounded, onBF16 bool, at []T, lda int, b attnOperand[T], ldb int, alpha T, dst []T) {
+			a := valuesOf(at)
 			if inKernel { // one head per group: its gradient, rounded by the kernel
 				attnGemmBandRound(e, blas.BandUpperA, true, false, T_, s.HeadDim, T_, alpha, a, lda, b, ldb, dst, kw)
 				return
@@ -568,7 +651,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 		for u := lo; u < hi; u++ {
 			bi, kh := u/s.KVHeads, u%s.KVHeads
 			if u == lo || kh == 0 {
-				sink ^= touch(q[bi*T_*qw:(bi+1)*T_*qw]) ^ touch(k[bi*T_*kw:(bi+1)*T_*kw]) ^ touch(v[bi*T_*kw:(bi+1)*T_*kw]) ^
+				sink ^= q.touch(bi*T_*qw, (bi+1)*T_*qw) ^ k.touch(bi*T_*kw, (bi+1)*T_*kw) ^ v.touch(bi*T_*kw, (bi+1)*T_*kw) ^
 					touch(g[bi*T_*qw:(bi+1)*T_*qw]) ^ touch(o.probs[bi*s.Heads*tri(T_):(bi+1)*s.Heads*tri(T_)])
 			}
 			s.starts(start, bi)
@@ -581,7 +664,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				}
 				first := h == kh*group
 				if dv != nil {
-					accumulate(first, o.inFm[2], roundV, on.dV, asValuesLower(o.f, p, pv, T_), T_, g[qOff:], qw, 1, dv[kOff:])
+					accumulate(first, o.inFm[2], roundV, on.dV, asValuesLower(o.f, p, pv, T_), T_, valuesOf(g[qOff:]), qw, 1, dv[kOff:])
 				}
 				if dq == nil && dk == nil {
 					continue
@@ -589,9 +672,9 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 				// gradient dtype = tensor dtype: dP in the values matmul's
 				// format, then the softmax output's, dS in the scores'
 				if dPInKernel {
-					attnGemmBandRound(e, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, ds, T_)
+					attnGemmBandRound(e, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, valuesOf(g[qOff:]), qw, v.at(kOff), kw, ds, T_)
 				} else {
-					attnGemmBand(e, on.dP, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, g[qOff:], qw, v[kOff:], kw, 0, ds, T_)
+					attnGemmBand(e, on.dP, blas.BandLowerC, false, true, T_, T_, s.HeadDim, 1, valuesOf(g[qOff:]), qw, v.at(kOff), kw, 0, ds, T_)
 					for i := range T_ {
 						round(o.f.values, ds[i*T_:i*T_+i+1])
 					}
@@ -604,12 +687,12 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 					}
 				})
 				if dq != nil && inKernel {
-					attnGemmBandRound(e, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, dq[qOff:], qw)
+					attnGemmBandRound(e, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, valuesOf(ds), T_, k.at(kOff), kw, dq[qOff:], qw)
 				} else if dq != nil {
-					attnGemmBand(e, on.dQ, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, ds, T_, k[kOff:], kw, 0, dq[qOff:], qw)
+					attnGemmBand(e, on.dQ, blas.BandLowerA, false, false, T_, s.HeadDim, T_, scale, valuesOf(ds), T_, k.at(kOff), kw, 0, dq[qOff:], qw)
 				}
 				if dk != nil {
-					accumulate(first, o.inFm[1], roundK, on.dK, ds, T_, q[qOff:], qw, scale, dk[kOff:])
+					accumulate(first, o.inFm[1], roundK, on.dK, ds, T_, q.at(qOff), qw, scale, dk[kOff:])
 				}
 			}
 		}
@@ -631,7 +714,7 @@ func (o *attentionOp[T]) backward(in [][]T, grads [][]T) error {
 // before: read in order first, each line comes in at the speed of a
 // stream, and the heads find it in cache (attention's forward pass 8%
 // faster in the graph at the bench shape, its backward 6%).
-func touch[T Float](x []T) uint32 {
+func touch[T Float | uint16](x []T) uint32 {
 	var h uint32
 	step := 64 / int(unsafe.Sizeof(x[0]))
 	for i := 0; i < len(x); i += step {

@@ -202,7 +202,7 @@ func BenchmarkAttentionPassesBF16(b *testing.B) {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if err := o.backward([][]float32{q, k, v, g}, [][]float32{dq, dk, dv}); err != nil {
+				if err := o.backward([][]float32{q, k, v, g}, nil, [][]float32{dq, dk, dv}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -32,11 +33,25 @@ type backwardOp[T Float] struct {
 	rounded bool
 	// early: the forward op fills bufs (LMHeadLoss), not this op's run
 	early bool
+	// u16 marks the graph inputs that are bf16 bits (bf16Operand): vals
+	// leaves their slots empty, and Do hands them to run in bits
+	u16  []bool
+	bits [][]uint16
 }
 
 func (o *backwardOp[T]) Arity() int { return len(o.ranks) }
 func (o *backwardOp[T]) Type() hm.Type {
-	return fnType(append(append([]int(nil), o.ranks...), 0)...)
+	t := fnType(append(append([]int(nil), o.ranks...), 0)...)
+	if !slices.Contains(o.u16, true) {
+		return t
+	}
+	ts := t.(*hm.FunctionType).FlatTypes()
+	for i, u := range o.u16 {
+		if u {
+			ts[i] = G.TensorType{Dims: o.ranks[i], Of: tensor.Uint16}
+		}
+	}
+	return hm.NewFnType(ts...)
 }
 func (o *backwardOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 	return tensor.ScalarShape(), nil
@@ -52,6 +67,11 @@ func (o *backwardOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	for i, need := range o.need {
 		if need {
 			_, grads[i] = o.bufs[i].get()
+		}
+	}
+	for i, u := range o.u16 {
+		if u {
+			o.bits[i] = vs[i].Data().([]uint16)
 		}
 	}
 	if err := o.run(vals[T](vs), grads); err != nil {
@@ -101,10 +121,14 @@ func newBackward[T Float](fwd *opBase, graphIn []*G.Node, inShapes [][]int, run 
 // need says (a subset of fwd.wrt): the caller hands on the others itself.
 func newBackwardFor[T Float](fwd *opBase, need []bool, graphIn []*G.Node, inShapes [][]int, run backwardKernel[T]) (*backwardOp[T], G.Nodes) {
 	ranks := make([]int, len(graphIn))
+	u16 := make([]bool, len(graphIn))
 	for i, n := range graphIn {
 		ranks[i] = n.Dims()
-		if n.Dtype() == tensor.Int {
+		switch n.Dtype() {
+		case tensor.Int:
 			ranks[i] = -n.Dims()
+		case tensor.Uint16:
+			u16[i] = true
 		}
 	}
 	bw := &backwardOp[T]{
@@ -115,6 +139,8 @@ func newBackwardFor[T Float](fwd *opBase, need []bool, graphIn []*G.Node, inShap
 		fwd:    fwdOp(fwd),
 		shapes: inShapes,
 		run:    run,
+		u16:    u16,
+		bits:   make([][]uint16, len(graphIn)),
 		bufs:   make([]buffer[T], len(inShapes)),
 	}
 	for i, s := range inShapes {

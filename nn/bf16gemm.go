@@ -175,8 +175,8 @@ func (e *Engine) lendBits(n int) *[]uint16 {
 }
 
 // bf16Product computes C = alpha·op(A)·op(B) + beta·C on the engine's
-// bf16 GEMM, A and B holding bf16 values as float32 (row-major, row
-// strides lda and ldb), and leaves C unrounded: attention's products,
+// bf16 GEMM, A and B holding bf16 values as float32 or as bits
+// (row-major, with their row strides), and leaves C unrounded: attention's products,
 // whose kernels round each output where the emulated path does.
 //
 // A bf16Packer rounds the operands to bf16 bits as it packs them (exact
@@ -191,23 +191,30 @@ func (e *Engine) lendBits(n int) *[]uint16 {
 // band (blas.Band) says which part of the product attention's causal mask
 // leaves; a GEMM that can skip the rest (blas.NativeBF16.GemmBand) does,
 // any other computes it all.
-func (e *Engine) bf16Product(band blas.Band, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (e *Engine) bf16Product(band blas.Band, transA, transB bool, m, n, k int, alpha float32, a, b blas.BF16Matrix, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
 	if g, ok := e.BF16.(bandGemmer); ok && band != blas.BandFull {
-		g.GemmBand(band, transA, transB, m, n, k, alpha, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Ld: ldb}, beta, c, ldc)
+		g.GemmBand(band, transA, transB, m, n, k, alpha, a, b, beta, c, ldc)
 		return
 	}
 	if p, ok := e.BF16.(bf16Packer); ok {
-		p.Gemm(transA, transB, m, n, k, alpha, blas.BF16Matrix{F32: a, Ld: lda}, blas.BF16Matrix{F32: b, Ld: ldb}, nil, beta, c, ldc, nil)
+		p.Gemm(transA, transB, m, n, k, alpha, a, b, nil, beta, c, ldc, nil)
 		return
 	}
-	pa, pb := e.lendBits(m*k), e.lendBits(k*n)
-	defer e.bits.Put(pa)
-	defer e.bits.Put(pb)
-	ab, ldab := denseBF16((*pa)[:m*k], transA, m, k, a, lda)
-	bb, ldbb := denseBF16((*pb)[:k*n], transB, k, n, b, ldb)
+	ab, ldab := a.Bits, a.Ld
+	if a.F32 != nil {
+		pa := e.lendBits(m * k)
+		defer e.bits.Put(pa)
+		ab, ldab = denseBF16((*pa)[:m*k], transA, m, k, a.F32, a.Ld)
+	}
+	bb, ldbb := b.Bits, b.Ld
+	if b.F32 != nil {
+		pb := e.lendBits(k * n)
+		defer e.bits.Put(pb)
+		bb, ldbb = denseBF16((*pb)[:k*n], transB, k, n, b.F32, b.Ld)
+	}
 	e.BF16.GemmBF16(transA, transB, m, n, k, alpha, ab, ldab, bb, ldbb, beta, c, ldc)
 }
 

@@ -274,7 +274,7 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 				beta = 0
 			}
 			if isF32[T]() && o.eng.bf16Path(o.logitsFm, o.inFm[0]) { // dl and x both bf16
-				o.eng.bf16Product(blas.BandFull, true, false, o.v, o.d, rows, 1, any(blk).([]float32), o.v, any(xc).([]float32), o.d, float32(beta), any(g.dw).([]float32), o.d)
+				o.eng.bf16Product(blas.BandFull, true, false, o.v, o.d, rows, 1, blas.BF16Matrix{F32: any(blk).([]float32), Ld: o.v}, blas.BF16Matrix{F32: any(xc).([]float32), Ld: o.d}, float32(beta), any(g.dw).([]float32), o.d)
 			} else {
 				blas.Gemm(o.eng.BLAS, true, false, o.v, o.d, rows, 1, blk, o.v, xc, o.d, beta, g.dw, o.d)
 			}

@@ -77,8 +77,9 @@ func vals[T Float](vs []G.Value) [][]T {
 			out[i] = d
 		case T:
 			out[i] = []T{d}
-		case []int:
-			// int inputs (token ids) are read with ints(); keep the slot empty
+		case []int, []uint16:
+			// int inputs (token ids) are read with ints(), bf16 bits
+			// (bf16Operand) by the op itself; keep the slot empty
 		default:
 			panic(fmt.Sprintf("nn: unexpected value of type %T", d))
 		}
