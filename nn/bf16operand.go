@@ -51,6 +51,9 @@ func (b *Builder) bf16Operand(x *G.Node) *G.Node {
 		buf:    bitsBuffer{shape: shape},
 	}
 	op.self = op
+	if p, ok := x.Op().(bitsProducer); ok && p.writeBits(&op.buf) {
+		op.byProducer = true
+	}
 	n, err := G.ApplyOp(op, x)
 	if err != nil {
 		panic("nn: " + op.String() + ": " + err.Error())
@@ -74,6 +77,18 @@ type bf16OperandOp struct {
 	opBase
 	shape []int
 	buf   bitsBuffer
+	// byProducer: the op that produces the activation writes the bits too,
+	// each block as it finishes it, while it is in cache (bitsProducer);
+	// this op only hands them on
+	byProducer bool
+}
+
+// bitsProducer is an op that can write its float32 output's bf16 bits as
+// it writes the output, block by block while each is in cache: one pass
+// over the activation fewer than converting it after. writeBits says
+// whether it will, into b, on every run from then on.
+type bitsProducer interface {
+	writeBits(b *bitsBuffer) bool
 }
 
 func (o *bf16OperandOp) Arity() int { return 1 }
@@ -85,6 +100,10 @@ func (o *bf16OperandOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
 }
 
 func (o *bf16OperandOp) Do(vs ...G.Value) (G.Value, error) {
+	if o.byProducer {
+		t, _ := o.buf.tensor()
+		return t, nil
+	}
 	x := vs[0].Data().([]float32)
 	t, bits := o.buf.get()
 	o.eng.parallel(len(x), 1<<14, func(lo, hi int) { amp.BF16.Bits16Slice(bits[lo:hi], x[lo:hi]) })
@@ -108,16 +127,51 @@ type bitsBuffer struct {
 }
 
 func (b *bitsBuffer) get() (*tensor.Dense, []uint16) {
-	if b.t == nil {
-		b.t = tensor.New(tensor.WithShape(b.shape...), tensor.WithBacking(make([]uint16, b.len())))
-	}
-	d := b.t.Data().([]uint16)
+	t, d := b.tensor()
 	if b.poison {
 		for i := range d {
 			d[i] = 0x7fc0 // bf16's quiet NaN
 		}
 	}
-	return b.t, d
+	return t, d
+}
+
+// tensor returns the bits as they stand, for the op that hands on what a
+// producer wrote.
+func (b *bitsBuffer) tensor() (*tensor.Dense, []uint16) {
+	if b.t == nil {
+		b.t = tensor.New(tensor.WithShape(b.shape...), tensor.WithBacking(make([]uint16, b.len())))
+	}
+	return b.t, b.t.Data().([]uint16)
+}
+
+// bitsOut is what a bitsProducer holds: the buffer it writes its
+// output's bits into (nil: none).
+type bitsOut struct{ bits *bitsBuffer }
+
+// take makes b the bits buffer where ok and none is taken yet, and says
+// whether it did.
+func (o *bitsOut) take(b *bitsBuffer, ok bool) bool {
+	if !ok || o.bits != nil {
+		return false
+	}
+	o.bits = b
+	return true
+}
+
+// writeBitsOut converts y's elements [lo, hi), final, into the bits out
+// holds (nil: none asked for): a producer's last step on each block.
+func writeBitsOut(out []uint16, y []float32, lo, hi int) {
+	if out != nil {
+		amp.BF16.Bits16Slice(out[lo:hi], y[lo:hi])
+	}
+}
+
+// acceptsBits says whether an op of float32 output rounded to format out
+// can write its output's bf16 bits: the bits of its final values are those
+// of the unrounded ones (out bf16 or fp32; an fp16 output's would not be).
+func acceptsBits[T Float](out amp.Format) bool {
+	return isF32[T]() && (out == amp.FP32 || out == amp.BF16)
 }
 
 func (b *bitsBuffer) len() int {

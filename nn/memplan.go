@@ -296,6 +296,11 @@ func ownBuffer(op G.Op, n *G.Node, pos map[*G.Node]int) (planned, int) {
 		}
 		src := Inputs(n)[0]
 		return &o.src.bufs[o.i], pos[src]
+	case *bf16OperandOp:
+		if o.byProducer { // written by the op that produces its input
+			return &o.buf, pos[Inputs(n)[0]]
+		}
+		return &o.buf, pos[n]
 	case freshOutput:
 		switch b := o.outputBuffer().(type) {
 		case *buffer[float32]:

@@ -24,12 +24,15 @@ func planStack(t *testing.T, plan, bits bool, opts ...PlanOption) ([][]float32, 
 	if bits {
 		g = blas.NewNativeBF16Go(2)
 	}
-	return planStackOn(t, plan, g, bits, opts...)
+	grads, mp, _ := planStackOn(t, plan, g, bits, opts...)
+	return grads, mp
 }
 
 // planStackOn is planStack whose products run on the bf16 GEMM g (nil:
-// none), reading the activations as bits with operands.
-func planStackOn(t *testing.T, plan bool, g blas.BF16Gemmer, operands bool, opts ...PlanOption) ([][]float32, MemoryPlan) {
+// none), reading the activations as bits with operands. It also returns
+// how many activations' bits their producers wrote, and how many a
+// conversion op did.
+func planStackOn(t *testing.T, plan bool, g blas.BF16Gemmer, operands bool, opts ...PlanOption) ([][]float32, MemoryPlan, [2]int) {
 	t.Helper()
 	e := &Engine{BLAS: blas.Native{Workers: 2}, Workers: 2, BF16: g}
 	b := NewBuilder(e, tensor.Float32)
@@ -74,7 +77,13 @@ func planStackOn(t *testing.T, plan bool, g blas.BF16Gemmer, operands bool, opts
 	for i, g := range grads {
 		out[i] = append([]float32(nil), f32(g)...)
 	}
-	return out, mp
+	var made [2]int
+	for _, n := range b.G.AllNodes() {
+		if o, ok := n.Op().(*bf16OperandOp); ok {
+			made[btoi(!o.byProducer)]++
+		}
+	}
+	return out, mp, made
 }
 
 func TestPlanMemorySharesAndKeepsBits(t *testing.T) {
@@ -128,8 +137,15 @@ func sameGrads(a, b [][]float32) bool {
 func TestBF16OperandsHalveSavedInputs(t *testing.T) {
 	for _, g := range realBF16Gemmers(t, 2) {
 		t.Run(g.Name(), func(t *testing.T) {
-			ref, refPlan := planStackOn(t, true, g, false, PoisonBlocks())
-			got, gotPlan := planStackOn(t, true, g, true, PoisonBlocks())
+			ref, refPlan, _ := planStackOn(t, true, g, false, PoisonBlocks())
+			got, gotPlan, made := planStackOn(t, true, g, true, PoisonBlocks())
+			// per block: the norm's output, and q and k after the rotation
+			// (the producers write them), v and attention's output (linear
+			// and attention ops: converted after), the MLP's input and its
+			// activation (the producers)
+			if want := [2]int{2 * 5, 2 * 2}; made != want {
+				t.Errorf("bits written by producers and by conversions: %v, want %v", made, want)
+			}
 			t.Logf("float32 inputs: %v, %d bytes; bf16 operands: %v, %d bytes", refPlan, refPlan.BlockBytes, gotPlan, gotPlan.BlockBytes)
 			if !sameGrads(ref, got) {
 				t.Fatal("the gradients changed with the inputs held as bf16 bits")
@@ -183,5 +199,36 @@ func TestPickBlockTakesTheHottest(t *testing.T) {
 				t.Errorf("block size %d after the pick, want %d", got.size, c.size)
 			}
 		})
+	}
+}
+
+// TestProducerBitsLiveFromTheProducer: bits that the op producing an
+// activation writes (bitsProducer) are planned as written when that op
+// runs, not when the op handing them on does, so that no value the tape
+// runs in between can be given their block.
+func TestProducerBitsLiveFromTheProducer(t *testing.T) {
+	b := NewBuilder(&Engine{BLAS: blas.Native{Workers: 2}, BF16: blas.NewNativeBF16Go(2), Workers: 2}, tensor.Float32)
+	p := amp.DefaultPolicy(amp.BF16)
+	b.Policy = &p
+	b.RoundInProducts, b.HoldBF16Operands = true, true
+	rng := rand.New(rand.NewPCG(9, 11))
+	x := randParam(b, rng, "x", 1, 8, 16)
+	h := b.RMSNorm(x, randParam(b, rng, "norm", 1, 16), 1e-5)
+	y := b.Linear(h, randParam(b, rng, "w", 0.5, 16, 16))
+	order, err := G.Sort(b.G)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[*G.Node]int{}
+	for i, n := range order {
+		pos[n] = len(order) - 1 - i
+	}
+	bits := b.bits[h]
+	if bits == nil || !bits.Op().(*bf16OperandOp).byProducer {
+		t.Fatalf("the norm's output is not held as bits its producer writes (bits node %v)", bits)
+	}
+	pos[bits] = pos[y] // wherever the tape runs the op handing them on
+	if _, def := ownBuffer(bits.Op(), bits, pos); def != pos[h] {
+		t.Fatalf("bits planned as written at %d, their producer runs at %d", def, pos[h])
 	}
 }

@@ -25,6 +25,11 @@ type pointwiseOp[T Float] struct {
 	// 1 (Builder.AddLinear): Do runs its product into this op's output
 	// and applies fwd to each block of it as the GEMM finishes the block
 	product *linearOp[float32]
+	bitsOut // where it writes its output's bf16 bits too (bitsProducer)
+}
+
+func (o *pointwiseOp[T]) writeBits(b *bitsBuffer) bool {
+	return o.take(b, acceptsBits[T](o.out))
 }
 
 func (o *pointwiseOp[T]) Arity() int { return o.arity }
@@ -42,6 +47,12 @@ func (o *pointwiseOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
 func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	in := vals[T](vs)
 	t, y := o.buf.get()
+	var bits []uint16 // y's bf16 bits, each block's written once it is final
+	var y32 []float32
+	if o.bits != nil {
+		_, bits = o.bits.get()
+		y32 = any(y).([]float32)
+	}
 	if o.product != nil {
 		// y = fwd(in[0], x·Wᵀ): the product (rounded as the linear op
 		// rounds it) into y, then each block of y through fwd with y as
@@ -57,10 +68,12 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			}
 			if j0 == 0 && j1 == cols { // whole rows, one run of memory: each pass once (fwd is elementwise)
 				pass(y[i0*cols:i1*cols], any(base[i0*cols:i1*cols]).([]T))
+				writeBitsOut(bits, y32, i0*cols, i1*cols)
 				return
 			}
 			for i := i0; i < i1; i++ {
 				pass(y[i*cols+j0:i*cols+j1], any(base[i*cols+j0:i*cols+j1]).([]T))
+				writeBitsOut(bits, y32, i*cols+j0, i*cols+j1)
 			}
 		})
 		return t, nil
@@ -75,6 +88,7 @@ func (o *pointwiseOp[T]) Do(vs ...G.Value) (G.Value, error) {
 			}
 			o.fwd(y[b0:b1], sub)
 			round(o.out, y[b0:b1])
+			writeBitsOut(bits, y32, b0, b1)
 		}
 	})
 	return t, nil

@@ -38,6 +38,11 @@ type rmsNormOp[T Float] struct {
 	eps     float64
 	buf     buffer[T]
 	partial []T // [ceil(n/reduceChunk), d] partial sums of dw
+	bitsOut     // where it writes its output's bf16 bits too (bitsProducer)
+}
+
+func (o *rmsNormOp[T]) writeBits(b *bitsBuffer) bool {
+	return o.take(b, acceptsBits[T](o.out))
 }
 
 func (o *rmsNormOp[T]) Arity() int    { return 2 }
@@ -50,6 +55,16 @@ func (o *rmsNormOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	in := vals[T](vs)
 	t, y := o.buf.get()
 	x, w := in[0], in[1]
+	if o.bits != nil { // each block rounded and written as bits while in cache
+		_, out := o.bits.get()
+		y32 := any(y).([]float32)
+		o.eng.parallel(o.n, 8, func(lo, hi int) {
+			RMSNormRows(y[lo*o.d:hi*o.d], x[lo*o.d:hi*o.d], w, o.d, o.eps)
+			round(o.out, y32[lo*o.d:hi*o.d])
+			writeBitsOut(out, y32, lo*o.d, hi*o.d)
+		})
+		return t, nil
+	}
 	o.eng.parallel(o.n, 8, func(lo, hi int) {
 		RMSNormRows(y[lo*o.d:hi*o.d], x[lo*o.d:hi*o.d], w, o.d, o.eps)
 	})

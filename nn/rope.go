@@ -123,6 +123,11 @@ type ropeOp[T Float] struct {
 	table         RopeTable[T]
 	cache         *KVCache // a decoding graph's: positions and table come from it
 	buf           buffer[T]
+	bitsOut       // where it writes its output's bf16 bits too (bitsProducer)
+}
+
+func (o *ropeOp[T]) writeBits(b *bitsBuffer) bool {
+	return o.take(b, acceptsBits[T](o.out) && o.cache == nil)
 }
 
 func (o *ropeOp[T]) Arity() int    { return 1 }
@@ -138,12 +143,20 @@ func (o *ropeOp[T]) Do(vs ...G.Value) (G.Value, error) {
 		}
 	}
 	t, y := o.buf.get()
-	o.rotate(y, vals[T](vs)[0], 1)
+	if o.bits != nil { // each block rounded and written as bits while in cache
+		_, bits := o.bits.get()
+		o.rotate(y, vals[T](vs)[0], 1, bits)
+		return t, nil
+	}
+	o.rotate(y, vals[T](vs)[0], 1, nil)
 	roundAll(o.eng, o.out, y)
 	return t, nil
 }
 
-func (o *ropeOp[T]) rotate(y, x []T, sign T) {
+// rotate writes x rotated by sign·θ into y. With bits (float32 only),
+// each block of rows is then rounded to the op's format and written into
+// bits as bf16.
+func (o *ropeOp[T]) rotate(y, x []T, sign T, bits []uint16) {
 	width := o.shape[1]
 	table, positions := o.table, o.positions
 	if o.cache != nil {
@@ -162,6 +175,11 @@ func (o *ropeOp[T]) rotate(y, x []T, sign T) {
 				pos = func(r int) int { return positions[b0+r] }
 			}
 			table.RotateRows(y[b0*width:b1*width], o.heads, pos, sign)
+			if bits != nil {
+				y32 := any(y).([]float32)
+				round(o.out, y32[b0*width:b1*width])
+				writeBitsOut(bits, y32, b0*width, b1*width)
+			}
 		}
 	})
 }
@@ -170,7 +188,7 @@ func (o *ropeOp[T]) rotate(y, x []T, sign T) {
 func (o *ropeOp[T]) SymDiff(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	grad = gradIn(&o.opBase, grad)
 	return fusedBackward(&o.opBase, []*G.Node{grad}, [][]int{o.shape}, func(in, grads [][]T) error {
-		o.rotate(grads[0], in[0], -1)
+		o.rotate(grads[0], in[0], -1, nil)
 		return nil
 	}), nil
 }
