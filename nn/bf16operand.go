@@ -14,15 +14,20 @@ import (
 // Activations held in bf16.
 //
 // A linear layer whose products run on the engine's bf16 GEMM reads its
-// input as bf16 bits (Builder.HoldBF16Operands): an op converts the
-// activation once, after the op that produced it, and every product that
-// reads it takes the bits, the forward products of q, k and v (and their
-// adapters' A) alike, and the backward's dW (an adapter's dA). Without it
-// each of those products converted the float32 activation again as it
-// packed it, and the backward pass kept the float32 activation, 4 bytes
-// an element, alive for dW; the bits are 2. The float32 activation is
-// then read by no backward op, so the memory plan frees it once the
-// forward pass is done with it.
+// input as bf16 bits (Builder.HoldBF16Operands), and so does attention
+// its q, k and v where all its products do: the activation is converted
+// once, and every product that reads it takes the bits, the forward
+// products of q, k and v (and their adapters' A) alike, and the backward
+// pass's (a linear layer's dW, an adapter's dA; attention's dS·K, dSᵀ·Q
+// and dO·Vᵀ). Without it each of those products converted the float32
+// activation again as it packed it, and the backward pass kept the
+// float32 activation, 4 bytes an element; the bits are 2. The float32
+// activation is then read by no backward op, so the memory plan frees it
+// once the forward pass is done with it. Where the op producing the
+// activation can (bitsProducer: RMSNorm, RoPE, the pointwise ops), it
+// writes the bits itself as it writes each block of its output;
+// elsewhere (a linear layer's output, attention's) an op converts it
+// after.
 //
 // The conversion is amp's rounding (nearest even), the rounding a bf16
 // GEMM applies to a float32 operand as it packs it, so the products see
@@ -30,9 +35,9 @@ import (
 // checked by TestCPUGraphFusionsSameBits (peft) and the memory plan's
 // poisoned runs.
 //
-// The bits node is not differentiated: the linear op takes the float32
-// activation as its first input, for its gradient, and the bits as a
-// third input whose gradient is never asked for.
+// The bits node is not differentiated: the reading op takes the float32
+// activation as an input, for its gradient, and the bits as another
+// input whose gradient is never asked for.
 
 // bf16Operand returns the node holding x (a float32 activation, [N, in])
 // as bf16 bits, made once per x and read by every op that asks.
