@@ -155,7 +155,7 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 		return b.apply(&attentionOp[float64]{opBase: base, s: s, f: f, buf: newBuffer[float64](qs...)}, q, k, v)
 	}
 	op := &attentionOp[float32]{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}
-	if !b.holdsBF16(q, amp.BF16, allBF16 && fs == amp.BF16 && fv == amp.BF16) {
+	if !b.holdsBF16(q, fs, allBF16) { // allBF16: scores and values both bf16
 		return b.apply(op, q, k, v)
 	}
 	// every product reads q, k and v as bf16 bits, converted once; the
@@ -341,7 +341,7 @@ func (o *attentionOp[T]) Type() hm.Type {
 // where the op reads its inputs as bf16 bits, those (inputs 3 to 5).
 func (o *attentionOp[T]) operands(vs []G.Value) (q, k, v attnOperand[T]) {
 	if o.bits {
-		return o.savedOperands(nil, [][]uint16{vs[3].Data().([]uint16), vs[4].Data().([]uint16), vs[5].Data().([]uint16)})
+		return attnOperand[T]{bits: vs[3].Data().([]uint16)}, attnOperand[T]{bits: vs[4].Data().([]uint16)}, attnOperand[T]{bits: vs[5].Data().([]uint16)}
 	}
 	in := vals[T](vs)
 	return valuesOf(in[0]), valuesOf(in[1]), valuesOf(in[2])

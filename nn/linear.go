@@ -61,8 +61,8 @@ func (b *Builder) linear(x, w *G.Node, f, out amp.Format) *G.Node {
 	} else {
 		x = b.lower(x, f)
 	}
-	var xBits *G.Node // x as bf16 bits, the operand every product reads
-	if b.holdsBF16(x, f, productsOnBF16) && (xRaw || b.format[x] == amp.BF16) {
+	var xBits *G.Node // x as bf16 bits, the operand every product reads (x is raw or lowered to f: bf16 values either way)
+	if b.holdsBF16(x, f, productsOnBF16) {
 		xBits = b.bf16Operand(x)
 	}
 	wfwd, wdx := b.weightPackings(w)
