@@ -44,13 +44,15 @@
 #                        mixtune built at git revision BASE (the baseline
 #                        the same sitting compares with), into
 #                        .devcarry/quick.tar.xz (carry it and .devcarry/gl)
-# device_check.sh quick  there, in at most 400 s (for a session with little
+# device_check.sh quick  there, in at most 420 s (for a session with little
 #                        device time left): the driver's statistics of the
 #                        attention and GEMM kernels (vkprobe -stats), the
+#                        coopmat2 tiles checked against float64 and timed
+#                        (the default and the unrolled cm2-128x256u8), the
 #                        tensor-core GEMM and attention tests, attention's
 #                        dispatches timed (BenchmarkAttention), TinyLlama's
 #                        bf16 step with this build (its default, and on
-#                        the coopmat1 tile) and with BASE's, the default's
+#                        cm2-128x256u8, twice each) and with BASE's, the default's
 #                        per-kernel profile, PyTorch's bf16 eager, the
 #                        per-op parity suite and training against the CPU.
 # How the 2026-11-26 H100 figures in docs/gpus.md and docs/mixed-precision.md
@@ -262,12 +264,14 @@ quick() {
 	tiny="--vocab 32000 --dim 2048 --layers 22 --heads 32 --seq 2048 --batch 1"
 	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader); baseline $(cat "$q/base.txt")"
 	echo "== pipeline statistics $(date +%T)"
-	timeout 40 "$q/vkprobe" -device "$uuid" -stats 'attention_coop_[df]*_d64_bf16.spv,gemm_cm2_128x256_bf16.spv,gemm_coopmat_128x256_bf16_[ab]16.spv,attention_[df]*_d64.spv' 2>&1 | grep -v "flexible shape"
+	timeout 40 "$q/vkprobe" -device "$uuid" -stats 'attention_coop_[df]*_d64_bf16.spv,gemm_cm2_128x256*_bf16.spv,gemm_coopmat_128x256_bf16_[ab]16.spv,attention_[df]*_d64.spv' 2>&1 | grep -v "flexible shape"
+	echo "== vkprobe, the coopmat2 tiles against float64 and timed $(date +%T)"
+	timeout 60 "$q/vkprobe" -device "$uuid" -sizes 4096 -variants coopmat2-nv-bf16-128x256,coopmat2-nv-bf16-128x256u8,coopmat2-nv-fp16-128x256u8 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst"
 	echo "== TestGemmTensorCores, TestAttentionTensorCores $(date +%T)"
 	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^(TestGemmTensorCores|TestAttentionTensorCores)$' -test.v 2>&1 | grep -E "^--- |worst|variant|products|FAIL|PASS|differs" | grep -v "    --- PASS")
 	echo "== BenchmarkAttention $(date +%T)"
 	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 5x 2>&1 | grep -E "^Benchmark|FAIL")
-	for run in "new:mixtune" "new-coopmat1:mixtune --gemm-tile 128x256" "base:mixtune.base" "new-again:mixtune"; do
+	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "base:mixtune.base" "new-again:mixtune" "new-u8-again:mixtune --gemm-tile cm2-128x256u8"; do
 		name=${run%%:*}
 		set -- ${run#*:}
 		bin=$1

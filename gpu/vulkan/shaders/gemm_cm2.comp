@@ -28,7 +28,8 @@
 //    an element operation may run more than once per element.
 //
 // Compiled by a glslang newer than Debian's (build_glslang.txt), for
-// SPIR-V 1.6 (Vulkan 1.3): FP16 or BF16 operands; BM, BN, BK, NT.
+// SPIR-V 1.6 (Vulkan 1.3): FP16 or BF16 operands; BM, BN, BK, NT, and
+// UNROLL, the K steps a trip of the K loop (1 unless named).
 
 #extension GL_KHR_memory_scope_semantics : enable
 #extension GL_KHR_cooperative_matrix : enable
@@ -92,23 +93,63 @@ float writeC(const in uint32_t r, const in uint32_t col, const in float v, const
 	return v;
 }
 
-// The K loop over layouts LA, LB (clamped or not): op(A)'s stored slice is
-// (m, k), or (k, m) read through a transposing view; op(B)'s (k, n), or
-// (n, k) transposed.
-#define K_LOOP(LA, LB)                                                                                  \
-	for (uint k0 = 0; k0 < p.K; k0 += BK) {                                                            \
-		MatA fa;                                                                                        \
-		MatB fb;                                                                                        \
-		if (p.transA == 0)                                                                              \
-			coopMatLoadTensorNV(fa, a, aBase, sliceTensorLayoutNV(LA, m0, BM, k0, BK));                 \
-		else                                                                                            \
-			coopMatLoadTensorNV(fa, a, aBase, sliceTensorLayoutNV(LA, k0, BK, m0, BM), transposed);     \
-		if (p.transB == 0)                                                                              \
-			coopMatLoadTensorNV(fb, b, bBase, sliceTensorLayoutNV(LB, k0, BK, n0, BN));                 \
-		else                                                                                            \
-			coopMatLoadTensorNV(fb, b, bBase, sliceTensorLayoutNV(LB, n0, BN, k0, BK), transposed);     \
-		acc = coopMatMulAdd(fa, fb, acc);                                                               \
+// The K loop, one copy for each pair of operand loads (LOAD_AN … LOAD_BT
+// below, so no branch on the transposes inside it): UNROLL steps of BK a
+// trip while they fit, then one step a trip (the rest, and a ragged
+// last step on clamped layouts). Unrolled, the driver sees the next
+// steps' loads beside this step's products and can issue them ahead
+// (llama.cpp's mul_mm_cm2.comp unrolls eight steps for that reason). The
+// steps are written out here, not left to an unroll hint: glslang without
+// its optimizer only passes the hint on.
+#ifndef UNROLL
+#define UNROLL 1
+#endif
+#define K_STEP(LOADA, LOADB)              \
+	{                                     \
+		MatA fa;                          \
+		MatB fb;                          \
+		LOADA;                            \
+		LOADB;                            \
+		acc = coopMatMulAdd(fa, fb, acc); \
+		k0 += BK;                         \
 	}
+#define K_STEP2(LOADA, LOADB) K_STEP(LOADA, LOADB) K_STEP(LOADA, LOADB)
+#define K_STEP4(LOADA, LOADB) K_STEP2(LOADA, LOADB) K_STEP2(LOADA, LOADB)
+#define K_STEP8(LOADA, LOADB) K_STEP4(LOADA, LOADB) K_STEP4(LOADA, LOADB)
+#if UNROLL == 8
+#define K_TRIP K_STEP8
+#elif UNROLL == 4
+#define K_TRIP K_STEP4
+#elif UNROLL == 2
+#define K_TRIP K_STEP2
+#elif UNROLL == 1
+#define K_TRIP K_STEP
+#else
+#error UNROLL must be 1, 2, 4 or 8
+#endif
+#define K_LOOP(LOADA, LOADB)                          \
+	{                                                 \
+		uint k0 = 0u;                                 \
+		while (k0 + UNROLL * BK <= p.K)               \
+			K_TRIP(LOADA, LOADB)                      \
+		while (k0 < p.K)                              \
+			K_STEP(LOADA, LOADB)                      \
+	}
+// op(A)'s stored slice is (m, k), or (k, m) read through a transposing
+// view; op(B)'s (k, n), or (n, k) transposed.
+#define LOAD_AN(LA) coopMatLoadTensorNV(fa, a, aBase, sliceTensorLayoutNV(LA, m0, BM, k0, BK))
+#define LOAD_AT(LA) coopMatLoadTensorNV(fa, a, aBase, sliceTensorLayoutNV(LA, k0, BK, m0, BM), transposed)
+#define LOAD_BN(LB) coopMatLoadTensorNV(fb, b, bBase, sliceTensorLayoutNV(LB, k0, BK, n0, BN))
+#define LOAD_BT(LB) coopMatLoadTensorNV(fb, b, bBase, sliceTensorLayoutNV(LB, n0, BN, k0, BK), transposed)
+#define K_LOOPS(LA, LB)                                   \
+	if (p.transA == 0u && p.transB == 0u)                 \
+		K_LOOP(LOAD_AN(LA), LOAD_BN(LB))                  \
+	else if (p.transA == 0u)                              \
+		K_LOOP(LOAD_AN(LA), LOAD_BT(LB))                  \
+	else if (p.transB == 0u)                              \
+		K_LOOP(LOAD_AT(LA), LOAD_BN(LB))                  \
+	else                                                  \
+		K_LOOP(LOAD_AT(LA), LOAD_BT(LB))
 
 void main() {
 	uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
@@ -120,20 +161,25 @@ void main() {
 
 	tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
 	MatC acc = MatC(0.0);
-	if (m0 + BM <= p.M && n0 + BN <= p.N && p.K % BK == 0) {
-		// Every slice inside its operand: no clamping.
+	if (m0 + BM <= p.M && n0 + BN <= p.N && p.K % BK == 0 && (p.aOff | p.bOff | p.lda | p.ldb) % 8u == 0u) {
+		// Every slice inside its operand: no clamping. Every row starts
+		// on 16 bytes (offsets and strides tested above), and the
+		// masks say so to the driver, which may then load 16 bytes at a
+		// time without checking (llama.cpp's "stride &= ~7").
+		aBase &= ~3u;
+		bBase &= ~3u;
 		tensorLayoutNV<2> la = createTensorLayoutNV(2);
 		tensorLayoutNV<2> lb = createTensorLayoutNV(2);
-		la = setTensorLayoutStrideNV(setTensorLayoutDimensionNV(la, ar, ac), p.lda, 1);
-		lb = setTensorLayoutStrideNV(setTensorLayoutDimensionNV(lb, br, bc), p.ldb, 1);
-		K_LOOP(la, lb)
+		la = setTensorLayoutStrideNV(setTensorLayoutDimensionNV(la, ar, ac), p.lda & ~7u, 1);
+		lb = setTensorLayoutStrideNV(setTensorLayoutDimensionNV(lb, br, bc), p.ldb & ~7u, 1);
+		K_LOOPS(la, lb)
 	} else {
 		// Ragged tiles: what lies outside an operand loads as zero.
 		tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
 		tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
 		la = setTensorLayoutStrideNV(setTensorLayoutDimensionNV(la, ar, ac), p.lda, 1);
 		lb = setTensorLayoutStrideNV(setTensorLayoutDimensionNV(lb, br, bc), p.ldb, 1);
-		K_LOOP(la, lb)
+		K_LOOPS(la, lb)
 	}
 
 	if (p.beta == 0.0 && m0 + BM <= p.M && n0 + BN <= p.N && p.cOff % 4 == 0) {
