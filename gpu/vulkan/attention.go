@@ -115,8 +115,10 @@ func (s AttentionShape) check(ks *Kernels, q, k, v *Buffer) error {
 		return fmt.Errorf("the kernels need %d bytes of shared memory; the device has %d", attnShared, have)
 	}
 	lim := ks.d.Physical.MaxWorkgroupCount
-	if uint64((s.SeqLen+attnTile-1)/attnTile) > uint64(lim[0]) || uint64(s.Heads) > uint64(lim[1]) || uint64(s.Batch) > uint64(lim[2]) {
-		return fmt.Errorf("%d×%d×%d workgroups exceed the device's %v", (s.SeqLen+attnTile-1)/attnTile, s.Heads, s.Batch, lim)
+	// Heads along x, row bands along y, batch along z (the kernels start
+	// the longest bands first).
+	if uint64(s.Heads) > uint64(lim[0]) || uint64((s.SeqLen+attnTile-1)/attnTile) > uint64(lim[1]) || uint64(s.Batch) > uint64(lim[2]) {
+		return fmt.Errorf("%d×%d×%d workgroups exceed the device's %v", s.Heads, (s.SeqLen+attnTile-1)/attnTile, s.Batch, lim)
 	}
 	n := s.Batch * s.SeqLen
 	if err := extent("q", q, 0, n, s.Heads*s.HeadDim, s.Heads*s.HeadDim, 4); err != nil {
@@ -184,7 +186,7 @@ func (ks *Kernels) AttentionForward(r *Recorder, s AttentionShape, q, k, v, stat
 	}
 	bufs := []*Buffer{q, k, v, q, standIn(s.Positions, q), stats, stats, out, out, out, standIn(kept, q)}
 	push := s.push(outRound, NoRounding, NoRounding, 0, 0, kept != nil)
-	if err := r.Dispatch(kern, bufs, push, uint32((s.SeqLen+attnTile-1)/attnTile), uint32(s.Heads), uint32(s.Batch)); err != nil {
+	if err := r.Dispatch(kern, bufs, push, uint32(s.Heads), uint32((s.SeqLen+attnTile-1)/attnTile), uint32(s.Batch)); err != nil {
 		return wrap(err)
 	}
 	return nil
@@ -301,7 +303,7 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 			return wrap(err)
 		}
 		bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(g.DQ, g.RowSum), g.RowSum, g.RowSum, standIn(kept, q)}
-		if err := r.Dispatch(kern, bufs, push, tiles, uint32(s.Heads), uint32(s.Batch)); err != nil {
+		if err := r.Dispatch(kern, bufs, push, uint32(s.Heads), tiles, uint32(s.Batch)); err != nil {
 			return wrap(err)
 		}
 	}
@@ -314,7 +316,7 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	}
 	dk, dv := standIn(g.DK, g.RowSum), standIn(g.DV, g.RowSum)
 	bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(scratch, g.RowSum), dk, dv, standIn(kept, q)}
-	if err := r.Dispatch(kern, bufs, push, tiles, uint32(s.Heads), uint32(s.Batch)); err != nil {
+	if err := r.Dispatch(kern, bufs, push, uint32(s.Heads), tiles, uint32(s.Batch)); err != nil {
 		return wrap(err)
 	}
 	if !headGrads {

@@ -242,7 +242,12 @@ shared float rowA[TILE], rowB[TILE];
 
 void main() {
 	uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, lid = gl_LocalInvocationIndex;
-	uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, r0 = gl_WorkGroupID.x * TILE;
+	// Heads along x, row bands along y, the last band first: a causal
+	// band's work grows with its index, and the GPU starts workgroups in
+	// x-then-y order, so the longest start first and the short ones fill
+	// in behind them (longest first; in index order the longest bands
+	// of the last heads ran alone at the end).
+	uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.x, r0 = (gl_NumWorkGroups.y - 1u - gl_WorkGroupID.y) * TILE;
 	uint kh = h / (p.H / p.KVH);
 	uint qw = p.H * p.D, kw = p.KVH * p.D;
 	uint qbase = b * p.T * qw + h * p.D, kbase = b * p.T * kw + kh * p.D;
@@ -395,7 +400,9 @@ shared uint qStarts[TILE];
 
 void main() {
 	uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, lid = gl_LocalInvocationIndex;
-	uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, j0 = gl_WorkGroupID.x * TILE;
+	// Heads along x, key bands along y: the first key band, which the
+	// most queries see, starts first (the forward's longest first).
+	uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.x, j0 = gl_WorkGroupID.y * TILE;
 	uint group = p.H / p.KVH, kh = h / group;
 	uint qw = p.H * p.D, kw = p.KVH * p.D;
 	uint kbase = b * p.T * kw + kh * p.D;
