@@ -48,6 +48,12 @@
 #define MAXD 64
 #endif
 
+// UNROLL marks the loops over an invocation's 16 scores (s, w, dp and the
+// per-row m, inv, rs, st), the fragments and the short shared-memory
+// reductions: unrolled in the real builds, so those arrays are indexed by
+// constants and stay in registers (left to the driver, a rolled loop
+// could put them in local memory), and kept rolled in the emulated
+// builds, which lavapipe compiles in time proportional to their size.
 #ifdef EMULATE
 // Fragments emulated: a "load" keeps (offset, stride, column-major) into
 // sh, the multiply reads sh then (it is not written between the two).
@@ -412,11 +418,11 @@ uint scratch() {
 float prob(float s, float m, float inv) { return rnd(exp(s - m) * inv, p.fP); }
 
 void scores(inout float s[16]) {
-	for (uint z = 0u; z < 16u; z++) s[z] = rnd(p.scale * s[z], p.fS);
+	UNROLL for (uint z = 0u; z < 16u; z++) s[z] = rnd(p.scale * s[z], p.fS);
 }
 
 void probGrads(inout float s[16]) {
-	for (uint z = 0u; z < 16u; z++) s[z] = rnd(rnd(s[z], p.fV), p.fP);
+	UNROLL for (uint z = 0u; z < 16u; z++) s[z] = rnd(rnd(s[z], p.fV), p.fP);
 }
 
 #if defined(FORWARD) || defined(DQ)
@@ -448,7 +454,7 @@ void main() {
 	}
 	barrier();
 	uint c0 = NONE;
-	for (uint x = 0u; x < TILE; x++) c0 = min(c0, starts[x]);
+	UNROLL for (uint x = 0u; x < TILE; x++) c0 = min(c0, starts[x]);
 	uint bh = b * p.H + h;
 	uint st[SUB];
 	[[unroll]] for (uint a = 0u; a < SUB; a++) st[a] = starts[ty + 16u * a];
@@ -512,12 +518,12 @@ void main() {
 					sh[STG + (ty + 16u * a) * 17u + tx] = floatBitsToUint(mx);
 				}
 				barrier();
-				for (uint a = 0u; a < SUB; a++) {
+				UNROLL for (uint a = 0u; a < SUB; a++) {
 					uint i = r0 + ty + 16u * a;
 					float mx = m[a];
-					for (uint x = 0u; x < 16u; x++) mx = max(mx, uintBitsToFloat(sh[STG + (ty + 16u * a) * 17u + x]));
+					UNROLL for (uint x = 0u; x < 16u; x++) mx = max(mx, uintBitsToFloat(sh[STG + (ty + 16u * a) * 17u + x]));
 					m[a] = mx;
-					for (uint bb = 0u; bb < SUB; bb++) {
+					UNROLL for (uint bb = 0u; bb < SUB; bb++) {
 						uint j = j0 + col(tx, bb);
 						w[a * SUB + bb] = j >= st[a] && j <= i ? exp(s[a * SUB + bb] - mx) : 0.0;
 					}
@@ -526,27 +532,27 @@ void main() {
 				barrier();
 				if (lid < TILE) {
 					float mx = mRow;
-					for (uint x = 0u; x < 16u; x++) mx = max(mx, uintBitsToFloat(sh[STG + lid * 17u + x]));
+					UNROLL for (uint x = 0u; x < 16u; x++) mx = max(mx, uintBitsToFloat(sh[STG + lid * 17u + x]));
 					float l = lRow > 0.0 ? lRow * exp(mRow - mx) : 0.0;
-					for (uint x = 0u; x < TILE; x++) l += getW(lid, x);
+					UNROLL for (uint x = 0u; x < TILE; x++) l += getW(lid, x);
 					mRow = mx;
 					lRow = l;
 				}
 				barrier();
 				continue;
 			}
-			for (uint a = 0u; a < SUB; a++) {
+			UNROLL for (uint a = 0u; a < SUB; a++) {
 				uint i = r0 + ty + 16u * a;
-				for (uint bb = 0u; bb < SUB; bb++) {
+				UNROLL for (uint bb = 0u; bb < SUB; bb++) {
 					uint j = j0 + col(tx, bb);
 					w[a * SUB + bb] = i < p.T && j >= st[a] && j <= i ? rnd(prob(s[a * SUB + bb], m[a], inv[a]), p.fV) : 0.0;
 				}
 			}
 #else
 			if (pass == 0u) {
-				for (uint a = 0u; a < SUB; a++) {
+				UNROLL for (uint a = 0u; a < SUB; a++) {
 					uint i = r0 + ty + 16u * a;
-					for (uint bb = 0u; bb < SUB; bb++) {
+					UNROLL for (uint bb = 0u; bb < SUB; bb++) {
 						uint j = j0 + col(tx, bb);
 						w[a * SUB + bb] = i < p.T && j >= st[a] && j <= i ? prob(s[a * SUB + bb], m[a], inv[a]) * dp[a * SUB + bb] : 0.0;
 					}
@@ -555,15 +561,15 @@ void main() {
 				barrier();
 				if (lid < TILE) {
 					float sum = rowA[lid];
-					for (uint x = 0u; x < TILE; x++) sum += getW(lid, x);
+					UNROLL for (uint x = 0u; x < TILE; x++) sum += getW(lid, x);
 					rowA[lid] = sum;
 				}
 				barrier();
 				continue;
 			}
-			for (uint a = 0u; a < SUB; a++) {
+			UNROLL for (uint a = 0u; a < SUB; a++) {
 				uint i = r0 + ty + 16u * a;
-				for (uint bb = 0u; bb < SUB; bb++) {
+				UNROLL for (uint bb = 0u; bb < SUB; bb++) {
 					uint j = j0 + col(tx, bb);
 					w[a * SUB + bb] = i < p.T && j >= st[a] && j <= i ? rnd(prob(s[a * SUB + bb], m[a], inv[a]) * (dp[a * SUB + bb] - rs[a]), p.fS) : 0.0;
 				}
@@ -597,7 +603,7 @@ void main() {
 		subgroupMemoryBarrierShared();
 		subgroupBarrier();
 		uint i = r0 + rb * 16u + lane / 2u;
-		for (uint e = 0u; e < 8u; e++) {
+		UNROLL for (uint e = 0u; e < 8u; e++) {
 			uint d = (cb0 + f) * 16u + 8u * (lane % 2u) + e;
 			if (i < p.T && d < p.D) o[qbase + i * qw + d] = rnd(outScale * uintBitsToFloat(sh[base + (lane / 2u) * 16u + 8u * (lane % 2u) + e]), p.fO);
 		}
@@ -664,7 +670,7 @@ void main() {
 		if (lid < TILE) qStarts[lid] = i0 + lid < p.T ? rowStart(b, i0 + lid) : NONE;
 		barrier();
 		uint first = qStarts[0];
-		for (uint x = 1u; x < TILE; x++) first = min(first, qStarts[x]);
+		UNROLL for (uint x = 1u; x < TILE; x++) first = min(first, qStarts[x]);
 		uint st[SUB];
 		[[unroll]] for (uint bb = 0u; bb < SUB; bb++) st[bb] = qStarts[col(tx, bb)];
 		barrier();
@@ -688,9 +694,9 @@ void main() {
 			scores(s);
 			if (needK) probGrads(dp);
 		}
-		for (uint a = 0u; a < SUB; a++) {
+		UNROLL for (uint a = 0u; a < SUB; a++) {
 			uint j = j0 + ty + 16u * a;
-			for (uint bb = 0u; bb < SUB; bb++) {
+			UNROLL for (uint bb = 0u; bb < SUB; bb++) {
 				uint i = i0 + col(tx, bb);
 				bool ok = j < p.T && i < p.T && j >= st[bb] && j <= i;
 				s[a * SUB + bb] = ok ? prob(s[a * SUB + bb], m[bb], inv[bb]) : 0.0;
@@ -698,13 +704,13 @@ void main() {
 			}
 		}
 		if (needV) {
-			for (uint z = 0u; z < 16u; z++) w[z] = rnd(s[z], p.fV);
+			UNROLL for (uint z = 0u; z < 16u; z++) w[z] = rnd(s[z], p.fV);
 			setW16(w);
 			accTile(accV, 3u, qbase, qw, i0);
 		}
 		if (needK) {
-			for (uint a = 0u; a < SUB; a++) {
-				for (uint bb = 0u; bb < SUB; bb++) w[a * SUB + bb] = rnd(s[a * SUB + bb] * (dp[a * SUB + bb] - rs[bb]), p.fS);
+			UNROLL for (uint a = 0u; a < SUB; a++) {
+				UNROLL for (uint bb = 0u; bb < SUB; bb++) w[a * SUB + bb] = rnd(s[a * SUB + bb] * (dp[a * SUB + bb] - rs[bb]), p.fS);
 			}
 			setW16(w);
 			accTile(accK, 0u, qbase, qw, i0);
@@ -723,7 +729,7 @@ void main() {
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
 			bool want = which == 0u ? needK : needV;
-			for (uint e = 0u; e < 8u; e++) {
+			UNROLL for (uint e = 0u; e < 8u; e++) {
 				uint d = (cb0 + f) * 16u + 8u * (lane % 2u) + e;
 				if (!want || j >= p.T || d >= p.D) continue;
 				float x = uintBitsToFloat(sh[base + (lane / 2u) * 16u + 8u * (lane % 2u) + e]);
