@@ -21,10 +21,24 @@ import (
 // scalar kernel.
 const attnCoopMaxHeadDim = 128
 
-// attnCoopShared is the tensor-core kernels' shared memory in bytes: the
-// staged operands (2·64·20 uints), a 64×65 fp32 tile, the row starts and
-// two row sums.
-const attnCoopShared = (2*attnTile*20 + attnTile*(attnTile+1) + 3*attnTile) * 4
+// attnCoopSharedFor is the shared memory, in bytes, of the tensor-core
+// kernel for pass ("fwd", "dq", "dkv") and head dimension d: the staged
+// operands (2·64·20 uints), a 64×65 fp32 tile, the row starts and two row
+// sums; and in the forward and dQ builds for heads up to 64 wide the
+// band's rows of Q (and dO) staged once (attention_coop.comp's A_ONCE),
+// 64 rows of 36 uints each.
+func attnCoopSharedFor(pass string, d int) uint32 {
+	n := uint32(2*attnTile*20 + attnTile*(attnTile+1) + 3*attnTile)
+	if d <= 64 {
+		switch pass {
+		case "fwd":
+			n += attnTile * 36
+		case "dq":
+			n += 2 * attnTile * 36
+		}
+	}
+	return 4 * n
+}
 
 // defaultAttnKeepMax is the most device memory the tensor-core kernels
 // keep scores in (attnKept): 512 MiB at TinyLlama's shape (2,048
@@ -191,8 +205,9 @@ func (ks *Kernels) chooseAttention() {
 // attention kernels of format f beyond what the GEMM's need: their
 // shared memory, and their SPIR-V (the bf16 ones need a newer glslang).
 func (ks *Kernels) attnCoopFits(b attnBuild) error {
-	if have := ks.d.Physical.MaxSharedMemory; have < attnCoopShared {
-		return fmt.Errorf("the tensor-core attention kernels need %d bytes of shared memory; the device has %d", attnCoopShared, have)
+	// dQ's kernel for heads up to 64 wide takes the most: 46,080 bytes
+	if need, have := attnCoopSharedFor("dq", 64), ks.d.Physical.MaxSharedMemory; have < need {
+		return fmt.Errorf("the tensor-core attention kernels need %d bytes of shared memory; the device has %d", need, have)
 	}
 	if _, err := shaderFS.Open("shaders/" + b.file("fwd", 64)); err != nil {
 		return fmt.Errorf("no embedded %s attention kernel: %w", attnHalf(b.half), err)

@@ -227,6 +227,12 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// underValidation reports whether the tests run under the Khronos
+// validation layer (.ci/run's second pass of the short tests).
+func underValidation() bool {
+	return strings.Contains(os.Getenv("VK_INSTANCE_LAYERS"), "VK_LAYER_KHRONOS_validation")
+}
+
 // emulatedTiles is the tensor-core tiles whose emulated builds a test
 // runs on device p: all of them, except under the Khronos validation
 // layer, which rejects (rightly) a shader using more workgroup memory than
@@ -235,10 +241,9 @@ func must(t testing.TB, err error) {
 // run the tiles within the limit. A real device never gets a tile over its
 // limit (the variant choice checks it: TestChooseGemmFor).
 func emulatedTiles(t *testing.T, p *PhysicalDevice) []coopTile {
-	validating := strings.Contains(os.Getenv("VK_INSTANCE_LAYERS"), "VK_LAYER_KHRONOS_validation")
 	var tiles []coopTile
 	for _, tile := range coopTiles() {
-		if validating && tile.sharedBytes() > p.MaxSharedMemory {
+		if underValidation() && tile.sharedBytes() > p.MaxSharedMemory {
 			t.Logf("%s: %d bytes of shared memory, over the %d %s reports: left out under the validation layer", tile.name, tile.sharedBytes(), p.MaxSharedMemory, p.Name)
 			continue
 		}

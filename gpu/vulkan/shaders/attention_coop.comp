@@ -35,8 +35,10 @@
 // 64-row chunks of 32 halves for a dot tile, or XK rows of MAXD halves of
 // X: all 64 for MAXD 64, 32 for 128) and the forward's per-invocation row maxima; SF, a tile of fp32
 // scores as the fragments store it (row stride 64), or of fp32 W (row
-// stride 65), or of 16-bit W (36 uints a row); the row starts and sums.
-// 27 KiB (attention_coop.go's attnCoopShared).
+// stride 65), or of 16-bit W (36 uints a row); the row starts and sums;
+// in the forward and dQ builds for MAXD 64, QS, the band's Q (and dO)
+// rows staged once (A_ONCE below). 27 KiB, 36 KiB for the forward's
+// A_ONCE build, 45 KiB for dQ's (attention_coop.go's attnCoopSharedFor).
 
 #extension GL_KHR_memory_scope_semantics : enable
 #extension GL_KHR_shader_subgroup_basic : enable
@@ -145,7 +147,27 @@ const uint SF = STG_SIZE, SF_SIZE = TILE * (TILE + 1u);
 const uint NONE = 0xffffffffu;
 const float LOWEST = -3.402823466e38;
 
-shared uint sh[STG_SIZE + SF_SIZE];
+// A_ONCE: in the forward and dQ builds for heads up to 64 wide, the
+// band's own rows of the dot products' left operands (Q, and in dQ dO
+// too) are staged once for the band, in QS (64 rows of LDX uints each),
+// and each key tile stages only its K (or V) rows, whole (64·LDX uints
+// fit STG), so a tile's dot products take one staging and one pair of
+// barriers where they took two, and the band's rows are loaded and
+// narrowed once instead of once a tile. Wider heads would not fit the
+// shared memory (attention_coop.go's attnCoopSharedFor).
+#if (defined(FORWARD) || defined(DQ)) && MAXD <= 64
+#define A_ONCE
+#ifdef DQ
+const uint NA = 2u;
+#else
+const uint NA = 1u;
+#endif
+#else
+const uint NA = 0u;
+#endif
+const uint QS = SF + SF_SIZE, QS_SIZE = NA * TILE * LDX;
+
+shared uint sh[STG_SIZE + SF_SIZE + QS_SIZE];
 
 // narrow is fp32 v's 16-bit bits in the kernel's format, rounded to
 // nearest even (gemm_coopmat.comp's): exact for the values the policy put
@@ -342,13 +364,59 @@ void dotTile(out float s[16], uint ab, uint abase, uint ald, uint a0, uint bb, u
 	barrier();
 }
 
+#ifdef A_ONCE
+// dotTileA is dotTile with A's 64 rows staged in sh from aOff (LDX uints
+// a row, every column up to MAXD, zeros past D): B's whole tile is staged
+// at once, and the fragments are those dotTile multiplies, in its order
+// (K steps of 16 up to D rounded up to CH), so the sums are the same.
+void dotTileA(out float s[16], uint aOff, uint bb, uint bbase, uint bld, uint b0) {
+	uint lid = gl_LocalInvocationIndex, tx = lid % 16u, ty = lid / 16u;
+#ifdef EMULATE
+	uint sg = lid / 32u;
+#else
+	uint sg = gl_SubgroupID;
+#endif
+	uint rb = sg / 2u, cb = 2u * (sg % 2u);
+	uint dEnd = (p.D + CH - 1u) / CH * CH;
+	MatC c0, c1;
+	ZERO(c0);
+	ZERO(c1);
+	stage(bb, STG, LDX, TILE, MAXD, bbase, bld, b0, 0u);
+	barrier();
+	UNROLL for (uint kk = 0u; kk < MAXD; kk += 16u) {
+		if (kk < dEnd) { // uniform
+			MatA fa;
+			MatB f0, f1;
+			LOAD_A(fa, aOff + rb * 16u * LDX + kk / 2u, LDX);
+			LOAD_BT(f0, STG + cb * 16u * LDX + kk / 2u, LDX);
+			LOAD_BT(f1, STG + (cb + 1u) * 16u * LDX + kk / 2u, LDX);
+			c0 = MULADD(fa, f0, c0);
+			c1 = MULADD(fa, f1, c1);
+		}
+	}
+	barrier();
+	STORE_S(c0, SF + rb * 16u * TILE + cb * 16u, TILE);
+	STORE_S(c1, SF + rb * 16u * TILE + (cb + 1u) * 16u, TILE);
+	barrier();
+	[[unroll]] for (uint a = 0u; a < SUB; a++)
+		[[unroll]] for (uint b = 0u; b < SUB; b++) s[a * SUB + b] = uintBitsToFloat(sh[SF + (ty + 16u * a) * TILE + col(tx, b)]);
+	barrier();
+}
+#endif
+
 // dotPair is dotTile for buffers (ab0, bb0) into s and, when n is 2,
 // for (ab1, bb1) into s2 (same rows), through one call site: one copy of
-// dotTile's code.
+// dotTile's code. With A_ONCE, A is the band's staged rows: Q (ab 0) at
+// QS, dO (ab 3) after it.
 void dotPair(out float s[16], out float s2[16], uint n, uint ab0, uint bb0, uint ab1, uint bb1, uint abase, uint ald, uint a0, uint bbase, uint bld, uint b0) {
 	[[dont_unroll]] for (uint t = 0u; t < n; t++) {
 		float x[16];
+#ifdef A_ONCE
+		uint ab = t == 0u ? ab0 : ab1;
+		dotTileA(x, ab == 0u ? QS : QS + TILE * LDX, t == 0u ? bb0 : bb1, bbase, bld, b0);
+#else
 		dotTile(x, t == 0u ? ab0 : ab1, abase, ald, a0, t == 0u ? bb0 : bb1, bbase, bld, b0);
+#endif
 		if (t == 0u) s = x;
 		else s2 = x;
 	}
@@ -452,6 +520,13 @@ void main() {
 		rowA[lid] = 0.0;
 		rowB[lid] = 0.0;
 	}
+#ifdef A_ONCE
+	// The band's rows of Q (and dO), staged once (the barrier below).
+	stage(0u, QS, LDX, TILE, MAXD, qbase, qw, r0, 0u);
+#ifdef DQ
+	stage(3u, QS + TILE * LDX, LDX, TILE, MAXD, qbase, qw, r0, 0u);
+#endif
+#endif
 	barrier();
 	uint c0 = NONE;
 	UNROLL for (uint x = 0u; x < TILE; x++) c0 = min(c0, starts[x]);
