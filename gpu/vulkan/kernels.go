@@ -189,14 +189,18 @@ type cm2Tile struct {
 }
 
 // cm2Tiles are gemm_cm2.comp's builds: llama.cpp's coopmat2 tiles for
-// large products on NVIDIA (256 invocations, K step 64). The "u8" tile
-// unrolls its K loop eight steps a trip, as llama.cpp's does; it is named
-// apart, not the default, until a GPU has measured it end to end.
+// large products on NVIDIA (256 invocations, K step 64). The "u8" tiles
+// write out eight K steps a trip of their loop, as llama.cpp's does;
+// 256x128 is llama.cpp's large tile as it lies in mixtune's products
+// (its 128 rows of weights by 256 tokens are 256 tokens by 128 output
+// columns here). They are named apart, not the default, until a GPU has
+// measured them end to end.
 func cm2Tiles() []cm2Tile {
 	return []cm2Tile{
 		{"cm2-128x256", 128, 256, 64, 256},
 		{"cm2-128x128", 128, 128, 64, 256},
 		{"cm2-128x256u8", 128, 256, 64, 256},
+		{"cm2-256x128u8", 256, 128, 64, 256},
 	}
 }
 
