@@ -310,14 +310,20 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	if need&6 == 0 {
 		return nil
 	}
-	kern, err := ks.kernel(ks.attentionFile(s, "dkv"), attnBuffers, attnPush)
-	if err != nil {
-		return wrap(err)
-	}
 	dk, dv := standIn(g.DK, g.RowSum), standIn(g.DV, g.RowSum)
 	bufs := []*Buffer{q, k, v, g.DO, pos, stats, g.RowSum, standIn(scratch, g.RowSum), dk, dv, standIn(kept, q)}
-	if err := r.Dispatch(kern, bufs, push, uint32(s.Heads), tiles, uint32(s.Batch)); err != nil {
-		return wrap(err)
+	passes := []string{"dkv"}
+	if need&6 == 6 && ks.splitDKV && ks.attnTensorFor(s) {
+		passes = []string{"dk", "dv"} // the same push constants: each build leaves the other's half
+	}
+	for _, pass := range passes {
+		kern, err := ks.kernel(ks.attentionFile(s, pass), attnBuffers, attnPush)
+		if err != nil {
+			return wrap(err)
+		}
+		if err := r.Dispatch(kern, bufs, push, uint32(s.Heads), tiles, uint32(s.Batch)); err != nil {
+			return wrap(err)
+		}
 	}
 	if !headGrads {
 		return nil

@@ -93,8 +93,8 @@ type attnBuild struct {
 	half   Rounding
 }
 
-// file is the build's SPIR-V for pass ("fwd", "dq", "dkv") and head
-// dimension d.
+// file is the build's SPIR-V for pass ("fwd", "dq", "dkv", or "dk" and
+// "dv", the dK/dV kernel split in two) and head dimension d.
 func (b attnBuild) file(pass string, d int) string {
 	class := 64
 	if d > 64 {
@@ -124,8 +124,20 @@ func (s AttentionShape) tensorFormat() Rounding {
 	return f
 }
 
+// attnTensorFor reports whether s runs on a tensor-core attention build.
+func (ks *Kernels) attnTensorFor(s AttentionShape) bool {
+	f := s.tensorFormat()
+	if f == NoRounding {
+		return false
+	}
+	_, ok := ks.attn.builds[f]
+	return ok
+}
+
 // attentionFile is the SPIR-V that runs pass for s: the tensor-core
-// kernel of its format where one is in use, else the scalar kernel.
+// kernel of its format where one is in use, else the scalar kernel
+// (which has no "dk" and "dv" passes: AttentionBackward asks for them
+// only from the tensor-core builds).
 func (ks *Kernels) attentionFile(s AttentionShape, pass string) string {
 	if f := s.tensorFormat(); f != NoRounding {
 		if b, ok := ks.attn.builds[f]; ok {
@@ -338,9 +350,19 @@ func (ks *Kernels) runAttention(c attnRefCase) (out attnOutputs, err error) {
 		}
 		return b
 	}
+	// Every output and scratch buffer starts as NaNs, so a value a kernel
+	// fails to write shows (a freed buffer's memory, reused here, could
+	// otherwise hold a previous run's right answer).
+	poison := func(n int) []float32 {
+		xs := make([]float32, max(n, 1))
+		for i := range xs {
+			xs[i] = float32(math.NaN())
+		}
+		return xs
+	}
 	q, k, v, dO := newBuf(qn, c.q), newBuf(kn, c.k), newBuf(kn, c.v), newBuf(qn, c.dO)
-	stats, o, rowSum := newBuf(s.StatsLen(), nil), newBuf(qn, nil), newBuf(s.RowSumLen(), nil)
-	dq, dk, dv, heads := newBuf(qn, nil), newBuf(kn, nil), newBuf(kn, nil), newBuf(s.HeadGradsLen(), nil)
+	stats, o, rowSum := newBuf(s.StatsLen(), poison(s.StatsLen())), newBuf(qn, poison(qn)), newBuf(s.RowSumLen(), poison(s.RowSumLen()))
+	dq, dk, dv, heads := newBuf(qn, poison(qn)), newBuf(kn, poison(kn)), newBuf(kn, poison(kn)), newBuf(s.HeadGradsLen(), poison(s.HeadGradsLen()))
 	if c.pos != nil {
 		pos := newBuf(n, nil)
 		if err == nil {

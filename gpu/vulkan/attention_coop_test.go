@@ -136,6 +136,21 @@ func TestAttentionCoopEmulated(t *testing.T) {
 				if d := attnDiffer(got, recomputed); d != "" {
 					t.Errorf("the scores kept and computed again differ: %s", d)
 				}
+				// The dK/dV kernel split in two (KernelOptions.SplitDKV):
+				// the same bits, the scores kept and computed again.
+				ks.splitDKV = true
+				split, err := ks.runAttention(rc)
+				must(t, err)
+				ks.attnKeepMax = 0
+				splitRecomputed, err := ks.runAttention(rc)
+				ks.splitDKV, ks.attnKeepMax = false, keepMax
+				must(t, err)
+				if d := attnDiffer(got, split); d != "" {
+					t.Errorf("dK and dV in two kernels differ from one: %s", d)
+				}
+				if d := attnDiffer(got, splitRecomputed); d != "" {
+					t.Errorf("dK and dV in two kernels, the scores computed again, differ from one: %s", d)
+				}
 				ks.attn.builds = nil // the scalar kernel
 				scalar, err := ks.runAttention(rc)
 				must(t, err)

@@ -119,7 +119,8 @@ func TestAttentionBadArguments(t *testing.T) {
 // times). Each runs on the scalar kernel ("scalar") and, where the device
 // runs them, on the tensor-core kernels ("coopmat": the products'
 // operands are bf16 values, Operands; "coopmat_recomputed": with the
-// scores computed again, not kept).
+// scores computed again, not kept; "coopmat_split", backward only: with
+// the dK/dV kernel split in two, KernelOptions.SplitDKV).
 func BenchmarkAttention(b *testing.B) {
 	e, ks := openKernels(b)
 	d := e.dev
@@ -164,9 +165,12 @@ func BenchmarkAttention(b *testing.B) {
 				DQRound: RoundBF16, DKRound: RoundBF16, DVRound: RoundBF16, RoundHeadsK: true, RoundHeadsV: true})
 		}},
 	} {
-		builds, keepMax := ks.attn.builds, ks.attnKeepMax
-		for _, kernel := range []string{"scalar", "coopmat", "coopmat_recomputed"} {
-			ks.attnKeepMax = keepMax
+		builds, keepMax, split := ks.attn.builds, ks.attnKeepMax, ks.splitDKV
+		for _, kernel := range []string{"scalar", "coopmat", "coopmat_recomputed", "coopmat_split"} {
+			if kernel == "coopmat_split" && c.name != "backward" {
+				continue // the split is of the dK/dV kernel
+			}
+			ks.attnKeepMax, ks.splitDKV = keepMax, kernel == "coopmat_split"
 			if kernel == "scalar" {
 				ks.attn.builds = nil
 			} else if ks.attn.builds = builds; s.tensorFormat() == NoRounding || builds[s.tensorFormat()] == (attnBuild{}) {
@@ -188,6 +192,6 @@ func BenchmarkAttention(b *testing.B) {
 				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
-		ks.attn.builds, ks.attnKeepMax = builds, keepMax
+		ks.attn.builds, ks.attnKeepMax, ks.splitDKV = builds, keepMax, split
 	}
 }

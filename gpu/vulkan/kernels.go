@@ -443,6 +443,9 @@ type Kernels struct {
 	// builds, operands narrowed first (KernelOptions.Narrow16).
 	narrow16 bool
 	attn     attnTensor // attention's tensor-core kernels (attention_coop.go)
+	// splitDKV runs the tensor-core dK/dV kernel as two dispatches, dK's
+	// and dV's (KernelOptions.SplitDKV).
+	splitDKV bool
 	// attnKeepMax bounds the device memory those keep scores in
 	// (attnKept): attnKeepMaxFor; tests set 0 to have them compute the
 	// scores again instead.
@@ -496,6 +499,15 @@ type KernelOptions struct {
 	// them, so the bits are the same (TestGemmNarrow16); what differs is
 	// the time, which only a GPU measures (vkprobe times both).
 	Narrow16 bool
+	// SplitDKV runs the tensor-core attention's dK/dV kernel as two
+	// kernels, one for dK and one for dV, where both are wanted: each
+	// holds one set of accumulators (the joint kernel's 149 registers an
+	// invocation on an H100 let an SM hold one workgroup), at the cost of
+	// reading the kept scores twice. Each value is computed as the joint
+	// kernel computes it, so the bits are the same
+	// (TestAttentionCoopEmulated); BenchmarkAttention times both, and it
+	// stays off by default until a GPU has measured it faster.
+	SplitDKV bool
 }
 
 // buildsTensor reports whether o asks for the tensor-core kernels of
@@ -529,7 +541,7 @@ func NewKernelsWith(d *Device, o KernelOptions) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK, narrow16: o.Narrow16, attnKeepMax: attnKeepMaxFor(d.Physical)}
+	ks := &Kernels{d: d, Variant: v, gemm: map[Rounding]gemmKernels{}, noSplitK: o.NoSplitK, narrow16: o.Narrow16, splitDKV: o.SplitDKV, attnKeepMax: attnKeepMaxFor(d.Physical)}
 	type spec struct {
 		dst  **Kernel
 		file string

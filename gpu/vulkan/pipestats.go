@@ -147,7 +147,7 @@ func (k *Kernel) Executables() ([]Executable, error) {
 }
 
 // ShaderNames lists the embedded SPIR-V files whose names match pattern
-// (path.Match syntax: "attention_coop_[df]*_d64_bf16.spv", the fwd, dq and dkv kernels).
+// (path.Match syntax: "attention_coop_[df]*_d64_bf16.spv", the fwd, dq, dkv, dk and dv kernels).
 func ShaderNames(pattern string) ([]string, error) {
 	m, err := fs.Glob(shaderFS, "shaders/"+pattern)
 	if err != nil {

@@ -14,7 +14,7 @@ func TestShaderNames(t *testing.T) {
 		none    bool
 	}{
 		{"gemm_f32.spv", []string{"gemm_f32.spv"}, false},
-		{"attention_coop_[df]*_d64_bf16.spv", []string{"attention_coop_dkv_d64_bf16.spv", "attention_coop_dq_d64_bf16.spv", "attention_coop_fwd_d64_bf16.spv"}, false},
+		{"attention_coop_[df]*_d64_bf16.spv", []string{"attention_coop_dk_d64_bf16.spv", "attention_coop_dkv_d64_bf16.spv", "attention_coop_dq_d64_bf16.spv", "attention_coop_dv_d64_bf16.spv", "attention_coop_fwd_d64_bf16.spv"}, false},
 		{"gemm_cm2_128x256_*", []string{"gemm_cm2_128x256_bf16.spv", "gemm_cm2_128x256_fp16.spv"}, false},
 		{"no_such_*.spv", nil, true},
 	} {

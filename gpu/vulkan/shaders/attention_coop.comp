@@ -689,6 +689,9 @@ void main() {
 #endif
 
 #ifdef DKV
+#ifndef DKV_PART
+#define DKV_PART 0
+#endif
 shared uint qStarts[TILE];
 
 // loadKeptT reads the dQ kernel's kept matrix m at rows (queries) i0…,
@@ -734,7 +737,10 @@ void main() {
 	uint sbase = (b * p.H + h) * p.T;
 	uint last = min(j0 + TILE, p.T) - 1u;
 	uint qEnd = p.window > 0u ? min(p.T, last + p.window) : p.T;
-	bool needK = (p.need & 2u) != 0u, needV = (p.need & 4u) != 0u;
+	// DKV_PART 1 builds dK alone, 2 dV alone (the split builds: each holds
+	// one set of accumulators, so fewer registers and more workgroups an
+	// SM; both read the kept scores); 0, both.
+	bool needK = (p.need & 2u) != 0u && DKV_PART != 2, needV = (p.need & 4u) != 0u && DKV_PART != 1;
 	float s[16], dp[16], w[16];
 	MatC accK[NF], accV[NF];
 	UNROLL for (uint f = 0u; f < NF; f++) {
@@ -796,6 +802,7 @@ void main() {
 	uint j = j0 + rb * 16u + lane / 2u;
 	UNROLL for (uint f = 0u; f < NF; f++) {
 		UNROLL for (uint which = 0u; which < 2u; which++) { // dK, then dV
+			if (!(which == 0u ? needK : needV)) continue; // uniform
 			if (which == 0u) {
 				STORE_S(accK[f], base, 16u);
 			} else {
@@ -803,10 +810,9 @@ void main() {
 			}
 			subgroupMemoryBarrierShared();
 			subgroupBarrier();
-			bool want = which == 0u ? needK : needV;
 			UNROLL for (uint e = 0u; e < 8u; e++) {
 				uint d = (cb0 + f) * 16u + 8u * (lane % 2u) + e;
-				if (!want || j >= p.T || d >= p.D) continue;
+				if (j >= p.T || d >= p.D) continue;
 				float x = uintBitsToFloat(sh[base + (lane / 2u) * 16u + 8u * (lane % 2u) + e]);
 				if (which == 0u) {
 					x = p.scale * x;
