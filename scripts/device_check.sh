@@ -49,8 +49,9 @@
 #                        driver's statistics of the attention and GEMM
 #                        kernels (vkprobe -stats), the coopmat2 tiles
 #                        checked against float64 and timed (the default and
-#                        the unrolled cm2-128x256u8 and cm2-256x128u8),
-#                        TinyLlama's bf16 step with this build (its default
+#                        the unrolled cm2-128x256u8 and cm2-256x128u8), a
+#                        small step of each build (the driver's shader
+#                        cache filled), TinyLlama's bf16 step with this build (its default
 #                        twice, and on each unrolled tile) and with BASE's,
 #                        PyTorch's bf16 eager, the default's per-kernel
 #                        profile, attention's dispatches timed
@@ -269,6 +270,12 @@ quick() {
 	timeout 40 "$q/vkprobe" -device "$uuid" -stats 'attention_coop_[df]*_d64_bf16.spv,gemm_cm2_*_bf16.spv,attention_[df]*_d64.spv' 2>&1 | grep -v "flexible shape"
 	echo "== vkprobe, the coopmat2 tiles against float64 and timed $(date +%T)"
 	timeout 60 "$q/vkprobe" -device "$uuid" -sizes 4096 -variants coopmat2-nv-bf16-128x256,coopmat2-nv-bf16-128x256u8,coopmat2-nv-bf16-256x128u8 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst"
+	# The driver compiles each pipeline on first use (35 s for an engine's
+	# once, cold): a small step of each build first, so the timed runs
+	# below find them in the driver's cache (heads of 64, as TinyLlama's).
+	for bin in mixtune mixtune.base; do
+		echo "warm $bin $(date +%T): $(timeout 150 "$q/$bin" bench --vocab 512 --dim 256 --layers 1 --heads 4 --ffn 512 --seq 128 --batch 1 --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --json 2>&1 | tail -1 | grep -o '"tokens_per_s":[0-9.]*\|"error":"[^"]*"')"
+	done
 	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}
 		set -- ${run#*:}
