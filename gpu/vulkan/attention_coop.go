@@ -22,7 +22,9 @@ import (
 const attnCoopMaxHeadDim = 128
 
 // attnCoopSharedFor is the shared memory, in bytes, of the tensor-core
-// kernel for pass ("fwd", "dq", "dkv") and head dimension d: the staged
+// kernel for pass ("fwd", "dq", "dkv", "dk", "dv") and head dimension d
+// (an upper bound: the dK/dV kernels declare one row array, not three):
+// the staged
 // operands (2·64·20 uints), a 64×65 fp32 tile, the row starts and two row
 // sums; and in the forward and dQ builds for heads up to 64 wide the
 // band's rows of Q (and dO) staged once (attention_coop.comp's A_ONCE),
