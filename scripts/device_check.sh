@@ -57,7 +57,11 @@
 #                        profile, attention's dispatches timed
 #                        (BenchmarkAttention); then the tensor-core GEMM and
 #                        attention tests, training against the CPU and the
-#                        per-op parity suite.
+#                        per-op parity suite. Its plumbing can be tried
+#                        here on lavapipe: a stand-in nvidia-smi on PATH
+#                        printing lavapipe's UUID, VK_DRIVER_FILES naming
+#                        lvp_icd, OUT set (TinyLlama's shape then fails on
+#                        lavapipe's 128 MiB buffers, and says so).
 # How the 2026-11-26 H100 figures in docs/gpus.md and docs/mixed-precision.md
 # were made (then with the 8B rows of docs/qlora.md on cores 4-13).
 set -uo pipefail
@@ -262,7 +266,7 @@ quick() {
 	fi
 	local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 	[[ -e $icd ]] && export VK_DRIVER_FILES=$icd
-	local uuid tiny run name bin
+	local uuid tiny run name bin out got
 	uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1 | tr -d ' ')
 	tiny="--vocab 32000 --dim 2048 --layers 22 --heads 32 --seq 2048 --batch 1"
 	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader); baseline $(cat "$q/base.txt")"
@@ -274,14 +278,18 @@ quick() {
 	# once, cold): a small step of each build first, so the timed runs
 	# below find them in the driver's cache (heads of 64, as TinyLlama's).
 	for bin in mixtune mixtune.base; do
-		echo "warm $bin $(date +%T): $(timeout 150 "$q/$bin" bench --vocab 512 --dim 256 --layers 1 --heads 4 --ffn 512 --seq 128 --batch 1 --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --json 2>&1 | tail -1 | grep -o '"tokens_per_s":[0-9.]*\|"error":"[^"]*"')"
+		out=$(timeout 150 "$q/$bin" bench --vocab 512 --dim 256 --layers 1 --heads 4 --ffn 512 --seq 128 --batch 1 --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --json 2>&1 | tail -1)
+		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*' <<<"$out" | tr '\n' ' ')
+		echo "warm $bin $(date +%T): ${got:-failed: ${out:0:400}}"
 	done
 	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}
 		set -- ${run#*:}
 		bin=$1
 		shift
-		echo "mixtune tinyllama bf16 $name: $(timeout 40 "$q/$bin" bench $tiny --ffn 5632 --steps 3 --warmup 1 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 "$@" --json 2>&1 | tail -1 | grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"loss":[0-9.]*\|"error":"[^"]*"' | tr '\n' ' ')"
+		out=$(timeout 40 "$q/$bin" bench $tiny --ffn 5632 --steps 3 --warmup 1 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 "$@" --json 2>&1 | tail -1)
+		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"loss":[0-9.]*' <<<"$out" | tr '\n' ' ')
+		echo "mixtune tinyllama bf16 $name: ${got:-failed: ${out:0:400}}"
 	done
 	echo "== PyTorch tinyllama bf16 eager $(date +%T)"
 	timeout 40 python3 "$q/torch_peer.py" $tiny --hidden 5632 --steps 3 --adapters lora --modes bf16 --device cuda --base-dtype bf16 2>&1 | tail -1
