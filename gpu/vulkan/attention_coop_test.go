@@ -267,8 +267,9 @@ func attnCoopSelfCheck(t *testing.T, ks *Kernels) {
 // device runs (a GPU with cooperative matrices; NewKernels self-checked
 // them) on every case of attnCoopCases in both formats: against
 // attnReference within its bound, against the scalar kernel within twice
-// it (each is within the bound of the reference), and twice
-// bit-identical. It skips where no tensor-core attention is in use, as on
+// it (each is within the bound of the reference), twice bit-identical,
+// and bit-identical with the dK/dV kernel in the other form (split in two
+// or not: KernelOptions.SplitDKV). It skips where no tensor-core attention is in use, as on
 // lavapipe (TestAttentionCoopEmulated runs their source there).
 func TestAttentionTensorCores(t *testing.T) {
 	e, ks := openKernels(t)
@@ -296,6 +297,13 @@ func TestAttentionTensorCores(t *testing.T) {
 			must(t, err)
 			if d := attnDiffer(got, again); d != "" {
 				t.Errorf("%s: rerun differs: %s", rc, d)
+			}
+			ks.splitDKV = !ks.splitDKV // the other dK/dV form: the same bits
+			other, err := ks.runAttention(rc)
+			ks.splitDKV = !ks.splitDKV
+			must(t, err)
+			if d := attnDiffer(got, other); d != "" {
+				t.Errorf("%s: dK and dV in one kernel and in two differ: %s", rc, d)
 			}
 			ks.attn.builds = nil
 			scalar, err := ks.runAttention(rc)
