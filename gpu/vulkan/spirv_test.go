@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -29,38 +31,56 @@ func TestSPIRVUpToDate(t *testing.T) {
 	out, err := exec.Command(glslc, "--version").Output()
 	must(t, err)
 	have := strings.SplitN(string(out), "\n", 2)[0]
-	n := 0
+	var builds [][]string // output, source, flags
 	sc := bufio.NewScanner(bytes.NewReader(list))
 	for sc.Scan() {
 		line := sc.Text()
 		if want, ok := strings.CutPrefix(line, "# glslc: "); ok && want != have {
 			t.Skipf("the SPIR-V was compiled by glslc %q; this is %q", want, have)
 		}
-		f := strings.Fields(line)
-		if len(f) < 2 || strings.HasPrefix(line, "#") {
-			continue
+		if f := strings.Fields(line); len(f) >= 2 && !strings.HasPrefix(line, "#") {
+			builds = append(builds, f)
 		}
-		dst := filepath.Join(t.TempDir(), f[0])
-		args := append([]string{"-fshader-stage=compute", "--target-env=vulkan1.1", "-O"}, f[2:]...)
-		args = append(args, "-o", dst, filepath.Join("shaders", f[1]))
-		if msg, err := exec.Command(glslc, args...).CombinedOutput(); err != nil {
-			t.Fatalf("glslc %v: %v\n%s", args, err, msg)
-		}
-		fresh, err := os.ReadFile(dst)
-		must(t, err)
-		committed, err := spirv(f[0])
-		must(t, err)
-		if !bytes.Equal(fresh, committed) {
-			t.Errorf("shaders/%s is stale: recompiling %s gives other SPIR-V; run scripts/gen_spirv.sh", f[0], f[1])
-		}
-		if _, err := spirvWords(committed); err != nil {
-			t.Errorf("shaders/%s: %v", f[0], err)
-		}
-		n++
 	}
-	if n == 0 {
+	if len(builds) == 0 {
 		t.Fatal("shaders/build.txt lists no shaders")
 	}
+	// One glslc per core: the unrolled attention builds take seconds each.
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, f := range builds {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			dst := filepath.Join(dir, f[0])
+			args := append([]string{"-fshader-stage=compute", "--target-env=vulkan1.1", "-O"}, f[2:]...)
+			args = append(args, "-o", dst, filepath.Join("shaders", f[1]))
+			if msg, err := exec.Command(glslc, args...).CombinedOutput(); err != nil {
+				t.Errorf("glslc %v: %v\n%s", args, err, msg)
+				return
+			}
+			fresh, err := os.ReadFile(dst)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			committed, err := spirv(f[0])
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !bytes.Equal(fresh, committed) {
+				t.Errorf("shaders/%s is stale: recompiling %s gives other SPIR-V; run scripts/gen_spirv.sh", f[0], f[1])
+			}
+			if _, err := spirvWords(committed); err != nil {
+				t.Errorf("shaders/%s: %v", f[0], err)
+			}
+		}()
+	}
+	wg.Wait()
+	n := len(builds)
 	t.Logf("%d SPIR-V files match %s", n, have)
 }
 
