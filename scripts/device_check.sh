@@ -44,23 +44,25 @@
 #                        mixtune built at git revision BASE (the baseline
 #                        the same sitting compares with), into
 #                        .devcarry/quick.tar.xz (carry it and .devcarry/gl)
-# device_check.sh quick  there, in at most 560 s (for a session with little
-#                        device time left), the measurements first: the
+# device_check.sh quick  there (for a session with little device time
+#                        left; give it the call's 600 s: the measurements
+#                        come first, so a cut-off loses only tests): the
 #                        driver's statistics of the attention and GEMM
 #                        kernels (vkprobe -stats), the coopmat2 tiles
-#                        checked against float64 and timed (the default and
-#                        the unrolled cm2-128x256u8 and cm2-256x128u8), a
-#                        small step of each build (the driver's shader
-#                        cache filled), TinyLlama's bf16 step with this build (its default
-#                        twice, and on each unrolled tile) and with BASE's,
-#                        PyTorch's bf16 eager, the default's per-kernel
-#                        profile, attention's dispatches timed
-#                        (BenchmarkAttention); then the tensor-core GEMM and
-#                        attention tests, training against the CPU and the
-#                        per-op parity suite. Its plumbing can be tried
-#                        here on lavapipe: a stand-in nvidia-smi on PATH
-#                        printing lavapipe's UUID, VK_DRIVER_FILES naming
-#                        lvp_icd, OUT set (TinyLlama's shape then fails on
+#                        checked against float64 and timed (the default
+#                        and the unrolled cm2-128x256u8 and cm2-256x128u8),
+#                        a small step of each build (the driver's shader
+#                        cache filled), TinyLlama's bf16 step with this
+#                        build (its default twice, on each unrolled tile,
+#                        with --split-dkv) and with BASE's, PyTorch's bf16
+#                        eager, the default's per-kernel profile,
+#                        attention's dispatches timed (BenchmarkAttention);
+#                        then the tensor-core GEMM and attention tests,
+#                        training against the CPU and the per-op parity
+#                        suite. Its plumbing can be tried here on
+#                        lavapipe: a stand-in nvidia-smi on PATH printing
+#                        lavapipe's UUID, VK_DRIVER_FILES naming lvp_icd,
+#                        OUT set (TinyLlama's shape then fails on
 #                        lavapipe's 128 MiB buffers, and says so).
 # How the 2026-11-26 H100 figures in docs/gpus.md and docs/mixed-precision.md
 # were made (then with the 8B rows of docs/qlora.md on cores 4-13).
@@ -282,7 +284,7 @@ quick() {
 		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*' <<<"$out" | tr '\n' ' ')
 		echo "warm $bin $(date +%T): ${got:-failed: ${out:0:400}}"
 	done
-	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "base:mixtune.base" "new-again:mixtune"; do
+	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "new-split:mixtune --split-dkv" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}
 		set -- ${run#*:}
 		bin=$1

@@ -52,6 +52,9 @@ type BenchConfig struct {
 	// NoRecordAhead records each run in one command buffer
 	// (ComputeConfig.NoRecordAhead).
 	NoRecordAhead bool
+	// SplitDKV runs attention's dK/dV kernel as two
+	// (ComputeConfig.SplitDKV).
+	SplitDKV bool
 	// GemmTile picks the Vulkan engine's tensor-core tile
 	// (compute.gemm_tile).
 	GemmTile string
@@ -286,7 +289,7 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 		if b.dp.size > 1 || c.Checkpoint {
 			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")
 		}
-		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, NoRecordAhead: c.NoRecordAhead, GemmTile: c.GemmTile}, device.Selection{}, c.Precision); err != nil {
+		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, NoRecordAhead: c.NoRecordAhead, SplitDKV: c.SplitDKV, GemmTile: c.GemmTile}, device.Selection{}, c.Precision); err != nil {
 			return nil, err
 		}
 		tg.gpu = b.gpu

@@ -308,6 +308,10 @@ type ComputeConfig struct {
 	// hands the device every 128 commands while it records the rest (the
 	// same results; to compare).
 	NoRecordAhead bool `yaml:"no_record_ahead,omitempty"`
+	// SplitDKV runs the tensor-core attention's dK/dV kernel as two, one
+	// for dK and one for dV (vulkan.KernelOptions.SplitDKV; the same
+	// bits, to compare speed).
+	SplitDKV bool `yaml:"split_dkv,omitempty"`
 	// GemmTile names the tensor-core tile of the Vulkan engine's 16-bit
 	// products (vulkan.CoopTileNames; "" the default: cm2-128x256 where
 	// the device runs it, else 128x256), to compare tiles end to end.

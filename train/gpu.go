@@ -129,7 +129,7 @@ func openGPU(c ComputeConfig, sel device.Selection, low amp.Format) (*gpuEngine,
 		g.close()
 		return nil, "", fmt.Errorf("open %s: %w", pick.Name, err)
 	}
-	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, CoopTile: c.GemmTile, TensorFormats: tensorFormats(low)}); err != nil {
+	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, SplitDKV: c.SplitDKV, CoopTile: c.GemmTile, TensorFormats: tensorFormats(low)}); err != nil {
 		g.close()
 		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
 	}

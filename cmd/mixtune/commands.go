@@ -92,7 +92,7 @@ func textFlags(fs *flag.FlagSet, c *train.TextConfig) {
 }
 
 func cmdBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm] [--no-split-k] [--gemm-tile T] [--narrow-16bit-operands] [--no-record-ahead]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--cpuprofile FILE] [--json]", stderr)
+	fs := newFlags("bench", "bench [--blas auto|openblas|onednn|native|gonum] [--vulkan-device D [--scalar-gemm] [--no-split-k] [--gemm-tile T] [--narrow-16bit-operands] [--no-record-ahead] [--split-dkv]] [--precision P] [--bf16-matmul auto|emulate|hardware] [--base-dtype D] [--quantize nf4|fp4] [--dim N --layers N ...] [--profile] [--cpuprofile FILE] [--json]", stderr)
 	c := train.DefaultBench()
 	// The shape flags default to the fixed benchmark model; change them to
 	// measure a larger one (e.g. --dim 1024 --layers 8 --ffn 2752).
@@ -110,6 +110,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.ScalarGEMM, "scalar-gemm", false, "on the Vulkan engine, keep every product on the scalar fp32 GEMM (no tensor cores), to compare")
 	fs.StringVar(&c.GemmTile, "gemm-tile", "", "on the Vulkan engine, the tensor-core tile of the 16-bit products ("+strings.Join(train.GemmTiles(), ", ")+"; by default cm2-128x256 where the device runs it, else 128x256), to compare")
 	fs.BoolVar(&c.Narrow16, "narrow-16bit-operands", false, "on the Vulkan engine, narrow the 16-bit products' fp32 operands to 16-bit memory once before each product, so the tensor-core kernel only copies them (the same bits), to compare")
+	fs.BoolVar(&c.SplitDKV, "split-dkv", false, "on the Vulkan engine, run the tensor-core attention's dK/dV kernel as two, one for dK and one for dV (the same results), to compare")
 	fs.BoolVar(&c.NoRecordAhead, "no-record-ahead", false, "on the Vulkan engine, record each run of the graph into one command buffer instead of handing the device every 128 commands while recording the rest (the same results), to compare")
 	fs.BoolVar(&c.NoSplitK, "no-split-k", false, "on the Vulkan engine, run every product in one pass over K (no split-K for the LoRA adapters' thin products), to compare")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")

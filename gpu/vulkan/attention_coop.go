@@ -178,6 +178,9 @@ func (ks *Kernels) AttentionNames() string {
 			s += fmt.Sprintf(", %s products off the tensor cores (%v)", f, err)
 		}
 	}
+	if ks.splitDKV && len(ks.attn.builds) > 0 {
+		s += ", dK and dV in two kernels"
+	}
 	return s
 }
 

@@ -137,8 +137,12 @@ func TestAttentionCoopEmulated(t *testing.T) {
 					t.Errorf("the scores kept and computed again differ: %s", d)
 				}
 				// The dK/dV kernel split in two (KernelOptions.SplitDKV):
-				// the same bits, the scores kept and computed again.
+				// the same bits, the scores kept and computed again; the
+				// engine's description says so.
 				ks.splitDKV = true
+				if names := ks.AttentionNames(); !strings.HasSuffix(names, ", dK and dV in two kernels") {
+					t.Errorf("split, AttentionNames() = %q", names)
+				}
 				split, err := ks.runAttention(rc)
 				must(t, err)
 				ks.attnKeepMax = 0
