@@ -489,6 +489,41 @@ func TestCoopTilesMatchBuild(t *testing.T) {
 			}
 		}
 	}
+	// gemm_cm2.comp's builds (build_glslang.txt): the tile's BM, BN, BK
+	// and invocations, and the K steps a trip its name says ("u8": 8).
+	glslang, err := os.ReadFile("shaders/build_glslang.txt")
+	must(t, err)
+	for _, line := range strings.Split(string(glslang), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && !strings.HasPrefix(line, "#") {
+			flags[f[0]] = f[2:]
+		}
+	}
+	for _, tile := range cm2Tiles() {
+		for _, h := range []string{"bf16", "fp16"} {
+			file := tile.spirv(h)
+			fl, ok := flags[file]
+			if !ok {
+				t.Errorf("%s: %s not in build_glslang.txt", tile.name, file)
+				continue
+			}
+			d := map[string]uint32{"UNROLL": 1}
+			for _, x := range fl {
+				if k, v, ok := strings.Cut(strings.TrimPrefix(x, "-D"), "="); ok && strings.HasPrefix(x, "-D") {
+					n, err := strconv.Atoi(v)
+					must(t, err)
+					d[k] = uint32(n)
+				}
+			}
+			unroll := uint32(1)
+			if strings.HasSuffix(tile.name, "u8") {
+				unroll = 8
+			}
+			if d["BM"] != tile.m || d["BN"] != tile.n || d["BK"] != tile.k || d["NT"] != tile.invocations || d["UNROLL"] != unroll {
+				t.Errorf("%s: %s builds BM %d, BN %d, BK %d, NT %d, UNROLL %d; cm2Tiles says %d×%d, K step %d, %d invocations, %d steps a trip",
+					tile.name, file, d["BM"], d["BN"], d["BK"], d["NT"], d["UNROLL"], tile.m, tile.n, tile.k, tile.invocations, unroll)
+			}
+		}
+	}
 }
 
 // TestGemmOperandsFallBack: where the device has no tensor-core variant,

@@ -285,9 +285,10 @@ func GemmVariants() []GemmVariant {
 		}
 	}
 	// The coopmat2 variants (GL_NV_cooperative_matrix2's workgroup-scope
-	// matrices) after them: not the default until a GPU has measured them
-	// end to end (KernelOptions.CoopTile "cm2-…" picks one; vkprobe times
-	// them). They read 16-bit operands only: Gemm narrows fp32 ones first.
+	// matrices) after them: ChooseGemmFor passes them over; NewKernels
+	// tries defaultCM2Tile's first (tensorChoices), and KernelOptions.CoopTile
+	// "cm2-…" picks any (vkprobe times them). They read 16-bit operands
+	// only: Gemm narrows fp32 ones first.
 	for _, f := range []struct {
 		h string
 		r Rounding
