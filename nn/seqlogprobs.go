@@ -20,7 +20,8 @@ func (b *Builder) SequenceLogProbs(logits, targets *G.Node, rows int) *G.Node {
 	check(len(ls) == 2 && targets.Dtype() == tensor.Int && len(ts) == 1 && ts[0] == ls[0],
 		"sequence log-probs: logits %v and targets %v (%v) do not fit", ls, ts, targets.Dtype())
 	check(rows > 0 && ls[0]%rows == 0, "sequence log-probs: %d tokens do not split into %d rows", ls[0], rows)
-	base := b.newBase("cross_entropy", logits, targets)
+	base := b.newBase("cross_entropy", logits, targets) // formatted as cross_entropy under a policy
+	base.kind = "sequence_logprobs"                     // but an op of its own to other engines
 	base.wrt[1] = false
 	if b.Dtype == tensor.Float64 {
 		return b.apply(&seqLogProbsOp[float64]{opBase: base, n: ls[0], v: ls[1], rows: rows, out: newBuffer[float64](rows)}, logits, targets)

@@ -41,3 +41,24 @@ func (o *headLossOp[T]) attrs() any {
 type CrossEntropyAttrs struct{ N, V int }
 
 func (o *crossEntropyOp[T]) attrs() any { return CrossEntropyAttrs{N: o.n, V: o.v} }
+
+// SequenceLogProbsAttrs are "sequence_logprobs"'s (Builder.SequenceLogProbs):
+// logits [N, V] whose N tokens are Rows sequences of N/Rows, and each
+// sequence's summed log-probability of its non-ignored targets, [Rows].
+// Its backward op ("sequence_logprobs.backward") reads the [Rows]
+// gradient g and computes −g[row]·(softmax − onehot(target)) on kept
+// tokens from what the forward op kept.
+type SequenceLogProbsAttrs struct{ N, V, Rows int }
+
+func (o *seqLogProbsOp[T]) attrs() any { return SequenceLogProbsAttrs{N: o.n, V: o.v, Rows: o.rows} }
+
+// HostLossAttrs are "host_loss"'s (Builder.HostLoss): Loss, a function of
+// the N values of its input computed on the host in float64, with its
+// gradient. Its backward op ("host_loss.backward") scales that gradient
+// by the loss's gradient, its one graph input.
+type HostLossAttrs struct {
+	N    int
+	Loss VectorLoss
+}
+
+func (o *hostLossOp[T]) attrs() any { return HostLossAttrs{N: o.n, Loss: o.f} }

@@ -210,9 +210,6 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if c.trainer, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, c.params, &c.policy, tg); err != nil {
 		return nil, err
 	}
-	if c.pref != nil {
-		c.trainer.companions = append(c.trainer.companions, c.pref.reference, c.pref.policy)
-	}
 	if c.gpu != nil {
 		// the optimizer's state and the weights stay on the device
 		if c.devOpt, err = newDeviceOptimizer(c.gpu, r.Optimizer, c.params, c.trainer.vk.Param); err != nil {
@@ -220,6 +217,13 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		}
 		c.optimizer, c.trainer.devOpt = c.devOpt, c.devOpt
 		c.devOpt.counts = &c.trainer.vk.Transfers
+	}
+	if c.pref != nil {
+		err := c.preferencePasses(r, objective, rows, tg)
+		c.trainer.companions = append(c.trainer.companions, c.pref.reference, c.pref.policy)
+		if err != nil {
+			return c, err // closes the trainer and its companions
+		}
 	}
 	if ctx.Err() != nil {
 		return c, ErrInterrupted // closes the trainer
@@ -788,11 +792,8 @@ func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.No
 // runGPU is run on the Vulkan engine: the micro-batch goes up, the loss
 // and the gradients come down.
 func (ru *runner) runGPU(first bool, noise uint64) (float64, error) {
-	if v := ru.eng.WeightsVersion(); v != ru.vkSeen {
-		if err := ru.vk.SyncParams(ru.vkSync...); err != nil {
-			return 0, err
-		}
-		ru.vkSeen = v
+	if err := ru.syncWeights(); err != nil {
+		return 0, err
 	}
 	if ru.devOpt != nil {
 		err := ru.vk.RunWith(nn.Pass{Noise: noise}, func(r *vulkan.Recorder) error { return ru.devOpt.accumulate(r, ru.vkGrads, first) })
@@ -812,6 +813,18 @@ func (ru *runner) runGPU(first bool, noise uint64) (float64, error) {
 		accumulate(p.Grad, g, first)
 	}
 	return ru.readLoss()
+}
+
+// syncWeights uploads the trained weights to the device when the host
+// changed them since the last upload (a restored checkpoint).
+func (ru *runner) syncWeights() error {
+	if v := ru.eng.WeightsVersion(); v != ru.vkSeen {
+		if err := ru.vk.SyncParams(ru.vkSync...); err != nil {
+			return err
+		}
+		ru.vkSeen = v
+	}
+	return nil
 }
 
 func (ru *runner) readLoss() (float64, error) {

@@ -117,7 +117,12 @@ func computed(m map[string]float64) map[string]float64 {
 // compareRuns checks two runs' metrics line by line: bit for bit with tol
 // 0, else within tol relative (the fp32 summation order of different
 // world sizes).
-func compareRuns(t *testing.T, a, b string, tol float64) {
+func compareRuns(t *testing.T, a, b string, tol float64) { compareRunsFloor(t, a, b, tol, 1e-3) }
+
+// compareRunsFloor is compareRuns within tol of max(|value|, floor): a
+// floor of 1 for values that are differences of larger ones, whose
+// error is the larger ones' (DPO's reward margins).
+func compareRunsFloor(t *testing.T, a, b string, tol, floor float64) {
 	t.Helper()
 	ma, mb := readMetrics(t, a), readMetrics(t, b)
 	if len(ma) != len(mb) {
@@ -133,7 +138,7 @@ func compareRuns(t *testing.T, a, b string, tol float64) {
 			switch {
 			case tol == 0 && math.Float64bits(v) != math.Float64bits(w):
 				t.Fatalf("line %d: %s = %v vs %v (want the same bits)", i, k, v, w)
-			case tol > 0 && math.Abs(v-w) > tol*math.Max(math.Abs(v), 1e-3):
+			case tol > 0 && !(math.Abs(v-w) <= tol*math.Max(math.Abs(v), floor)):
 				t.Fatalf("line %d: %s = %v vs %v (beyond %g relative)", i, k, v, w, tol)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mixtune/mixtune/data"
 	"github.com/mixtune/mixtune/dist"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/nn"
 	"github.com/mixtune/mixtune/pref"
 )
@@ -110,8 +111,8 @@ func (r *Recipe) preference() (o pref.Objective, field string, ok bool) {
 	return pref.Objective{}, "", false
 }
 
-// checkPreference checks the objective against its parameters and what
-// preference runs cannot do yet: the GPU engines (Vulkan) for pairs.
+// checkPreference checks the objective against its parameters and the
+// data's layout.
 func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
 	o, field, ok := r.preference()
 	if p := r.Preference; p != nil {
@@ -133,12 +134,6 @@ func (r *Recipe) checkPreference(bad func(field, format string, args ...any)) {
 	}
 	if r.Data.Mode == data.Pack {
 		bad("data.mode", "pack is refused for preference pairs: each chosen and rejected sequence needs a row of its own (use pad)")
-	}
-	if len(r.Devices) > 1 {
-		bad("devices", "a device per rank is for the GPU engines, and preference objectives run on the cpu engine so far (ranks on the cpu share out pairs without devices)")
-	}
-	if r.Compute.Device == ComputeGPU || r.Compute.VulkanDevice != "" {
-		bad("compute.device", "preference objectives run on the cpu engine so far")
 	}
 }
 
@@ -164,10 +159,24 @@ func (ru *runner) logProbs(bt data.Batch) ([]float64, error) {
 	copy(ru.ids, bt.Inputs)
 	copy(ru.tgt, bt.Targets)
 	copy(ru.pos, bt.Positions)
-	if err := ru.eng.Run(ru.vm, nn.Pass{}); err != nil {
-		return nil, err
+	var v []float32
+	if ru.vk != nil {
+		if err := ru.syncWeights(); err != nil {
+			return nil, err
+		}
+		if err := ru.vk.Run(nn.Pass{}); err != nil {
+			return nil, err
+		}
+		v = make([]float32, ru.g.LogProbs.Shape().TotalSize())
+		if err := ru.vk.Read(ru.g.LogProbs, v); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := ru.eng.Run(ru.vm, nn.Pass{}); err != nil {
+			return nil, err
+		}
+		v = ru.g.LogProbs.Value().Data().([]float32)
 	}
-	v := ru.g.LogProbs.Value().Data().([]float32)
 	out := make([]float64, len(v))
 	for i, x := range v {
 		out[i] = float64(x)
@@ -219,7 +228,7 @@ func (s *session) preferenceStep() (stepResult, error) {
 	// sum the gradients, the loss, the rounding counts and the metrics over the ranks
 	sc := append([]float64{res.loss, float64(res.rounded), float64(res.underflowed)}, stats.Sums()...)
 	var err error
-	if res.comm, err = s.dp.reduce(p.trainer.tapped, sc); err != nil {
+	if res.comm, err = s.reduce(sc); err != nil {
 		return res, err
 	}
 	res.loss, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
@@ -252,8 +261,6 @@ func preferenceData(r *Recipe, f data.Format) (train, val []data.Pair, chosen []
 // them) with the adapter switched off, rows rows of sequences at a time.
 func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []data.Pair, rows int, tg *graphOptions) (*preferenceRun, error) {
 	switch {
-	case c.gpu != nil:
-		return nil, r.doc.Errorf("compute.device", "preference objectives run on the cpu engine so far (the %s engine was chosen); set compute.device: cpu", c.engineName())
 	case c.comm.Size() > 1 && c.lora != nil && r.Adapter.Dropout > 0:
 		// the masks are keyed by a row's place in one process's batch,
 		// which a rank's rejected rows do not keep
@@ -265,28 +272,46 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 	}
 	pr := &preferenceRun{pairs: pl, step: &pref.Step{Objective: o}}
 	tg.sequenceLoss = pr.step
-	if o.NeedsReference() {
-		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, memory: tg.memory}
-		if c.lora == nil {
-			// full fine-tuning trains the weights the reference graph
-			// reads: its values are taken now, from the base model, or
-			// from the reference cache
-			if err := c.referenceValues(r, ref, pairs, val); err != nil {
-				return nil, err
-			}
-		} else if pr.reference, err = buildRunner(c.eng, c.model, nil, rows, r.Data.SeqLen, nil, &c.policy, ref); err != nil {
-			return nil, fmt.Errorf("reference pass: %w", err)
+	if o.NeedsReference() && c.lora == nil {
+		// full fine-tuning trains the weights the reference graph reads:
+		// its values are taken now, from the base model, or from the
+		// reference cache
+		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, memory: tg.memory, gpu: c.gpu}
+		if err := c.referenceValues(r, ref, pairs, val); err != nil {
+			return nil, err
 		}
 	}
-	if len(val) == 0 {
-		return pr, nil
-	}
-	pr.val = pairBatches(val, c.dp.rows, r.Data.SeqLen, c.tok.PAD())
-	pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil, memory: tg.memory}
-	if pr.policy, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, pol); err != nil {
-		return nil, fmt.Errorf("validation pass: %w", err)
+	if len(val) > 0 {
+		pr.val = pairBatches(val, c.dp.rows, r.Data.SeqLen, c.tok.PAD())
 	}
 	return pr, nil
+}
+
+// preferencePasses builds the preference run's passes beside the training
+// graph, over its weights (on a GPU, its very buffers): for DPO with an
+// adapter, the reference pass, the same model with the adapter switched
+// off; with validation pairs, the policy's pass without gradients.
+func (c *components) preferencePasses(r *Recipe, o pref.Objective, rows int, tg graphOptions) error {
+	pr := c.pref
+	var share func(string) *vulkan.Buffer
+	if c.trainer.vk != nil {
+		share = c.trainer.vk.Param
+	}
+	var err error
+	if o.NeedsReference() && c.lora != nil {
+		ref := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, memory: tg.memory, gpu: c.gpu, share: share}
+		if pr.reference, err = buildRunner(c.eng, c.model, nil, rows, r.Data.SeqLen, nil, &c.policy, ref); err != nil {
+			return fmt.Errorf("reference pass: %w", err)
+		}
+	}
+	if len(pr.val) > 0 {
+		pol := graphOptions{checkpoint: tg.checkpoint, sequenceLogProbs: true, evalOfFullFineTune: c.lora == nil, memory: tg.memory,
+			gpu: c.gpu, trained: paramNames(c.params), share: share}
+		if pr.policy, err = buildRunner(c.eng, c.model, c.lora, rows, r.Data.SeqLen, nil, &c.policy, pol); err != nil {
+			return fmt.Errorf("validation pass: %w", err)
+		}
+	}
+	return nil
 }
 
 // evaluate measures the objective on the validation pairs: its loss and

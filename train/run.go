@@ -596,26 +596,8 @@ func (s *session) trainStep() (stepResult, error) {
 	// sum the gradients, the loss and the rounding counts over the ranks
 	sc := []float64{lossSum, float64(res.rounded), float64(res.underflowed)}
 	var err error
-	gpuRanks := p.devOpt != nil && s.dp.size > 1
-	var moved time.Duration
-	if gpuRanks { // the sums go through the host: device → host → MPI → host → device
-		t := time.Now()
-		if err := p.devOpt.gradsToHost(); err != nil {
-			return res, err
-		}
-		moved = time.Since(t)
-	}
-	if res.comm, err = s.dp.reduce(p.trainer.tapped, sc); err != nil {
+	if res.comm, err = s.reduce(sc); err != nil {
 		return res, err
-	}
-	if gpuRanks {
-		t := time.Now()
-		if err := p.devOpt.gradsToDevice(); err != nil {
-			return res, err
-		}
-		moved += time.Since(t)
-		res.comm.wait += moved // allreduce_s counts the copies the sums need
-		res.comm.busy += moved
 	}
 	lossSum, res.rounded, res.underflowed = sc[0], int64(sc[1]), int64(sc[2])
 	res.loss = lossSum / float64(max(total, 1))
@@ -1021,6 +1003,36 @@ func overlapNote(on bool) string {
 	return ""
 }
 
+// reduce sums the step's gradients and the scalars sc over the ranks.
+// Gradients on a GPU go through the host (device → host → MPI → host →
+// device), and allreduce_s counts those copies.
+func (s *session) reduce(sc []float64) (*commTimes, error) {
+	p := s.parts
+	gpuRanks := p.devOpt != nil && s.dp.size > 1
+	var moved time.Duration
+	if gpuRanks {
+		t := time.Now()
+		if err := p.devOpt.gradsToHost(); err != nil {
+			return nil, err
+		}
+		moved = time.Since(t)
+	}
+	comm, err := s.dp.reduce(p.trainer.tapped, sc)
+	if err != nil {
+		return comm, err
+	}
+	if gpuRanks {
+		t := time.Now()
+		if err := p.devOpt.gradsToDevice(); err != nil {
+			return comm, err
+		}
+		moved += time.Since(t)
+		comm.wait += moved
+		comm.busy += moved
+	}
+	return comm, nil
+}
+
 // syncHost brings the weights and optimizer state an optimizer on the
 // device has moved back to the host, where checkpoints, the final save
 // and decoding read them; the CPU engine then recasts its copies, and the
@@ -1035,7 +1047,11 @@ func (s *session) syncHost() error {
 		return err
 	}
 	p.eng.WeightsChanged()
-	for _, ru := range []*runner{p.trainer, p.evaluator} {
+	runners := []*runner{p.trainer, p.evaluator}
+	if p.pref != nil {
+		runners = append(runners, p.pref.reference, p.pref.policy)
+	}
+	for _, ru := range runners {
 		if ru != nil && ru.vk != nil {
 			ru.vkSeen = p.eng.WeightsVersion()
 		}

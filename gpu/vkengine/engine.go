@@ -5,7 +5,9 @@
 // to recorded dispatches of gpu/vulkan's kernels on device buffers. A run
 // records the whole graph into one command buffer and submits it once:
 // weights, activations and gradients stay on the device, and only the
-// inputs (token ids, targets, positions, the loss's gradient) go up.
+// inputs (token ids, targets, positions, the loss's gradient) go up; a
+// preference objective's loss, computed on the host from a few values,
+// is the one op that waits for the device mid-run (lower_seqlogprobs.go).
 //
 // Each kind of op has one lowering (lower.go and the files beside it),
 // and tests compare the two engines op by op and on whole models.
@@ -106,6 +108,7 @@ type Program struct {
 	nodes  map[*G.Node]*node
 	fwd    map[int]*node // forward ops by ID, for their backward ops
 	share  func(name string) *vulkan.Buffer
+	hosts  map[int]*hostLoss // host_loss ops' state, by op ID
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.
@@ -266,7 +269,8 @@ func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) er
 			return err
 		}
 		// Every input went up before the first command: nothing the host
-		// writes from here on is read by a flushed command.
+		// writes from here on is read by a flushed command (host_loss, the
+		// one op that writes mid-run, first waits for all of them).
 		if every := p.e.flushEvery; every > 0 && r.Unflushed() >= every {
 			if err := r.Flush(); err != nil {
 				return err

@@ -116,6 +116,42 @@ func runVulkan(t *testing.T, e *Engine, c opCase) ran {
 	return res
 }
 
+// runGraph runs b's graph on the CPU engine (e nil) or compiles it for e
+// and runs it runs times, and returns outs' values.
+func runGraph(t *testing.T, b *nn.Builder, e *Engine, pass nn.Pass, runs int, outs G.Nodes) [][]float64 {
+	t.Helper()
+	var vals [][]float64
+	if e == nil {
+		vm := G.NewTapeMachine(b.G)
+		defer vm.Close()
+		if err := b.Eng.Run(vm, pass); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range outs {
+			vals = append(vals, float64s(n.Value().Data()))
+		}
+		return vals
+	}
+	p, err := e.Compile(b.G, b.IsParam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range runs {
+		if err := p.Run(pass); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range outs {
+		v := make([]float32, max(1, prod(n.Shape())))
+		if err := p.Read(n, v); err != nil {
+			t.Fatal(err)
+		}
+		vals = append(vals, float64s(v))
+	}
+	return vals
+}
+
 func name(i int, wrt G.Nodes) string {
 	if i == 0 {
 		return "output"

@@ -122,40 +122,14 @@ func (c headCase) run(t *testing.T, dt tensor.Dtype, e *Engine) ran {
 		b.Policy = c.policy
 	}
 	outs, wrt := c.build(t, b)
-	var read func(n *G.Node) []float64
-	if e == nil {
-		vm := G.NewTapeMachine(b.G)
-		defer vm.Close()
-		if err := b.Eng.Run(vm, nn.Pass{Noise: 7}); err != nil {
-			t.Fatal(err)
-		}
-		read = func(n *G.Node) []float64 { return float64s(n.Value().Data()) }
-	} else {
-		p, err := e.Compile(b.G, b.IsParam)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
-		if c.form != unfused {
-			if a := headAttrs(t, b.G); a.GradsInForward != (c.form == seeded) || a.W16 != c.w16 {
-				t.Fatalf("the head's attributes %+v do not fit the case %+v", a, c)
-			}
-		}
-		if err := p.Run(nn.Pass{Noise: 7}); err != nil {
-			t.Fatal(err)
-		}
-		read = func(n *G.Node) []float64 {
-			v := make([]float32, max(1, prod(n.Shape())))
-			if err := p.Read(n, v); err != nil {
-				t.Fatal(err)
-			}
-			return float64s(v)
+	if e != nil && c.form != unfused {
+		if a := headAttrs(t, b.G); a.GradsInForward != (c.form == seeded) || a.W16 != c.w16 {
+			t.Fatalf("the head's attributes %+v do not fit the case %+v", a, c)
 		}
 	}
-	res := ran{}
-	for i, n := range outs {
+	res := ran{vals: runGraph(t, b, e, nn.Pass{Noise: 7}, 1, outs)}
+	for i := range outs {
 		res.names = append(res.names, name(i, wrt))
-		res.vals = append(res.vals, read(n))
 	}
 	return res
 }

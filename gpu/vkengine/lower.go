@@ -60,6 +60,15 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerCrossEntropy, true
 	case "cross_entropy.backward":
 		return lowerCrossEntropyBackward, true
+	// sequence_logprobs, host_loss
+	case "sequence_logprobs":
+		return lowerSequenceLogProbs, true
+	case "sequence_logprobs.backward":
+		return lowerSequenceLogProbsBackward, true
+	case "host_loss":
+		return lowerHostLoss, true
+	case "host_loss.backward":
+		return lowerHostLossBackward, true
 	// dora
 	case "dora_norm":
 		return lowerDoRANorm, true

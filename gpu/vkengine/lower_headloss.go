@@ -308,27 +308,37 @@ func lowerCrossEntropy(p *Program, nd *node) (recordFunc, error) {
 // onehot(target))/count on kept rows, rounded to the logits' format;
 // its one graph input is the loss's gradient g.
 func lowerCrossEntropyBackward(p *Program, nd *node) (recordFunc, error) {
-	fwd, err := p.forward(nd.spec)
-	if err != nil {
-		return nil, err
-	}
 	a := nd.spec.Forward.Attrs.(nn.CrossEntropyAttrs)
-	probs, err := p.Saved(nd.spec.ID, "probs", 4*a.N*a.V)
-	if err != nil {
-		return nil, err
-	}
-	if nd.grads[0] == nil {
-		return nil, nil // no gradient of the logits is asked for
-	}
-	return func(r *vulkan.Recorder, _ nn.Pass) error {
+	return softmaxBackward(p, nd, a.N, a.V, func(r *vulkan.Recorder, fwd *node, probs *vulkan.Buffer) error {
 		count, err := targetCount(fwd.inN[1], a.V)
 		if err != nil {
 			return err
 		}
-		if err := p.e.Kernels.CrossEntropyBackward(r, vulkan.CrossEntropyArgs{Rows: a.N, V: a.V,
-			Src: probs, Dst: nd.grads[0], Targets: fwd.in[1], Seed: nd.in[0], Count: count}); err != nil {
+		return p.e.Kernels.CrossEntropyBackward(r, vulkan.CrossEntropyArgs{Rows: a.N, V: a.V,
+			Src: probs, Dst: nd.grads[0], Targets: fwd.in[1], Seed: nd.in[0], Count: count})
+	})
+}
+
+// softmaxBackward lowers the backward op nd of a loss over logits [n, v]
+// whose forward op kept their softmax ("probs"): grad records the logits'
+// gradient into nd.grads[0] from it, which is then rounded to the
+// logits' format. Nothing is recorded when that gradient is not asked for.
+func softmaxBackward(p *Program, nd *node, n, v int, grad func(r *vulkan.Recorder, fwd *node, probs *vulkan.Buffer) error) (recordFunc, error) {
+	fwd, err := p.forward(nd.spec)
+	if err != nil {
+		return nil, err
+	}
+	probs, err := p.Saved(nd.spec.ID, "probs", 4*n*v)
+	if err != nil {
+		return nil, err
+	}
+	if nd.grads[0] == nil {
+		return nil, nil
+	}
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if err := grad(r, fwd, probs); err != nil {
 			return err
 		}
-		return p.e.Kernels.Round(r, nd.grads[0], a.N*a.V, rounding(nd.spec.In[0]))
+		return p.e.Kernels.Round(r, nd.grads[0], n*v, rounding(nd.spec.In[0]))
 	}, nil
 }

@@ -23,12 +23,16 @@ type CrossEntropyArgs struct {
 	// (0 everywhere when Count is 0).
 	Seed  *Buffer
 	Count int
+	// PerRow, for SequenceLogProbsBackward, is the number of rows of each
+	// sequence: Seed holds one gradient per sequence.
+	PerRow int
 }
 
 const (
 	xentSoftmax     = 0 // dst = softmax, row losses
 	xentSoftmaxGrad = 1 // row losses, dst = the logits' gradient
 	xentGradOfProbs = 2 // dst = the gradient from probabilities
+	xentSeqGrad     = 3 // dst = the gradient of sequences' summed log-probabilities
 )
 
 // CrossEntropyForward records the row losses of a's rows into RowLoss and
@@ -49,12 +53,64 @@ func (ks *Kernels) CrossEntropyBackward(r *Recorder, a CrossEntropyArgs) error {
 	return ks.crossEntropy(r, "CrossEntropyBackward", xentGradOfProbs, a)
 }
 
+// SequenceLogProbsBackward records into Dst the gradient of each
+// sequence's summed log-probability of its targets, the sequences being
+// runs of a.PerRow rows (from row a.First on) and a.Seed holding their
+// gradients g: −g[seq]·(softmax − onehot(target)) on kept rows, from the
+// probabilities in Src (CrossEntropyForward's Dst). Count and RowLoss
+// are unused.
+func (ks *Kernels) SequenceLogProbsBackward(r *Recorder, a CrossEntropyArgs) error {
+	if a.PerRow <= 0 || a.Rows%a.PerRow != 0 || a.First%a.PerRow != 0 {
+		return fmt.Errorf("vulkan: SequenceLogProbsBackward %d×%d: rows %d from %d are not sequences of %d", a.Rows, a.V, a.Rows, a.First, a.PerRow)
+	}
+	if a.Seed != nil {
+		if err := extent("Seed", a.Seed, 0, 1, (a.First+a.Rows)/a.PerRow, (a.First+a.Rows)/a.PerRow, 4); err != nil {
+			return fmt.Errorf("vulkan: SequenceLogProbsBackward %d×%d: %w", a.Rows, a.V, err)
+		}
+	}
+	a.Count = 0
+	return ks.crossEntropy(r, "SequenceLogProbsBackward", xentSeqGrad, a)
+}
+
+// RowSum records out[i] = scale·Σⱼ x[i·cols + j] for rows rows
+// (shaders/row_sum.comp), deterministically: the order of the additions
+// depends on cols alone. The fp32 sum is within γ_k·Σ|x| of the exact
+// one, k = RowSumDepth(cols), plus a rounding for the scale.
+func (ks *Kernels) RowSum(r *Recorder, x, out *Buffer, rows, cols int, scale float32) error {
+	wrap := func(err error) error { return fmt.Errorf("vulkan: RowSum %d×%d: %w", rows, cols, err) }
+	if rows < 0 || cols <= 0 || rows*cols > math.MaxUint32 {
+		return wrap(fmt.Errorf("bad shape"))
+	}
+	if rows == 0 {
+		return nil
+	}
+	if err := extent("x", x, 0, rows, cols, cols, 4); err != nil {
+		return wrap(err)
+	}
+	if err := extent("out", out, 0, 1, rows, rows, 4); err != nil {
+		return wrap(err)
+	}
+	k, err := ks.kernel("row_sum.spv", 2, 3*4)
+	if err != nil {
+		return wrap(err)
+	}
+	groups := min(uint32(rows), ks.d.Physical.MaxWorkgroupCount[0], 65535)
+	if err := r.Dispatch(k, []*Buffer{x, out}, pushWords(rows, cols, scale), groups, 1, 1); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// RowSumDepth is the most additions a value passes through in RowSum's
+// sum of cols values: its invocation's strided sum, then 8 tree levels.
+func RowSumDepth(cols int) int { return (cols+255)/256 + 8 }
+
 func (ks *Kernels) crossEntropy(r *Recorder, name string, mode uint32, a CrossEntropyArgs) error {
 	wrap := func(err error) error { return fmt.Errorf("vulkan: %s %d×%d: %w", name, a.Rows, a.V, err) }
 	if a.Rows < 0 || a.V <= 0 || a.First < 0 || a.Count < 0 || a.Count > math.MaxUint32 {
 		return wrap(fmt.Errorf("rows %d, first %d and count %d must be ≥ 0 and V > 0", a.Rows, a.First, a.Count))
 	}
-	if mode != xentSoftmax && a.Seed == nil {
+	if mode != xentSoftmax && a.Seed == nil || mode == xentSeqGrad && a.PerRow <= 0 {
 		return wrap(fmt.Errorf("the gradient needs the loss's gradient (Seed)"))
 	}
 	if a.Rows == 0 {
@@ -75,7 +131,7 @@ func (ks *Kernels) crossEntropy(r *Recorder, name string, mode uint32, a CrossEn
 		}
 	}
 	rowLoss, seed := a.RowLoss, a.Seed
-	if mode != xentGradOfProbs {
+	if mode != xentGradOfProbs && mode != xentSeqGrad {
 		if err := extent("RowLoss", rowLoss, a.First, 1, a.Rows, a.Rows, 4); err != nil {
 			return wrap(err)
 		}
@@ -84,14 +140,14 @@ func (ks *Kernels) crossEntropy(r *Recorder, name string, mode uint32, a CrossEn
 	}
 	if seed == nil {
 		seed = a.Src // bound, never read
-	} else if err := extent("Seed", seed, 0, 1, 1, 1, 4); err != nil {
+	} else if err := extent("Seed", seed, 0, 1, 1, 1, 4); err != nil { // SequenceLogProbsBackward checks its length
 		return wrap(err)
 	}
-	k, err := ks.kernel("headloss_rows.spv", 5, 5*4)
+	k, err := ks.kernel("headloss_rows.spv", 5, 6*4)
 	if err != nil {
 		return wrap(err)
 	}
-	push := pushWords(a.Rows, a.V, a.First, mode, a.Count)
+	push := pushWords(a.Rows, a.V, a.First, mode, a.Count, max(a.PerRow, 1))
 	groups := min(uint32(a.Rows), ks.d.Physical.MaxWorkgroupCount[0], 65535)
 	if err := r.Dispatch(k, []*Buffer{a.Src, a.Dst, a.Targets, seed, rowLoss}, push, groups, 1, 1); err != nil {
 		return wrap(err)

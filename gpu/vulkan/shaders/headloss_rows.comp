@@ -7,6 +7,9 @@
 //           logits' gradient, scale = seed[0]/count (LMHeadLoss's forward)
 //   mode 2: dst = scale·(src − onehot(target)) from probabilities src
 //           (crossEntropyOp's backward)
+//   mode 3: mode 2 with each row's own scale, −seed[row/per]: the
+//           gradient of sequences of per rows' summed log-probabilities
+//           (seqLogProbsOp's backward; count is unused)
 // A row whose target is ignored (or outside [0, V): the host checks the
 // targets before it records) has loss 0 and gradient 0; so do all rows
 // when count is 0. src and dst may be the same buffer: each invocation
@@ -34,6 +37,7 @@ layout(push_constant) uniform Params {
 	uint first; // the row of targets and rowLoss that row 0 is
 	uint mode;
 	uint count; // non-ignored targets of the whole loss
+	uint per;   // mode 3: rows per sequence
 } p;
 
 shared float red[256];
@@ -48,10 +52,13 @@ void main() {
 		uint base = r * p.v;
 		int tg = targets[p.first + r];
 		bool kept = tg >= 0 && uint(tg) < p.v;
-		if (p.mode == 2u) {
+		if (p.mode == 3u) {
+			scale = -seed[(p.first + r) / p.per];
+		}
+		if (p.mode >= 2u) {
 			for (uint j = t; j < p.v; j += 256u) {
 				precise float d = 0.0;
-				if (kept && p.count > 0u) {
+				if (kept && (p.count > 0u || p.mode == 3u)) {
 					d = scale * src[base + j];
 					if (j == uint(tg)) d = d - scale;
 				}
