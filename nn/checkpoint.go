@@ -39,8 +39,9 @@ type layerGraph struct {
 	idBase   int // the builder id at which the layer's ops began
 	x, out   *G.Node
 	params   []paramRecord
-	fwd      G.VM // forward only: the forward pass of the model's graph
-	full     G.VM // forward and backward: the model's backward pass
+	fwdGraph *G.ExprGraph // the forward pass alone (out's subgraph)
+	fwd      G.VM         // forward only: the forward pass of the model's graph
+	full     G.VM         // forward and backward: the model's backward pass
 	dy       *G.Node
 	grads    G.Nodes // gradient of x, then of each trainable param in order
 	trainIdx []int   // indices into params of the trainable ones
@@ -92,15 +93,17 @@ func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build f
 				lg.trainIdx = append(lg.trainIdx, i)
 			}
 		}
-		lg.fwd = NewTapeMachine(b.Eng, lb.G.ExactSubgraphRoots(out))
+		lg.fwdGraph = lb.G.ExactSubgraphRoots(out)
+		lg.fwd = NewTapeMachine(b.Eng, lg.fwdGraph)
 		b.layers = append(b.layers, lg)
 	}
 
 	values := make([]G.Value, len(lb.params))
+	names := make([]string, len(lb.params))
 	inputs := G.Nodes{x}
 	trainable := map[string]*G.Node{}
 	for i, p := range lb.params {
-		values[i] = p.value
+		values[i], names[i] = p.value, p.name
 		if p.trainable {
 			n := b.Param(p.name, shapeOf(p.node), paramData(p.value), true)
 			trainable[p.name] = n
@@ -113,9 +116,9 @@ func (b *Builder) Checkpoint(x *G.Node, sameAs func(name string) string, build f
 	base.out = lg.b.format[lg.out]
 	var n *G.Node
 	if b.Dtype == tensor.Float64 {
-		n = b.apply(&layerOp[float64]{opBase: base, lg: lg, values: values, idOffset: idStart - lg.idBase, shape: shape, buf: newBuffer[float64](shape...)}, inputs...)
+		n = b.apply(&layerOp[float64]{opBase: base, lg: lg, values: values, names: names, idOffset: idStart - lg.idBase, shape: shape, buf: newBuffer[float64](shape...)}, inputs...)
 	} else {
-		n = b.apply(&layerOp[float32]{opBase: base, lg: lg, values: values, idOffset: idStart - lg.idBase, shape: shape, buf: newBuffer[float32](shape...)}, inputs...)
+		n = b.apply(&layerOp[float32]{opBase: base, lg: lg, values: values, names: names, idOffset: idStart - lg.idBase, shape: shape, buf: newBuffer[float32](shape...)}, inputs...)
 	}
 	return n, trainable
 }
@@ -140,11 +143,7 @@ func paramData(v G.Value) []float32 {
 // its engine up to the model engine's step, noise and id offset. Each
 // bind invalidates what the layer graph's ops cached.
 func (lg *layerGraph) bind(eng *Engine, idOffset int, x G.Value, values []G.Value, trained []G.Value) error {
-	le := lg.b.Eng
-	le.BLAS, le.Workers = eng.BLAS, eng.Workers
-	le.weights, le.pass, le.NoiseRowOffset = eng.weights, eng.pass, eng.NoiseRowOffset
-	le.idOffset = idOffset
-	le.binds++
+	lg.bindEngine(eng, idOffset)
 	if err := G.Let(lg.x, x); err != nil {
 		return fmt.Errorf("nn: bind layer input: %w", err)
 	}
@@ -160,6 +159,16 @@ func (lg *layerGraph) bind(eng *Engine, idOffset int, x G.Value, values []G.Valu
 		}
 	}
 	return nil
+}
+
+// bindEngine brings the layer graph's engine up to the model engine's
+// step, noise and id offset.
+func (lg *layerGraph) bindEngine(eng *Engine, idOffset int) {
+	le := lg.b.Eng
+	le.BLAS, le.Workers = eng.BLAS, eng.Workers
+	le.weights, le.pass, le.NoiseRowOffset = eng.weights, eng.pass, eng.NoiseRowOffset
+	le.idOffset = idOffset
+	le.binds++
 }
 
 // takeGradCounts moves the layer engine's gradient tallies to eng.
@@ -202,6 +211,7 @@ type layerOp[T Float] struct {
 	opBase
 	lg       *layerGraph
 	values   []G.Value // this layer's params, in lg.params order
+	names    []string  // and their names
 	idOffset int       // this layer's op ids minus lg's
 	shape    []int
 	buf      buffer[T]

@@ -54,7 +54,7 @@ type OpSpec struct {
 type attributed interface{ attrs() any }
 
 // Spec returns the OpSpec of a node's op. An op that no other engine
-// can run (a tap, a checkpointed layer, a decoding op) is an error naming it.
+// can run (a tap, a decoding op) is an error naming it.
 func Spec(n *G.Node) (OpSpec, error) {
 	op := n.Op()
 	if op == nil {
@@ -193,3 +193,67 @@ type ShapeAttrs struct{ Shape []int }
 func (o *castOp) attrs() any      { return ShapeAttrs{Shape: o.shape} }
 func (o *shareOp) attrs() any     { return ShapeAttrs{Shape: o.shape} }
 func (o *gradRoundOp) attrs() any { return ShapeAttrs{Shape: o.shape} }
+
+// LayerAttrs are a checkpointed layer's ("layer", Builder.Checkpoint): the
+// layer runs on a graph of its own, shared by every layer of its shape,
+// whose forward pass serves the model's forward pass and whose forward
+// and backward passes serve the layer's backward op ("layer.backward",
+// whose graph inputs are the layer op's and the output's gradient). The
+// layer op's inputs are the layer's input, then its trainable params.
+type LayerAttrs struct {
+	// Graph holds the layer's forward ops and, once the model is
+	// differentiated, its backward ops; Forward the forward ops alone.
+	Graph, Forward *G.ExprGraph
+	// Input and Output are the layer's in Graph, and OutputGrad the input
+	// its backward pass reads the output's gradient from (nil before the
+	// model is differentiated).
+	Input, Output, OutputGrad *G.Node
+	// Grads are Graph's gradients of Input, then of each trainable param,
+	// in the layer op's input order (nil before differentiation).
+	Grads G.Nodes
+	// Params are Graph's weights as this layer has them.
+	Params []LayerParam
+	// IsParam says which of Graph's input nodes are weights.
+	IsParam func(*G.Node) bool
+	// Bind puts this layer's frozen weights and its ops' noise ids into
+	// Graph: an engine calls it before it reads Graph's specs and weights
+	// for this layer.
+	Bind func() error
+}
+
+// LayerParam is a weight of a checkpointed layer.
+type LayerParam struct {
+	Node *G.Node // in LayerAttrs.Graph
+	Name string  // this layer's name for it
+	// Input is, for a trainable weight, the layer op's input that holds
+	// it (1, 2, ...); 0 for a frozen one, whose value Bind puts in Node.
+	Input int
+}
+
+func (o *layerOp[T]) attrs() any {
+	lg := o.lg
+	a := LayerAttrs{Graph: lg.b.G, Forward: lg.fwdGraph, Input: lg.x, Output: lg.out, OutputGrad: lg.dy, Grads: lg.grads,
+		IsParam: lg.b.IsParam}
+	t := 0
+	for i, p := range lg.params {
+		lp := LayerParam{Node: p.node, Name: o.names[i]}
+		if p.trainable {
+			t++
+			lp.Input = t
+		}
+		a.Params = append(a.Params, lp)
+	}
+	a.Bind = func() error {
+		lg.bindEngine(o.eng, o.idOffset)
+		for i, p := range lg.params {
+			if p.trainable {
+				continue
+			}
+			if err := G.Let(p.node, o.values[i]); err != nil {
+				return fmt.Errorf("nn: bind %s: %w", o.names[i], err)
+			}
+		}
+		return nil
+	}
+	return a
+}

@@ -93,6 +93,7 @@ type BenchResult struct {
 	TokensPerSec float64     `json:"tokens_per_s"`
 	MsPerStep    float64     `json:"ms_per_step"`
 	PeakRSS      uint64      `json:"peak_rss_bytes"`
+	DevicePeak   uint64      `json:"device_peak_bytes,omitempty"` // the Vulkan device's buffers at most (vulkan.Device.MemoryUse)
 	Params       int         `json:"params"`
 	Trainable    int         `json:"trainable"`
 	Loss         float64     `json:"loss"`
@@ -286,8 +287,8 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 	tg := trainGraph(tap, b.dp.size, c.Checkpoint)
 	tg.memory = mem
 	if c.VulkanDevice != "" {
-		if b.dp.size > 1 || c.Checkpoint {
-			return nil, fmt.Errorf("bench on the Vulkan engine: one process, without activation checkpointing")
+		if b.dp.size > 1 {
+			return nil, fmt.Errorf("bench on the Vulkan engine: one process")
 		}
 		if b.gpu, _, err = openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: c.VulkanDevice, ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, NoRecordAhead: c.NoRecordAhead, SplitDKV: c.SplitDKV, GemmTile: c.GemmTile}, device.Selection{}, c.Precision); err != nil {
 			return nil, err
@@ -366,5 +367,8 @@ func (b *benchRun) result(dt float64) BenchResult {
 		res.Params += b.lora.NumParams()
 	}
 	res.PeakRSS, _ = sysinfo.PeakRSS()
+	if b.gpu != nil {
+		_, res.DevicePeak = b.gpu.dev.MemoryUse()
+	}
 	return res
 }

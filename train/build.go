@@ -729,10 +729,17 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 		}
 	}
 	ru.tapped = b.GradTap != nil
-	if o.gpu != nil {
-		return ru, ru.compileGPU(o.gpu, b, nodes, o.trained, o.share)
-	}
 	keep := append(G.Nodes{g.Loss, g.Logits, g.LogProbs}, ru.grads...)
+	if o.gpu != nil {
+		var opts []vkengine.CompileOption
+		if o.memory != unplannedMemory {
+			opts = append(opts, vkengine.PlanMemory(keep...))
+			if o.memory == poisonedMemory {
+				opts = append(opts, vkengine.PoisonMemory())
+			}
+		}
+		return ru, ru.compileGPU(o.gpu, b, nodes, o.trained, o.share, opts...)
+	}
 	if o.memory != unplannedMemory {
 		var opts []nn.PlanOption
 		if o.memory == poisonedMemory {
@@ -758,7 +765,7 @@ const (
 // compileGPU compiles the runner's graph for the Vulkan engine. The
 // weights go up now; the trained ones again whenever the engine's weights
 // change (an optimizer step, a restored checkpoint).
-func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.Node, trained []string, share func(string) *vulkan.Buffer) error {
+func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.Node, trained []string, share func(string) *vulkan.Buffer, opts ...vkengine.CompileOption) error {
 	if ru.params != nil {
 		trained = paramNames(ru.params)
 	}
@@ -769,7 +776,6 @@ func (ru *runner) compileGPU(g *gpuEngine, b *nn.Builder, nodes map[string]*G.No
 		}
 		ru.vkSync = append(ru.vkSync, b.Leaf(n))
 	}
-	var opts []vkengine.CompileOption
 	if share != nil {
 		opts = append(opts, vkengine.Share(share))
 	}

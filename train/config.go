@@ -446,9 +446,6 @@ func (r *Recipe) check() yamlconf.Errors {
 	if c.Compute.Device == ComputeCPU && c.Compute.VulkanDevice != "" {
 		bad("compute.vulkan_device", "names a Vulkan device, but compute.device is cpu")
 	}
-	if c.Compute.Device != ComputeCPU && c.Compute.ActivationCheckpointing && (c.Compute.Device == ComputeGPU || c.Compute.VulkanDevice != "") {
-		bad("compute.activation_checkpointing", "is not yet supported on the Vulkan engine (compute.device: %s); set it to false or compute on the cpu", c.Compute.Device)
-	}
 	return errs
 }
 

@@ -96,9 +96,6 @@ func openGPU(c ComputeConfig, sel device.Selection, low amp.Format) (*gpuEngine,
 	if c.Device == ComputeAuto && len(sel.GPUs) == 0 && c.VulkanDevice == "" {
 		return nil, "auto → cpu: no GPU selected", nil
 	}
-	if c.Device == ComputeAuto && c.ActivationCheckpointing && c.VulkanDevice == "" {
-		return nil, "auto → cpu: activation checkpointing runs on the CPU engine only", nil
-	}
 	fail := func(err error) (*gpuEngine, string, error) {
 		if want || c.VulkanDevice != "" {
 			return nil, "", err

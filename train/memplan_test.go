@@ -69,6 +69,9 @@ type benchTrace struct {
 	losses  []float64
 	weights []float32
 	plan    nn.MemoryPlan
+	// devicePeak is, on the Vulkan engine, the most bytes the device's
+	// buffers held (a device of the run's own)
+	devicePeak uint64
 }
 
 func benchSteps(t *testing.T, c BenchConfig, mem memoryMode) benchTrace {
@@ -85,8 +88,16 @@ func benchSteps(t *testing.T, c BenchConfig, mem memoryMode) benchTrace {
 		}
 		tr.losses = append(tr.losses, b.loss)
 	}
+	if b.devOpt != nil {
+		if _, err := b.devOpt.syncHost(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, p := range b.params {
 		tr.weights = append(tr.weights, p.Value...)
+	}
+	if b.gpu != nil {
+		_, tr.devicePeak = b.gpu.dev.MemoryUse()
 	}
 	return tr
 }

@@ -108,8 +108,12 @@ func writeSummary(w io.Writer, s *Summary) {
 		row("task accuracy", acc(s.TaskBefore), acc(s.TaskAfter))
 	}
 	row("train loss", "", fmt.Sprintf("%.4f", s.FinalLoss))
-	fmt.Fprintf(w, "\n  %d steps · %s tokens · %s · %s tok/s · peak RSS %d MiB\n", s.Steps, human(int(s.Tokens)),
-		(time.Duration(s.Seconds) * time.Second).String(), human(int(s.TokensPerSec)), s.PeakRSS>>20)
+	device := ""
+	if s.DevicePeak > 0 {
+		device = fmt.Sprintf(" · device peak %d MiB", s.DevicePeak>>20)
+	}
+	fmt.Fprintf(w, "\n  %d steps · %s tokens · %s · %s tok/s · peak RSS %d MiB%s\n", s.Steps, human(int(s.Tokens)),
+		(time.Duration(s.Seconds) * time.Second).String(), human(int(s.TokensPerSec)), s.PeakRSS>>20, device)
 	if s.TaskAfter != nil && len(s.TaskAfter.Samples) > 0 {
 		a := s.TaskAfter.Samples[0]
 		fmt.Fprintf(w, "  sample: %q → %q (want %q)\n", a.Prompt, a.Got, a.Want)

@@ -98,6 +98,10 @@ type Summary struct {
 	Engine       string `json:"engine"`
 	HostToDevice int64  `json:"host_to_device_bytes_per_step,omitempty"`
 	DeviceToHost int64  `json:"device_to_host_bytes_per_step,omitempty"`
+	// DevicePeak is the most bytes the device's buffers held in this leg
+	// (vulkan.Device.MemoryUse): weights, activations, gradients and
+	// optimizer state.
+	DevicePeak uint64 `json:"device_peak_bytes,omitempty"`
 }
 
 // backendReason is summary.json's backend_reason: auto's reason, or that
@@ -747,6 +751,9 @@ func (s *session) finish(ctx context.Context) (*Summary, error) {
 	if vk := s.parts.trainer.vk; vk != nil && s.step > s.legFirstStep {
 		steps := int64(s.step - s.legFirstStep)
 		sum.HostToDevice, sum.DeviceToHost = vk.Transfers.Up/steps, vk.Transfers.Down/steps
+	}
+	if g := s.parts.gpu; g != nil {
+		_, sum.DevicePeak = g.dev.MemoryUse()
 	}
 	stoppedMeasuring := false
 	if !sum.Interrupted {

@@ -208,7 +208,11 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	} else if res.BF16Kernel != "" {
 		fmt.Fprintf(stdout, "bf16 matmul: %s\n", res.BF16Kernel)
 	}
-	fmt.Fprintf(stdout, "%.1f tokens/s · %.1f ms/step · peak RSS %d MiB · loss %.4f\n", res.TokensPerSec, res.MsPerStep, res.PeakRSS>>20, res.Loss)
+	device := ""
+	if res.DevicePeak > 0 {
+		device = fmt.Sprintf(" · device peak %d MiB", res.DevicePeak>>20)
+	}
+	fmt.Fprintf(stdout, "%.1f tokens/s · %.1f ms/step · peak RSS %d MiB%s · loss %.4f\n", res.TokensPerSec, res.MsPerStep, res.PeakRSS>>20, device, res.Loss)
 	if res.Ranks > 1 {
 		fmt.Fprintf(stdout, "%d ranks · per step: %.2f ms waiting for the gradient sums after the backward pass, %.2f ms summing in all\n", res.Ranks, res.AllreduceMs, res.AllreduceBusyMs)
 	}

@@ -109,6 +109,23 @@ type Program struct {
 	fwd    map[int]*node // forward ops by ID, for their backward ops
 	share  func(name string) *vulkan.Buffer
 	hosts  map[int]*hostLoss // host_loss ops' state, by op ID
+	// named are the program's weights by name, with those of its
+	// checkpointed layers' programs (Param).
+	named map[string]*vulkan.Buffer
+	// A checkpointed layer's programs (lower_layer.go) have their root,
+	// the model's program, which uploads their inputs and owns them; the
+	// buffers bind gives their inputs from the root's; their weights'
+	// names are this layer's (paramName); their ops' buffers come from a
+	// pool shared with the other layers' programs.
+	root      *Program
+	bind      map[*G.Node]*vulkan.Buffer
+	paramName func(*G.Node) string
+	pool      *pool
+	layers    map[int]*layerPrograms // by the layer op's ID
+	pools     map[poolKey]*pool
+	subs      []*Program
+	plan      *memPlan // PlanMemory: op values share buffers
+	// Transfers
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.
@@ -153,8 +170,7 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...Com
 	for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 { // Sort puts outputs first
 		order[i], order[j] = order[j], order[i]
 	}
-	p := &Program{e: e, order: order, bufs: map[*G.Node]*vulkan.Buffer{}, params: map[*G.Node]bool{},
-		saved: map[savedKey]*vulkan.Buffer{}, nodes: map[*G.Node]*node{}, fwd: map[int]*node{}}
+	p := newProgram(e, order)
 	for _, o := range opts {
 		o(p)
 	}
@@ -165,25 +181,70 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...Com
 	return p, nil
 }
 
+// newProgram is an empty program over the nodes in order.
+func newProgram(e *Engine, order G.Nodes) *Program {
+	return &Program{e: e, order: order, bufs: map[*G.Node]*vulkan.Buffer{}, params: map[*G.Node]bool{},
+		saved: map[savedKey]*vulkan.Buffer{}, nodes: map[*G.Node]*node{}, fwd: map[int]*node{}, named: map[string]*vulkan.Buffer{}}
+}
+
+// top is the model's program: p, or the root of a layer's program.
+func (p *Program) top() *Program {
+	if p.root != nil {
+		return p.root
+	}
+	return p
+}
+
+// nameOf is a weight's name as the model knows it.
+func (p *Program) nameOf(n *G.Node) string {
+	if p.paramName != nil {
+		return p.paramName(n)
+	}
+	return n.Name()
+}
+
 func (p *Program) compile(isParam func(*G.Node) bool) error {
-	for _, n := range p.order {
+	if p.plan != nil && p.root == nil {
+		if err := p.plan.prepare(p.order); err != nil {
+			return err
+		}
+	} else {
+		p.plan = nil
+	}
+	for i, n := range p.order {
+		if p.plan != nil {
+			p.plan.release(i)
+		}
 		if n.Op() == nil {
+			if b := p.bind[n]; b != nil {
+				if b.Size() < bytesOf(n) {
+					return fmt.Errorf("vkengine: bound input %s: %d bytes for %d", n.Name(), b.Size(), bytesOf(n))
+				}
+				p.bufs[n] = b
+				continue
+			}
+			name := p.nameOf(n)
 			if p.share != nil && isParam(n) {
-				if b := p.share(n.Name()); b != nil {
+				if b := p.share(name); b != nil {
 					if b.Size() < bytesOf(n) {
-						return fmt.Errorf("vkengine: shared weight %s: %d bytes for %d", n.Name(), b.Size(), bytesOf(n))
+						return fmt.Errorf("vkengine: shared weight %s: %d bytes for %d", name, b.Size(), bytesOf(n))
 					}
 					p.bufs[n], p.params[n] = b, true
+					p.top().named[name] = b
 					continue
 				}
 			}
-			b, err := p.alloc(bytesOf(n))
+			if !isParam(n) && p.root != nil {
+				return fmt.Errorf("vkengine: input %s of a checkpointed layer is neither a weight nor the layer's input", n.Name())
+			}
+			b, err := p.allocOwn(bytesOf(n))
 			if err != nil {
-				return fmt.Errorf("vkengine: input %s: %w", n.Name(), err)
+				return fmt.Errorf("vkengine: input %s: %w", name, err)
 			}
 			p.bufs[n] = b
 			if isParam(n) {
 				p.params[n] = true
+				p.top().named[name] = b
 				if err := p.upload(n); err != nil {
 					return err
 				}
@@ -211,15 +272,15 @@ func (p *Program) compile(isParam func(*G.Node) bool) error {
 			continue
 		case spec.GradShapes != nil:
 			nd.grads = make([]*vulkan.Buffer, len(spec.GradShapes))
-			for i, s := range spec.GradShapes {
+			for g, s := range spec.GradShapes {
 				if s != nil {
-					if nd.grads[i], err = p.alloc(4 * prod(s)); err != nil {
+					if nd.grads[g], err = p.take(valueKey{n, g}, 4*prod(s), hostWritten(spec)); err != nil {
 						return err
 					}
 				}
 			}
 		default:
-			if nd.out, err = p.alloc(bytesOf(n)); err != nil {
+			if nd.out, err = p.take(valueKey{n, -1}, bytesOf(n), hostWritten(spec)); err != nil {
 				return fmt.Errorf("vkengine: %s: %w", n.Name(), err)
 			}
 			p.bufs[n] = nd.out
@@ -236,7 +297,7 @@ func (p *Program) compile(isParam func(*G.Node) bool) error {
 			return fmt.Errorf("vkengine: lower %s (node %s): %w", spec.Kind, n.Name(), err)
 		}
 		p.nodes[n] = nd
-		if rec != nil {
+		if rec = p.poisoned(nd, rec); rec != nil {
 			p.steps = append(p.steps, rec)
 			p.scopes = append(p.scopes, vulkan.Scope{Kind: spec.Kind, NodeID: int(n.ID()), Node: n.Name()})
 		}
@@ -262,6 +323,23 @@ func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) er
 		}
 	}
 	r := p.e.rec
+	if err := p.record(r, pass); err != nil {
+		return err
+	}
+	r.SetScope(vulkan.Scope{})
+	if after != nil {
+		if err := after(r); err != nil {
+			r.Discard()
+			return err
+		}
+	}
+	return r.Submit()
+}
+
+// record records every node's dispatches into r, handing them to the
+// device every flushEvery commands; on an error nothing unflushed is
+// submitted.
+func (p *Program) record(r *vulkan.Recorder, pass nn.Pass) error {
 	for i, rec := range p.steps {
 		r.SetScope(p.scopes[i])
 		if err := rec(r, pass); err != nil {
@@ -277,14 +355,7 @@ func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) er
 			}
 		}
 	}
-	r.SetScope(vulkan.Scope{})
-	if after != nil {
-		if err := after(r); err != nil {
-			r.Discard()
-			return err
-		}
-	}
-	return r.Submit()
+	return nil
 }
 
 // Submit records fn's dispatches as one batch and submits it; if fn
@@ -302,15 +373,9 @@ func (e *Engine) Submit(fn func(r *vulkan.Recorder) error) error {
 // graph node that lowered it) or off (nil); see vulkan.Recorder.Time.
 func (e *Engine) Time(sink func(vulkan.BatchTime)) error { return e.rec.Time(sink) }
 
-// Param is the device buffer of the weight named name, or nil.
-func (p *Program) Param(name string) *vulkan.Buffer {
-	for n := range p.params {
-		if n.Name() == name {
-			return p.bufs[n]
-		}
-	}
-	return nil
-}
+// Param is the device buffer of the weight named name, or nil: the
+// model's, or a checkpointed layer's.
+func (p *Program) Param(name string) *vulkan.Buffer { return p.top().named[name] }
 
 // Profile runs the program once with every node's dispatches in a batch
 // of their own, and returns the wall time each op kind took, summed: a
@@ -359,10 +424,14 @@ func (p *Program) SyncParams(ns ...*G.Node) error {
 }
 
 // Read downloads a float node's value into dst (len = the node's size).
+// With PlanMemory, only a node it was told to keep.
 func (p *Program) Read(n *G.Node, dst []float32) error {
 	b := p.bufs[n]
 	if b == nil {
 		return fmt.Errorf("vkengine: Read: %s has no device value", n.Name())
+	}
+	if p.plan != nil && n.Op() != nil && !p.plan.keep[n] {
+		return fmt.Errorf("vkengine: Read: %s was not kept (PlanMemory) and its buffer holds another value after a run", n.Name())
 	}
 	if len(dst) != max(prod(n.Shape()), 1) {
 		return fmt.Errorf("vkengine: Read %s: %d values for shape %v", n.Name(), len(dst), n.Shape())
@@ -371,19 +440,45 @@ func (p *Program) Read(n *G.Node, dst []float32) error {
 	return b.ReadFloat32(0, dst)
 }
 
-// Buffer is the device buffer holding n's value (nil if none).
-func (p *Program) Buffer(n *G.Node) *vulkan.Buffer { return p.bufs[n] }
+// Buffer is the device buffer holding n's value (nil if none; with
+// PlanMemory, nil for an op's value it was not told to keep).
+func (p *Program) Buffer(n *G.Node) *vulkan.Buffer {
+	if p.plan != nil && n.Op() != nil && !p.plan.keep[n] {
+		return nil
+	}
+	return p.bufs[n]
+}
 
-// Close frees the program's buffers.
+// hostWritten says whether the host writes the op's values mid-run
+// (host_loss): they keep buffers of their own, which no command still in
+// flight can be reading.
+func hostWritten(s nn.OpSpec) bool { return s.Kind == "host_loss" || s.Kind == "host_loss.backward" }
+
+// Close frees the program's buffers, with its layers' programs and pools.
 func (p *Program) Close() {
+	for _, sp := range p.subs {
+		sp.Close()
+	}
+	for _, pl := range p.pools {
+		pl.free()
+	}
 	for _, b := range p.owned {
 		b.Free()
 	}
-	p.owned = nil
+	p.owned, p.subs, p.pools = nil, nil, nil
 }
 
-// alloc makes a buffer the program owns (at least 4 bytes).
+// alloc makes a buffer for an op's value: the program's own, or, in a
+// checkpointed layer's program, the next of its pool.
 func (p *Program) alloc(bytes int) (*vulkan.Buffer, error) {
+	if p.pool != nil {
+		return p.pool.take(p.e.Device, bytes)
+	}
+	return p.allocOwn(bytes)
+}
+
+// allocOwn makes a buffer the program owns (at least 4 bytes).
+func (p *Program) allocOwn(bytes int) (*vulkan.Buffer, error) {
 	b, err := p.e.Device.NewBuffer(max(4, (bytes+3)&^3))
 	if err != nil {
 		return nil, err
@@ -413,12 +508,15 @@ func (p *Program) Saved(id int, name string, bytes int) (*vulkan.Buffer, error) 
 // HostInts returns a device copy of src, a host slice the graph's owner
 // refills between runs (positions), uploaded as int32 at every run.
 func (p *Program) HostInts(src []int) (*vulkan.Buffer, error) {
+	if p.root != nil { // the model's program uploads it
+		return p.root.HostInts(src)
+	}
 	for _, h := range p.ints {
 		if len(h.src) == len(src) && len(src) > 0 && &h.src[0] == &src[0] {
 			return h.buf, nil
 		}
 	}
-	b, err := p.alloc(4 * len(src))
+	b, err := p.allocOwn(4 * len(src))
 	if err != nil {
 		return nil, err
 	}

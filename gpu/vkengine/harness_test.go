@@ -117,8 +117,15 @@ func runVulkan(t *testing.T, e *Engine, c opCase) ran {
 }
 
 // runGraph runs b's graph on the CPU engine (e nil) or compiles it for e
-// and runs it runs times, and returns outs' values.
-func runGraph(t *testing.T, b *nn.Builder, e *Engine, pass nn.Pass, runs int, outs G.Nodes) [][]float64 {
+// (with opts) and runs it runs times, and returns outs' values.
+func runGraph(t *testing.T, b *nn.Builder, e *Engine, pass nn.Pass, runs int, outs G.Nodes, opts ...CompileOption) [][]float64 {
+	vals, _ := runGraphHeld(t, b, e, pass, runs, outs, opts...)
+	return vals
+}
+
+// runGraphHeld is runGraph that also returns, on the device, the bytes
+// the compiled program's buffers held.
+func runGraphHeld(t *testing.T, b *nn.Builder, e *Engine, pass nn.Pass, runs int, outs G.Nodes, opts ...CompileOption) ([][]float64, uint64) {
 	t.Helper()
 	var vals [][]float64
 	if e == nil {
@@ -130,13 +137,15 @@ func runGraph(t *testing.T, b *nn.Builder, e *Engine, pass nn.Pass, runs int, ou
 		for _, n := range outs {
 			vals = append(vals, float64s(n.Value().Data()))
 		}
-		return vals
+		return vals, 0
 	}
-	p, err := e.Compile(b.G, b.IsParam)
+	before, _ := e.Device.MemoryUse()
+	p, err := e.Compile(b.G, b.IsParam, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	held, _ := e.Device.MemoryUse()
 	for range runs {
 		if err := p.Run(pass); err != nil {
 			t.Fatal(err)
@@ -149,7 +158,7 @@ func runGraph(t *testing.T, b *nn.Builder, e *Engine, pass nn.Pass, runs int, ou
 		}
 		vals = append(vals, float64s(v))
 	}
-	return vals
+	return vals, held - before
 }
 
 func name(i int, wrt G.Nodes) string {

@@ -60,6 +60,11 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerCrossEntropy, true
 	case "cross_entropy.backward":
 		return lowerCrossEntropyBackward, true
+	// a checkpointed layer
+	case "layer":
+		return lowerLayer, true
+	case "layer.backward":
+		return lowerLayerBackward, true
 	// sequence_logprobs, host_loss
 	case "sequence_logprobs":
 		return lowerSequenceLogProbs, true

@@ -210,6 +210,7 @@ func TestBuffers(t *testing.T) {
 		d := e.dev
 		d.stageAlways = staged
 		before := d.alloc.inUse()
+		usedBefore, _ := d.MemoryUse()
 		var bufs []*Buffer
 		for i := range 20 {
 			b, err := d.NewBuffer(1000 + 37*i)
@@ -239,12 +240,25 @@ func TestBuffers(t *testing.T) {
 		if !big.blk.dedicated {
 			t.Error("a buffer over a quarter block shares a block")
 		}
+		// MemoryUse counts each device buffer's span (its size rounded up
+		// to the driver's granularity), and staging buffers not at all
+		var sizes uint64
+		for _, b := range append(bufs, big) {
+			sizes += uint64(b.Size())
+		}
+		now, peak := d.MemoryUse()
+		if held := now - usedBefore; held < sizes || held > sizes+21*4096 || peak < now {
+			t.Errorf("MemoryUse: %d bytes held for buffers of %d (peak %d)", held, sizes, peak)
+		}
 		big.Free()
 		for _, b := range bufs {
 			b.Free()
 		}
 		if after := d.alloc.inUse(); after != before {
 			t.Errorf("%d bytes in use after freeing everything; %d before", after, before)
+		}
+		if after, peak2 := d.MemoryUse(); after != usedBefore || peak2 != peak {
+			t.Errorf("MemoryUse after freeing: %d held (%d before), peak %d (was %d)", after, usedBefore, peak2, peak)
 		}
 	}
 }

@@ -27,6 +27,27 @@ type allocator struct {
 	blockSize uint64
 	mu        sync.Mutex
 	blocks    []*block
+	// used and peak count the bytes of device buffers (not staging ones)
+	// held now and at most since the device was opened.
+	used, peak uint64
+}
+
+// MemoryUse returns the bytes the device's buffers hold now and the most
+// they have held since the device was opened (staging buffers, and what
+// suballocation leaves between buffers, not counted).
+func (d *Device) MemoryUse() (now, peak uint64) {
+	a := d.alloc
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.used, a.peak
+}
+
+// count adds delta bytes of device buffers.
+func (a *allocator) count(delta int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.used = uint64(int64(a.used) + delta)
+	a.peak = max(a.peak, a.used)
 }
 
 type block struct {
@@ -212,6 +233,7 @@ type Buffer struct {
 	blk       *block
 	off, span uint64
 	host      []byte // the mapped bytes when the memory is host-visible
+	counted   bool   // a device buffer: its span is in the allocator's count
 }
 
 // ErrFreed is returned by operations on a freed Buffer.
@@ -249,6 +271,10 @@ func (d *Device) newBuffer(size int, kind memKind) (*Buffer, error) {
 		return nil, err
 	}
 	b.span = req.Size
+	if kind == kindDevice {
+		b.counted = true
+		d.alloc.count(int64(b.span))
+	}
 	if err := check("vkBindBufferMemory", call(d.fn.bindBufferMemory, d.h, uintptr(b.h), uintptr(b.blk.mem), uintptr(b.off))); err != nil {
 		b.Free()
 		return nil, fmt.Errorf("vulkan: %w", err)
@@ -274,6 +300,9 @@ func (b *Buffer) Free() {
 	}
 	call(b.d.fn.destroyBuffer, b.d.h, uintptr(b.h), 0)
 	b.d.alloc.freeRange(b.blk, b.off, b.span)
+	if b.counted {
+		b.d.alloc.count(-int64(b.span))
+	}
 	b.h, b.host = 0, nil
 }
 
