@@ -54,7 +54,8 @@
 #                        a small step of each build (the driver's shader
 #                        cache filled), TinyLlama's bf16 step with this
 #                        build (its default twice, on each unrolled tile,
-#                        with --split-dkv) and with BASE's, PyTorch's bf16
+#                        with --split-dkv, with --checkpoint; each with its
+#                        device peak) and with BASE's, PyTorch's bf16
 #                        eager, the default's per-kernel profile,
 #                        attention's dispatches timed (BenchmarkAttention);
 #                        then the tensor-core GEMM and attention tests,
@@ -284,13 +285,13 @@ quick() {
 		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*' <<<"$out" | tr '\n' ' ')
 		echo "warm $bin $(date +%T): ${got:-failed: ${out:0:400}}"
 	done
-	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "new-split:mixtune --split-dkv" "base:mixtune.base" "new-again:mixtune"; do
+	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "new-split:mixtune --split-dkv" "new-ckpt:mixtune --checkpoint" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}
 		set -- ${run#*:}
 		bin=$1
 		shift
 		out=$(timeout 40 "$q/$bin" bench $tiny --ffn 5632 --steps 3 --warmup 1 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 "$@" --json 2>&1 | tail -1)
-		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"loss":[0-9.]*' <<<"$out" | tr '\n' ' ')
+		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"loss":[0-9.]*\|"device_peak_bytes":[0-9]*' <<<"$out" | tr '\n' ' ')
 		echo "mixtune tinyllama bf16 $name: ${got:-failed: ${out:0:400}}"
 	done
 	echo "== PyTorch tinyllama bf16 eager $(date +%T)"

@@ -58,7 +58,6 @@ func TestComputeDeviceField(t *testing.T) {
 	}{
 		{[]string{"compute.device=tpu"}, `unknown compute device "tpu"`},
 		{[]string{"compute.device=cpu", "compute.vulkan_device=0"}, "compute.vulkan_device: names a Vulkan device, but compute.device is cpu"},
-		{[]string{"compute.device=gpu", "compute.activation_checkpointing=true"}, "compute.activation_checkpointing: is not yet supported on the Vulkan engine"},
 		{[]string{"compute.gemm_tile=64x64"}, `compute.gemm_tile: must be one of 128x256, 128x128, 128x128s4, 256x128, cm2-128x256, cm2-128x128, cm2-128x256u8, cm2-256x128u8, got "64x64"`},
 	} {
 		_, err := Load("configs/quickstart.yaml", tc.sets)
@@ -69,6 +68,15 @@ func TestComputeDeviceField(t *testing.T) {
 	for _, s := range []string{"auto", "cpu", "gpu", "GPU"} {
 		if _, err := Load("configs/quickstart.yaml", []string{"compute.device=" + s}); err != nil {
 			t.Errorf("compute.device=%s: %v", s, err)
+		}
+	}
+	// the Vulkan engine takes checkpointing and preference objectives
+	for _, sets := range [][]string{
+		{"compute.device=gpu", "compute.activation_checkpointing=true"},
+		{"compute.device=gpu", "train.objective=dpo", "data.train=tasks/dates-pref/train.jsonl", "data.mode=pad"},
+	} {
+		if _, err := Load("configs/quickstart.yaml", sets); err != nil {
+			t.Errorf("%v: %v", sets, err)
 		}
 	}
 	for _, tile := range GemmTiles() {

@@ -204,12 +204,10 @@ func (p *Program) nameOf(n *G.Node) string {
 }
 
 func (p *Program) compile(isParam func(*G.Node) bool) error {
-	if p.plan != nil && p.root == nil {
+	if p.plan != nil {
 		if err := p.plan.prepare(p.order); err != nil {
 			return err
 		}
-	} else {
-		p.plan = nil
 	}
 	for i, n := range p.order {
 		if p.plan != nil {

@@ -74,8 +74,9 @@ func (pl *pool) free() {
 }
 
 // layerProgram compiles one of a layer's programs from g (the layer
-// graph's forward ops, or all of them) with its inputs bound to bind.
-func (p *Program) layerProgram(a nn.LayerAttrs, g *G.ExprGraph, full bool, bind map[*G.Node]*vulkan.Buffer) (*Program, error) {
+// graph's forward ops, or all of them) with its inputs bound to bind,
+// planned (keeping keep) when p is.
+func (p *Program) layerProgram(a nn.LayerAttrs, g *G.ExprGraph, full bool, bind map[*G.Node]*vulkan.Buffer, keep ...*G.Node) (*Program, error) {
 	if p.root != nil {
 		return nil, fmt.Errorf("a checkpointed layer within a checkpointed layer")
 	}
@@ -105,6 +106,10 @@ func (p *Program) layerProgram(a nn.LayerAttrs, g *G.ExprGraph, full bool, bind 
 	}
 	sp := newProgram(p.e, order)
 	sp.root, sp.bind, sp.pool, sp.share = p, bind, pl, p.share
+	if p.plan != nil {
+		PlanMemory(keep...)(sp)
+		sp.plan.poison = p.plan.poison
+	}
 	sp.paramName = func(n *G.Node) string {
 		if name, ok := names[n]; ok {
 			return name
@@ -151,7 +156,7 @@ func lowerLayer(p *Program, nd *node) (recordFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	fwd, err := p.layerProgram(a, a.Forward, false, bind)
+	fwd, err := p.layerProgram(a, a.Forward, false, bind, a.Output)
 	if err != nil {
 		return nil, fmt.Errorf("forward program: %w", err)
 	}
@@ -187,7 +192,7 @@ func lowerLayerBackward(p *Program, nd *node) (recordFunc, error) {
 		return nil, err
 	}
 	bind[a.OutputGrad] = nd.in[len(nd.in)-1]
-	if lp.full, err = p.layerProgram(a, a.Graph, true, bind); err != nil {
+	if lp.full, err = p.layerProgram(a, a.Graph, true, bind, a.Grads...); err != nil {
 		return nil, fmt.Errorf("backward program: %w", err)
 	}
 	type copyOut struct {

@@ -21,6 +21,11 @@ import (
 // two commands, so a later op's writes never overtake an earlier op's
 // reads of the same buffer.
 //
+// A checkpointed layer's programs are planned too, their buffers taken
+// from the layer's pool (lower_layer.go): every layer's program makes the
+// same choices, so the k-th buffer of the pool still plays the same part
+// in each; what the layer hands on (its output, its gradients) is kept.
+//
 // Not planned (a buffer of their own, for good): the values kept (read
 // after a run: the loss, the weights' gradients), what ops keep between
 // their forward and backward passes (Program.Saved) or use as scratch,
@@ -159,7 +164,7 @@ func (pl *memPlan) release(i int) {
 // no more than twice as large, else a new one.
 func (p *Program) take(v valueKey, bytes int, own bool) (*vulkan.Buffer, error) {
 	pl := p.plan
-	if pl == nil || own || pl.kept[v] || p.root != nil {
+	if pl == nil || own || pl.kept[v] {
 		return p.alloc(bytes)
 	}
 	need := max(4, (bytes+3)&^3)
@@ -170,7 +175,7 @@ func (p *Program) take(v valueKey, bytes int, own bool) (*vulkan.Buffer, error) 
 			return b, nil
 		}
 	}
-	b, err := p.allocOwn(bytes)
+	b, err := p.alloc(bytes) // a layer program's comes from its pool, in the same order for every layer
 	if err != nil {
 		return nil, err
 	}
