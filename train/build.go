@@ -77,16 +77,20 @@ type components struct {
 // before a run directory exists. Cancelling ctx stops it with
 // ErrInterrupted: tokenization at once, the other phases when they end.
 func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c *components, err error) {
-	defer func() {
+	made := &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm, cpu: cpufeat.Detect()}
+	defer func() { // a failed build closes what it made, whatever it returned
 		if err != nil && ctx.Err() != nil { // whatever a phase cut short said, it was the interrupt
 			err = ErrInterrupted
 		}
-		if err != nil && c != nil {
-			c.close()
+		if err != nil && made.gpu != nil {
+			err = made.gpu.memoryError(r, err)
+		}
+		if err != nil {
+			made.close()
 			c = nil
 		}
 	}()
-	c = &components{device: choice, format: r.text.Format, stop: r.text.Stop, comm: opt.Comm, cpu: cpufeat.Detect()}
+	c = made
 	if c.comm == nil {
 		c.comm = dist.NewSingle()
 	}
@@ -160,7 +164,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if ctx.Err() != nil {
 		return nil, ErrInterrupted
 	}
-	if err := checkMemory(r, rowsPerRank(c.batch, c.comm)); err != nil {
+	if err := checkMemory(r, rowsPerRank(c.batch, c.comm), c.gpu != nil); err != nil {
 		return nil, err
 	}
 	if c.model, err = loadModel(r); err != nil {
@@ -297,12 +301,19 @@ func (c *components) close() {
 // checkMemory refuses a run whose estimated peak memory exceeds what the
 // machine (or its container) has, rather than letting the kernel kill it,
 // or the Go runtime crash, mid-run.
-func checkMemory(r *Recipe, batch int) error {
+func checkMemory(r *Recipe, batch int, onDevice bool) error {
 	held, _ := dataMemory(r.dataFileBytes(), r.text.Format.MaxRow(), runtime.GOMAXPROCS(0))
 	need := r.estimateMemory(batch) + held
+	if onDevice { // the activations live on the device: the host holds the weights and their state
+		need = r.hostMemory() + held
+	}
 	have, ok := sysinfo.TotalMemory()
 	if !ok || need <= have {
 		return nil
+	}
+	if onDevice {
+		return inputError(fmt.Errorf("the run needs an estimated %s of host memory for the weights, their optimizer state and the training tokens, more than this machine's %s; "+
+			"keep the base in 16 bits (model.base_dtype: bf16) or 4 (model.quantize: nf4)", gib(need), gib(have)))
 	}
 	hint := ""
 	if !r.Compute.ActivationCheckpointing {

@@ -70,9 +70,17 @@ const (
 
 // estimateMemory is EstimateMemory for micro-batches of batch rows.
 func (r *Recipe) estimateMemory(batch int) uint64 {
+	weights, graphs := r.memoryParts(batch)
+	return uint64(weights + graphs)
+}
+
+// memoryParts are estimateMemory's two parts: the weights (the base, the
+// trainable ones with their gradients and optimizer state) with the
+// runtime, and the graphs' values.
+func (r *Recipe) memoryParts(batch int) (weights, graphs float64) {
 	c := r.Base
 	if c.HiddenSize == 0 {
-		return 0
+		return 0, 0
 	}
 	hd := c.HeadDimension()
 	d, f, l := float64(c.HiddenSize), float64(c.IntermediateSize), float64(c.NumHiddenLayers)
@@ -116,8 +124,15 @@ func (r *Recipe) estimateMemory(batch int) uint64 {
 		proj := l * perLayer
 		base += proj * (0.5 + 4.0/64 - float64(r.Model.BaseDtype.Bytes()))
 	}
-	bytes := base + trainable*16 + graphOverhead*4*(train+eval) + runtimeBytes
-	return uint64(bytes)
+	return base + trainable*16 + runtimeBytes, graphOverhead * 4 * (train + eval)
+}
+
+// hostMemory is estimateMemory for a run whose graphs run on a GPU: the
+// weights, the trainable ones' gradients and optimizer state, and the
+// runtime, without the graphs' values.
+func (r *Recipe) hostMemory() uint64 {
+	weights, _ := r.memoryParts(0)
+	return uint64(weights)
 }
 
 // DeviceChoice is a resolved device: what discovery found and what the

@@ -294,3 +294,25 @@ func (r *Recipe) RankAssignment(sel device.Selection, ranks int) ([]string, erro
 	}
 	return lines, nil
 }
+
+// memoryError turns a device allocation that failed while the run was
+// being built into an error about the recipe: the device's memory is too
+// small for it, or one of its values is larger than the largest buffer
+// the device makes. Other errors pass through.
+func (g *gpuEngine) memoryError(r *Recipe, err error) error {
+	var ve *vulkan.Error
+	switch {
+	case errors.As(err, &ve) && ve.Result == vulkan.ErrorOutOfDeviceMemory:
+		held, _ := g.dev.MemoryUse()
+		hint := ""
+		if !r.Compute.ActivationCheckpointing {
+			hint = ", recompute each layer in the backward pass (compute.activation_checkpointing: true)"
+		}
+		return inputError(fmt.Errorf("compute.device: the run does not fit %s's %s of device memory: its buffers held %s when one more could not be made (%v); "+
+			"lower train.batch_size or data.seq_len, raising train.grad_accum instead%s, keep the base in 16 bits or 4 (model.base_dtype: bf16, model.quantize: nf4), or compute on the cpu",
+			g.phys.Name, gib(g.phys.DeviceLocalBytes), gib(held), ve, hint))
+	case errors.Is(err, vulkan.ErrBufferTooLarge):
+		return inputError(fmt.Errorf("compute.device: one of the run's values is larger than the largest buffer the device makes (%w); lower train.batch_size or data.seq_len, or compute on the cpu", err))
+	}
+	return err
+}

@@ -2,15 +2,18 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/gpu/vulkan/vulkantest"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/quant"
@@ -628,5 +631,60 @@ func TestVulkanMemory(t *testing.T) {
 	t.Logf("device peak: %.2f MiB unplanned, %.2f MiB planned, %.2f MiB planned and checkpointed", mib(whole.devicePeak), mib(planned.devicePeak), mib(both.devicePeak))
 	if !(planned.devicePeak < whole.devicePeak && both.devicePeak < planned.devicePeak) {
 		t.Errorf("device peak %d bytes unplanned, %d planned, %d planned and checkpointed: want each below the last", whole.devicePeak, planned.devicePeak, both.devicePeak)
+	}
+}
+
+// A value larger than the device's largest buffer is an error about the
+// recipe (exit 2), naming what to change, before a run directory exists:
+// here one MLP activation, 8×256 tokens × 16,400 fp32 values (134.3 MB),
+// over lavapipe's 128 MiB.
+func TestVulkanValueTooLargeForTheDevice(t *testing.T) {
+	env := vulkantest.Find(t)
+	const rows, ffn = 8 * 256, 16400
+	if limit := env.Pick.MaxStorageBufferRange; limit == 0 || uint64(limit) >= 4*rows*ffn {
+		t.Skipf("%s makes buffers of %d bytes: the MLP's %d-byte activation fits", env.Pick.Name, limit, 4*rows*ffn)
+	}
+	out := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Chdir("..")
+	r, err := Load(filepath.Join("configs", "quickstart.yaml"), []string{"output_dir=" + out, "compute.vulkan_device=" + env.Spec,
+		"model.path=", "model.init=random", "model.architecture.hidden_size=64", "model.architecture.intermediate_size=16400",
+		"model.architecture.num_hidden_layers=1", "model.architecture.num_attention_heads=2", "model.architecture.max_position_embeddings=256",
+		"data.validation=", "data.seq_len=256", "train.batch_size=8", "task.before=false", "task.after=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), r, Options{Out: io.Discard})
+	if err == nil || !IsInputError(err) || !strings.Contains(err.Error(), "larger than the largest buffer the device makes") || !strings.Contains(err.Error(), "lower train.batch_size or data.seq_len") {
+		t.Fatalf("err %v (input error: %v), want the value too large for the device, as bad input", err, IsInputError(err))
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("the output directory holds %d entries; want nothing written", len(entries))
+	}
+	t.Log(err)
+}
+
+// Out of device memory while the run is built is an error about the
+// recipe, saying what the device held and what makes a run smaller;
+// other errors pass through.
+func TestVulkanOutOfMemoryError(t *testing.T) {
+	env, dev := vulkantest.Open(t)
+	g := &gpuEngine{dev: dev, phys: env.Pick}
+	r := &Recipe{}
+	oom := fmt.Errorf("compile the model: %w", &vulkan.Error{Call: "vkAllocateMemory", Result: vulkan.ErrorOutOfDeviceMemory})
+	err := g.memoryError(r, oom)
+	for _, want := range []string{"compute.device: the run does not fit " + env.Pick.Name, "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+		"lower train.batch_size or data.seq_len", "compute.activation_checkpointing: true"} {
+		if !IsInputError(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v (input error: %v): want %q", err, IsInputError(err), want)
+		}
+	}
+	r.Compute.ActivationCheckpointing = true
+	if err := g.memoryError(r, oom); strings.Contains(err.Error(), "activation_checkpointing") {
+		t.Errorf("with checkpointing on: %v", err)
+	}
+	other := errors.New("vkQueueSubmit: VK_ERROR_DEVICE_LOST")
+	if err := g.memoryError(r, other); err != other {
+		t.Errorf("another error became %v", err)
 	}
 }

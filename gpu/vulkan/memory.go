@@ -236,6 +236,10 @@ type Buffer struct {
 	counted   bool   // a device buffer: its span is in the allocator's count
 }
 
+// ErrBufferTooLarge is wrapped by NewBuffer's error for a buffer larger
+// than the device's maxStorageBufferRange.
+var ErrBufferTooLarge = errors.New("larger than the device's largest storage buffer")
+
 // ErrFreed is returned by operations on a freed Buffer.
 var ErrFreed = errors.New("vulkan: buffer already freed")
 
@@ -249,7 +253,7 @@ func (d *Device) newBuffer(size int, kind memKind) (*Buffer, error) {
 		return nil, fmt.Errorf("vulkan: NewBuffer: size %d must be positive", size)
 	}
 	if max := d.Physical.MaxStorageBufferRange; max != 0 && uint64(size) > uint64(max) {
-		return nil, fmt.Errorf("vulkan: NewBuffer: %d bytes exceed the device's maxStorageBufferRange %d", size, max)
+		return nil, fmt.Errorf("vulkan: NewBuffer: %d bytes exceed the device's maxStorageBufferRange %d: %w", size, max, ErrBufferTooLarge)
 	}
 	ci := &bufferCreateInfo{
 		SType: stBufferCreateInfo, Size: uint64(size),
