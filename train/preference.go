@@ -255,10 +255,11 @@ func preferenceData(r *Recipe, f data.Format) (train, val []data.Pair, chosen []
 	return train, val, chosen, nil
 }
 
-// preferenceRun makes a preference run's loader, binds its objective into
-// the training graph's options tg, and, for DPO, builds the reference
-// pass: the same model over the same weights (nn.Builder.Param shares
-// them) with the adapter switched off, rows rows of sequences at a time.
+// preferenceRun makes a preference run's loader and validation batches,
+// binds its objective into the training graph's options tg, and, for DPO
+// with full fine-tuning, takes the reference values now, before training
+// moves the weights; preferencePasses builds the passes that run beside
+// the training graph.
 func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []data.Pair, rows int, tg *graphOptions) (*preferenceRun, error) {
 	switch {
 	case c.comm.Size() > 1 && c.lora != nil && r.Adapter.Dropout > 0:
@@ -288,9 +289,11 @@ func (c *components) preferenceRun(r *Recipe, o pref.Objective, pairs, val []dat
 }
 
 // preferencePasses builds the preference run's passes beside the training
-// graph, over its weights (on a GPU, its very buffers): for DPO with an
-// adapter, the reference pass, the same model with the adapter switched
-// off; with validation pairs, the policy's pass without gradients.
+// graph, over its weights (nn.Builder.Param shares them; on a GPU, the
+// training program's very buffers), rows rows of sequences at a time: for
+// DPO with an adapter, the reference pass, the same model with the
+// adapter switched off; with validation pairs, the policy's pass without
+// gradients.
 func (c *components) preferencePasses(r *Recipe, o pref.Objective, rows int, tg graphOptions) error {
 	pr := c.pref
 	var share func(string) *vulkan.Buffer

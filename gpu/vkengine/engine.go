@@ -125,7 +125,6 @@ type Program struct {
 	pools     map[poolKey]*pool
 	subs      []*Program
 	plan      *memPlan // PlanMemory: op values share buffers
-	// Transfers
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.

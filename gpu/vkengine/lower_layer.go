@@ -24,7 +24,7 @@ import (
 // gradients exist on the device at a time. The layer's output and
 // gradients are copied out of the pool into the model program's buffers.
 // The programs record the same dispatches, in the same order, as the
-// whole graph would, so the results are the unchecheckpointed graph's bit
+// whole graph would, so the results are the uncheckpointed graph's bit
 // for bit.
 
 // layerPrograms are one checkpointed layer's programs; full is nil in a
