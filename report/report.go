@@ -304,6 +304,13 @@ func Compare(w io.Writer, runs []*Run) error {
 			return cond(ok, fmt.Sprintf("%.0f MiB", f/(1<<20)))
 		}},
 	}
+	devicePeak := func(r *Run) (float64, bool) { f, ok := r.summary("device_peak_bytes").(float64); return f, ok }
+	if slices.ContainsFunc(runs, func(r *Run) bool { _, ok := devicePeak(r); return ok }) { // a run on the Vulkan engine
+		cols = append(cols, column{"device peak", func(r *Run) string {
+			f, ok := devicePeak(r)
+			return cond(ok, fmt.Sprintf("%.0f MiB", f/(1<<20)))
+		}})
+	}
 	if slices.ContainsFunc(runs, (*Run).preference) {
 		for _, name := range PreferenceMetrics {
 			format := "%.4f"

@@ -52,6 +52,19 @@ func TestReadCompareCSV(t *testing.T) {
 	if buf.String() != want {
 		t.Fatalf("compare:\n%s\nwant\n%s", buf.String(), want)
 	}
+	// a run on the Vulkan engine adds its device's peak, "-" for the others
+	gpu, err := Read(writeRun(t, "gpu", metricsA, `{"steps":2,"precision":"bf16","tokens_per_s":900,"peak_rss_bytes":52428800,"device_peak_bytes":1181116006}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := Compare(&buf, []*Run{r, gpu}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	if !strings.HasSuffix(lines[0], "| peak RSS | device peak |") || !strings.HasSuffix(lines[2], "| 100 MiB | - |") || !strings.HasSuffix(lines[3], "| 50 MiB | 1126 MiB |") {
+		t.Fatalf("compare with a Vulkan run:\n%s", buf.String())
+	}
 	if err := WriteCSV(r); err != nil {
 		t.Fatal(err)
 	}
