@@ -546,8 +546,8 @@ func TestVulkanPreferenceMatchesCPU(t *testing.T) {
 // backward pass by programs whose activations come from one pool for all
 // layers records the same dispatches on the same values as the whole
 // graph, so every logged loss, gradient norm and validation loss is the
-// same bits (LoRA with dropout in fp32 and bf16, full fine-tuning, DPO
-// with its reference pass), while the device holds less at its peak.
+// same bits (LoRA with dropout in fp32 and bf16, full fine-tuning, DoRA,
+// an NF4 base, DPO with its reference pass).
 func TestVulkanActivationCheckpointing(t *testing.T) {
 	dev := vulkanDevice(t)
 	if testing.Short() {
@@ -564,6 +564,8 @@ func TestVulkanActivationCheckpointing(t *testing.T) {
 		{"lora_dropout_fp32", goodConfig, []string{"adapter.dropout=0.1", "train.eval_every=2"}},
 		{"lora_dropout_bf16", goodConfig, []string{"adapter.dropout=0.1", "precision=bf16"}},
 		{"full", goodConfig, []string{"adapter.type=none", "task.eval_file="}},
+		{"dora_bf16", goodConfig, []string{"adapter.type=dora", "precision=bf16"}},
+		{"nf4_dropout_bf16", goodConfig, []string{"model.quantize=nf4", "adapter.dropout=0.1", "precision=bf16"}},
 		{"dpo", prefConfig, []string{"data.validation=" + pairs, "train.eval_every=2", "train.batch_size=4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
