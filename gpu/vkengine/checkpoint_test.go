@@ -3,6 +3,7 @@ package vkengine
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/gpu/vulkan"
 	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
 )
@@ -145,6 +147,73 @@ func TestCheckpointedLayers(t *testing.T) {
 				}
 
 			})
+		}
+	}
+}
+
+// TestLayerProgramsShareTheirPool: every checkpointed layer's programs,
+// planned, give each of the layer graph's values the same buffer of the
+// shared pool (the k-th buffer plays one part in all of them), and so do
+// two compilations of one graph.
+func TestLayerProgramsShareTheirPool(t *testing.T) {
+	e := openEngine(t)
+	c := model.Config{VocabSize: 11, HiddenSize: 16, IntermediateSize: 24, NumHiddenLayers: 4,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 16, RMSNormEps: 1e-5, RopeTheta: 10000,
+		BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2, InitializerRange: 0.5, QKNorm: true, AttentionBias: true}
+	m, err := model.New(c, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := func() [][]int {
+		b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+		p := amp.DefaultPolicy(amp.BF16)
+		b.Policy = &p
+		seed := G.NewScalar(b.G, tensor.Float32, G.WithName("loss_grad"))
+		g, err := m.Build(b, model.GraphConfig{Batch: 2, SeqLen: 6, Positions: make([]int, 12), Trainable: func(string) bool { return true },
+			FusedHead: true, LossGrad: seed, CheckpointLayers: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wrt G.Nodes
+		for _, s := range model.Specs(m.Config) {
+			wrt = append(wrt, b.Leaf(g.Params[s.Name]))
+		}
+		grads, err := G.Backpropagate(G.Nodes{g.Loss}, G.Nodes{seed}, wrt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := e.Compile(b.G, b.IsParam, PlanMemory(append(G.Nodes{g.Loss}, grads...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prog.Close()
+		var out [][]int // per layer program: each value's place in its pool, in the graph's order
+		for _, lp := range prog.layers {
+			for _, sp := range []*Program{lp.fwd, lp.full} {
+				var places []int
+				for _, n := range sp.order {
+					if n.Op() == nil {
+						continue
+					}
+					for _, b := range append([]*vulkan.Buffer{sp.bufs[n]}, sp.nodes[n].grads...) {
+						places = append(places, slices.Index(sp.pool.bufs, b))
+					}
+				}
+				out = append(out, places)
+			}
+		}
+		if len(out) != 2*c.NumHiddenLayers {
+			t.Fatalf("%d layer programs, want %d", len(out), 2*c.NumHiddenLayers)
+		}
+		return out
+	}
+	first, again := layout(), layout()
+	for i, places := range first {
+		if ref := first[i%2]; !slices.Equal(places, ref) {
+			t.Errorf("layer program %d takes its pool's buffers as %v; the first layer's as %v", i, places, ref)
+		}
+		if !slices.Equal(places, again[i]) {
+			t.Errorf("layer program %d: %v, compiled again %v", i, places, again[i])
 		}
 	}
 }

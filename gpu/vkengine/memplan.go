@@ -110,6 +110,10 @@ func (pl *memPlan) prepare(order G.Nodes) error {
 	for n := range pl.keep {
 		pl.kept[valueOf(n, specs)] = true
 	}
+	// values in the order they are written, so that the plan is the same
+	// for every compilation of a graph: a layer's programs share a pool
+	// by the order they take its buffers in
+	var values []valueKey
 	read := func(c *G.Node, i int) {
 		if c.Op() == nil {
 			return
@@ -122,9 +126,11 @@ func (pl *memPlan) prepare(order G.Nodes) error {
 		if !ok || s.Kind == "pick" {
 			continue
 		}
-		pl.last[valueKey{n, -1}] = max(pl.last[valueKey{n, -1}], i) // written here: dead after, if nobody reads it
+		pl.last[valueKey{n, -1}] = i // written here: dead after, if nobody reads it
+		values = append(values, valueKey{n, -1})
 		for g := range s.GradShapes {
-			pl.last[valueKey{n, g}] = max(pl.last[valueKey{n, g}], i)
+			pl.last[valueKey{n, g}] = i
+			values = append(values, valueKey{n, g})
 		}
 		for _, c := range nn.Inputs(n) {
 			read(c, i)
@@ -140,7 +146,8 @@ func (pl *memPlan) prepare(order G.Nodes) error {
 			}
 		}
 	}
-	for v, i := range pl.last {
+	for _, v := range values {
+		i := pl.last[v]
 		pl.dying[i] = append(pl.dying[i], v)
 	}
 	return nil
