@@ -61,9 +61,10 @@ type GraphConfig struct {
 	// last new token. 0 computes every row.
 	Outputs int
 	// SequenceLogProbs computes Graph.LogProbs, each row's summed
-	// log-probability of its targets (nn.SequenceLogProbs), through the
-	// unfused head; with SequenceLoss unset the graph has no loss (a
-	// preference objective's reference pass).
+	// log-probability of its targets: with FusedHead in blocks of
+	// HeadChunk tokens (nn.SequenceLogProbsHead, no Graph.Logits), else
+	// through the unfused head (nn.SequenceLogProbs); with SequenceLoss
+	// unset the graph has no loss (a preference objective's reference pass).
 	SequenceLogProbs bool
 	// SequenceLoss, when set, is the loss as a function of Graph.LogProbs
 	// (nn.HostLoss): the preference objectives. It implies
@@ -160,8 +161,12 @@ func (m *Model) Build(b *nn.Builder, gc GraphConfig) (*Graph, error) {
 		return g, nil
 	}
 	if gc.SequenceLogProbs || gc.SequenceLoss != nil {
-		g.Logits = linear(b, "lm_head", x, head, nil)
-		g.LogProbs = b.SequenceLogProbs(g.Logits, g.Targets, gc.Batch)
+		if gc.FusedHead { // the logits in blocks, never [N, vocab] at once
+			g.LogProbs = b.SequenceLogProbsHead(x, head, g.Targets, gc.Batch, gc.HeadChunk)
+		} else {
+			g.Logits = linear(b, "lm_head", x, head, nil)
+			g.LogProbs = b.SequenceLogProbs(g.Logits, g.Targets, gc.Batch)
+		}
 		if gc.SequenceLoss != nil {
 			g.Loss = b.HostLoss(g.LogProbs, gc.SequenceLoss)
 		}

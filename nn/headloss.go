@@ -64,6 +64,11 @@ func HeadChunk(v int) int { return max(32, headChunkBytes/(4*max(v, 1))) }
 // backward pass. Differentiated with any other gradient (G.Grad does),
 // the backward pass recomputes the blocks.
 func (b *Builder) LMHeadLoss(x, w, targets, lossGrad *G.Node, chunk int) *G.Node {
+	return b.lmHead(x, w, targets, lossGrad, chunk, 0)
+}
+
+// lmHead is LMHeadLoss, or with seqRows SequenceLogProbsHead.
+func (b *Builder) lmHead(x, w, targets, lossGrad *G.Node, chunk, seqRows int) *G.Node {
 	xs, ws, ts := shapeOf(x), shapeOf(w), shapeOf(targets)
 	check(len(xs) == 2 && len(ws) == 2 && xs[1] == ws[1], "lm head loss: x %v and W %v do not fit (want [N,D] and [V,D])", xs, ws)
 	check(targets.Dtype() == tensor.Int && len(ts) == 1 && ts[0] == xs[0], "lm head loss: targets %v (%v) do not fit x %v", ts, targets.Dtype(), xs)
@@ -105,13 +110,28 @@ func (b *Builder) LMHeadLoss(x, w, targets, lossGrad *G.Node, chunk int) *G.Node
 	if lossGrad != nil {
 		base.wrt[3] = false
 	}
-	shape := headShape{n: xs[0], d: xs[1], v: ws[0], chunk: min(chunk, xs[0]), logitsFm: logitsFm, seeded: lossGrad != nil}
+	shape := headShape{n: xs[0], d: xs[1], v: ws[0], chunk: min(chunk, xs[0]), logitsFm: logitsFm, seeded: lossGrad != nil, seqRows: seqRows}
 	if b.Dtype == tensor.Float64 {
 		check(!b.is16[w], "lm head loss: 16-bit weights need a float32 graph")
-		return b.apply(&headLossOp[float64]{opBase: base, headShape: shape}, inputs...)
+		return b.apply(&headLossOp[float64]{opBase: base, headShape: shape, seqOut: newBuffer[float64](max(seqRows, 1))}, inputs...)
 	}
 	shape.w16 = weights16{on: b.is16[w], stored: b.format[w], compute: f}
-	return b.apply(&headLossOp[float32]{opBase: base, headShape: shape, packed: wfwd, packedDx: wdx}, inputs...)
+	return b.apply(&headLossOp[float32]{opBase: base, headShape: shape, packed: wfwd, packedDx: wdx, seqOut: newBuffer[float32](max(seqRows, 1))}, inputs...)
+}
+
+// SequenceLogProbsHead is SequenceLogProbs(Linear(x, w), targets, rows)
+// computed as LMHeadLoss computes its loss: chunk tokens at a time
+// (chunk ≤ 0: HeadChunk(V)), never holding the [N, V] logits, and every
+// block computed again in the backward pass, with the rounding points of
+// the unfused pair. Each sequence's log-probability is the unfused op's
+// bit for bit (each token's is the same, summed in token order), and so
+// is dx; dW adds its blocks in block order (see LMHeadLoss). A preference
+// objective's head: the sequences' gradients are known only after the
+// loss over all of them, so no block's gradient can be taken early.
+func (b *Builder) SequenceLogProbsHead(x, w, targets *G.Node, rows, chunk int) *G.Node {
+	xs := shapeOf(x)
+	check(rows > 0 && len(xs) == 2 && xs[0]%rows == 0, "sequence log-probs head: %d tokens do not split into %d rows", xs[0], rows)
+	return b.lmHead(x, w, targets, nil, chunk, rows)
 }
 
 type headShape struct {
@@ -119,12 +139,16 @@ type headShape struct {
 	logitsFm       amp.Format // the linear op's output format
 	w16            weights16
 	seeded         bool // input 3 is the loss's gradient
+	// seqRows, when not 0, makes the op SequenceLogProbsHead's: its
+	// output is each of seqRows sequences' summed target log-probability
+	seqRows int
 }
 
 type headLossOp[T Float] struct {
 	opBase
 	headShape
-	block   []T // [chunk, V]: logits, then probabilities, then their gradient
+	seqOut  buffer[T] // SequenceLogProbsHead's output
+	block   []T       // [chunk, V]: logits, then probabilities, then their gradient
 	rowLoss []float64
 	targets []int    // saved for a recomputing backward pass
 	bits16  []uint16 // a 16-bit W (frozen, so never changed by a step), for the same
@@ -158,10 +182,16 @@ func (o *headLossOp[T]) Type() hm.Type {
 	if o.seeded {
 		ts = append(ts, act)
 	}
+	if o.seqRows > 0 {
+		return hm.NewFnType(append(ts, G.TensorType{Dims: 1, Of: act})...)
+	}
 	return hm.NewFnType(append(ts, act)...)
 }
 
 func (o *headLossOp[T]) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	if o.seqRows > 0 {
+		return tensor.Shape{o.seqRows}, nil
+	}
 	return tensor.ScalarShape(), nil
 }
 
@@ -182,6 +212,18 @@ func (o *headLossOp[T]) Do(vs ...G.Value) (G.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.seqRows > 0 {
+		t, out := o.seqOut.get()
+		per := o.n / o.seqRows
+		for s := range out { // in token order: the same bits for any worker count or chunk
+			var sum float64
+			for _, l := range o.rowLoss[s*per : (s+1)*per] {
+				sum -= l
+			}
+			out[s] = T(sum)
+		}
+		return t, nil
+	}
 	return scalarValue(loss), nil
 }
 
@@ -196,9 +238,11 @@ func (o *headLossOp[T]) weight(v G.Value) []T {
 }
 
 // headGrads are the gradients a pass computes: seed is the loss's
-// gradient, dx and dw the buffers to fill (nil when not needed).
+// gradient (seeds, SequenceLogProbsHead's, the sequences'), dx and dw the
+// buffers to fill (nil when not needed).
 type headGrads[T Float] struct {
 	seed   T
+	seeds  []T
 	dx, dw []T
 }
 
@@ -248,12 +292,16 @@ func (o *headLossOp[T]) pass(x, w []T, g *headGrads[T]) (T, error) {
 				}
 				// d loss / d logits = seed·(softmax − onehot(target)) /
 				// count on kept rows, as crossEntropyOp's backward
-				// computes it
+				// computes it; a sequence's log-probability's gradient is
+				// −seed·(softmax − onehot(target)), as seqLogProbsOp's
 				if t == IgnoreIndex || count == 0 {
 					clear(l)
 					continue
 				}
 				scale := g.seed / T(count)
+				if o.seqRows > 0 {
+					scale = -g.seeds[(r0+r)/(o.n/o.seqRows)]
+				}
 				scaleSlice(l, l, scale)
 				l[t] -= scale
 				roundGradBlock(o.eng, o.logitsFm, l)
@@ -439,7 +487,13 @@ func (o *headLossOp[T]) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, 
 		if !o.w16.on {
 			w = vs[1]
 		}
-		_, err := o.pass(vs[0], w, &headGrads[T]{seed: vs[len(vs)-1][0], dx: grads[0], dw: grads[1]})
+		g := &headGrads[T]{dx: grads[0], dw: grads[1]}
+		if o.seqRows > 0 {
+			g.seeds = vs[len(vs)-1]
+		} else {
+			g.seed = vs[len(vs)-1][0]
+		}
+		_, err := o.pass(vs[0], w, g)
 		return err
 	}), nil
 }

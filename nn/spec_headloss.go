@@ -25,12 +25,17 @@ type HeadLossAttrs struct {
 	// on. Otherwise the backward op computes every block again from its
 	// inputs x, W (absent when W16) and the loss's gradient.
 	GradsInForward bool
+	// SeqRows, when not 0, makes the op SequenceLogProbsHead's: its
+	// output is each of SeqRows sequences' (N/SeqRows tokens each) summed
+	// target log-probability, and the backward op's last input their
+	// gradients, [SeqRows].
+	SeqRows int
 }
 
 func (o *headLossOp[T]) attrs() any {
 	return HeadLossAttrs{N: o.n, D: o.d, V: o.v, Chunk: o.chunk, LogitsFormat: o.logitsFm,
 		W16: o.w16.on, W16Format: o.w16.stored, Compute: o.w16.compute,
-		Seeded: o.seeded, GradsInForward: o.early != nil}
+		Seeded: o.seeded, GradsInForward: o.early != nil, SeqRows: o.seqRows}
 }
 
 // CrossEntropyAttrs are "cross_entropy"'s (Builder.CrossEntropy): the mean

@@ -64,6 +64,17 @@ const (
 	unfused    headForm = iota // CrossEntropy(Linear(x, W))
 	recomputed                 // LMHeadLoss without its gradient input: the backward op computes the blocks again
 	seeded                     // LMHeadLoss with it, as train/build.go builds it: the forward op computes the gradients
+	sequences                  // SequenceLogProbsHead over headSeqRows sequences, differentiated with headSeqSeeds
+)
+
+// The sequences' case: the targets split into headSeqRows sequences
+// (headSeqTargets: 3 of 4 tokens, one with every target ignored), each
+// with its own gradient.
+const headSeqRows = 3
+
+var (
+	headSeqTargets = []int{5, nn.IgnoreIndex, 299, 0, nn.IgnoreIndex, nn.IgnoreIndex, nn.IgnoreIndex, nn.IgnoreIndex, 123, 256, 299, 42}
+	headSeqSeeds   = []float32{0.7, -1.25, 3}
 )
 
 // headCase is a loss over x and W, differentiated with the loss's
@@ -105,6 +116,12 @@ func (c headCase) build(t *testing.T, b *nn.Builder) (G.Nodes, G.Nodes) {
 		loss = b.LMHeadLoss(x, w, tg, nil, c.chunk)
 	case seeded:
 		loss = b.LMHeadLoss(x, w, tg, lossGrad, c.chunk)
+	case sequences:
+		loss = b.SequenceLogProbsHead(x, w, tg, headSeqRows, c.chunk)
+		lossGrad = b.Input("seq_grads", headSeqRows)
+		if err := G.Let(lossGrad, tensorOf(b.Dtype, []int{headSeqRows}, headSeqSeeds)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	grads, err := G.Backpropagate(G.Nodes{loss}, G.Nodes{lossGrad}, wrt)
 	if err != nil {
@@ -123,7 +140,7 @@ func (c headCase) run(t *testing.T, dt tensor.Dtype, e *Engine) ran {
 	}
 	outs, wrt := c.build(t, b)
 	if e != nil && c.form != unfused {
-		if a := headAttrs(t, b.G); a.GradsInForward != (c.form == seeded) || a.W16 != c.w16 {
+		if a := headAttrs(t, b.G); a.GradsInForward != (c.form == seeded) || a.W16 != c.w16 || (a.SeqRows > 0) != (c.form == sequences) {
 			t.Fatalf("the head's attributes %+v do not fit the case %+v", a, c)
 		}
 	}
@@ -189,7 +206,10 @@ func headBounds(c headCase) (loss, dx, dw float64) {
 	if count == 0 {
 		return 0, 0, 0
 	}
-	scale := float64(headSeed) / float64(count)
+	scaleOf := func(r int) float64 { return float64(headSeed) / float64(count) }
+	if c.form == sequences { // −g[seq]: a sequence's log-probability's gradient
+		scaleOf = func(r int) float64 { return -float64(headSeqSeeds[r/(n/headSeqRows)]) }
+	}
 	logits := make([]float64, n*headV)
 	var bigA, bigL, bigR float64
 	for r := range n {
@@ -228,6 +248,7 @@ func headBounds(c headCase) (loss, dx, dw float64) {
 		for _, l := range row {
 			s += math.Exp(l - m)
 		}
+		scale := scaleOf(r)
 		for j, l := range row {
 			dl[r*headV+j] = scale * math.Exp(l-m) / s
 		}
@@ -238,8 +259,12 @@ func headBounds(c headCase) (loss, dx, dw float64) {
 	mw, bigDw := productSums(headV, headD, n, func(j, r int) float64 { return dl[r*headV+j] },
 		func(r, k int) float64 { return float64(x[r*headD+k]) })
 	rowMax := bigR + math.Log(headV)
-	loss = 2*dLogit + 2*u*rowMax + 0x1p-21 + 3*u*math.Log(headV) + gamma((headV+255)/256+8) +
-		(3+2*bigR)*u + gamma(vulkan.ReduceDepth(n)+1)*rowMax
+	token := 2*dLogit + 2*u*rowMax + 0x1p-21 + 3*u*math.Log(headV) + gamma((headV+255)/256+8) + (3+2*bigR)*u
+	loss = token + gamma(vulkan.ReduceDepth(n)+1)*rowMax
+	if c.form == sequences { // a sequence's per tokens' errors, and its row sum's on their sum
+		per := n / headSeqRows
+		loss = float64(per)*token + gamma(vulkan.RowSumDepth(per))*float64(per)*rowMax
+	}
 	dx = (eps + gamma(headV)) * mx
 	dw = (eps + gamma(n)) * mw
 	if bf16 {
@@ -288,6 +313,10 @@ func TestHeadLoss(t *testing.T) {
 		{name: "seeded 16-bit head fp32 blocks of 4", form: seeded, w16: true, chunk: headChunk, targets: headTargets},
 		{name: "recomputed 16-bit head fp32 blocks of 4", form: recomputed, w16: true, chunk: headChunk, targets: headTargets},
 		{name: "seeded 16-bit head bf16 blocks of 4", policy: &bf16, form: seeded, w16: true, chunk: headChunk, targets: headTargets},
+		{name: "sequences fp32 blocks of 5", form: sequences, trainW: true, chunk: 5, targets: headSeqTargets},
+		{name: "sequences fp32 one block", form: sequences, trainW: true, chunk: 0, targets: headSeqTargets},
+		{name: "sequences bf16 blocks of 4", policy: &bf16, form: sequences, trainW: true, chunk: headChunk, targets: headSeqTargets},
+		{name: "sequences 16-bit head bf16 blocks of 5", policy: &bf16, form: sequences, w16: true, chunk: 5, targets: headSeqTargets},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			ref := c.run(t, tensor.Float64, nil)

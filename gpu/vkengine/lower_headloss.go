@@ -145,6 +145,9 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 			Targets: h.targets, RowLoss: h.rowLoss, Count: count}
 		if g != nil {
 			xe.Seed = g.seed
+			if a.SeqRows > 0 { // the sequences' gradients, one each
+				xe.PerRow = a.N / a.SeqRows
+			}
 		}
 		if err := ks.CrossEntropyForward(r, xe); err != nil {
 			return err
@@ -172,6 +175,9 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 				return err
 			}
 		}
+	}
+	if a.SeqRows > 0 { // each sequence's log-probability: minus its tokens' losses, summed
+		return ks.RowSum(r, h.rowLoss, loss, a.SeqRows, a.N/a.SeqRows, -1)
 	}
 	return ks.Sum(r, h.rowLoss, a.N, invCount(count), h.scratch, loss, 0)
 }
@@ -252,7 +258,7 @@ func lowerHeadLossBackward(p *Program, nd *node) (recordFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	loss, err := p.Saved(nd.spec.ID, "loss_again", 4)
+	loss, err := p.Saved(nd.spec.ID, "loss_again", 4*max(1, a.SeqRows))
 	if err != nil {
 		return nil, err
 	}

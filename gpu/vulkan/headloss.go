@@ -23,8 +23,10 @@ type CrossEntropyArgs struct {
 	// (0 everywhere when Count is 0).
 	Seed  *Buffer
 	Count int
-	// PerRow, for SequenceLogProbsBackward, is the number of rows of each
-	// sequence: Seed holds one gradient per sequence.
+	// PerRow, for SequenceLogProbsBackward and for CrossEntropyForward
+	// with a Seed, makes the rows sequences of PerRow rows (row First
+	// being the whole's row First): Seed holds one gradient a sequence,
+	// and the gradient is −Seed[seq]·(softmax − onehot(target)).
 	PerRow int
 }
 
@@ -33,6 +35,7 @@ const (
 	xentSoftmaxGrad = 1 // row losses, dst = the logits' gradient
 	xentGradOfProbs = 2 // dst = the gradient from probabilities
 	xentSeqGrad     = 3 // dst = the gradient of sequences' summed log-probabilities
+	xentSeqSoftmax  = 4 // row losses, dst = that gradient, from the logits
 )
 
 // CrossEntropyForward records the row losses of a's rows into RowLoss and
@@ -40,10 +43,27 @@ const (
 // instead (LMHeadLoss computes it in the forward pass).
 func (ks *Kernels) CrossEntropyForward(r *Recorder, a CrossEntropyArgs) error {
 	mode := uint32(xentSoftmax)
-	if a.Seed != nil {
+	switch {
+	case a.Seed != nil && a.PerRow > 0: // the gradient of sequences' log-probabilities, −Seed[seq]·(softmax − onehot)
+		if err := seqSeed(a); err != nil {
+			return fmt.Errorf("vulkan: CrossEntropyForward %d×%d: %w", a.Rows, a.V, err)
+		}
+		mode, a.Count = xentSeqSoftmax, 0
+	case a.Seed != nil:
 		mode = xentSoftmaxGrad
 	}
 	return ks.crossEntropy(r, "CrossEntropyForward", mode, a)
+}
+
+// seqSeed checks Seed's length against the sequences of PerRow rows
+// that a's rows (a block of them, from row First) belong to, one
+// gradient a sequence.
+func seqSeed(a CrossEntropyArgs) error {
+	if a.PerRow <= 0 || a.First < 0 || a.Rows < 0 {
+		return fmt.Errorf("rows %d from %d in sequences of %d", a.Rows, a.First, a.PerRow)
+	}
+	n := (a.First + a.Rows + a.PerRow - 1) / a.PerRow
+	return extent("Seed", a.Seed, 0, 1, max(n, 1), max(n, 1), 4)
 }
 
 // CrossEntropyBackward records the logits' gradient into Dst from the
@@ -60,11 +80,8 @@ func (ks *Kernels) CrossEntropyBackward(r *Recorder, a CrossEntropyArgs) error {
 // probabilities in Src (CrossEntropyForward's Dst). Count and RowLoss
 // are unused.
 func (ks *Kernels) SequenceLogProbsBackward(r *Recorder, a CrossEntropyArgs) error {
-	if a.PerRow <= 0 || a.Rows%a.PerRow != 0 || a.First%a.PerRow != 0 {
-		return fmt.Errorf("vulkan: SequenceLogProbsBackward %d×%d: rows %d from %d are not sequences of %d", a.Rows, a.V, a.Rows, a.First, a.PerRow)
-	}
 	if a.Seed != nil {
-		if err := extent("Seed", a.Seed, 0, 1, (a.First+a.Rows)/a.PerRow, (a.First+a.Rows)/a.PerRow, 4); err != nil {
+		if err := seqSeed(a); err != nil {
 			return fmt.Errorf("vulkan: SequenceLogProbsBackward %d×%d: %w", a.Rows, a.V, err)
 		}
 	}
@@ -110,7 +127,7 @@ func (ks *Kernels) crossEntropy(r *Recorder, name string, mode uint32, a CrossEn
 	if a.Rows < 0 || a.V <= 0 || a.First < 0 || a.Count < 0 || a.Count > math.MaxUint32 {
 		return wrap(fmt.Errorf("rows %d, first %d and count %d must be ≥ 0 and V > 0", a.Rows, a.First, a.Count))
 	}
-	if mode != xentSoftmax && a.Seed == nil || mode == xentSeqGrad && a.PerRow <= 0 {
+	if mode != xentSoftmax && a.Seed == nil || (mode == xentSeqGrad || mode == xentSeqSoftmax) && a.PerRow <= 0 {
 		return wrap(fmt.Errorf("the gradient needs the loss's gradient (Seed)"))
 	}
 	if a.Rows == 0 {

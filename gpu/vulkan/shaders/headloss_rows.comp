@@ -10,6 +10,8 @@
 //   mode 3: mode 2 with each row's own scale, −seed[row/per]: the
 //           gradient of sequences of per rows' summed log-probabilities
 //           (seqLogProbsOp's backward; count is unused)
+//   mode 4: mode 1 with that scale (SequenceLogProbsHead's backward,
+//           which computes each block of logits again)
 // A row whose target is ignored (or outside [0, V): the host checks the
 // targets before it records) has loss 0 and gradient 0; so do all rows
 // when count is 0. src and dst may be the same buffer: each invocation
@@ -52,10 +54,10 @@ void main() {
 		uint base = r * p.v;
 		int tg = targets[p.first + r];
 		bool kept = tg >= 0 && uint(tg) < p.v;
-		if (p.mode == 3u) {
+		if (p.mode == 3u || p.mode == 4u) {
 			scale = -seed[(p.first + r) / p.per];
 		}
-		if (p.mode >= 2u) {
+		if (p.mode == 2u || p.mode == 3u) {
 			for (uint j = t; j < p.v; j += 256u) {
 				precise float d = 0.0;
 				if (kept && (p.count > 0u || p.mode == 3u)) {
@@ -94,8 +96,8 @@ void main() {
 		float inv = 1.0 / sum;
 		for (uint j = t; j < p.v; j += 256u) {
 			precise float q = dst[base + j] * inv;
-			if (p.mode == 1u) {
-				if (kept && p.count > 0u) {
+			if (p.mode == 1u || p.mode == 4u) {
+				if (kept && (p.count > 0u || p.mode == 4u)) {
 					q = scale * q;
 					if (j == uint(tg)) q = q - scale;
 				} else {
