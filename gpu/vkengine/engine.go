@@ -16,6 +16,7 @@ package vkengine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -108,7 +109,7 @@ type Program struct {
 	nodes  map[*G.Node]*node
 	fwd    map[int]*node // forward ops by ID, for their backward ops
 	share  func(name string) *vulkan.Buffer
-	hosts  map[int]*hostLoss // host_loss ops' state, by op ID
+	hosts  map[int][]float64 // host_loss ops' last ∂loss/∂x, by op ID
 	// named are the program's weights by name, with those of its
 	// checkpointed layers' programs (Param).
 	named map[string]*vulkan.Buffer
@@ -162,12 +163,9 @@ func Share(buf func(name string) *vulkan.Buffer) CompileOption {
 // uploaded now and again only by SyncParams; every other input is
 // uploaded at each Run.
 func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...CompileOption) (*Program, error) {
-	order, err := G.Sort(g)
+	order, err := runOrder(g)
 	if err != nil {
-		return nil, fmt.Errorf("vkengine: sort graph: %w", err)
-	}
-	for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 { // Sort puts outputs first
-		order[i], order[j] = order[j], order[i]
+		return nil, fmt.Errorf("vkengine: %w", err)
 	}
 	p := newProgram(e, order)
 	for _, o := range opts {
@@ -178,6 +176,16 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...Com
 		return nil, err
 	}
 	return p, nil
+}
+
+// runOrder is g's nodes in the order the CPU engine runs them.
+func runOrder(g *G.ExprGraph) (G.Nodes, error) {
+	order, err := G.Sort(g)
+	if err != nil {
+		return nil, fmt.Errorf("sort graph: %w", err)
+	}
+	slices.Reverse(order) // Sort puts outputs first
+	return order, nil
 }
 
 // newProgram is an empty program over the nodes in order.

@@ -83,12 +83,9 @@ func (p *Program) layerProgram(a nn.LayerAttrs, g *G.ExprGraph, full bool, bind 
 	if err := a.Bind(); err != nil {
 		return nil, err
 	}
-	order, err := G.Sort(g)
+	order, err := runOrder(g)
 	if err != nil {
-		return nil, fmt.Errorf("sort the layer graph: %w", err)
-	}
-	for i, j := 0, len(order)-1; i < j; i, j = i+1, j-1 {
-		order[i], order[j] = order[j], order[i]
+		return nil, fmt.Errorf("the layer graph: %w", err)
 	}
 	if p.pools == nil {
 		p.pools = map[poolKey]*pool{}

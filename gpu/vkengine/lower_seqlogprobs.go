@@ -65,12 +65,6 @@ func lowerSequenceLogProbsBackward(p *Program, nd *node) (recordFunc, error) {
 	})
 }
 
-// hostLoss is what host_loss's forward lowering hands its backward one:
-// the last run's ∂loss/∂x.
-type hostLoss struct {
-	x, grad []float64
-}
-
 // lowerHostLoss is the forward op: the device's values of x come down,
 // the loss is computed on the host, and the loss goes up.
 func lowerHostLoss(p *Program, nd *node) (recordFunc, error) {
@@ -78,8 +72,8 @@ func lowerHostLoss(p *Program, nd *node) (recordFunc, error) {
 	if a.Loss == nil || a.N <= 0 {
 		return nil, fmt.Errorf("host loss of %d values without a function", a.N)
 	}
-	h := p.hostLoss(nd.spec.ID, a.N)
-	x32 := make([]float32, a.N)
+	grad := p.hostLossGrad(nd.spec.ID, a.N)
+	x32, x := make([]float32, a.N), make([]float64, a.N)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if err := r.Submit(); err != nil { // x's values, and everything before them, computed
 			return err
@@ -89,9 +83,9 @@ func lowerHostLoss(p *Program, nd *node) (recordFunc, error) {
 			return err
 		}
 		for i, v := range x32 {
-			h.x[i] = float64(v)
+			x[i] = float64(v)
 		}
-		y, err := a.Loss.Loss(h.x, h.grad)
+		y, err := a.Loss.Loss(x, grad)
 		if err != nil {
 			return err
 		}
@@ -112,17 +106,16 @@ func lowerHostLossBackward(p *Program, nd *node) (recordFunc, error) {
 	if seed.Op() != nil || !seed.IsScalar() {
 		return nil, fmt.Errorf("the gradient of host loss %s is computed by the graph; the Vulkan engine takes it as a scalar input", seed.Name())
 	}
-	h := p.hostLoss(nd.spec.ID, a.N)
-	g32 := make([]float32, a.N)
 	if nd.grads[0] == nil {
 		return nil, nil
 	}
+	grad, g32 := p.hostLossGrad(nd.spec.ID, a.N), make([]float32, a.N)
 	return func(*vulkan.Recorder, nn.Pass) error {
 		s, err := hostScalar(seed)
 		if err != nil {
 			return err
 		}
-		for i, d := range h.grad {
+		for i, d := range grad {
 			g32[i] = float32(s * d)
 		}
 		p.Transfers.Up += int64(4 * a.N)
@@ -145,15 +138,15 @@ func hostScalar(n *G.Node) (float64, error) {
 	return 0, fmt.Errorf("input %s holds %T, want a float", n.Name(), v.Data())
 }
 
-// hostLoss is the host state op id's lowerings share (made on first use).
-func (p *Program) hostLoss(id, n int) *hostLoss {
-	if h, ok := p.hosts[id]; ok {
-		return h
+// hostLossGrad is where host_loss op id's forward lowering leaves the
+// last run's ∂loss/∂x for its backward one (made on first use).
+func (p *Program) hostLossGrad(id, n int) []float64 {
+	if g, ok := p.hosts[id]; ok {
+		return g
 	}
-	h := &hostLoss{x: make([]float64, n), grad: make([]float64, n)}
 	if p.hosts == nil {
-		p.hosts = map[int]*hostLoss{}
+		p.hosts = map[int][]float64{}
 	}
-	p.hosts[id] = h
-	return h
+	p.hosts[id] = make([]float64, n)
+	return p.hosts[id]
 }

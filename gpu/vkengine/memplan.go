@@ -156,15 +156,18 @@ func (pl *memPlan) prepare(order G.Nodes) error {
 // release frees the buffers of the values whose last reader comes before
 // index i.
 func (pl *memPlan) release(i int) {
+	freed := false
 	for ; pl.done < i; pl.done++ {
 		for _, v := range pl.dying[pl.done] {
-			if b := pl.owner[v]; b != nil && pl.planned[b] {
+			if b := pl.owner[v]; b != nil { // owned: a planned buffer
 				delete(pl.owner, v)
-				pl.free = append(pl.free, b)
+				pl.free, freed = append(pl.free, b), true
 			}
 		}
 	}
-	sort.SliceStable(pl.free, func(a, b int) bool { return pl.free[a].Size() < pl.free[b].Size() })
+	if freed {
+		sort.SliceStable(pl.free, func(a, b int) bool { return pl.free[a].Size() < pl.free[b].Size() })
+	}
 }
 
 // take is a buffer of at least bytes for value v: the smallest free one
