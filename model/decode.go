@@ -44,6 +44,23 @@ type Decoder struct {
 type DecodeConfig struct {
 	Policy *amp.Policy
 	Linear LinearFunc
+	// Device, when set, runs the graphs on another engine than the CPU's
+	// (the Vulkan engine, which keeps the cache on its device); they are
+	// built exactly as for the CPU.
+	Device DecodeDevice
+}
+
+// DecodeDevice compiles a decoding graph, b's, whose logits are node
+// logits, for another engine (vkengine.Decoding.Compile). cache is the
+// Decoder's: its SetRows says, before each run, which sequence each row
+// continues.
+type DecodeDevice func(logits *G.Node, b *nn.Builder, cache *nn.KVCache) (DecodeProgram, error)
+
+// DecodeProgram is one decoding graph compiled for a DecodeDevice.
+type DecodeProgram interface {
+	Run(nn.Pass) error                   // computes the rows the cache's SetRows set
+	Read(n *G.Node, dst []float32) error // reads a node's values (the logits)
+	Close()
 }
 
 // decodeBudget is the activation memory one decoding run may take; it
@@ -62,16 +79,23 @@ const (
 // place of m's own (merged adapters: see NewDecoderWith for unmerged
 // ones); names w lacks, or all with a nil w, keep m's weights.
 func NewDecoder(m *Model, w map[string][]float32, be blas.Backend) *Decoder {
-	if w != nil {
-		mw := &Model{Config: m.Config, Weights: maps.Clone(m.Weights)}
-		for name, data := range w {
-			if t, ok := m.Weights[name]; ok {
-				mw.Weights[name] = &Tensor{Shape: t.Shape, Data: data}
-			}
-		}
-		m = mw
+	return NewDecoderWith(WithWeights(m, w), nn.NewEngine(be), DecodeConfig{})
+}
+
+// WithWeights is m with weights w, by HF name, in place of its own (fp32
+// values of the same shapes: merged adapters); names w lacks keep m's.
+// m itself is not changed.
+func WithWeights(m *Model, w map[string][]float32) *Model {
+	if w == nil {
+		return m
 	}
-	return NewDecoderWith(m, nn.NewEngine(be), DecodeConfig{})
+	mw := &Model{Config: m.Config, Weights: maps.Clone(m.Weights)}
+	for name, data := range w {
+		if t, ok := m.Weights[name]; ok {
+			mw.Weights[name] = &Tensor{Shape: t.Shape, Data: data}
+		}
+	}
+	return mw
 }
 
 // NewDecoderWith prepares generation with m's weights on eng, computing as
@@ -116,9 +140,12 @@ func (d *Decoder) GenerateContext(ctx context.Context, prompts [][]int, maxNew i
 		}
 	}
 	d.cache.Reset()
-	for range prompts {
+	longest := 0
+	for _, p := range prompts {
 		d.cache.Add()
+		longest = max(longest, len(p))
 	}
+	d.cache.Reserve(min(longest+maxNew, c.MaxPositionEmbeddings))
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
 	out := make([][]int, len(prompts))
 	// prefill: every prompt token; then one token per live sequence
@@ -226,6 +253,7 @@ func (d *Decoder) Logits(tokens []int, prefill int) ([][]float32, error) {
 	}
 	d.cache.Reset()
 	d.cache.Add()
+	d.cache.Reserve(len(tokens))
 	var out [][]float32
 	for p := 0; p < len(tokens); {
 		n := 1
@@ -261,8 +289,18 @@ func (d *Decoder) inVocabulary(ids []int) error {
 type decodeGraph struct {
 	rows, outputs int
 	g             *Graph
-	vm            G.VM
+	vm            G.VM          // on the CPU engine, or
+	prog          DecodeProgram // on a DecodeDevice, reading its logits into logits
+	logits        []float32
 	ids, picks    []int
+}
+
+func (dg *decodeGraph) close() {
+	if dg.prog != nil {
+		dg.prog.Close()
+		return
+	}
+	dg.vm.Close()
 }
 
 // run puts rows, adjacent for each sequence, through a graph of their
@@ -291,11 +329,22 @@ func (d *Decoder) run(rows []decodeRow) ([][]float32, error) {
 	if err := d.cache.SetRows(seqs); err != nil {
 		return nil, err
 	}
-	dg.vm.Reset()
-	if err := dg.vm.RunAll(); err != nil {
-		return nil, fmt.Errorf("decode %d tokens: %w", len(rows), err)
+	var all []float32
+	if dg.prog != nil {
+		if err := dg.prog.Run(nn.Pass{}); err != nil {
+			return nil, fmt.Errorf("decode %d tokens: %w", len(rows), err)
+		}
+		if err := dg.prog.Read(dg.g.Logits, dg.logits); err != nil {
+			return nil, fmt.Errorf("decode %d tokens: %w", len(rows), err)
+		}
+		all = dg.logits
+	} else {
+		dg.vm.Reset()
+		if err := dg.vm.RunAll(); err != nil {
+			return nil, fmt.Errorf("decode %d tokens: %w", len(rows), err)
+		}
+		all = dg.g.Logits.Value().Data().([]float32)
 	}
-	all := dg.g.Logits.Value().Data().([]float32)
 	V := d.m.Config.VocabSize
 	out := make([][]float32, asked)
 	for i := range out {
@@ -335,13 +384,29 @@ func (d *Decoder) graph(rows, outputs int) (*decodeGraph, error) {
 			return nil, err
 		}
 	}
-	dg.vm = nn.NewTapeMachine(b.Eng, b.G)
+	if d.cfg.Device != nil {
+		if dg.prog, err = d.cfg.Device(g.Logits, b, d.cache); err != nil {
+			return nil, err
+		}
+		dg.logits = make([]float32, g.Logits.Shape().TotalSize())
+	} else {
+		dg.vm = nn.NewTapeMachine(b.Eng, b.G)
+	}
 	d.graphs = append([]*decodeGraph{dg}, d.graphs...)
 	if len(d.graphs) > keptGraphs {
-		d.graphs[keptGraphs].vm.Close()
+		d.graphs[keptGraphs].close()
 		d.graphs = d.graphs[:keptGraphs]
 	}
 	return dg, nil
+}
+
+// Close lets go of the graphs the Decoder built (a DecodeDevice's
+// buffers); it may not be used after.
+func (d *Decoder) Close() {
+	for _, dg := range d.graphs {
+		dg.close()
+	}
+	d.graphs = nil
 }
 
 // pick chooses the next token from logits.

@@ -143,6 +143,7 @@ func (b *Builder) Attention(q, k, v *G.Node, s AttentionShape) *G.Node {
 	if s.Cache != nil {
 		check(b.Dtype == tensor.Float32 && s.Positions == nil && s.Layer >= 0 && s.Layer < s.Cache.layers && ks[1] == s.Cache.width,
 			"attention: a decoding graph's layer %d of %d, k %v for cached rows of %d", s.Layer, s.Cache.layers, ks, s.Cache.width)
+		base.kind = "attention_cache"
 		return b.apply(&attentionCacheOp{opBase: base, s: s, f: f, buf: newBuffer[float32](qs...)}, q, k, v)
 	}
 	if s.tiled() {

@@ -21,6 +21,7 @@ import (
 // points and kernels of the training graph.
 type KVCache struct {
 	layers, width int           // width: KVHeads·HeadDim, one cached row
+	reserved      int           // Reserve's tokens a sequence, until Reset
 	k, v          [][][]float32 // [sequence][layer]: rows of width values
 	length        []int         // tokens each sequence holds
 	invFreq       []float32
@@ -45,7 +46,7 @@ func NewKVCache(layers, width int, invFreq []float32) *KVCache {
 
 // Reset forgets every sequence.
 func (c *KVCache) Reset() {
-	c.k, c.v, c.length = nil, nil, nil
+	c.k, c.v, c.length, c.reserved = nil, nil, nil, 0
 	c.seq, c.pos, c.segs = c.seq[:0], c.pos[:0], c.segs[:0]
 }
 
@@ -56,6 +57,33 @@ func (c *KVCache) Add() int {
 	c.length = append(c.length, 0)
 	return len(c.length) - 1
 }
+
+// Reserve says that no sequence will hold more than tokens tokens before
+// the next Reset: an engine that keeps the cache in buffers of its own
+// (the Vulkan engine's) makes them that large once instead of growing
+// them as the sequences grow. The CPU's cache ignores it.
+func (c *KVCache) Reserve(tokens int) { c.reserved = max(c.reserved, tokens) }
+
+// Reserved is the most tokens Reserve announced since the last Reset.
+func (c *KVCache) Reserved() int { return c.reserved }
+
+// Sequences is the number of sequences Add started since the last Reset.
+func (c *KVCache) Sequences() int { return len(c.length) }
+
+// Layers is the number of layers whose keys and values the cache holds.
+func (c *KVCache) Layers() int { return c.layers }
+
+// Width is the number of values a token's key (or value) holds in a
+// layer: KVHeads·HeadDim.
+func (c *KVCache) Width() int { return c.width }
+
+// InvFreq are the rotary inverse frequencies the cache's rotations use.
+func (c *KVCache) InvFreq() []float32 { return c.invFreq }
+
+// Run is the next run's rows as SetRows set them: the sequence each row
+// continues and its position there. The slices are the cache's own,
+// valid until the next SetRows.
+func (c *KVCache) Run() (seq, pos []int) { return c.seq, c.pos }
 
 // Len is the number of tokens sequence s holds.
 func (c *KVCache) Len(s int) int { return c.length[s] }

@@ -38,3 +38,31 @@ func attentionAttrs(s AttentionShape, f attnFormats) AttentionAttrs {
 
 func (o *attentionOp[T]) attrs() any      { return attentionAttrs(o.s, o.f) }
 func (o *attentionTiledOp[T]) attrs() any { return attentionAttrs(o.s, o.f) }
+
+// AttentionCacheAttrs are a decoding graph's attention's
+// ("attention_cache"): q [Rows, Heads·HeadDim] and the run's new keys and
+// values k, v [Rows, KVHeads·HeadDim] join Cache's sequences as layer
+// Layer (KVCache.Run says which sequence each row continues, at which
+// position), and each row attends to its sequence's tokens up to itself
+// (its last Window when Window > 0), with AttentionAttrs's rounding
+// points: S = round(Scores, QKᵀ/√d); P = round(Softmax, softmax(S));
+// O = round(Out, round(Values, P)·V).
+type AttentionCacheAttrs struct {
+	Rows, Heads, KVHeads, HeadDim int
+	Window, Layer                 int
+	Cache                         *KVCache
+	Scores, Softmax, Values       amp.Format
+}
+
+func (o *attentionCacheOp) attrs() any {
+	s := o.s
+	return AttentionCacheAttrs{Rows: s.Batch * s.SeqLen, Heads: s.Heads, KVHeads: s.KVHeads, HeadDim: s.HeadDim,
+		Window: s.Window, Layer: s.Layer, Cache: s.Cache, Scores: o.f.scores, Softmax: o.f.softmax, Values: o.f.values}
+}
+
+// RowsAttrs are a "rows" op's: y [M, D] = x[idx[i], :] for x [N, D] and M
+// int indices below N (a decoding graph's head reads each sequence's
+// last row).
+type RowsAttrs struct{ N, D, M int }
+
+func (o *rowsOp) attrs() any { return RowsAttrs{N: o.n, D: o.d, M: o.buf.shape[0]} }

@@ -31,14 +31,19 @@ type RopeAttrs struct {
 	Rows, Heads, SeqLen int
 	InvFreq             []float32
 	Positions           []int
-	// Decoding is set for a decoding graph's rope, whose positions and
-	// table live in a KVCache: only the CPU engine runs it.
-	Decoding bool
+	// Cache is set for a decoding graph's rope: row r is at the position
+	// the cache's next run gives it (KVCache.Run), and the table covers
+	// every position the cache holds; Positions and SeqLen do not apply.
+	Cache *KVCache
 }
 
 func (o *ropeOp[T]) attrs() any {
-	return RopeAttrs{Rows: o.shape[0], Heads: o.heads, SeqLen: o.seqLen, InvFreq: o.invFreq,
-		Positions: o.positions, Decoding: o.cache != nil}
+	inv := o.invFreq
+	if o.cache != nil {
+		inv = o.cache.invFreq
+	}
+	return RopeAttrs{Rows: o.shape[0], Heads: o.heads, SeqLen: o.seqLen, InvFreq: inv,
+		Positions: o.positions, Cache: o.cache}
 }
 
 // EmbeddingAttrs are an "embedding" op's and its backward's: y[N, D] =

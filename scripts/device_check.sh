@@ -300,8 +300,8 @@ quick() {
 	timeout 40 "$q/mixtune" bench $tiny --ffn 5632 --steps 2 --warmup 1 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --profile 2>&1 | tail -34
 	echo "== BenchmarkAttention $(date +%T)"
 	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^$' -test.bench '^BenchmarkAttention$' -test.benchtime 5x 2>&1 | grep -E "^Benchmark|FAIL")
-	echo "== TestGemmTensorCores, TestAttentionTensorCores $(date +%T)"
-	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^(TestGemmTensorCores|TestAttentionTensorCores)$' -test.v 2>&1 | grep -E "^--- |worst|variant|products|FAIL|PASS|differs" | grep -v "    --- PASS")
+	echo "== TestGemmTensorCores, TestAttentionTensorCores, TestCacheAttention $(date +%T)"
+	(cd gpu/vulkan && MIXTUNE_VK_DEVICE=$uuid timeout 60 "$q/vulkan.test" -test.run '^(TestGemmTensorCores|TestAttentionTensorCores|TestCacheAttention)$' -test.v 2>&1 | grep -E "^--- |worst|variant|products|FAIL|PASS|differs" | grep -v "    --- PASS")
 	echo "== training against the CPU $(date +%T)"
 	(cd train && timeout 70 "$q/train.test" -test.run '^TestVulkanQuickstartMatchesCPU$' -test.v 2>&1 | grep -E "^--- |worst relative")
 	echo "== per-op parity suite $(date +%T)"

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/data"
+	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/internal/jsonfloat"
 	"github.com/mixtune/mixtune/model"
 )
@@ -72,6 +74,9 @@ func lossReport(sum float64, n, batches int) (LossReport, error) {
 
 // TaskReport is the exact-match accuracy of greedy answers.
 type TaskReport struct {
+	// Engine is where the answers were generated: "cpu", or "vulkan: "
+	// and the device.
+	Engine   string    `json:"engine,omitempty"`
 	Correct  int       `json:"correct"`
 	Total    int       `json:"total"`
 	Accuracy float64   `json:"accuracy"`
@@ -107,11 +112,10 @@ func loadTask(path string, f data.Format, limit int) (*taskSet, error) {
 	return ts, nil
 }
 
-// accuracy generates a greedy answer to each prompt, up to a stop id, and
-// counts exact matches of the decoded text. Cancelling ctx stops it
-// before the next token with ErrInterrupted.
-func (ts *taskSet) accuracy(ctx context.Context, m *model.Model, weights map[string][]float32, be blas.Backend, tok data.Tokenizer, stop []int, maxNew int) (TaskReport, error) {
-	d := model.NewDecoder(m, weights, be)
+// accuracy generates with d a greedy answer to each prompt, up to a stop
+// id, and counts exact matches of the decoded text. Cancelling ctx stops
+// it before the next token with ErrInterrupted.
+func (ts *taskSet) accuracy(ctx context.Context, d *model.Decoder, tok data.Tokenizer, stop []int, maxNew int) (TaskReport, error) {
 	if len(stop) > 0 {
 		d.Stop = stop
 	}
@@ -147,6 +151,10 @@ type EvalConfig struct {
 	Text                 TextConfig // the recipe's tokenizer, chat template and loss mode
 	BLAS                 blas.Kind
 	Threads              int
+	// VulkanDevice, when set, computes on the Vulkan engine on that
+	// device (an index, UUID or PCI bus id), as compute.vulkan_device
+	// names one.
+	VulkanDevice string
 }
 
 // Eval computes the mean loss per target token and the perplexity. A
@@ -186,12 +194,31 @@ func Eval(c EvalConfig) (LossReport, error) {
 	if l.Stats().TargetTokens == 0 {
 		return LossReport{}, inputError(fmt.Errorf("%s: no row has a target token within --seq-len %d", c.Data, c.SeqLen))
 	}
-	ru, err := newRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil, nil)
+	var o graphOptions
+	if c.VulkanDevice != "" {
+		g, err := openVulkanFlag(c.VulkanDevice)
+		if err != nil {
+			return LossReport{}, err
+		}
+		defer g.close()
+		o.gpu = g
+	}
+	ru, err := buildRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil, nil, o)
 	if err != nil {
 		return LossReport{}, err
 	}
 	defer ru.close()
 	return evaluate(context.Background(), ru, l.Batches())
+}
+
+// openVulkanFlag opens the Vulkan engine on the device a --vulkan-device
+// flag names, for fp32 work; a device it cannot open is bad input.
+func openVulkanFlag(spec string) (*gpuEngine, error) {
+	g, _, err := openGPU(ComputeConfig{Device: ComputeGPU, VulkanDevice: spec}, device.Selection{}, amp.FP32)
+	if err != nil {
+		return nil, inputError(fmt.Errorf("--vulkan-device %s: %w", spec, err))
+	}
+	return g, nil
 }
 
 // roomToGenerate refuses a prompt of n tokens (BOS and any chat template
@@ -217,6 +244,9 @@ type GenerateConfig struct {
 	MaxNewTokens int
 	Sampling     model.Sampling
 	BLAS         blas.Kind
+	// VulkanDevice, when set, decodes on the Vulkan engine on that device
+	// (an index, UUID or PCI bus id), as compute.vulkan_device names one.
+	VulkanDevice string
 }
 
 // Generate continues a prompt, or answers it as a chat model, and returns
@@ -246,7 +276,15 @@ func Generate(c GenerateConfig) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	d := model.NewDecoder(m, w, eng.BLAS)
+	var g *gpuEngine
+	if c.VulkanDevice != "" {
+		if g, err = openVulkanFlag(c.VulkanDevice); err != nil {
+			return "", err
+		}
+		defer g.close()
+	}
+	d, done := decoder(m, w, eng.BLAS, g)
+	defer done()
 	if len(text.Stop) > 0 {
 		d.Stop = text.Stop
 	}

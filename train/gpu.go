@@ -6,10 +6,16 @@ import (
 	"sort"
 	"strings"
 
+	G "gorgonia.org/gorgonia"
+
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/blas"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/gpu/vkengine"
 	"github.com/mixtune/mixtune/gpu/vulkan"
+	"github.com/mixtune/mixtune/model"
+	"github.com/mixtune/mixtune/nn"
+	"github.com/mixtune/mixtune/peft"
 )
 
 // ComputeDevice is compute.device: which engine computes the run.
@@ -302,7 +308,8 @@ func (r *Recipe) RankAssignment(sel device.Selection, ranks int) ([]string, erro
 func (g *gpuEngine) memoryError(r *Recipe, err error) error {
 	var ve *vulkan.Error
 	switch {
-	case errors.As(err, &ve) && ve.Result == vulkan.ErrorOutOfDeviceMemory:
+	case outOfDeviceMemory(err):
+		errors.As(err, &ve)
 		held, _ := g.dev.MemoryUse()
 		hint := ""
 		if !r.Compute.ActivationCheckpointing {
@@ -315,4 +322,44 @@ func (g *gpuEngine) memoryError(r *Recipe, err error) error {
 		return inputError(fmt.Errorf("compute.device: one of the run's values is larger than the largest buffer the device makes (%w); lower train.batch_size or data.seq_len, or compute on the cpu", err))
 	}
 	return err
+}
+
+// outOfDeviceMemory says whether err is the device's running out of
+// memory.
+func outOfDeviceMemory(err error) bool {
+	var ve *vulkan.Error
+	return errors.As(err, &ve) && ve.Result == vulkan.ErrorOutOfDeviceMemory
+}
+
+// decoder is a greedy decoder of m with weights w (adapters merged): on
+// g's device when g is set (vkengine.Decoding: the weights, values and
+// key/value cache there), else on the CPU with be. done frees what it
+// holds on the device.
+func decoder(m *model.Model, w map[string][]float32, be blas.Backend, g *gpuEngine) (d *model.Decoder, done func()) {
+	if g == nil {
+		return model.NewDecoder(m, w, be), func() {}
+	}
+	return deviceDecoder(model.WithWeights(m, w), nil, be, g, nil)
+}
+
+// deviceDecoder is a greedy fp32 decoder of m, with adapter l unmerged
+// (nil: none), on g's device; share gives weights another program holds
+// there (nil: none), read in place.
+func deviceDecoder(m *model.Model, l *peft.Adapter, be blas.Backend, g *gpuEngine, share func(string) *vulkan.Buffer) (d *model.Decoder, done func()) {
+	dec := vkengine.NewDecoding(g.eng, share)
+	cfg := model.DecodeConfig{Device: func(logits *G.Node, b *nn.Builder, c *nn.KVCache) (model.DecodeProgram, error) {
+		p, err := dec.Compile(logits, b, c)
+		if err != nil {
+			return nil, fmt.Errorf("decode on %s: %w", g.phys.Name, err)
+		}
+		return p, nil
+	}}
+	if l != nil {
+		cfg.Linear = l.Linear(map[string]*G.Node{})
+	}
+	d = model.NewDecoderWith(m, nn.NewEngine(be), cfg)
+	return d, func() {
+		d.Close()
+		dec.Close()
+	}
 }

@@ -671,6 +671,9 @@ func (s *session) taskReport(ctx context.Context) (TaskReport, error) {
 		if err := json.Unmarshal(pb, &r); err != nil {
 			return TaskReport{}, err
 		}
+		if out.Engine == "" {
+			out.Engine = r.Engine
+		}
 		out.Correct += r.Correct
 		out.Total += r.Total
 		for _, a := range r.Samples {

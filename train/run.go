@@ -851,14 +851,38 @@ func (s *session) save() error {
 	return nil
 }
 
-// taskAccuracy generates greedy answers to ts with the adapter merged in.
+// taskAccuracy generates greedy fp32 answers to ts on the run's engine.
+// On the CPU the adapter is merged in. On a device the decoding graphs
+// read the training program's weights where they are, the adapter
+// unmerged (the same function within fp32 rounding): no second copy of
+// the model, nothing uploaded. Where the device has no room for decoding
+// beside training, the answers come from the CPU, saying so.
 func (s *session) taskAccuracy(ctx context.Context, ts *taskSet) (TaskReport, error) {
 	p := s.parts
-	w, err := mergedWeights(p.model, p.lora)
-	if err != nil {
-		return TaskReport{}, err
+	onCPU := func() (TaskReport, error) {
+		w, err := mergedWeights(p.model, p.lora)
+		if err != nil {
+			return TaskReport{}, err
+		}
+		d, done := decoder(p.model, w, p.eng.BLAS, nil)
+		defer done()
+		return ts.accuracy(ctx, d, p.tok, p.stop, s.r.Task.MaxNewTokens)
 	}
-	return ts.accuracy(ctx, p.model, w, p.eng.BLAS, p.tok, p.stop, s.r.Task.MaxNewTokens)
+	if p.gpu == nil {
+		rep, err := onCPU()
+		rep.Engine = "cpu"
+		return rep, err
+	}
+	d, done := deviceDecoder(p.model, p.lora, p.eng.BLAS, p.gpu, p.trainer.vk.Param)
+	rep, err := ts.accuracy(ctx, d, p.tok, p.stop, s.r.Task.MaxNewTokens)
+	done()
+	rep.Engine = p.engineName()
+	if outOfDeviceMemory(err) {
+		fmt.Fprintf(s.out, "task accuracy: decoding does not fit %s beside training (%v); answering on the cpu\n", p.gpu.phys.Name, err)
+		rep, err = onCPU()
+		rep.Engine = "cpu (decoding did not fit the device)"
+	}
+	return rep, err
 }
 
 // writeReports refreshes metrics.csv and the plots from metrics.jsonl. A

@@ -19,7 +19,7 @@ import (
 )
 
 func cmdEval(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("eval", "eval --model DIR [--adapter DIR] --data FILE [--json]", stderr)
+	fs := newFlags("eval", "eval --model DIR [--adapter DIR] --data FILE [--vulkan-device D] [--json]", stderr)
 	var c train.EvalConfig
 	fs.StringVar(&c.Model, "model", "", "base model directory (HF layout)")
 	fs.StringVar(&c.Adapter, "adapter", "", "PEFT LoRA adapter directory (optional)")
@@ -30,6 +30,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	textFlags(fs, &c.Text)
 	fs.TextVar(&c.Text.LossOn, "loss-on", data.LossAssistant, "conversations: assistant, last_turn or all (the recipe's data.loss_on)")
 	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, onednn, native or gonum")
+	fs.StringVar(&c.VulkanDevice, "vulkan-device", "", "compute on the Vulkan engine on this device (an index, UUID or PCI bus id; see vkprobe)")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -52,7 +53,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 }
 
 func cmdGenerate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("generate", "generate --model DIR [--adapter DIR] --prompt TEXT", stderr)
+	fs := newFlags("generate", "generate --model DIR [--adapter DIR] --prompt TEXT [--vulkan-device D]", stderr)
 	var c train.GenerateConfig
 	fs.StringVar(&c.Model, "model", "", "base model directory (HF layout)")
 	fs.StringVar(&c.Adapter, "adapter", "", "PEFT LoRA adapter directory (optional)")
@@ -65,6 +66,7 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Sampling.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
 	fs.Uint64Var(&c.Sampling.Seed, "seed", 0, "sampling seed")
 	fs.TextVar(&c.BLAS, "blas", blas.KindAuto, "matmul backend: auto, openblas, onednn, native or gonum")
+	fs.StringVar(&c.VulkanDevice, "vulkan-device", "", "decode on the Vulkan engine on this device (an index, UUID or PCI bus id; see vkprobe), the key/value cache there too")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

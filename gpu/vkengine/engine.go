@@ -126,6 +126,10 @@ type Program struct {
 	pools     map[poolKey]*pool
 	subs      []*Program
 	plan      *memPlan // PlanMemory: op values share buffers
+	// cache is a decoding graph's key/value cache (WithCache), readied
+	// before each run for attention of up to cacheHeads heads
+	cache      *DecodeCache
+	cacheHeads int
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.
@@ -317,15 +321,8 @@ func (p *Program) Run(pass nn.Pass) error { return p.RunWith(pass, nil) }
 // RunWith is Run with after's dispatches recorded behind the graph's, in
 // the same batch (a gradient accumulation, say).
 func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) error {
-	for _, n := range p.inputs {
-		if err := p.upload(n); err != nil {
-			return err
-		}
-	}
-	for _, h := range p.ints {
-		if err := p.writeInts(h.buf, h.src); err != nil {
-			return err
-		}
+	if err := p.prepareRun(); err != nil {
+		return err
 	}
 	r := p.e.rec
 	if err := p.record(r, pass); err != nil {
@@ -339,6 +336,27 @@ func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) er
 		}
 	}
 	return r.Submit()
+}
+
+// prepareRun readies a run's inputs on the device: the graph's, the
+// positions it reads, a decoding graph's cache.
+func (p *Program) prepareRun() error {
+	if p.cache != nil {
+		if err := p.cache.prepare(p.cacheHeads); err != nil {
+			return err
+		}
+	}
+	for _, n := range p.inputs {
+		if err := p.upload(n); err != nil {
+			return err
+		}
+	}
+	for _, h := range p.ints {
+		if err := p.writeInts(h.buf, h.src); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // record records every node's dispatches into r, handing them to the
@@ -387,15 +405,8 @@ func (p *Program) Param(name string) *vulkan.Buffer { return p.top().named[name]
 // slower run (a submit and a fence wait per node), for finding the
 // kernels that dominate a step.
 func (p *Program) Profile(pass nn.Pass) (map[string]time.Duration, error) {
-	for _, n := range p.inputs {
-		if err := p.upload(n); err != nil {
-			return nil, err
-		}
-	}
-	for _, h := range p.ints {
-		if err := p.writeInts(h.buf, h.src); err != nil {
-			return nil, err
-		}
+	if err := p.prepareRun(); err != nil {
+		return nil, err
 	}
 	took := map[string]time.Duration{}
 	r := p.e.rec
@@ -543,37 +554,50 @@ func (p *Program) upload(n *G.Node) error {
 	if v == nil {
 		return fmt.Errorf("vkengine: input %s has no value", n.Name())
 	}
-	b := p.bufs[n]
+	up, err := writeValue(p.bufs[n], v)
+	p.Transfers.Up += up
+	if err != nil {
+		return fmt.Errorf("vkengine: input %s: %w", n.Name(), err)
+	}
+	return nil
+}
+
+// writeValue writes an input's value to b as the kernels read it, and
+// returns the bytes it sent.
+func writeValue(b *vulkan.Buffer, v G.Value) (int64, error) {
 	switch d := v.Data().(type) {
 	case []float32:
-		p.Transfers.Up += int64(4 * len(d))
-		return b.WriteFloat32(0, d)
+		return int64(4 * len(d)), b.WriteFloat32(0, d)
 	case float32:
-		p.Transfers.Up += 4
-		return b.WriteFloat32(0, []float32{d})
+		return 4, b.WriteFloat32(0, []float32{d})
 	case []uint16:
-		p.Transfers.Up += int64(2 * len(d))
 		if len(d)%2 == 1 {
 			d = append(d[:len(d):len(d)], 0)
 		}
-		return b.WriteUint16(0, d)
+		return int64(2 * len(d)), b.WriteUint16(0, d)
 	case []uint8: // a 4-bit weight's blob (nn.Builder.Param4), read in place by the GEMM
-		p.Transfers.Up += int64(len(d))
-		return b.Write(0, d)
+		return int64(len(d)), b.Write(0, d)
 	case []int:
-		return p.writeInts(b, d)
+		w := int32Bytes(d)
+		return int64(len(w)), b.Write(0, w)
 	default:
-		return fmt.Errorf("vkengine: input %s holds %T; the Vulkan engine takes float32 graphs", n.Name(), d)
+		return 0, fmt.Errorf("holds %T; the Vulkan engine takes float32 graphs", d)
 	}
 }
 
 func (p *Program) writeInts(b *vulkan.Buffer, src []int) error {
+	w := int32Bytes(src)
+	p.Transfers.Up += int64(len(w))
+	return b.Write(0, w)
+}
+
+// int32Bytes is src as int32 values, as the kernels read them.
+func int32Bytes(src []int) []byte {
 	w := make([]byte, 4*len(src))
 	for i, x := range src {
 		*(*int32)(unsafe.Pointer(&w[4*i])) = int32(x)
 	}
-	p.Transfers.Up += int64(len(w))
-	return b.Write(0, w)
+	return w
 }
 
 // bytesOf is the size of n's value on the device: int32 ids, 16-bit

@@ -86,6 +86,11 @@ func lowering(kind string) (lowerFunc, bool) {
 		return lowerAttention, true
 	case "attention.backward":
 		return lowerAttentionBackward, true
+	// decoding: attention over a key/value cache, a head on some rows
+	case "attention_cache":
+		return lowerAttentionCache, true
+	case "rows":
+		return lowerRows, true
 	// silu, dropout, bias
 	case "silu":
 		return lowerSwiGLU, true

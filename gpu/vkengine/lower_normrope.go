@@ -79,8 +79,11 @@ func lowerRopeBackward(p *Program, nd *node) (recordFunc, error) {
 // of the rope op fwd, rounded to format out.
 func lowerRotation(p *Program, nd *node, fwd nn.OpSpec, y *vulkan.Buffer, out amp.Format, inverse bool) (recordFunc, error) {
 	a := fwd.Attrs.(nn.RopeAttrs)
-	if a.Decoding {
-		return nil, fmt.Errorf("%w: a decoding graph's rope reads its positions from a KV cache", ErrUnsupported)
+	if a.Cache != nil {
+		if inverse {
+			return nil, fmt.Errorf("rope: a decoding graph is not differentiated")
+		}
+		return lowerRopeCached(p, nd, a)
 	}
 	if y == nil {
 		return nil, fmt.Errorf("rope: no buffer for the rotated values")
@@ -161,13 +164,9 @@ func lowerEmbedding(p *Program, nd *node) (recordFunc, error) {
 // checkIDs refuses token ids outside the vocabulary, as the CPU's
 // embedding does, before the kernel would read outside the table.
 func checkIDs(n *G.Node, vocab int) error {
-	v := n.Value()
-	if v == nil {
-		return fmt.Errorf("vkengine: embedding: ids %s have no value", n.Name())
-	}
-	ids, ok := v.Data().([]int)
-	if !ok {
-		return fmt.Errorf("vkengine: embedding: ids %s hold %T, not []int", n.Name(), v.Data())
+	ids, err := intsOf(n, "embedding")
+	if err != nil {
+		return err
 	}
 	for r, id := range ids {
 		if id < 0 || id >= vocab {
@@ -175,6 +174,19 @@ func checkIDs(n *G.Node, vocab int) error {
 		}
 	}
 	return nil
+}
+
+// intsOf is the []int value of an int input of op.
+func intsOf(n *G.Node, op string) ([]int, error) {
+	v := n.Value()
+	if v == nil {
+		return nil, fmt.Errorf("vkengine: %s: %s has no value", op, n.Name())
+	}
+	xs, ok := v.Data().([]int)
+	if !ok {
+		return nil, fmt.Errorf("vkengine: %s: %s holds %T, not []int", op, n.Name(), v.Data())
+	}
+	return xs, nil
 }
 
 // lowerEmbeddingBackward scatter-adds the output's gradient (the one
