@@ -118,7 +118,7 @@ run() {
 	(cd gpu/vkengine && part "per-op parity suite (gpu/vkengine)" 90 "../../$out/vkengine.test" -test.count=1 -test.v) |
 		grep -E "^(== |-- |--- FAIL|ok|FAIL|PASS)|of the largest|worst"
 	(cd train && part "training against the CPU engine" 150 "../$out/train.test" -test.count=1 -test.v \
-		-test.run '^(TestVulkanQuickstartMatchesCPU|TestResumeAcrossEngines|TestBenchOnVulkan)$') |
+		-test.run '^(TestVulkanQuickstartMatchesCPU|TestResumeAcrossEngines|TestBenchOnVulkan|TestVulkanTaskAccuracy)$') |
 		grep -E "^(== |-- |--- |ok|FAIL|PASS)|worst relative|B/step"
 	part "interop with transformers and PEFT" 120 bash scripts/gpu_check.sh interop
 
