@@ -331,6 +331,12 @@ func outOfDeviceMemory(err error) bool {
 	return errors.As(err, &ve) && ve.Result == vulkan.ErrorOutOfDeviceMemory
 }
 
+// deviceTooSmall says whether err is the device's running out of memory
+// or a buffer larger than it makes.
+func deviceTooSmall(err error) bool {
+	return outOfDeviceMemory(err) || errors.Is(err, vulkan.ErrBufferTooLarge)
+}
+
 // decoder is a greedy decoder of m with weights w (adapters merged): on
 // g's device when g is set (vkengine.Decoding: the weights, values and
 // key/value cache there), else on the CPU with be. done frees what it

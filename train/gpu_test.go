@@ -1,6 +1,8 @@
 package train
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -178,6 +180,27 @@ func TestTensorFormats(t *testing.T) {
 		got := tensorFormats(tc.low)
 		if got == nil || !slices.Equal(got, tc.want) {
 			t.Errorf("%v: %v, want %v (not nil: nil builds every format)", tc.low, got, tc.want)
+		}
+	}
+}
+
+// A task's decoding falls back to the CPU on the errors that say the
+// device is too small, wrapped as the decoder wraps them, and on no
+// other.
+func TestDeviceTooSmall(t *testing.T) {
+	oom := &vulkan.Error{Call: "vkAllocateMemory", Result: vulkan.ErrorOutOfDeviceMemory}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("decode 7 tokens: decode on X: %w", oom), true},
+		{fmt.Errorf("decode 7 tokens: vkengine: key/value cache of 2 sequences × 9 tokens: buffer of 9 bytes: %w", vulkan.ErrBufferTooLarge), true},
+		{fmt.Errorf("decode 7 tokens: %w", &vulkan.Error{Call: "vkQueueSubmit", Result: -4}), false}, // device lost
+		{errors.New("token id 300 is outside the vocabulary"), false},
+		{nil, false},
+	} {
+		if got := deviceTooSmall(tc.err); got != tc.want {
+			t.Errorf("deviceTooSmall(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

@@ -877,7 +877,7 @@ func (s *session) taskAccuracy(ctx context.Context, ts *taskSet) (TaskReport, er
 	rep, err := ts.accuracy(ctx, d, p.tok, p.stop, s.r.Task.MaxNewTokens)
 	done()
 	rep.Engine = p.engineName()
-	if outOfDeviceMemory(err) {
+	if deviceTooSmall(err) {
 		fmt.Fprintf(s.out, "task accuracy: decoding does not fit %s beside training (%v); answering on the cpu\n", p.gpu.phys.Name, err)
 		rep, err = onCPU()
 		rep.Engine = "cpu (decoding did not fit the device)"
