@@ -743,6 +743,9 @@ func buildRunner(eng *nn.Engine, m *model.Model, l *peft.Adapter, batch, seqLen 
 	keep := append(G.Nodes{g.Loss, g.Logits, g.LogProbs}, ru.grads...)
 	if o.gpu != nil {
 		var opts []vkengine.CompileOption
+		if params != nil && b.Policy != nil { // 16-bit gradients: count them as the CPU does (grad_underflow_frac)
+			opts = append(opts, vkengine.CountUnderflows())
+		}
 		if o.memory != unplannedMemory {
 			opts = append(opts, vkengine.PlanMemory(keep...))
 			if o.memory == poisonedMemory {

@@ -224,10 +224,12 @@ func (s *session) preferenceStep() (stepResult, error) {
 		res.loss += loss
 		stats.Add(pr.step.Stats)
 	}
-	res.rounded, res.underflowed = p.eng.Grads.Take()
+	var err error
+	if res.rounded, res.underflowed, err = s.takeGradCounts(); err != nil {
+		return res, err
+	}
 	// sum the gradients, the loss, the rounding counts and the metrics over the ranks
 	sc := append([]float64{res.loss, float64(res.rounded), float64(res.underflowed)}, stats.Sums()...)
-	var err error
 	if res.comm, err = s.reduce(sc); err != nil {
 		return res, err
 	}

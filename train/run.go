@@ -596,10 +596,12 @@ func (s *session) trainStep() (stepResult, error) {
 		}
 		lossSum += loss * float64(bt.NumTargets)
 	}
-	res.rounded, res.underflowed = p.eng.Grads.Take()
+	var err error
+	if res.rounded, res.underflowed, err = s.takeGradCounts(); err != nil {
+		return res, err
+	}
 	// sum the gradients, the loss and the rounding counts over the ranks
 	sc := []float64{lossSum, float64(res.rounded), float64(res.underflowed)}
-	var err error
 	if res.comm, err = s.reduce(sc); err != nil {
 		return res, err
 	}
@@ -1062,6 +1064,23 @@ func (s *session) reduce(sc []float64) (*commTimes, error) {
 		comm.busy += moved
 	}
 	return comm, nil
+}
+
+// takeGradCounts returns the gradient values the step rounded to 16 bits
+// and those the rounding sent to zero (grad_underflow_frac), and starts
+// the tallies again: the CPU engine's, and on a device its program's
+// (vkengine.CountUnderflows).
+func (s *session) takeGradCounts() (rounded, underflowed int64, err error) {
+	p := s.parts
+	rounded, underflowed = p.eng.Grads.Take()
+	if vk := p.trainer.vk; vk != nil {
+		r, u, err := vk.TakeGradCounts()
+		if err != nil {
+			return 0, 0, err
+		}
+		rounded, underflowed = rounded+r, underflowed+u
+	}
+	return rounded, underflowed, nil
 }
 
 // syncHost brings the weights and optimizer state an optimizer on the

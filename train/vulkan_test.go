@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,12 +139,39 @@ func compareEngines(t *testing.T, dev, steps string, rel float64, sets ...string
 	// per step only the batch goes up (ids, targets, positions: 12
 	// bytes a token, and the loss's 4-byte weight) and the loss and
 	// three 4-byte statistics per trainable tensor come down: 56
-	// LoRA tensors (2 × 7 modules × 4 layers) here
-	if up, down := int64(12*48+4), int64(4+12*56); gpuSum.HostToDevice != up || gpuSum.DeviceToHost != down {
+	// LoRA tensors (2 × 7 modules × 4 layers) here; with 16-bit
+	// gradients their count of underflows comes down too and goes up
+	// zeroed (8 bytes each way)
+	up, down := int64(12*48+4), int64(4+12*56)
+	if !slices.Contains(sets, "precision=fp32") {
+		up, down = up+8, down+8
+	}
+	if gpuSum.HostToDevice != up || gpuSum.DeviceToHost != down {
 		t.Errorf("host→device %d and device→host %d bytes per step, want %d and %d", gpuSum.HostToDevice, gpuSum.DeviceToHost, up, down)
 	}
 	compareLosses(t, "train", gpuTrain, cpuTrain, rel)
 	compareLosses(t, "validation", gpuVal, cpuVal, rel)
+	if !slices.Contains(sets, "precision=fp32") {
+		// the device counts its 16-bit gradients' underflows
+		// (vkengine's TestGradUnderflowCounts holds the counts to the
+		// CPU's); every step logs the fraction, as on the CPU
+		cpuFrac, gpuFrac := underflowsOf(t, cpuSum.RunDir), underflowsOf(t, gpuSum.RunDir)
+		if len(gpuFrac) != len(gpuTrain) || len(cpuFrac) != len(cpuTrain) {
+			t.Errorf("grad_underflow_frac logged at %d and %d of %d steps", len(gpuFrac), len(cpuFrac), len(cpuTrain))
+		}
+		t.Logf("grad_underflow_frac at step 1: device %.3g, cpu %.3g", gpuFrac[1], cpuFrac[1])
+	}
+}
+
+// underflowsOf reads a run's logged grad_underflow_frac by step.
+func underflowsOf(t *testing.T, dir string) map[int]float64 {
+	out := map[int]float64{}
+	for _, m := range readMetrics(t, dir) {
+		if v, ok := m["grad_underflow_frac"]; ok {
+			out[int(m["step"])] = v
+		}
+	}
+	return out
 }
 
 // TestResumeAcrossEngines stops a run after 10 of 20 steps and resumes it

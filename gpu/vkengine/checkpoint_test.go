@@ -35,39 +35,8 @@ func runCheckpointed(t *testing.T, e *Engine, m *model.Model, f amp.Format, ckpt
 		p := amp.DefaultPolicy(f)
 		b.Policy = &p
 	}
-	seed := G.NewScalar(b.G, tensor.Float32, G.WithName("loss_grad"))
-	const batch, seq = 2, 6
-	pos := make([]int, batch*seq)
-	for i := range pos {
-		pos[i] = i % seq
-	}
-	g, err := m.Build(b, model.GraphConfig{Batch: batch, SeqLen: seq, Positions: pos, Trainable: func(string) bool { return true },
-		FusedHead: true, LossGrad: seed, CheckpointLayers: ckpt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := []int{3, 7, 1, 9, 4, 4, 0, 2, 8, 5, 6, 10}
-	targets := []int{7, 1, 9, nn.IgnoreIndex, 4, 2, 2, 8, 5, 6, 10, 3}
-	for _, in := range []struct {
-		n *G.Node
-		v []int
-	}{{g.IDs, ids}, {g.Targets, targets}} {
-		if err := G.Let(in.n, tensor.New(tensor.WithShape(len(in.v)), tensor.WithBacking(in.v))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := G.Let(seed, float32(0.37)); err != nil {
-		t.Fatal(err)
-	}
+	g, grads := trainingGraph(t, b, m, ckpt, 0.37)
 	specs := model.Specs(m.Config)
-	var wrt G.Nodes
-	for _, s := range specs {
-		wrt = append(wrt, b.Leaf(g.Params[s.Name]))
-	}
-	grads, err := G.Backpropagate(G.Nodes{g.Loss}, G.Nodes{seed}, wrt)
-	if err != nil {
-		t.Fatal(err)
-	}
 	layers := 0
 	for _, n := range b.G.AllNodes() {
 		if s, err := nn.Spec(n); err == nil && s.Kind == "layer" {
@@ -92,6 +61,47 @@ func runCheckpointed(t *testing.T, e *Engine, m *model.Model, f amp.Format, ckpt
 		r.grads[s.Name] = v
 	}
 	return r
+}
+
+// trainingGraph builds m's training graph on b (fused head, every weight
+// trained in model.Specs's order, checkpointed layers with ckpt) on fixed
+// ids, targets and positions, the loss's gradient seed, and its backward
+// pass; it returns the graph and the weights' gradients.
+func trainingGraph(t *testing.T, b *nn.Builder, m *model.Model, ckpt bool, seed float32) (*model.Graph, G.Nodes) {
+	t.Helper()
+	sn := G.NewScalar(b.G, tensor.Float32, G.WithName("loss_grad"))
+	const batch, seq = 2, 6
+	pos := make([]int, batch*seq)
+	for i := range pos {
+		pos[i] = i % seq
+	}
+	g, err := m.Build(b, model.GraphConfig{Batch: batch, SeqLen: seq, Positions: pos, Trainable: func(string) bool { return true },
+		FusedHead: true, LossGrad: sn, CheckpointLayers: ckpt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int{3, 7, 1, 9, 4, 4, 0, 2, 8, 5, 6, 10}
+	targets := []int{7, 1, 9, nn.IgnoreIndex, 4, 2, 2, 8, 5, 6, 10, 3}
+	for _, in := range []struct {
+		n *G.Node
+		v []int
+	}{{g.IDs, ids}, {g.Targets, targets}} {
+		if err := G.Let(in.n, tensor.New(tensor.WithShape(len(in.v)), tensor.WithBacking(in.v))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := G.Let(sn, seed); err != nil {
+		t.Fatal(err)
+	}
+	var wrt G.Nodes
+	for _, s := range model.Specs(m.Config) {
+		wrt = append(wrt, b.Leaf(g.Params[s.Name]))
+	}
+	grads, err := G.Backpropagate(G.Nodes{g.Loss}, G.Nodes{sn}, wrt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, grads
 }
 
 // TestCheckpointedLayers: a model whose layers are checkpointed (each

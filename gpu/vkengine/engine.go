@@ -130,6 +130,10 @@ type Program struct {
 	// before each run for attention of up to cacheHeads heads
 	cache      *DecodeCache
 	cacheHeads int
+	// counting (CountUnderflows) tallies the gradients' roundings into
+	// counts, the model program's (top)
+	counting bool
+	counts   *gradCounts
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.
@@ -174,6 +178,10 @@ func (e *Engine) Compile(g *G.ExprGraph, isParam func(*G.Node) bool, opts ...Com
 	p := newProgram(e, order)
 	for _, o := range opts {
 		o(p)
+	}
+	if err := p.startCounting(); err != nil {
+		p.Close()
+		return nil, err
 	}
 	if err := p.compile(isParam); err != nil {
 		p.Close()

@@ -127,19 +127,28 @@ func lowerAdd(p *Program, nd *node) (recordFunc, error) {
 }
 
 // lowerAddBackward: dx = g, dy = s·g, each rounded to its input's format.
-// The graph inputs are x, y and the output's gradient g.
+// The graph inputs are x, y and the output's gradient g. A gradient the
+// graph hands on as g itself (wanted, not computed here: g is already a
+// value of its format) counts as rounded, as the CPU counts it.
 func lowerAddBackward(p *Program, nd *node) (recordFunc, error) {
 	a := nd.spec.Forward.Attrs.(nn.PointwiseAttrs)
 	n := prod(a.Shape)
 	g := nd.in[len(nd.in)-1]
+	passed := 0
+	for i, w := range nd.spec.Forward.Wrt {
+		if w && nd.grads[i] == nil && nd.spec.In[i] != amp.FP32 {
+			passed += n
+		}
+	}
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		for i, s := range []float32{1, float32(a.Scale)} {
 			if nd.grads[i] != nil {
-				if err := p.e.Kernels.Scale(r, g, nd.grads[i], n, s, rounding(nd.spec.In[i])); err != nil {
+				if err := p.scaleGrad(r, g, nd.grads[i], n, s, rounding(nd.spec.In[i])); err != nil {
 					return err
 				}
 			}
 		}
+		p.countPassed(passed)
 		return nil
 	}, nil
 }
@@ -239,6 +248,12 @@ func lowerWeightProduct(p *Program, nd *node, shape func(nn.LinearAttrs) vulkan.
 	g.Alpha, g.A, g.B, g.C, g.B16, g.BHalf, g.Q4 = 1, nd.in[0], w.buf, nd.out, w.b16, w.half, w.q4
 	g.Operands = sharedOperands(a)
 	rnd := rounding(nd.spec.Out)
+	round := p.e.Kernels.Round
+	if nd.spec.Kind == "linear.dx" { // a gradient's rounding, counted
+		round = func(r *vulkan.Recorder, x *vulkan.Buffer, n int, rnd vulkan.Rounding) error {
+			return p.roundGrad(r, x, n, rnd)
+		}
+	}
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if w.prepare != nil {
 			if err := w.prepare(r); err != nil {
@@ -248,7 +263,7 @@ func lowerWeightProduct(p *Program, nd *node, shape func(nn.LinearAttrs) vulkan.
 		if err := p.e.Kernels.Gemm(r, g); err != nil {
 			return err
 		}
-		return p.e.Kernels.Round(r, nd.out, g.M*g.N, rnd)
+		return round(r, nd.out, g.M*g.N, rnd)
 	}, nil
 }
 
@@ -261,7 +276,7 @@ func lowerLinearDW(p *Program, nd *node) (recordFunc, error) {
 			A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In, Operands: sharedOperands(a)}); err != nil {
 			return err
 		}
-		return p.e.Kernels.Round(r, nd.out, a.Out*a.In, rnd)
+		return p.roundGrad(r, nd.out, a.Out*a.In, rnd)
 	}, nil
 }
 
@@ -272,6 +287,11 @@ func lowerLinearDW(p *Program, nd *node) (recordFunc, error) {
 func lowerRound(p *Program, nd *node) (recordFunc, error) {
 	n := prod(nd.spec.Attrs.(nn.ShapeAttrs).Shape)
 	rnd := rounding(nd.spec.Out)
+	if strings.HasSuffix(nd.spec.Kind, ".grad_in") { // a gradient's rounding, counted
+		return func(r *vulkan.Recorder, _ nn.Pass) error {
+			return p.scaleGrad(r, nd.in[0], nd.out, n, 1, rnd)
+		}, nil
+	}
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		return p.e.Kernels.Scale(r, nd.in[0], nd.out, n, 1, rnd)
 	}, nil
@@ -282,7 +302,7 @@ func lowerCastBackward(p *Program, nd *node) (recordFunc, error) {
 	n := prod(nd.spec.Forward.Attrs.(nn.ShapeAttrs).Shape)
 	rnd := rounding(nd.spec.In[0])
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
-		return p.e.Kernels.Scale(r, nd.in[0], nd.grads[0], n, 1, rnd)
+		return p.scaleGrad(r, nd.in[0], nd.grads[0], n, 1, rnd)
 	}, nil
 }
 

@@ -98,7 +98,24 @@ func lowerAttentionBackward(p *Program, nd *node) (recordFunc, error) {
 	g := vulkan.AttentionGrads{DO: nd.in[3], RowSum: rowSum, HeadGrads: headGrads, DQ: nd.grads[0], DK: nd.grads[1], DV: nd.grads[2],
 		DQRound: rounding(in[0]), DKRound: rounding(in[1]), DVRound: rounding(in[2]),
 		RoundHeadsK: grouped && in[1] != amp.FP32, RoundHeadsV: grouped && in[2] != amp.FP32}
+	// Counting, the gradients are rounded after the kernels, each rounding
+	// counted: the same values.
+	g.Unrounded = p.top().counts != nil
+	sizes := []int{s.Batch * s.SeqLen * s.Heads * s.HeadDim, s.Batch * s.SeqLen * s.KVHeads * s.HeadDim, s.Batch * s.SeqLen * s.KVHeads * s.HeadDim}
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
-		return p.e.Kernels.AttentionBackward(r, s, nd.in[0], nd.in[1], nd.in[2], stats, g)
+		if err := p.e.Kernels.AttentionBackward(r, s, nd.in[0], nd.in[1], nd.in[2], stats, g); err != nil {
+			return err
+		}
+		if !g.Unrounded {
+			return nil
+		}
+		for i, d := range nd.grads {
+			if d != nil {
+				if err := p.roundGrad(r, d, sizes[i], rounding(in[i])); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	}, nil
 }

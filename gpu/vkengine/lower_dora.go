@@ -114,8 +114,33 @@ func lowerDoRABackward(p *Program, nd *node) (recordFunc, error) {
 	if g, _ := grad(lora + 2); g != nil {
 		return nil, fmt.Errorf("dora: the norm is detached, yet its gradient is asked for")
 	}
+	if p.top().counts == nil {
+		return func(r *vulkan.Recorder, _ nn.Pass) error {
+			return p.e.Kernels.DoRABackward(r, args, gy, d)
+		}, nil
+	}
+	// Counting, the gradients are rounded after the kernel, each rounding
+	// counted: the same values.
+	type rounded struct {
+		b   *vulkan.Buffer
+		n   int
+		rnd vulkan.Rounding
+	}
+	n := a.N * a.Out
+	grads := []rounded{{d.DBase, n, d.RoundBase}, {d.DBaseD, n, d.RoundBaseD}, {d.DLora, n, d.RoundLora}, {d.DM, a.Out, d.RoundM}}
+	d.RoundBase, d.RoundBaseD, d.RoundLora, d.RoundM = vulkan.NoRounding, vulkan.NoRounding, vulkan.NoRounding, vulkan.NoRounding
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
-		return p.e.Kernels.DoRABackward(r, args, gy, d)
+		if err := p.e.Kernels.DoRABackward(r, args, gy, d); err != nil {
+			return err
+		}
+		for _, g := range grads {
+			if g.b != nil {
+				if err := p.roundGrad(r, g.b, g.n, g.rnd); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	}, nil
 }
 

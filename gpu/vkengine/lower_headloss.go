@@ -155,7 +155,7 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 		if g == nil {
 			continue
 		}
-		if err := ks.Round(r, h.block, rows*a.V, logitsRnd); err != nil { // the logits' gradient, in their format
+		if err := h.p.roundGrad(r, h.block, rows*a.V, logitsRnd); err != nil { // the logits' gradient, in their format
 			return err
 		}
 		if g.dx != nil {
@@ -239,7 +239,7 @@ func lowerHeadLossBackward(p *Program, nd *node) (recordFunc, error) {
 			if s == nil {
 				return fmt.Errorf("gradient %d of lm_head_loss was not computed", i)
 			}
-			if err := p.e.Kernels.Scale(r, s, nd.grads[i], sizes[i], 1, rounding(nd.spec.In[i])); err != nil {
+			if err := p.scaleGrad(r, s, nd.grads[i], sizes[i], 1, rounding(nd.spec.In[i])); err != nil {
 				return err
 			}
 		}
@@ -269,7 +269,7 @@ func lowerHeadLossBackward(p *Program, nd *node) (recordFunc, error) {
 		}
 		for i, b := range []*vulkan.Buffer{g.dx, g.dw} {
 			if b != nil {
-				if err := p.e.Kernels.Round(r, b, sizes[i], rounding(nd.spec.In[i])); err != nil {
+				if err := p.roundGrad(r, b, sizes[i], rounding(nd.spec.In[i])); err != nil {
 					return err
 				}
 			}
@@ -345,6 +345,6 @@ func softmaxBackward(p *Program, nd *node, n, v int, grad func(r *vulkan.Recorde
 		if err := grad(r, fwd, probs); err != nil {
 			return err
 		}
-		return p.e.Kernels.Round(r, nd.grads[0], n*v, rounding(nd.spec.In[0]))
+		return p.roundGrad(r, nd.grads[0], n*v, rounding(nd.spec.In[0]))
 	}, nil
 }

@@ -216,7 +216,7 @@ func lowerLayerBackward(p *Program, nd *node) (recordFunc, error) {
 			if err := r.Copy(c.dst, 0, c.src, 0, uint64(4*c.n)); err != nil {
 				return err
 			}
-			if err := p.e.Kernels.Round(r, c.dst, c.n, c.round); err != nil {
+			if err := p.roundGrad(r, c.dst, c.n, c.round); err != nil {
 				return err
 			}
 		}

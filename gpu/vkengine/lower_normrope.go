@@ -49,7 +49,7 @@ func lowerRMSNormBackward(p *Program, nd *node) (recordFunc, error) {
 			return err
 		}
 		if dx != nil {
-			if err := ks.Round(r, dx, a.Rows*a.D, rounding(nd.spec.In[0])); err != nil {
+			if err := p.roundGrad(r, dx, a.Rows*a.D, rounding(nd.spec.In[0])); err != nil {
 				return err
 			}
 		}
@@ -59,7 +59,7 @@ func lowerRMSNormBackward(p *Program, nd *node) (recordFunc, error) {
 		if err := ks.RMSNormWeightGrad(r, x, g, rstd, part, dw, a.Rows, a.D); err != nil {
 			return err
 		}
-		return ks.Round(r, dw, a.D, rounding(nd.spec.In[1]))
+		return p.roundGrad(r, dw, a.D, rounding(nd.spec.In[1]))
 	}, nil
 }
 
@@ -108,6 +108,9 @@ func lowerRotation(p *Program, nd *node, fwd nn.OpSpec, y *vulkan.Buffer, out am
 		}
 		if err := p.e.Kernels.Rope(r, nd.in[0], table, y, args); err != nil {
 			return err
+		}
+		if inverse { // the backward: a gradient's rounding, counted
+			return p.roundGrad(r, y, n, rnd)
 		}
 		return p.e.Kernels.Round(r, y, n, rnd)
 	}, nil
@@ -217,6 +220,6 @@ func lowerEmbeddingBackward(p *Program, nd *node) (recordFunc, error) {
 		if err := p.e.Kernels.EmbeddingGrad(r, args); err != nil {
 			return err
 		}
-		return p.e.Kernels.Round(r, dt, a.V*a.D, rnd)
+		return p.roundGrad(r, dt, a.V*a.D, rnd)
 	}, nil
 }

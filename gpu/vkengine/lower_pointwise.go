@@ -33,6 +33,18 @@ func thenRound(p *Program, nd *node, n int, compute func(*vulkan.Recorder) error
 	}
 }
 
+// thenRoundGrad is thenRound for an op whose value is a gradient: its
+// rounding is counted.
+func thenRoundGrad(p *Program, nd *node, n int, compute func(*vulkan.Recorder) error) recordFunc {
+	rnd := rounding(nd.spec.Out)
+	return func(r *vulkan.Recorder, _ nn.Pass) error {
+		if err := compute(r); err != nil {
+			return err
+		}
+		return p.roundGrad(r, nd.out, n, rnd)
+	}
+}
+
 // lowerSwiGLU is y = silu(gate)·up, rounded to the op's format.
 func lowerSwiGLU(p *Program, nd *node) (recordFunc, error) {
 	a, err := attrsAs[nn.PointwiseAttrs](&nd.spec)
@@ -73,7 +85,7 @@ func lowerSwiGLUBackward(p *Program, nd *node) (recordFunc, error) {
 func roundGrads(p *Program, r *vulkan.Recorder, nd *node, n int) error {
 	for i, g := range nd.grads {
 		if g != nil {
-			if err := p.e.Kernels.Round(r, g, n, rounding(nd.spec.In[i])); err != nil {
+			if err := p.roundGrad(r, g, n, rounding(nd.spec.In[i])); err != nil {
 				return err
 			}
 		}
@@ -142,12 +154,12 @@ func lowerDropoutBackward(p *Program, nd *node) (recordFunc, error) {
 	return func(r *vulkan.Recorder, pass nn.Pass) error {
 		ks := p.e.Kernels
 		if pass.Noise == 0 {
-			return ks.Scale(r, nd.in[0], nd.grads[0], n, 1, rnd)
+			return p.scaleGrad(r, nd.in[0], nd.grads[0], n, 1, rnd)
 		}
 		if err := ks.DropoutApply(r, mask, nd.in[0], nd.grads[0], a.Rows, a.Cols, scale); err != nil {
 			return err
 		}
-		return ks.Round(r, nd.grads[0], n, rnd)
+		return p.roundGrad(r, nd.grads[0], n, rnd)
 	}, nil
 }
 
@@ -170,7 +182,7 @@ func lowerBiasGrad(p *Program, nd *node) (recordFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return thenRound(p, nd, a.D, func(r *vulkan.Recorder) error {
+	return thenRoundGrad(p, nd, a.D, func(r *vulkan.Recorder) error {
 		return p.e.Kernels.BiasGrad(r, nd.in[0], nd.out, a.N, a.D, a.RowChunk)
 	}), nil
 }

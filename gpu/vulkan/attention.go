@@ -206,6 +206,11 @@ type AttentionGrads struct {
 	// DKRound (DVRound) before the fp32 sum over the heads that share a
 	// key/value head, as PyTorch's repeat_kv backward does.
 	RoundHeadsK, RoundHeadsV bool
+	// Unrounded leaves dQ, dK and dV in fp32 for the caller to round
+	// after (and count what the rounding sends to zero): the same values
+	// once rounded. The roundings of each head's share before a group's
+	// sum stay.
+	Unrounded bool
 }
 
 // AttentionBackward records attention's backward pass from the stats
@@ -296,7 +301,14 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 			return wrap(err)
 		}
 	}
-	push := s.push(g.DQRound, g.DKRound, g.DVRound, roundHeads, need, kept != nil)
+	dqR, dkR, dvR, sumK, sumV := g.DQRound, g.DKRound, g.DVRound, g.DKRound, g.DVRound
+	if g.Unrounded {
+		dqR, sumK, sumV = NoRounding, NoRounding, NoRounding
+		if s.HeadGradsLen() == 0 { // no groups: the dK/dV kernel writes the gradients themselves
+			dkR, dvR = NoRounding, NoRounding
+		}
+	}
+	push := s.push(dqR, dkR, dvR, roundHeads, need, kept != nil)
 	if need&3 != 0 { // dQ and dK need the row sums
 		kern, err := ks.kernel(ks.attentionFile(s, "dq"), attnBuffers, attnPush)
 		if err != nil {
@@ -328,6 +340,6 @@ func (ks *Kernels) AttentionBackward(r *Recorder, s AttentionShape, q, k, v, sta
 	if !headGrads {
 		return nil
 	}
-	sumPush := pushWords(n, s.Heads, s.KVHeads, s.HeadDim, uint32(g.DKRound), uint32(g.DVRound), need)
+	sumPush := pushWords(n, s.Heads, s.KVHeads, s.HeadDim, uint32(sumK), uint32(sumV), need)
 	return ks.dispatch(r, wrap, "attention_sum.spv", []*Buffer{scratch, dk, dv}, sumPush, ks.groups1D(n*kw))
 }

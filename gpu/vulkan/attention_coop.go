@@ -395,8 +395,20 @@ func (ks *Kernels) runAttention(c attnRefCase) (out attnOutputs, err error) {
 	if s.HeadGradsLen() > 0 {
 		g.HeadGrads = heads
 	}
+	g.Unrounded = c.unrounded
 	if err := ks.AttentionBackward(r, s, q, k, v, stats, g); err != nil {
 		return out, err
+	}
+	if c.unrounded {
+		for _, x := range []struct {
+			b   *Buffer
+			n   int
+			rnd Rounding
+		}{{dq, qn, c.dq}, {dk, kn, c.dk}, {dv, kn, c.dv}} {
+			if err := ks.Round(r, x.b, x.n, x.rnd); err != nil {
+				return out, err
+			}
+		}
 	}
 	if err := r.Submit(); err != nil {
 		return out, err

@@ -155,6 +155,16 @@ func TestAttentionCoopEmulated(t *testing.T) {
 				if d := attnDiffer(got, splitRecomputed); d != "" {
 					t.Errorf("dK and dV in two kernels, the scores computed again, differ from one: %s", d)
 				}
+				// The gradients left in fp32 and rounded after (a
+				// counted rounding: AttentionGrads.Unrounded) are the
+				// same bits.
+				un := rc
+				un.unrounded = true
+				unrounded, err := ks.runAttention(un)
+				must(t, err)
+				if d := attnDiffer(got, unrounded); d != "" {
+					t.Errorf("the gradients rounded after the kernels differ: %s", d)
+				}
 				ks.attn.builds = nil // the scalar kernel
 				scalar, err := ks.runAttention(rc)
 				must(t, err)

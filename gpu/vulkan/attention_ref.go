@@ -15,6 +15,9 @@ type attnRefCase struct {
 	q, k, v, dO              []float32
 	out, dq, dk, dv          Rounding
 	roundHeadsK, roundHeadsV bool
+	// unrounded runs the backward with AttentionGrads.Unrounded and
+	// rounds dQ, dK and dV after it (runAttention)
+	unrounded bool
 }
 
 // attnBounded are a tensor's float64 reference values and, per value, a

@@ -59,7 +59,24 @@ func (ks *Kernels) Round(r *Recorder, x *Buffer, n int, round Rounding) error {
 	return ks.elementwise(r, "Round", 2, x, x, x, n, 1, false, round)
 }
 
+// ScaleCount is Scale for a gradient's rounding: it also adds the number
+// of nonzero values the rounding sends to zero (amp's
+// Format.Underflows) to the 64-bit count in counter's first two words
+// (low, then high), which only it writes while it runs.
+func (ks *Kernels) ScaleCount(r *Recorder, x, z *Buffer, n int, s float32, round Rounding, counter *Buffer) error {
+	if counter == nil {
+		return fmt.Errorf("vulkan: ScaleCount: no counter")
+	}
+	return ks.elementwiseCount(r, "ScaleCount", 1, x, x, z, n, s, false, round, counter)
+}
+
 func (ks *Kernels) elementwise(r *Recorder, name string, mode uint32, x, y, z *Buffer, n int, s float32, roundScaled bool, round Rounding) error {
+	return ks.elementwiseCount(r, name, mode, x, y, z, n, s, roundScaled, round, nil)
+}
+
+// elementwiseCount is elementwise, counting underflows into counter
+// when it is not nil.
+func (ks *Kernels) elementwiseCount(r *Recorder, name string, mode uint32, x, y, z *Buffer, n int, s float32, roundScaled bool, round Rounding, counter *Buffer) error {
 	wrap := func(err error) error { return fmt.Errorf("vulkan: %s of %d values: %w", name, n, err) }
 	if round > RoundFP16 {
 		return wrap(fmt.Errorf("unknown rounding %d", round))
@@ -70,12 +87,22 @@ func (ks *Kernels) elementwise(r *Recorder, name string, mode uint32, x, y, z *B
 	if n == 0 {
 		return nil
 	}
-	k, err := ks.kernel("elementwise.spv", 3, 5*4)
+	file, bufs := "elementwise.spv", []*Buffer{x, y, z}
+	if counter != nil {
+		if err := extent("counter", counter, 0, 1, 2, 2, 4); err != nil {
+			return wrap(err)
+		}
+		if counter == x || counter == y || counter == z {
+			return wrap(fmt.Errorf("the counter must be a buffer of its own"))
+		}
+		file, bufs = "elementwise_count.spv", append(bufs, counter)
+	}
+	k, err := ks.kernel(file, len(bufs), 5*4)
 	if err != nil {
 		return wrap(err)
 	}
 	push := pushWords(uint32(n), mode, uint32(round), roundScaled, s)
-	if err := r.Dispatch(k, []*Buffer{x, y, z}, push, ks.groups1D(n), 1, 1); err != nil {
+	if err := r.Dispatch(k, bufs, push, ks.groups1D(n), 1, 1); err != nil {
 		return wrap(err)
 	}
 	return nil

@@ -8,12 +8,22 @@
 // (PEFT rounds the scaled bf16 product before the sum). The roundings are
 // round16.comp's integer code, so they are bit for bit amp.BF16.Round and
 // amp.FP16.Round. x, y and z may be the same buffer.
+//
+// Built a second time with -DCOUNT for a gradient's rounding: it also
+// counts the values the rounding sends to zero from nonzero (bit
+// patterns, so no driver's flushing of subnormals decides it: amp's
+// Format.Underflows), adding each workgroup's count to the 64-bit count
+// in count[0] (low word) and count[1] (high word).
 
 layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;
 
 layout(std430, set = 0, binding = 0) buffer BufX { float x[]; };
 layout(std430, set = 0, binding = 1) buffer BufY { float y[]; };
 layout(std430, set = 0, binding = 2) buffer BufZ { float z[]; };
+#ifdef COUNT
+layout(std430, set = 0, binding = 3) buffer BufCount { uint count[]; };
+shared uint red[256];
+#endif
 
 layout(push_constant) uniform Params {
 	uint n;
@@ -78,6 +88,9 @@ float rnd(float v, uint f) {
 
 void main() {
 	uint stride = gl_NumWorkGroups.x * 256u;
+#ifdef COUNT
+	uint under = 0u;
+#endif
 	for (uint i = gl_GlobalInvocationID.x; i < p.n; i += stride) {
 		precise float v;
 		if (p.mode == 0u) {
@@ -89,6 +102,25 @@ void main() {
 		} else {
 			v = x[i];
 		}
+#ifdef COUNT
+		float r = rnd(v, p.fmt);
+		if ((floatBitsToUint(v) & 0x7fffffffu) != 0u && (floatBitsToUint(r) & 0x7fffffffu) == 0u) under++;
+		z[i] = r;
+#else
 		z[i] = rnd(v, p.fmt);
+#endif
 	}
+#ifdef COUNT
+	uint t = gl_LocalInvocationID.x;
+	red[t] = under;
+	barrier();
+	for (uint h = 128u; h > 0u; h >>= 1) {
+		if (t < h) red[t] += red[t + h];
+		barrier();
+	}
+	if (t == 0u && red[0] > 0u) {
+		uint old = atomicAdd(count[0], red[0]);
+		if (old + red[0] < old) atomicAdd(count[1], 1u); // the carry into the high word
+	}
+#endif
 }
