@@ -205,10 +205,11 @@ func Eval(c EvalConfig) (LossReport, error) {
 	}
 	ru, err := buildRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil, nil, o)
 	if err != nil {
-		return LossReport{}, err
+		return LossReport{}, tooSmallForFlag(c.VulkanDevice, err)
 	}
 	defer ru.close()
-	return evaluate(context.Background(), ru, l.Batches())
+	rep, err := evaluate(context.Background(), ru, l.Batches())
+	return rep, tooSmallForFlag(c.VulkanDevice, err)
 }
 
 // openVulkanFlag opens the Vulkan engine on the device a --vulkan-device
@@ -219,6 +220,16 @@ func openVulkanFlag(spec string) (*gpuEngine, error) {
 		return nil, inputError(fmt.Errorf("--vulkan-device %s: %w", spec, err))
 	}
 	return g, nil
+}
+
+// tooSmallForFlag makes a device too small for the work (out of memory, or
+// a buffer larger than it makes) bad input naming --vulkan-device, with
+// what to do; other errors pass through.
+func tooSmallForFlag(spec string, err error) error {
+	if spec == "" || !deviceTooSmall(err) {
+		return err
+	}
+	return inputError(fmt.Errorf("--vulkan-device %s: the device is too small for this model and batch (%w); leave out --vulkan-device to compute on the cpu, or lower --batch-size", spec, err))
 }
 
 // roomToGenerate refuses a prompt of n tokens (BOS and any chat template
@@ -290,7 +301,7 @@ func Generate(c GenerateConfig) (string, error) {
 	}
 	out, err := d.Generate([][]int{prompt}, c.MaxNewTokens, c.Sampling)
 	if err != nil {
-		return "", err
+		return "", tooSmallForFlag(c.VulkanDevice, err)
 	}
 	return text.Format.Tok.Decode(out[0]), nil
 }

@@ -204,3 +204,21 @@ func TestDeviceTooSmall(t *testing.T) {
 		}
 	}
 }
+
+// generate's and eval's --vulkan-device: a device too small is bad input
+// naming the flag; other errors, and errors without the flag, pass
+// through.
+func TestTooSmallForFlag(t *testing.T) {
+	oom := fmt.Errorf("decode 9 tokens: %w", &vulkan.Error{Call: "vkAllocateMemory", Result: vulkan.ErrorOutOfDeviceMemory})
+	var in *InputError
+	if err := tooSmallForFlag("0", oom); !errors.As(err, &in) || !strings.Contains(err.Error(), "--vulkan-device 0") {
+		t.Errorf("out of memory: %v", err)
+	}
+	if err := tooSmallForFlag("", oom); err != oom {
+		t.Errorf("without the flag: %v", err)
+	}
+	other := errors.New("token id 300 is outside the vocabulary")
+	if err := tooSmallForFlag("0", other); err != other {
+		t.Errorf("another error: %v", err)
+	}
+}
