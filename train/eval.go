@@ -222,6 +222,17 @@ func openVulkanFlag(spec string) (*gpuEngine, error) {
 	return g, nil
 }
 
+// compactStored keeps each matrix of m that its checkpoint stores as bf16
+// or fp16 as 16-bit values of that format, which are its exact values.
+func compactStored(m *model.Model) {
+	for _, s := range []struct {
+		f    amp.Format
+		name string
+	}{{amp.BF16, "BF16"}, {amp.FP16, "F16"}} {
+		m.Compact(s.f, func(w string) bool { return m.Stored[w] == s.name })
+	}
+}
+
 // tooSmallForFlag makes a device too small for the work (out of memory, or
 // a buffer larger than it makes) bad input naming --vulkan-device, with
 // what to do; other errors pass through.
@@ -283,19 +294,28 @@ func Generate(c GenerateConfig) (string, error) {
 	if err := roomToGenerate(len(prompt), m.Config.MaxPositionEmbeddings); err != nil {
 		return "", inputError(err)
 	}
-	w, err := mergedWeights(m, lora)
-	if err != nil {
-		return "", err
-	}
-	var g *gpuEngine
+	var d *model.Decoder
 	if c.VulkanDevice != "" {
-		if g, err = openVulkanFlag(c.VulkanDevice); err != nil {
+		g, err := openVulkanFlag(c.VulkanDevice)
+		if err != nil {
 			return "", err
 		}
 		defer g.close()
+		// On the device the matrices stored in 16 bits stay so (fp32
+		// compute widens them exactly) and the adapter is unmerged: half
+		// the memory of merged fp32 weights, the same function to fp32
+		// rounding.
+		compactStored(m)
+		var done func()
+		d, done = deviceDecoder(m, lora, eng.BLAS, g, nil)
+		defer done()
+	} else {
+		w, err := mergedWeights(m, lora)
+		if err != nil {
+			return "", err
+		}
+		d = model.NewDecoder(m, w, eng.BLAS)
 	}
-	d, done := decoder(m, w, eng.BLAS, g)
-	defer done()
 	if len(text.Stop) > 0 {
 		d.Stop = text.Stop
 	}

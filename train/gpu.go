@@ -337,20 +337,11 @@ func deviceTooSmall(err error) bool {
 	return outOfDeviceMemory(err) || errors.Is(err, vulkan.ErrBufferTooLarge)
 }
 
-// decoder is a greedy decoder of m with weights w (adapters merged): on
-// g's device when g is set (vkengine.Decoding: the weights, values and
-// key/value cache there), else on the CPU with be. done frees what it
-// holds on the device.
-func decoder(m *model.Model, w map[string][]float32, be blas.Backend, g *gpuEngine) (d *model.Decoder, done func()) {
-	if g == nil {
-		return model.NewDecoder(m, w, be), func() {}
-	}
-	return deviceDecoder(model.WithWeights(m, w), nil, be, g, nil)
-}
-
-// deviceDecoder is a greedy fp32 decoder of m, with adapter l unmerged
-// (nil: none), on g's device; share gives weights another program holds
-// there (nil: none), read in place.
+// deviceDecoder is an fp32 decoder of m, with adapter l unmerged (nil:
+// none), on g's device (vkengine.Decoding: the weights, values and
+// key/value cache there); share gives weights another program holds
+// there (nil: none), read in place. done frees what it holds on the
+// device.
 func deviceDecoder(m *model.Model, l *peft.Adapter, be blas.Backend, g *gpuEngine, share func(string) *vulkan.Buffer) (d *model.Decoder, done func()) {
 	dec := vkengine.NewDecoding(g.eng, share)
 	cfg := model.DecodeConfig{Device: func(logits *G.Node, b *nn.Builder, c *nn.KVCache) (model.DecodeProgram, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/mixtune/mixtune/internal/flock"
 	"github.com/mixtune/mixtune/internal/jsonfloat"
 	"github.com/mixtune/mixtune/internal/sysinfo"
+	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/optim"
 	"github.com/mixtune/mixtune/report"
 )
@@ -866,9 +867,7 @@ func (s *session) taskAccuracy(ctx context.Context, ts *taskSet) (TaskReport, er
 		if err != nil {
 			return TaskReport{}, err
 		}
-		d, done := decoder(p.model, w, p.eng.BLAS, nil)
-		defer done()
-		return ts.accuracy(ctx, d, p.tok, p.stop, s.r.Task.MaxNewTokens)
+		return ts.accuracy(ctx, model.NewDecoder(p.model, w, p.eng.BLAS), p.tok, p.stop, s.r.Task.MaxNewTokens)
 	}
 	if p.gpu == nil {
 		rep, err := onCPU()
