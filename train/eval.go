@@ -202,6 +202,7 @@ func Eval(c EvalConfig) (LossReport, error) {
 		}
 		defer g.close()
 		o.gpu = g
+		compactStored(m) // 16-bit matrices stay 16-bit on the device: their exact values, half the memory
 	}
 	ru, err := buildRunner(eng, m, lora, c.BatchSize, c.SeqLen, nil, nil, o)
 	if err != nil {
