@@ -3,6 +3,8 @@ package train
 import (
 	"errors"
 	"fmt"
+	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/mixtune/mixtune/amp"
 	"github.com/mixtune/mixtune/device"
 	"github.com/mixtune/mixtune/gpu/vulkan"
+	"github.com/mixtune/mixtune/model"
 )
 
 func TestPickVulkan(t *testing.T) {
@@ -221,4 +224,38 @@ func TestTooSmallForFlag(t *testing.T) {
 	if err := tooSmallForFlag("0", other); err != other {
 		t.Errorf("another error: %v", err)
 	}
+}
+
+// compactStored keeps the shipped tiny model's matrices, stored in bf16,
+// as bf16 (their exact values) and its norm vectors in fp32: 2 bytes a
+// matrix value, 4 a norm value, counted from the config (half the fp32
+// matrices' bytes on the device for generate and eval --vulkan-device).
+func TestCompactStored(t *testing.T) {
+	m, err := model.Load(filepath.Join("..", "models", "tiny-byte"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config
+	d, f, kv := c.HiddenSize, c.IntermediateSize, c.NumKeyValueHeads*c.HeadDimension()
+	matrices := c.NumHiddenLayers*(2*d*d+2*d*kv+3*d*f) + 2*c.VocabSize*d
+	norms := (2*c.NumHiddenLayers + 1) * d
+	want := make(map[string][]float32)
+	for name, w := range m.Weights {
+		want[name] = w.Float32()
+	}
+	if got := m.WeightBytes(); got != 4*(matrices+norms) {
+		t.Fatalf("loaded: %d bytes, want %d", got, 4*(matrices+norms))
+	}
+	compactStored(m)
+	if got := m.WeightBytes(); got != 2*matrices+4*norms {
+		t.Errorf("compacted: %d bytes, want %d", got, 2*matrices+4*norms)
+	}
+	for name, w := range m.Weights {
+		for i, v := range w.Float32() {
+			if math.Float32bits(v) != math.Float32bits(want[name][i]) {
+				t.Fatalf("%s[%d]: %v compacted, %v loaded", name, i, v, want[name][i])
+			}
+		}
+	}
+	t.Logf("%d bytes of weights, %d of them fp32 before", m.WeightBytes(), 4*(matrices+norms))
 }

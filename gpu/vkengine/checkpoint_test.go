@@ -104,6 +104,27 @@ func trainingGraph(t *testing.T, b *nn.Builder, m *model.Model, ckpt bool, seed 
 	return g, grads
 }
 
+// testModels are two random models of layers layers, width 16: one
+// Llama-style with grouped-query attention, one with q/k norms, biases
+// and a sliding window of 3.
+func testModels(t *testing.T, layers int) map[string]*model.Model {
+	t.Helper()
+	c := model.Config{VocabSize: 11, HiddenSize: 16, IntermediateSize: 24, NumHiddenLayers: layers,
+		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 16, RMSNormEps: 1e-5, RopeTheta: 10000,
+		BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2, InitializerRange: 0.5}
+	qwen := c
+	qwen.QKNorm, qwen.AttentionBias, qwen.SlidingWindow = true, true, 3
+	ms := map[string]*model.Model{}
+	for name, c := range map[string]model.Config{"llama": c, "qknorm-bias-window": qwen} {
+		m, err := model.New(c, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[name] = m
+	}
+	return ms
+}
+
 // TestCheckpointedLayers: a model whose layers are checkpointed (each
 // recomputed in the backward pass by programs sharing one pool of
 // buffers), and the whole graph with its memory planned (values sharing
@@ -116,16 +137,7 @@ func trainingGraph(t *testing.T, b *nn.Builder, m *model.Model, ckpt bool, seed 
 // train measures a LoRA run).
 func TestCheckpointedLayers(t *testing.T) {
 	e := openEngine(t)
-	c := model.Config{VocabSize: 11, HiddenSize: 16, IntermediateSize: 24, NumHiddenLayers: 3,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 16, RMSNormEps: 1e-5, RopeTheta: 10000,
-		BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2, InitializerRange: 0.5}
-	qwen := c
-	qwen.QKNorm, qwen.AttentionBias, qwen.SlidingWindow = true, true, 3
-	for name, c := range map[string]model.Config{"llama": c, "qknorm-bias-window": qwen} {
-		m, err := model.New(c, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for name, m := range testModels(t, 3) {
 		for _, f := range []amp.Format{amp.FP32, amp.BF16, amp.FP16} {
 			t.Run(fmt.Sprintf("%s/%v", name, f), func(t *testing.T) {
 				whole := runCheckpointed(t, e, m, f, false, false)

@@ -29,9 +29,6 @@ type DecodeCache struct {
 	rows      int
 	scratch   *vulkan.Buffer // attention's scores
 	table     *vulkan.Buffer // rope's cos and sin for cap positions
-	// Up counts the bytes the cache sent to the device: slots,
-	// positions and rotation tables.
-	Up int64
 }
 
 // NewDecodeCache keeps c's keys and values on e's device.
@@ -111,7 +108,6 @@ func (dc *DecodeCache) prepare(heads int) error {
 	if err := writeInt32(dc.slot, seq); err != nil {
 		return err
 	}
-	dc.Up += int64(8 * rows)
 	return writeInt32(dc.pos, pos)
 }
 
@@ -161,19 +157,17 @@ func (dc *DecodeCache) grow(slots, capacity int) error {
 		}
 	}
 	if capacity != dc.cap {
-		t := nn.NewRopeTableFreqs[float32](capacity, dc.c.InvFreq())
-		table, err := dc.e.Device.NewBuffer(4 * vulkan.RopeTableLen(capacity, len(dc.c.InvFreq())))
+		vals := ropeTableValues(capacity, dc.c.InvFreq())
+		table, err := dc.e.Device.NewBuffer(4 * len(vals))
 		if err != nil {
 			free()
 			return err
 		}
-		vals := append(append(make([]float32, 0, 2*len(t.Cos)), t.Cos...), t.Sin...)
 		if err := table.WriteFloat32(0, vals); err != nil {
 			table.Free()
 			free()
 			return err
 		}
-		dc.Up += int64(4 * len(vals))
 		if dc.table != nil {
 			dc.table.Free()
 		}
@@ -358,16 +352,6 @@ func (d *Decoding) Compile(logits *G.Node, b *nn.Builder, cache *nn.KVCache) (*P
 		return nil, err
 	}
 	return d.e.Compile(b.G, b.IsParam, Share(d.weight), WithCache(d.cache), PlanMemory(logits))
-}
-
-// Up is the bytes decoding sent to the device: weights, and the cache's
-// slots, positions and tables (the programs count their inputs).
-func (d *Decoding) Up() int64 {
-	up := d.weights.Up
-	if d.cache != nil {
-		up += d.cache.Up
-	}
-	return up
 }
 
 // Close frees the weights and the cache; the programs Compile made must

@@ -9,6 +9,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/mixtune/mixtune/blas"
+	"github.com/mixtune/mixtune/model"
 	"github.com/mixtune/mixtune/nn"
 )
 
@@ -132,5 +133,76 @@ func TestDecodeCacheGrows(t *testing.T) {
 				t.Fatalf("run %d, value %d: %v with the cache reserved, %v grown", ri, i, reserved[ri][i], grown[ri][i])
 			}
 		}
+	}
+}
+
+// TestDecodingSharesWeights: decoding that shares a training program's
+// weights (NewDecoding with its Param) uploads none of them and reads them
+// where they are: the logits of one that uploads its own copy of the same
+// weights, bit for bit, until the training program's weights change, when
+// only the sharing one follows. The one with its own copy uploads every
+// weight once for all its graph shapes (a prompt, then token by token).
+func TestDecodingSharesWeights(t *testing.T) {
+	e := openEngine(t)
+	m := testModels(t, 2)["qknorm-bias-window"]
+	b := nn.NewBuilder(&nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, tensor.Float32)
+	g, _ := trainingGraph(t, b, m, false, 1)
+	train, err := e.Compile(b.G, b.IsParam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer train.Close()
+	decoder := func(dec *Decoding) *model.Decoder {
+		d := model.NewDecoderWith(m, &nn.Engine{BLAS: blas.Native{Workers: 2}, Workers: 2}, model.DecodeConfig{
+			Device: func(logits *G.Node, b *nn.Builder, c *nn.KVCache) (model.DecodeProgram, error) {
+				return dec.Compile(logits, b, c)
+			}})
+		t.Cleanup(d.Close)
+		return d
+	}
+	logits := func(d *model.Decoder) [][]float32 {
+		out, err := d.Logits([]int{3, 7, 1, 9, 4, 4, 0}, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	same := func(a, b [][]float32) bool {
+		for i := range a {
+			for j := range a[i] {
+				if math.Float32bits(a[i][j]) != math.Float32bits(b[i][j]) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	shared, own := NewDecoding(e, train.Param), NewDecoding(e, nil)
+	t.Cleanup(shared.Close) // after the decoders' programs (cleanups run last first)
+	t.Cleanup(own.Close)
+	sd, od := decoder(shared), decoder(own)
+	before, want := logits(sd), logits(od)
+	if !same(before, want) {
+		t.Fatal("decoding the training program's weights differs from decoding a copy of them")
+	}
+	bytes := int64(0)
+	for _, w := range m.Weights {
+		bytes += int64(4 * len(w.Data))
+	}
+	if shared.weights.Up != 0 || own.weights.Up != bytes {
+		t.Errorf("weights uploaded: %d sharing, %d with a copy (the model's are %d bytes)", shared.weights.Up, own.weights.Up, bytes)
+	}
+	norm := g.Params["model.norm.weight"]
+	for i, x := range norm.Value().Data().([]float32) {
+		norm.Value().Data().([]float32)[i] = 2 * x
+	}
+	if err := train.SyncParams(b.Leaf(norm)); err != nil {
+		t.Fatal(err)
+	}
+	if after := logits(sd); same(after, before) {
+		t.Error("decoding that shares the training program's weights did not see them change")
+	}
+	if !same(logits(od), want) {
+		t.Error("decoding with its own copy changed with the training program's weights")
 	}
 }

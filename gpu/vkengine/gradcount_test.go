@@ -74,16 +74,7 @@ func gradCountsOf(t *testing.T, e *Engine, m *model.Model, f amp.Format, ckpt bo
 // (here they are equal).
 func TestGradUnderflowCounts(t *testing.T) {
 	e := openEngine(t)
-	c := model.Config{VocabSize: 11, HiddenSize: 16, IntermediateSize: 24, NumHiddenLayers: 2,
-		NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 16, RMSNormEps: 1e-5, RopeTheta: 10000,
-		BOSTokenID: 0, EOSTokenID: 1, PadTokenID: 2, InitializerRange: 0.5}
-	qwen := c
-	qwen.QKNorm, qwen.AttentionBias, qwen.SlidingWindow = true, true, 3
-	for name, c := range map[string]model.Config{"llama": c, "qknorm-bias-window": qwen} {
-		m, err := model.New(c, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for name, m := range testModels(t, 2) {
 		for _, f := range []amp.Format{amp.FP16, amp.BF16} {
 			for _, ckpt := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%v/checkpointed=%v", name, f, ckpt), func(t *testing.T) {

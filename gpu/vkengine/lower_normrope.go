@@ -127,13 +127,19 @@ func ropeTable(p *Program, id int, a nn.RopeAttrs) (*vulkan.Buffer, error) {
 	if err != nil || uploaded {
 		return b, err
 	}
-	t := nn.NewRopeTableFreqs[float32](a.SeqLen, a.InvFreq)
-	vals := append(append(make([]float32, 0, 2*len(t.Cos)), t.Cos...), t.Sin...)
+	vals := ropeTableValues(a.SeqLen, a.InvFreq)
 	p.Transfers.Up += int64(4 * len(vals))
 	if err := b.WriteFloat32(0, vals); err != nil {
 		return nil, fmt.Errorf("rope table: %w", err)
 	}
 	return b, nil
+}
+
+// ropeTableValues is nn.NewRopeTableFreqs's table for seqLen positions
+// as the kernel reads it: the cosines, then the sines.
+func ropeTableValues(seqLen int, invFreq []float32) []float32 {
+	t := nn.NewRopeTableFreqs[float32](seqLen, invFreq)
+	return append(append(make([]float32, 0, 2*len(t.Cos)), t.Cos...), t.Sin...)
 }
 
 // lowerEmbedding gathers the table's rows (fp32, or 16-bit widened

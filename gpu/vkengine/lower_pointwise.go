@@ -22,26 +22,18 @@ func attrsAs[A any](s *nn.OpSpec) (A, error) {
 }
 
 // thenRound records compute, then the rounding of the node's n output
-// values to the op's format: a lowering that reads no Pass.
-func thenRound(p *Program, nd *node, n int, compute func(*vulkan.Recorder) error) recordFunc {
+// values to the op's format: a lowering that reads no Pass. grad says the
+// value is a gradient, whose rounding is counted (Program.roundGrad).
+func thenRound(p *Program, nd *node, n int, grad bool, compute func(*vulkan.Recorder) error) recordFunc {
 	rnd := rounding(nd.spec.Out)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if err := compute(r); err != nil {
 			return err
+		}
+		if grad {
+			return p.roundGrad(r, nd.out, n, rnd)
 		}
 		return p.e.Kernels.Round(r, nd.out, n, rnd)
-	}
-}
-
-// thenRoundGrad is thenRound for an op whose value is a gradient: its
-// rounding is counted.
-func thenRoundGrad(p *Program, nd *node, n int, compute func(*vulkan.Recorder) error) recordFunc {
-	rnd := rounding(nd.spec.Out)
-	return func(r *vulkan.Recorder, _ nn.Pass) error {
-		if err := compute(r); err != nil {
-			return err
-		}
-		return p.roundGrad(r, nd.out, n, rnd)
 	}
 }
 
@@ -52,7 +44,7 @@ func lowerSwiGLU(p *Program, nd *node) (recordFunc, error) {
 		return nil, err
 	}
 	n := prod(a.Shape)
-	return thenRound(p, nd, n, func(r *vulkan.Recorder) error {
+	return thenRound(p, nd, n, false, func(r *vulkan.Recorder) error {
 		return p.e.Kernels.SwiGLU(r, nd.in[0], nd.in[1], nd.out, n)
 	}), nil
 }
@@ -170,7 +162,7 @@ func lowerBias(p *Program, nd *node) (recordFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return thenRound(p, nd, a.N*a.D, func(r *vulkan.Recorder) error {
+	return thenRound(p, nd, a.N*a.D, false, func(r *vulkan.Recorder) error {
 		return p.e.Kernels.BiasAdd(r, nd.in[0], nd.in[1], nd.out, a.N, a.D)
 	}), nil
 }
@@ -182,7 +174,7 @@ func lowerBiasGrad(p *Program, nd *node) (recordFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return thenRoundGrad(p, nd, a.D, func(r *vulkan.Recorder) error {
+	return thenRound(p, nd, a.D, true, func(r *vulkan.Recorder) error {
 		return p.e.Kernels.BiasGrad(r, nd.in[0], nd.out, a.N, a.D, a.RowChunk)
 	}), nil
 }
