@@ -1,9 +1,6 @@
 package blas
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,20 +13,20 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"github.com/mixtune/mixtune/internal/atomicfile"
+	"github.com/mixtune/mixtune/internal/calcache"
 )
 
 // CacheMode says how auto uses its calibration cache.
-type CacheMode int
+type CacheMode = calcache.Mode
 
 const (
 	// CacheUse reads a cached calibration for this machine, or measures
 	// and writes one.
-	CacheUse CacheMode = iota
+	CacheUse = calcache.Use
 	// CacheRefresh measures again and replaces the cached calibration.
-	CacheRefresh
+	CacheRefresh = calcache.Refresh
 	// CacheOff measures and neither reads nor writes the cache.
-	CacheOff
+	CacheOff = calcache.Off
 )
 
 // CalibrateEnv is the environment variable that sets the CacheMode:
@@ -50,17 +47,8 @@ type AutoOptions struct {
 
 // AutoOptionsFromEnv reads CalibrateEnv through getenv.
 func AutoOptionsFromEnv(getenv func(string) string) (AutoOptions, error) {
-	opt := AutoOptions{Getenv: getenv}
-	switch v := strings.ToLower(strings.TrimSpace(getenv(CalibrateEnv))); v {
-	case "", "cache":
-	case "refresh":
-		opt.Cache = CacheRefresh
-	case "off":
-		opt.Cache = CacheOff
-	default:
-		return opt, fmt.Errorf("%s=%q: want cache (the default), refresh (measure again and replace the cached choice) or off (measure, and read and write no cache)", CalibrateEnv, getenv(CalibrateEnv))
-	}
-	return opt, nil
+	mode, err := calcache.ParseMode(CalibrateEnv, getenv(CalibrateEnv))
+	return AutoOptions{Getenv: getenv, Cache: mode}, err
 }
 
 // busyShare is the share of its threads' CPU time below which the
@@ -103,10 +91,7 @@ func keyFields(cs []candidate, threads int, getenv func(string) string) []string
 	return f
 }
 
-func hashKey(fields []string) string {
-	h := sha256.Sum256([]byte(strings.Join(fields, "\n")))
-	return hex.EncodeToString(h[:12])
-}
+func hashKey(fields []string) string { return calcache.Key(fields) }
 
 // cpuModel is the CPU's model name from /proc/cpuinfo where there is one.
 func cpuModel() string {
@@ -228,27 +213,14 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 }
 
 // cacheDir is dir, or the user's cache directory's mixtune/blas.
-func cacheDir(dir string) (string, error) {
-	if dir != "" {
-		return dir, nil
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(base, "mixtune", "blas"), nil
-}
+func cacheDir(dir string) (string, error) { return calcache.Dir(dir, "blas") }
 
 // readCalibration reads a cached calibration and checks that it is the
 // one for key and has a result for every candidate.
 func readCalibration(path, key string, cs []candidate) (*calibration, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var c calibration
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("unreadable (%v)", err)
+	if err := calcache.Read(path, &c); err != nil {
+		return nil, err
 	}
 	if c.Key != key {
 		return nil, fmt.Errorf("holds key %q, not %q", c.Key, key)
@@ -265,15 +237,6 @@ func readCalibration(path, key string, cs []candidate) (*calibration, error) {
 	return &c, nil
 }
 
-// writeCalibration writes c to path whole or not at all (atomicfile), so
-// that a reader never sees half a file.
-func writeCalibration(path string, c any) error {
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(b, '\n'))
-}
+// writeCalibration writes c to path whole or not at all, so that a
+// reader never sees half a file.
+func writeCalibration(path string, c any) error { return calcache.Write(path, c) }

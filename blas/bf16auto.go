@@ -1,7 +1,6 @@
 package blas
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mixtune/mixtune/amp"
+	"github.com/mixtune/mixtune/internal/calcache"
 )
 
 // BF16Speed is what auto compares to decide where bf16 products run: the
@@ -137,13 +137,9 @@ type bf16Calibration struct {
 // readBF16Calibration reads a cached comparison and checks that it is
 // the one for key.
 func readBF16Calibration(path, key string) (*bf16Calibration, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var c bf16Calibration
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("unreadable (%v)", err)
+	if err := calcache.Read(path, &c); err != nil {
+		return nil, err
 	}
 	if c.Key != key || c.Emulate <= 0 || c.Hardware <= 0 {
 		return nil, fmt.Errorf("holds key %q with %v and %v GFLOP/s, not a result for %q", c.Key, c.Emulate, c.Hardware, key)

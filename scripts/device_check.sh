@@ -48,11 +48,12 @@
 #                        left; give it the call's 600 s: the measurements
 #                        come first, so a cut-off loses only tests): the
 #                        driver's statistics of the attention and GEMM
-#                        kernels (vkprobe -stats), the coopmat2 tiles
-#                        checked against float64 and timed (the default
-#                        and the unrolled cm2-128x256u8 and cm2-256x128u8),
-#                        a small step of each build (the driver's shader
-#                        cache filled), TinyLlama's bf16 step with this
+#                        kernels (vkprobe -stats), a small step of each
+#                        build (the driver's shader cache filled),
+#                        compute.gemm_tile: auto at TinyLlama's bf16
+#                        products (every tile the device runs checked
+#                        against float64 and timed; each tile's ms a step
+#                        printed from the cache it writes), TinyLlama's bf16 step with this
 #                        build (its default twice, on each unrolled tile,
 #                        with --split-dkv, with --checkpoint; each with its
 #                        device peak) and with BASE's, PyTorch's bf16
@@ -275,8 +276,6 @@ quick() {
 	echo "start $(date +%T) $uuid $(nvidia-smi --query-gpu=name --format=csv,noheader); baseline $(cat "$q/base.txt")"
 	echo "== pipeline statistics $(date +%T)"
 	timeout 40 "$q/vkprobe" -device "$uuid" -stats 'attention_coop_[df]*_d64_bf16.spv,gemm_cm2_*_bf16.spv,attention_[df]*_d64.spv' 2>&1 | grep -v "flexible shape"
-	echo "== vkprobe, the coopmat2 tiles against float64 and timed $(date +%T)"
-	timeout 60 "$q/vkprobe" -device "$uuid" -sizes 4096 -variants coopmat2-nv-bf16-128x256,coopmat2-nv-bf16-128x256u8,coopmat2-nv-bf16-256x128u8 2>&1 | grep -v "cooperative-matrix shape" | grep -v " ok: worst"
 	# The driver compiles each pipeline on first use (35 s for an engine's
 	# once, cold): a small step of each build first, so the timed runs
 	# below find them in the driver's cache (heads of 64, as TinyLlama's).
@@ -285,13 +284,21 @@ quick() {
 		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*' <<<"$out" | tr '\n' ' ')
 		echo "warm $bin $(date +%T): ${got:-failed: ${out:0:400}}"
 	done
+	# compute.gemm_tile: auto times every tile the device runs (each checked
+	# against float64 on the device first) at TinyLlama's products and
+	# caches the choice, which the default runs below then read.
+	echo "== GEMM tile auto at TinyLlama's bf16 products $(date +%T)"
+	out=$(timeout 150 "$q/mixtune" bench $tiny --ffn 5632 --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --json 2>&1 | tail -1)
+	grep -o '"gemm_tile_reason":"[^"]*"\|"warnings":\[[^]]*\]' <<<"$out" || echo "failed: ${out:0:600}"
+	find "${XDG_CACHE_HOME:-$HOME/.cache}/mixtune/gpu" -name 'tile-*.json' -exec cat {} + 2>/dev/null | grep -E '"(tile|ms_per_step|tflops|error)"' | tr -d '\n ' | sed 's/"tile"/\n"tile"/g'
+	echo
 	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "new-split:mixtune --split-dkv" "new-ckpt:mixtune --checkpoint" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}
 		set -- ${run#*:}
 		bin=$1
 		shift
 		out=$(timeout 40 "$q/$bin" bench $tiny --ffn 5632 --steps 3 --warmup 1 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 "$@" --json 2>&1 | tail -1)
-		got=$(grep -o '"engine":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"loss":[0-9.]*\|"device_peak_bytes":[0-9]*' <<<"$out" | tr '\n' ' ')
+		got=$(grep -o '"engine":"[^"]*"\|"gemm_tile":"[^"]*"\|"tokens_per_s":[0-9.]*\|"ms_per_step":[0-9.]*\|"loss":[0-9.]*\|"device_peak_bytes":[0-9]*' <<<"$out" | tr '\n' ' ')
 		echo "mixtune tinyllama bf16 $name: ${got:-failed: ${out:0:400}}"
 	done
 	echo "== PyTorch tinyllama bf16 eager $(date +%T)"

@@ -81,22 +81,27 @@ func DefaultBench() BenchConfig {
 
 // BenchResult is one measurement.
 type BenchResult struct {
-	Backend      string      `json:"backend"`
-	Engine       string      `json:"engine"` // cpu, or the Vulkan device
-	Adapter      AdapterKind `json:"adapter"`
-	Precision    amp.Format  `json:"precision"`
-	BF16Matmul   string      `json:"bf16_matmul,omitempty"` // emulate or hardware: where the bf16 products ran
-	BF16Kernel   string      `json:"bf16_kernel,omitempty"` // why, and which bf16 GEMM
-	BaseDtype    amp.Format  `json:"base_dtype"`
-	Quantize     string      `json:"quantize,omitempty"` // nf4 or fp4: a 4-bit base
-	WeightBytes  int         `json:"base_weight_bytes"`
-	TokensPerSec float64     `json:"tokens_per_s"`
-	MsPerStep    float64     `json:"ms_per_step"`
-	PeakRSS      uint64      `json:"peak_rss_bytes"`
-	DevicePeak   uint64      `json:"device_peak_bytes,omitempty"` // the Vulkan device's buffers at most (vulkan.Device.MemoryUse)
-	Params       int         `json:"params"`
-	Trainable    int         `json:"trainable"`
-	Loss         float64     `json:"loss"`
+	Backend string `json:"backend"`
+	Engine  string `json:"engine"` // cpu, or the Vulkan device
+	// GemmTile is the tensor-core tile of the Vulkan engine's 16-bit
+	// products and GemmTileReason why (compute.gemm_tile, auto's timing).
+	GemmTile       string      `json:"gemm_tile,omitempty"`
+	GemmTileReason string      `json:"gemm_tile_reason,omitempty"`
+	Warnings       []string    `json:"warnings,omitempty"`
+	Adapter        AdapterKind `json:"adapter"`
+	Precision      amp.Format  `json:"precision"`
+	BF16Matmul     string      `json:"bf16_matmul,omitempty"` // emulate or hardware: where the bf16 products ran
+	BF16Kernel     string      `json:"bf16_kernel,omitempty"` // why, and which bf16 GEMM
+	BaseDtype      amp.Format  `json:"base_dtype"`
+	Quantize       string      `json:"quantize,omitempty"` // nf4 or fp4: a 4-bit base
+	WeightBytes    int         `json:"base_weight_bytes"`
+	TokensPerSec   float64     `json:"tokens_per_s"`
+	MsPerStep      float64     `json:"ms_per_step"`
+	PeakRSS        uint64      `json:"peak_rss_bytes"`
+	DevicePeak     uint64      `json:"device_peak_bytes,omitempty"` // the Vulkan device's buffers at most (vulkan.Device.MemoryUse)
+	Params         int         `json:"params"`
+	Trainable      int         `json:"trainable"`
+	Loss           float64     `json:"loss"`
 	// With several ranks: how many, and per step the time waiting for the
 	// gradient sums after the backward pass, and their whole time.
 	Ranks           int     `json:"ranks,omitempty"`
@@ -246,6 +251,9 @@ type benchRun struct {
 	bf16   bf16Decision     // where the bf16 products run
 	gpu    *gpuEngine       // the Vulkan engine, or nil
 	devOpt *deviceOptimizer // AdamW on it
+	// warnings are problems that did not stop the run (the GEMM tile's
+	// timing)
+	warnings []string
 }
 
 // close frees the run's graphs and device.
@@ -307,6 +315,13 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 			return nil, err
 		}
 		b.ru.devOpt = b.devOpt
+		warnings, err := b.gpu.settleTile(c.GemmTile, c.Precision, b.ru.vk.Products(), "", nil)
+		if err != nil {
+			b.ru.close()
+			b.gpu.close()
+			return nil, err
+		}
+		b.warnings = append(b.warnings, warnings...)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := c.Batch * c.SeqLen
@@ -347,10 +362,12 @@ func (b *benchRun) step() error {
 func (b *benchRun) result(dt float64) BenchResult {
 	c, n := b.c, b.c.Batch*b.c.SeqLen
 	engine := "cpu"
+	var tile, tileReason string
 	if b.gpu != nil {
 		engine = "vulkan: " + b.gpu.describe()
+		tile, tileReason = b.gpu.tile, b.gpu.tileReason
 	}
-	res := BenchResult{Backend: b.eng.BLAS.Name(), Engine: engine, Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
+	res := BenchResult{Backend: b.eng.BLAS.Name(), Engine: engine, GemmTile: tile, GemmTileReason: tileReason, Warnings: b.warnings, Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
 		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: b.m.NumParams(), WeightBytes: b.m.WeightBytes(), Loss: b.loss}
 	if c.Quantize.Type != 0 {
 		res.Quantize = c.Quantize.Type.String()

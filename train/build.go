@@ -119,11 +119,6 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 	if err := c.settleCompute(r); err != nil {
 		return nil, err
 	}
-	if opt.ResumeDir != "" {
-		if started := startedEngine(opt.ResumeDir); started == "" && c.gpu != nil || started != "" && started != c.engineName() {
-			c.warnings = append(c.warnings, fmt.Sprintf("this run started on the %s engine and resumes on %s: the engines sum in other orders, and its numbers will differ from an uninterrupted run's in the last bits", cmp.Or(started, "cpu"), c.engineName()))
-		}
-	}
 	if have, ok := sysinfo.TotalMemory(); ok {
 		if err := checkDataMemory(r, have); err != nil {
 			return nil, err
@@ -221,6 +216,21 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		}
 		c.optimizer, c.trainer.devOpt = c.devOpt, c.devOpt
 		c.devOpt.counts = &c.trainer.vk.Transfers
+		started := ""
+		if opt.ResumeDir != "" {
+			started = startedTile(opt.ResumeDir)
+		}
+		warnings, err := c.gpu.settleTile(r.Compute.GemmTile, r.Precision, c.trainer.vk.Products(), started, c.comm)
+		c.warnings = append(c.warnings, warnings...)
+		if err != nil {
+			return c, err
+		}
+	}
+	// after the tile is settled: the engine's name says which runs the products
+	if opt.ResumeDir != "" {
+		if started := startedEngine(opt.ResumeDir); started == "" && c.gpu != nil || started != "" && started != c.engineName() {
+			c.warnings = append(c.warnings, fmt.Sprintf("this run started on the %s engine and resumes on %s: the engines sum in other orders, and its numbers will differ from an uninterrupted run's in the last bits", cmp.Or(started, "cpu"), c.engineName()))
+		}
 	}
 	if c.pref != nil {
 		err := c.preferencePasses(r, objective, rows, tg)

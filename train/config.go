@@ -313,8 +313,10 @@ type ComputeConfig struct {
 	// bits, to compare speed).
 	SplitDKV bool `yaml:"split_dkv,omitempty"`
 	// GemmTile names the tensor-core tile of the Vulkan engine's 16-bit
-	// products (vulkan.CoopTileNames; "" the default: cm2-128x256 where
-	// the device runs it, else 128x256), to compare tiles end to end.
+	// products (vulkan.CoopTileNames), or "auto" ("", the default): the
+	// fastest the device runs at the run's own products, timed once per
+	// device, driver and shapes and cached (MIXTUNE_GPU_CALIBRATE), kept on
+	// a resume. Tiles sum in different orders: the choice is in run.json.
 	GemmTile string    `yaml:"gemm_tile,omitempty"`
 	BLAS     blas.Kind `yaml:"blas"`
 	Threads  int       `yaml:"threads"`
@@ -758,4 +760,4 @@ func archConfig(a Architecture, tok data.Tokenizer) model.Config {
 
 // GemmTiles lists the tensor-core tiles compute.gemm_tile takes, the
 // default first.
-func GemmTiles() []string { return vulkan.CoopTileNames() }
+func GemmTiles() []string { return append([]string{GemmTileAuto}, vulkan.CoopTileNames()...) }

@@ -61,6 +61,11 @@ type gpuEngine struct {
 	eng     *vkengine.Engine
 	phys    *vulkan.PhysicalDevice
 	variant string // the GEMM variants its kernels use (Kernels.GemmNames)
+	// tile is the tensor-core tile of the run's 16-bit products ("" where
+	// they run on none) and tileReason why (settleTile).
+	tile, tileReason string
+	// noRecordAhead: each run recorded into one command buffer.
+	noRecordAhead bool
 }
 
 func (g *gpuEngine) close() {
@@ -132,23 +137,30 @@ func openGPU(c ComputeConfig, sel device.Selection, low amp.Format) (*gpuEngine,
 		g.close()
 		return nil, "", fmt.Errorf("open %s: %w", pick.Name, err)
 	}
-	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, SplitDKV: c.SplitDKV, CoopTile: c.GemmTile, TensorFormats: tensorFormats(low)}); err != nil {
+	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, SplitDKV: c.SplitDKV, CoopTile: namedTile(c.GemmTile), TensorFormats: tensorFormats(low)}); err != nil {
 		g.close()
 		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
 	}
 	if c.NoRecordAhead {
 		g.eng.RecordAhead(0)
 	}
-	g.variant = g.eng.Kernels.GemmNames()
-	if c.NoRecordAhead {
-		g.variant += ", one command buffer a run"
-	}
-	// attention's kernels, where its 16-bit products run on tensor cores
-	// or a self-check kept them off
-	if a := g.eng.Kernels.AttentionNames(); strings.Contains(a, "products") {
-		g.variant += " · " + a
-	}
+	g.noRecordAhead = c.NoRecordAhead
+	g.variant = g.kernelNames()
 	return g, reason, nil
+}
+
+// kernelNames is the banner's and run.json's account of the kernels in
+// use: the GEMM variants, and attention's where its 16-bit products run
+// on tensor cores or a self-check kept them off.
+func (g *gpuEngine) kernelNames() string {
+	s := g.eng.Kernels.GemmNames()
+	if g.noRecordAhead {
+		s += ", one command buffer a run"
+	}
+	if a := g.eng.Kernels.AttentionNames(); strings.Contains(a, "products") {
+		s += " · " + a
+	}
+	return s
 }
 
 // tensorFormats are the 16-bit product formats a run at precision low

@@ -63,7 +63,7 @@ func TestComputeDeviceField(t *testing.T) {
 	}{
 		{[]string{"compute.device=tpu"}, `unknown compute device "tpu"`},
 		{[]string{"compute.device=cpu", "compute.vulkan_device=0"}, "compute.vulkan_device: names a Vulkan device, but compute.device is cpu"},
-		{[]string{"compute.gemm_tile=64x64"}, `compute.gemm_tile: must be one of 128x256, 128x128, 128x128s4, 256x128, cm2-128x256, cm2-128x128, cm2-128x256u8, cm2-256x128u8, got "64x64"`},
+		{[]string{"compute.gemm_tile=64x64"}, `compute.gemm_tile: must be one of auto, 128x256, 128x128, 128x128s4, 256x128, cm2-128x256, cm2-128x128, cm2-128x256u8, cm2-256x128u8, got "64x64"`},
 	} {
 		_, err := Load("configs/quickstart.yaml", tc.sets)
 		if err == nil || !strings.Contains(err.Error(), tc.err) {

@@ -40,9 +40,14 @@ type Manifest struct {
 	// device, its driver and GEMM variant; EngineReason why.
 	Engine       string `json:"engine"`
 	EngineReason string `json:"engine_reason"`
-	Discovery    string `json:"device_discovery"`
-	Precision    string `json:"precision"`
-	LossScaling  bool   `json:"loss_scaling"`
+	// GemmTile is the tensor-core tile of the Vulkan engine's 16-bit
+	// products, which a resume with compute.gemm_tile: auto keeps, and
+	// GemmTileReason why it was taken.
+	GemmTile       string `json:"gemm_tile,omitempty"`
+	GemmTileReason string `json:"gemm_tile_reason,omitempty"`
+	Discovery      string `json:"device_discovery"`
+	Precision      string `json:"precision"`
+	LossScaling    bool   `json:"loss_scaling"`
 	// Where the bf16 products ran (emulate or hardware) and why; empty
 	// in a run without bf16 products.
 	BF16Matmul       string            `json:"bf16_matmul,omitempty"`
@@ -85,6 +90,9 @@ func newManifest(r *Recipe, c *components) Manifest {
 		Precision: p.Low.String(), LossScaling: c.scaler != nil, BF16Matmul: c.bf16.path, BF16MatmulReason: c.bf16.reason,
 		Policy: PolicyRecord{LowPrecision: p.LowOps, FP32: p.FP32Ops, Promote: p.Promote},
 		Inputs: map[string]string{},
+	}
+	if c.gpu != nil {
+		m.GemmTile, m.GemmTileReason = c.gpu.tile, c.gpu.tileReason
 	}
 	m.addWorld(c.comm)
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -187,15 +195,11 @@ func backendKind(name string) blas.Kind {
 // the run started with (blas_kind, or from the name where an older
 // run.json has none), and its name; ok is false where it says none.
 func startedBackend(dir string) (kind blas.Kind, name string, ok bool) {
-	b, err := os.ReadFile(filepath.Join(dir, "run.json"))
-	if err != nil {
-		return "", "", false
-	}
 	var m struct {
 		BLAS     string    `json:"blas"`
 		BLASKind blas.Kind `json:"blas_kind"`
 	}
-	if json.Unmarshal(b, &m) != nil {
+	if !readRunJSON(dir, &m) {
 		return "", "", false
 	}
 	k := m.BLASKind
@@ -223,15 +227,16 @@ func sameKernels(a, b string) bool {
 // started on ("cpu", or "vulkan: " and the device); "" where it says none
 // (a run.json older than the field).
 func startedEngine(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "run.json"))
-	if err != nil {
-		return ""
-	}
 	var m struct {
 		Engine string `json:"engine"`
 	}
-	if json.Unmarshal(b, &m) != nil {
-		return ""
-	}
+	readRunJSON(dir, &m)
 	return m.Engine
+}
+
+// readRunJSON decodes a run directory's run.json into m, leaving m as it
+// is where there is none or it does not decode.
+func readRunJSON(dir string, m any) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "run.json"))
+	return err == nil && json.Unmarshal(b, m) == nil
 }

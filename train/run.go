@@ -398,6 +398,9 @@ func (s *session) printHeader() {
 	fmt.Fprintf(out, "mixtune %s · %s · %s · %d threads · bf16 units: %s\n", Version, runtime.Version(), p.eng.BLAS.Name(), p.eng.Workers, p.cpu)
 	if p.gpu != nil {
 		fmt.Fprintf(out, "engine: vulkan · %s · %s\n", p.gpu.describe(), p.gpuReason)
+		if p.gpu.tileReason != "" {
+			fmt.Fprintf(out, "gemm tile: %s\n", p.gpu.tileReason)
+		}
 	} else {
 		fmt.Fprintf(out, "engine: cpu (%s)\n", p.gpuReason)
 	}

@@ -110,7 +110,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.TextVar(&c.BLAS, "blas", c.BLAS, "matmul backend: auto, openblas, onednn, native or gonum")
 	fs.StringVar(&c.VulkanDevice, "vulkan-device", "", "train on the Vulkan engine on this device (an index, UUID or PCI bus id; see vkprobe), the optimizer there too")
 	fs.BoolVar(&c.ScalarGEMM, "scalar-gemm", false, "on the Vulkan engine, keep every product on the scalar fp32 GEMM (no tensor cores), to compare")
-	fs.StringVar(&c.GemmTile, "gemm-tile", "", "on the Vulkan engine, the tensor-core tile of the 16-bit products ("+strings.Join(train.GemmTiles(), ", ")+"; by default cm2-128x256 where the device runs it, else 128x256), to compare")
+	fs.StringVar(&c.GemmTile, "gemm-tile", "", "on the Vulkan engine, the tensor-core tile of the 16-bit products ("+strings.Join(train.GemmTiles(), ", ")+"; auto, the default: the fastest at the run's products, timed on the device and cached), to compare")
 	fs.BoolVar(&c.Narrow16, "narrow-16bit-operands", false, "on the Vulkan engine, narrow the 16-bit products' fp32 operands to 16-bit memory once before each product, so the tensor-core kernel only copies them (the same bits), to compare")
 	fs.BoolVar(&c.SplitDKV, "split-dkv", false, "on the Vulkan engine, run the tensor-core attention's dK/dV kernel as two, one for dK and one for dV (the same results), to compare")
 	fs.BoolVar(&c.NoRecordAhead, "no-record-ahead", false, "on the Vulkan engine, record each run of the graph into one command buffer instead of handing the device every 128 commands while recording the rest (the same results), to compare")
@@ -205,8 +205,14 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s · %s · %s · base weights %s (%.1f MiB) · %d params (%d trainable) · batch %d × seq %d\n", res.Backend, res.Adapter,
 		res.Precision, base, float64(res.WeightBytes)/(1<<20), res.Params, res.Trainable, c.Batch, c.SeqLen)
+	for _, w := range res.Warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
 	if res.Engine != "cpu" {
 		fmt.Fprintf(stdout, "engine: %s\n", res.Engine)
+		if res.GemmTileReason != "" {
+			fmt.Fprintf(stdout, "gemm tile: %s\n", res.GemmTileReason)
+		}
 	} else if res.BF16Kernel != "" {
 		fmt.Fprintf(stdout, "bf16 matmul: %s\n", res.BF16Kernel)
 	}

@@ -134,6 +134,9 @@ type Program struct {
 	// counts, the model program's (top)
 	counting bool
 	counts   *gradCounts
+	// products are the GEMMs a run records, counted as lowering meets
+	// them (noteProduct), the model program's
+	products []vulkan.GemmShape
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.
@@ -205,6 +208,21 @@ func newProgram(e *Engine, order G.Nodes) *Program {
 	return &Program{e: e, order: order, bufs: map[*G.Node]*vulkan.Buffer{}, params: map[*G.Node]bool{},
 		saved: map[savedKey]*vulkan.Buffer{}, nodes: map[*G.Node]*node{}, fwd: map[int]*node{}, named: map[string]*vulkan.Buffer{}}
 }
+
+// noteProduct counts a product each run of p records into the model
+// program's list (Products); a 4-bit weight's products are left out, as
+// they never run on tensor cores.
+func (p *Program) noteProduct(g vulkan.GemmArgs) {
+	if g.Q4 == nil {
+		top := p.top()
+		top.products = vulkan.AddShape(top.products, g)
+	}
+}
+
+// Products are the GEMMs one run of the program records, by shape, with
+// those of its checkpointed layers' programs: what a tensor-core tile is
+// timed at (vulkan.Kernels.ChooseTile).
+func (p *Program) Products() []vulkan.GemmShape { return slices.Clone(p.top().products) }
 
 // top is the model's program: p, or the root of a layer's program.
 func (p *Program) top() *Program {

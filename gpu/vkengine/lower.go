@@ -247,6 +247,7 @@ func lowerWeightProduct(p *Program, nd *node, shape func(nn.LinearAttrs) vulkan.
 	g := shape(a)
 	g.Alpha, g.A, g.B, g.C, g.B16, g.BHalf, g.Q4 = 1, nd.in[0], w.buf, nd.out, w.b16, w.half, w.q4
 	g.Operands = sharedOperands(a)
+	p.noteProduct(g)
 	rnd := rounding(nd.spec.Out)
 	round := p.e.Kernels.Round
 	if nd.spec.Kind == "linear.dx" { // a gradient's rounding, counted
@@ -271,9 +272,11 @@ func lowerWeightProduct(p *Program, nd *node, shape func(nn.LinearAttrs) vulkan.
 func lowerLinearDW(p *Program, nd *node) (recordFunc, error) {
 	a := nd.spec.Attrs.(nn.LinearAttrs)
 	rnd := rounding(nd.spec.Out)
+	g := vulkan.GemmArgs{M: a.Out, N: a.In, K: a.N, TransA: true, Alpha: 1,
+		A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In, Operands: sharedOperands(a)}
+	p.noteProduct(g)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
-		if err := p.e.Kernels.Gemm(r, vulkan.GemmArgs{M: a.Out, N: a.In, K: a.N, TransA: true, Alpha: 1,
-			A: nd.in[0], Lda: a.Out, B: nd.in[1], Ldb: a.In, C: nd.out, Ldc: a.In, Operands: sharedOperands(a)}); err != nil {
+		if err := p.e.Kernels.Gemm(r, g); err != nil {
 			return err
 		}
 		return p.roundGrad(r, nd.out, a.Out*a.In, rnd)

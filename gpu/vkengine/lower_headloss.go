@@ -121,6 +121,50 @@ func newHeadLoss(p *Program, fwd *node) (*headLoss, error) {
 	return h, nil
 }
 
+// logitsArgs is the product of the logits of rows r0 … r0+rows-1.
+func (h *headLoss) logitsArgs(r0, rows int) vulkan.GemmArgs {
+	a := h.a
+	return vulkan.GemmArgs{M: rows, N: a.V, K: a.D, TransB: true, Alpha: 1,
+		A: h.x, Lda: a.D, AOff: r0 * a.D, B: h.w, Ldb: a.D, C: h.block, Ldc: a.V, B16: h.b16, BHalf: h.half,
+		Operands: shared(h.fx, h.fw)}
+}
+
+// dxArgs is the product of those rows' dx from the logits' gradient (C
+// left for the caller).
+func (h *headLoss) dxArgs(r0, rows int) vulkan.GemmArgs {
+	a := h.a
+	return vulkan.GemmArgs{M: rows, N: a.D, K: a.V, Alpha: 1,
+		A: h.block, Lda: a.V, B: h.w, Ldb: a.D, Ldc: a.D, COff: r0 * a.D, B16: h.b16, BHalf: h.half,
+		Operands: shared(h.fl, h.fw)}
+}
+
+// dwArgs is the product adding those rows' share of dW (C left for the
+// caller): the first block's sets it.
+func (h *headLoss) dwArgs(r0, rows int) vulkan.GemmArgs {
+	a := h.a
+	beta := float32(1)
+	if r0 == 0 {
+		beta = 0
+	}
+	return vulkan.GemmArgs{M: a.V, N: a.D, K: rows, TransA: true, Alpha: 1, Beta: beta,
+		A: h.block, Lda: a.V, B: h.x, Ldb: a.D, BOff: r0 * a.D, Ldc: a.D, Operands: shared(h.fl, h.fx)}
+}
+
+// noteProducts counts the products a record with gradients g records
+// (Program.Products).
+func (h *headLoss) noteProducts(g *headGrads) {
+	for r0 := 0; r0 < h.a.N; r0 += h.a.Chunk {
+		rows := min(h.a.Chunk, h.a.N-r0)
+		h.p.noteProduct(h.logitsArgs(r0, rows))
+		if g != nil && g.dx != nil {
+			h.p.noteProduct(h.dxArgs(r0, rows))
+		}
+		if g != nil && g.dw != nil {
+			h.p.noteProduct(h.dwArgs(r0, rows))
+		}
+	}
+}
+
 // record records the pass: the loss into loss and, with g, the unrounded
 // gradients of x and W, block by block as headLossOp.pass computes them.
 // dW adds its blocks' products in block order (Beta 1 after the first).
@@ -133,9 +177,7 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 	logitsRnd := rounding(a.LogitsFormat)
 	for r0 := 0; r0 < a.N; r0 += a.Chunk {
 		rows := min(a.Chunk, a.N-r0)
-		if err := ks.Gemm(r, vulkan.GemmArgs{M: rows, N: a.V, K: a.D, TransB: true, Alpha: 1,
-			A: h.x, Lda: a.D, AOff: r0 * a.D, B: h.w, Ldb: a.D, C: h.block, Ldc: a.V, B16: h.b16, BHalf: h.half,
-			Operands: shared(h.fx, h.fw)}); err != nil {
+		if err := ks.Gemm(r, h.logitsArgs(r0, rows)); err != nil {
 			return err
 		}
 		if err := ks.Round(r, h.block, rows*a.V, logitsRnd); err != nil {
@@ -159,19 +201,16 @@ func (h *headLoss) record(r *vulkan.Recorder, loss *vulkan.Buffer, g *headGrads)
 			return err
 		}
 		if g.dx != nil {
-			if err := ks.Gemm(r, vulkan.GemmArgs{M: rows, N: a.D, K: a.V, Alpha: 1,
-				A: h.block, Lda: a.V, B: h.w, Ldb: a.D, C: g.dx, Ldc: a.D, COff: r0 * a.D, B16: h.b16, BHalf: h.half,
-				Operands: shared(h.fl, h.fw)}); err != nil {
+			dx := h.dxArgs(r0, rows)
+			dx.C = g.dx
+			if err := ks.Gemm(r, dx); err != nil {
 				return err
 			}
 		}
 		if g.dw != nil {
-			beta := float32(1)
-			if r0 == 0 {
-				beta = 0
-			}
-			if err := ks.Gemm(r, vulkan.GemmArgs{M: a.V, N: a.D, K: rows, TransA: true, Alpha: 1, Beta: beta,
-				A: h.block, Lda: a.V, B: h.x, Ldb: a.D, BOff: r0 * a.D, C: g.dw, Ldc: a.D, Operands: shared(h.fl, h.fx)}); err != nil {
+			dw := h.dwArgs(r0, rows)
+			dw.C = g.dw
+			if err := ks.Gemm(r, dw); err != nil {
 				return err
 			}
 		}
@@ -198,6 +237,7 @@ func lowerHeadLoss(p *Program, nd *node) (recordFunc, error) {
 			return nil, err
 		}
 	}
+	h.noteProducts(g)
 	return func(r *vulkan.Recorder, _ nn.Pass) error { return h.record(r, nd.out, g) }, nil
 }
 
@@ -263,6 +303,7 @@ func lowerHeadLossBackward(p *Program, nd *node) (recordFunc, error) {
 		return nil, err
 	}
 	g := &headGrads{seed: nd.in[len(nd.in)-1], dx: nd.grads[0], dw: nd.grads[1]}
+	h.noteProducts(g)
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if err := h.record(r, loss, g); err != nil {
 			return err

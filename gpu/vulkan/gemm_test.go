@@ -753,23 +753,27 @@ func names(vs []GemmVariant) []string {
 // tile before the coopmat1 one where the device runs both, each alone
 // where it runs alone, a named tile alone; the first that builds and
 // passes its self-check is taken, and those passed over are reported.
-func TestTensorChoices(t *testing.T) {
-	both := func() *PhysicalDevice {
-		p := &PhysicalDevice{Name: "both", core12: true, core13: true, VulkanMemoryModel: true, ShaderFloat16: true, BFloat16CoopMat: true,
-			CooperativeMatrixKHR: true, CoopMatKHRFeature: true, CoopMatNVFeature: true, CooperativeMatrix2NV: true,
-			SubgroupSize: 32, MaxSharedMemory: 49152, MaxWorkgroupInvocations: 1024,
-			CoopMatShapes: []CoopMatShape{
-				{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3},
-				{M: 16, N: 16, K: 16, A: ComponentBF16, B: ComponentBF16, C: ComponentFP32, Result: ComponentFP32, Scope: 3, KHR: true},
-			},
-			CoopMat2: CoopMat2Support{WorkgroupScope: true, FlexibleDimensions: true, TensorAddressing: true, PerElementOperations: true,
-				MaxWorkgroupSize: 256, MaxDimension: 1024, ReservedSharedMemory: 1024}}
-		for _, c := range []ComponentType{ComponentFP16, ComponentBF16} {
-			p.CoopMat2.Shapes = append(p.CoopMat2.Shapes, CoopMat2Shape{MGranularity: 16, NGranularity: 16, KGranularity: 16,
-				A: c, B: c, C: ComponentFP32, Result: ComponentFP32, Scope: 2, WorkgroupInvocations: 256})
-		}
-		return p
+// bothDevice reports every tensor-core variant: coopmat1 and coopmat2,
+// fp16 and bf16.
+func bothDevice() *PhysicalDevice {
+	p := &PhysicalDevice{Name: "both", core12: true, core13: true, VulkanMemoryModel: true, ShaderFloat16: true, BFloat16CoopMat: true,
+		CooperativeMatrixKHR: true, CoopMatKHRFeature: true, CoopMatNVFeature: true, CooperativeMatrix2NV: true,
+		SubgroupSize: 32, MaxSharedMemory: 49152, MaxWorkgroupInvocations: 1024,
+		CoopMatShapes: []CoopMatShape{
+			{M: 16, N: 16, K: 16, A: ComponentFP16, B: ComponentFP16, C: ComponentFP32, Result: ComponentFP32, Scope: 3},
+			{M: 16, N: 16, K: 16, A: ComponentBF16, B: ComponentBF16, C: ComponentFP32, Result: ComponentFP32, Scope: 3, KHR: true},
+		},
+		CoopMat2: CoopMat2Support{WorkgroupScope: true, FlexibleDimensions: true, TensorAddressing: true, PerElementOperations: true,
+			MaxWorkgroupSize: 256, MaxDimension: 1024, ReservedSharedMemory: 1024}}
+	for _, c := range []ComponentType{ComponentFP16, ComponentBF16} {
+		p.CoopMat2.Shapes = append(p.CoopMat2.Shapes, CoopMat2Shape{MGranularity: 16, NGranularity: 16, KGranularity: 16,
+			A: c, B: c, C: ComponentFP32, Result: ComponentFP32, Scope: 2, WorkgroupInvocations: 256})
 	}
+	return p
+}
+
+func TestTensorChoices(t *testing.T) {
+	both := bothDevice
 	for _, tc := range []struct {
 		name string
 		edit func(*PhysicalDevice)
@@ -1195,5 +1199,30 @@ func TestGemmNarrow16(t *testing.T) {
 	defer narrow.Close()
 	if got := narrow.GemmNames(); !strings.HasSuffix(got, ", operands narrowed first") {
 		t.Errorf("GemmNames() with Narrow16 = %q, want it to end \", operands narrowed first\"", got)
+	}
+}
+
+// TestTunableTiles: the tiles auto times are those whose variant runs on
+// the device, the default coopmat2 tile first, then ChooseGemmFor's, then
+// the rest in GemmVariants' order (a tie goes to the earlier).
+func TestTunableTiles(t *testing.T) {
+	rest := []string{"128x128s4", "128x128", "256x128"}
+	for _, tc := range []struct {
+		name string
+		edit func(*PhysicalDevice)
+		want []string
+	}{
+		{"both", func(*PhysicalDevice) {}, append(append([]string{"cm2-128x256", defaultCoopTile}, rest...), "cm2-128x128", "cm2-128x256u8", "cm2-256x128u8")},
+		{"no coopmat2", func(p *PhysicalDevice) { p.CooperativeMatrix2NV = false }, append([]string{defaultCoopTile}, rest...)},
+		{"30,000 bytes of shared memory", func(p *PhysicalDevice) { p.CooperativeMatrix2NV, p.MaxSharedMemory = false, 30000 }, []string{defaultCoopTile}},
+		{"neither", func(p *PhysicalDevice) { p.CooperativeMatrix2NV, p.CoopMatShapes = false, nil }, nil},
+	} {
+		p := bothDevice()
+		tc.edit(p)
+		for _, f := range []Rounding{RoundFP16, RoundBF16} {
+			if got := tunableTiles(p, f); !slices.Equal(got, tc.want) {
+				t.Errorf("%s: %v: %v, want %v", tc.name, f, got, tc.want)
+			}
+		}
 	}
 }
