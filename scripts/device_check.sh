@@ -50,10 +50,12 @@
 #                        driver's statistics of the attention and GEMM
 #                        kernels (vkprobe -stats), a small step of each
 #                        build (the driver's shader cache filled),
-#                        compute.gemm_tile: auto at TinyLlama's bf16
-#                        products (every tile the device runs checked
-#                        against float64 and timed; each tile's ms a step
-#                        printed from the cache it writes), TinyLlama's bf16 step with this
+#                        compute.gemm_tile and split_dkv: auto at
+#                        TinyLlama's bf16 shapes (every tile the device
+#                        runs checked against float64 and timed, and
+#                        attention's backward joint and split; each one's
+#                        ms a step printed from the cache it writes),
+#                        TinyLlama's bf16 step with this
 #                        build (its default twice, on each unrolled tile,
 #                        with --split-dkv, with --checkpoint; each with its
 #                        device peak) and with BASE's, PyTorch's bf16
@@ -285,12 +287,13 @@ quick() {
 		echo "warm $bin $(date +%T): ${got:-failed: ${out:0:400}}"
 	done
 	# compute.gemm_tile: auto times every tile the device runs (each checked
-	# against float64 on the device first) at TinyLlama's products and
-	# caches the choice, which the default runs below then read.
-	echo "== GEMM tile auto at TinyLlama's bf16 products $(date +%T)"
+	# against float64 on the device first) at TinyLlama's products, and
+	# compute.split_dkv: auto attention's backward joint and split, and
+	# caches the choices, which the default runs below then read.
+	echo "== GEMM tile and dK/dV split auto at TinyLlama's bf16 shapes $(date +%T)"
 	out=$(timeout 150 "$q/mixtune" bench $tiny --ffn 5632 --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --json 2>&1 | tail -1)
-	grep -o '"gemm_tile_reason":"[^"]*"\|"warnings":\[[^]]*\]' <<<"$out" || echo "failed: ${out:0:600}"
-	find "${XDG_CACHE_HOME:-$HOME/.cache}/mixtune/gpu" -name 'tile-*.json' -exec cat {} + 2>/dev/null | grep -E '"(tile|ms_per_step|tflops|error)"' | tr -d '\n ' | sed 's/"tile"/\n"tile"/g'
+	grep -o '"gemm_tile_reason":"[^"]*"\|"split_dkv_reason":"[^"]*"\|"warnings":\[[^]]*\]' <<<"$out" || echo "failed: ${out:0:600}"
+	find "${XDG_CACHE_HOME:-$HOME/.cache}/mixtune/gpu" -name '*-*.json' -exec cat {} + 2>/dev/null | grep -E '"(tile|ms_per_step|tflops|error)"' | tr -d '\n ' | sed 's/"tile"/\n"tile"/g'
 	echo
 	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "new-split:mixtune --split-dkv" "new-ckpt:mixtune --checkpoint" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}

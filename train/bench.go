@@ -54,7 +54,7 @@ type BenchConfig struct {
 	NoRecordAhead bool
 	// SplitDKV runs attention's dK/dV kernel as two
 	// (ComputeConfig.SplitDKV).
-	SplitDKV bool
+	SplitDKV SplitDKV
 	// GemmTile picks the Vulkan engine's tensor-core tile
 	// (compute.gemm_tile).
 	GemmTile string
@@ -85,8 +85,11 @@ type BenchResult struct {
 	Engine  string `json:"engine"` // cpu, or the Vulkan device
 	// GemmTile is the tensor-core tile of the Vulkan engine's 16-bit
 	// products and GemmTileReason why (compute.gemm_tile, auto's timing).
-	GemmTile       string      `json:"gemm_tile,omitempty"`
-	GemmTileReason string      `json:"gemm_tile_reason,omitempty"`
+	GemmTile       string `json:"gemm_tile,omitempty"`
+	GemmTileReason string `json:"gemm_tile_reason,omitempty"`
+	// SplitDKVReason says how attention's dK/dV kernel runs where auto
+	// timed it (compute.split_dkv).
+	SplitDKVReason string      `json:"split_dkv_reason,omitempty"`
 	Warnings       []string    `json:"warnings,omitempty"`
 	Adapter        AdapterKind `json:"adapter"`
 	Precision      amp.Format  `json:"precision"`
@@ -322,6 +325,7 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 			return nil, err
 		}
 		b.warnings = append(b.warnings, warnings...)
+		b.warnings = append(b.warnings, b.gpu.settleSplit(c.SplitDKV, b.ru.vk.Attentions())...)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := c.Batch * c.SeqLen
@@ -362,12 +366,12 @@ func (b *benchRun) step() error {
 func (b *benchRun) result(dt float64) BenchResult {
 	c, n := b.c, b.c.Batch*b.c.SeqLen
 	engine := "cpu"
-	var tile, tileReason string
+	var tile, tileReason, splitReason string
 	if b.gpu != nil {
 		engine = "vulkan: " + b.gpu.describe()
-		tile, tileReason = b.gpu.tile, b.gpu.tileReason
+		tile, tileReason, splitReason = b.gpu.tile, b.gpu.tileReason, b.gpu.splitReason
 	}
-	res := BenchResult{Backend: b.eng.BLAS.Name(), Engine: engine, GemmTile: tile, GemmTileReason: tileReason, Warnings: b.warnings, Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
+	res := BenchResult{Backend: b.eng.BLAS.Name(), Engine: engine, GemmTile: tile, GemmTileReason: tileReason, SplitDKVReason: splitReason, Warnings: b.warnings, Adapter: c.Adapter, Precision: c.Precision, BF16Matmul: b.bf16.path, BF16Kernel: b.bf16.reason, BaseDtype: c.BaseDtype,
 		TokensPerSec: float64(n) / dt, MsPerStep: dt * 1e3, Params: b.m.NumParams(), WeightBytes: b.m.WeightBytes(), Loss: b.loss}
 	if c.Quantize.Type != 0 {
 		res.Quantize = c.Quantize.Type.String()

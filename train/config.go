@@ -308,10 +308,11 @@ type ComputeConfig struct {
 	// hands the device every 128 commands while it records the rest (the
 	// same results; to compare).
 	NoRecordAhead bool `yaml:"no_record_ahead,omitempty"`
-	// SplitDKV runs the tensor-core attention's dK/dV kernel as two, one
-	// for dK and one for dV (vulkan.KernelOptions.SplitDKV; the same
-	// bits, to compare speed).
-	SplitDKV bool `yaml:"split_dkv,omitempty"`
+	// SplitDKV says whether the tensor-core attention's dK/dV kernel runs
+	// as two, one for dK and one for dV (vulkan.KernelOptions.SplitDKV):
+	// auto (the default) times both at the run's attention and takes the
+	// faster; true or false fixes it. The same bits either way.
+	SplitDKV SplitDKV `yaml:"split_dkv,omitempty"`
 	// GemmTile names the tensor-core tile of the Vulkan engine's 16-bit
 	// products (vulkan.CoopTileNames), or "auto" ("", the default): the
 	// fastest the device runs at the run's own products, timed once per
@@ -761,3 +762,40 @@ func archConfig(a Architecture, tok data.Tokenizer) model.Config {
 // GemmTiles lists the tensor-core tiles compute.gemm_tile takes, the
 // default first.
 func GemmTiles() []string { return append([]string{GemmTileAuto}, vulkan.CoopTileNames()...) }
+
+// SplitDKV is compute.split_dkv: auto, true or false.
+type SplitDKV uint8
+
+const (
+	SplitDKVAuto SplitDKV = iota // timed on the device, the faster taken
+	SplitDKVOn                   // two kernels
+	SplitDKVOff                  // one kernel
+)
+
+// UnmarshalText reads auto, true or false.
+func (s *SplitDKV) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "auto":
+		*s = SplitDKVAuto
+	case "true":
+		*s = SplitDKVOn
+	case "false":
+		*s = SplitDKVOff
+	default:
+		return fmt.Errorf("want auto, true or false, got %q", b)
+	}
+	return nil
+}
+
+// MarshalText writes auto, true or false.
+func (s SplitDKV) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+func (s SplitDKV) String() string {
+	switch s {
+	case SplitDKVOn:
+		return "true"
+	case SplitDKVOff:
+		return "false"
+	}
+	return "auto"
+}

@@ -126,3 +126,24 @@ func namedTile(tile string) string {
 	}
 	return tile
 }
+
+// settleSplit decides, where compute.split_dkv is auto, whether the
+// tensor-core attention's dK/dV kernel runs as one or two by timing both
+// at uses, the trainer's backward passes (vulkan.Kernels.ChooseSplitDKV).
+// Both give the same bits, so nothing is recorded for a resume, and a
+// timing that fails only warns.
+func (g *gpuEngine) settleSplit(mode SplitDKV, uses []vulkan.AttentionUse) []string {
+	if mode != SplitDKVAuto {
+		return nil
+	}
+	opt, err := vulkan.TuneOptionsFromEnv(os.Getenv)
+	if err != nil {
+		return []string{err.Error()} // settleTile has refused it already where it matters
+	}
+	c, err := g.eng.Kernels.ChooseSplitDKV(uses, opt)
+	if err != nil {
+		return []string{fmt.Sprintf("could not time attention's dK/dV kernel joint and split (%v): it stays joint", err)}
+	}
+	g.splitReason, g.variant = c.Reason, g.kernelNames()
+	return c.Warnings
+}

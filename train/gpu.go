@@ -64,6 +64,9 @@ type gpuEngine struct {
 	// tile is the tensor-core tile of the run's 16-bit products ("" where
 	// they run on none) and tileReason why (settleTile).
 	tile, tileReason string
+	// splitReason says why the tensor-core dK/dV kernel runs as it does
+	// where auto timed it (settleSplit).
+	splitReason string
 	// noRecordAhead: each run recorded into one command buffer.
 	noRecordAhead bool
 }
@@ -137,7 +140,7 @@ func openGPU(c ComputeConfig, sel device.Selection, low amp.Format) (*gpuEngine,
 		g.close()
 		return nil, "", fmt.Errorf("open %s: %w", pick.Name, err)
 	}
-	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, SplitDKV: c.SplitDKV, CoopTile: namedTile(c.GemmTile), TensorFormats: tensorFormats(low)}); err != nil {
+	if g.eng, err = vkengine.NewWith(g.dev, vulkan.KernelOptions{ScalarGEMM: c.ScalarGEMM, NoSplitK: c.NoSplitK, Narrow16: c.Narrow16, SplitDKV: c.SplitDKV == SplitDKVOn, CoopTile: namedTile(c.GemmTile), TensorFormats: tensorFormats(low)}); err != nil {
 		g.close()
 		return nil, "", fmt.Errorf("%s: %w", pick.Name, err)
 	}

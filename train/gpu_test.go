@@ -64,6 +64,7 @@ func TestComputeDeviceField(t *testing.T) {
 		{[]string{"compute.device=tpu"}, `unknown compute device "tpu"`},
 		{[]string{"compute.device=cpu", "compute.vulkan_device=0"}, "compute.vulkan_device: names a Vulkan device, but compute.device is cpu"},
 		{[]string{"compute.gemm_tile=64x64"}, `compute.gemm_tile: must be one of auto, 128x256, 128x128, 128x128s4, 256x128, cm2-128x256, cm2-128x128, cm2-128x256u8, cm2-256x128u8, got "64x64"`},
+		{[]string{"compute.split_dkv=maybe"}, `compute.split_dkv: want auto, true or false, got "maybe"`},
 	} {
 		_, err := Load("configs/quickstart.yaml", tc.sets)
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -82,6 +83,14 @@ func TestComputeDeviceField(t *testing.T) {
 	} {
 		if _, err := Load("configs/quickstart.yaml", sets); err != nil {
 			t.Errorf("%v: %v", sets, err)
+		}
+	}
+	for s, want := range map[string]SplitDKV{"auto": SplitDKVAuto, "true": SplitDKVOn, "false": SplitDKVOff} {
+		r, err := Load("configs/quickstart.yaml", []string{"compute.split_dkv=" + s})
+		if err != nil || r.Compute.SplitDKV != want {
+			t.Errorf("compute.split_dkv=%s: %v, %v", s, r.Compute.SplitDKV, err)
+		} else if b, _ := want.MarshalText(); string(b) != s {
+			t.Errorf("%v marshals as %q", want, b)
 		}
 	}
 	for _, tile := range GemmTiles() {

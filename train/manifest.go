@@ -45,6 +45,9 @@ type Manifest struct {
 	// GemmTileReason why it was taken.
 	GemmTile       string `json:"gemm_tile,omitempty"`
 	GemmTileReason string `json:"gemm_tile_reason,omitempty"`
+	// SplitDKVReason says how attention's dK/dV kernel ran where
+	// compute.split_dkv: auto timed it (the same bits either way).
+	SplitDKVReason string `json:"split_dkv_reason,omitempty"`
 	Discovery      string `json:"device_discovery"`
 	Precision      string `json:"precision"`
 	LossScaling    bool   `json:"loss_scaling"`
@@ -92,7 +95,7 @@ func newManifest(r *Recipe, c *components) Manifest {
 		Inputs: map[string]string{},
 	}
 	if c.gpu != nil {
-		m.GemmTile, m.GemmTileReason = c.gpu.tile, c.gpu.tileReason
+		m.GemmTile, m.GemmTileReason, m.SplitDKVReason = c.gpu.tile, c.gpu.tileReason, c.gpu.splitReason
 	}
 	m.addWorld(c.comm)
 	if bi, ok := debug.ReadBuildInfo(); ok {

@@ -401,6 +401,9 @@ func (s *session) printHeader() {
 		if p.gpu.tileReason != "" {
 			fmt.Fprintf(out, "gemm tile: %s\n", p.gpu.tileReason)
 		}
+		if p.gpu.splitReason != "" {
+			fmt.Fprintf(out, "attention dK/dV: %s\n", p.gpu.splitReason)
+		}
 	} else {
 		fmt.Fprintf(out, "engine: cpu (%s)\n", p.gpuReason)
 	}

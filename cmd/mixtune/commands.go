@@ -112,7 +112,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.ScalarGEMM, "scalar-gemm", false, "on the Vulkan engine, keep every product on the scalar fp32 GEMM (no tensor cores), to compare")
 	fs.StringVar(&c.GemmTile, "gemm-tile", "", "on the Vulkan engine, the tensor-core tile of the 16-bit products ("+strings.Join(train.GemmTiles(), ", ")+"; auto, the default: the fastest at the run's products, timed on the device and cached), to compare")
 	fs.BoolVar(&c.Narrow16, "narrow-16bit-operands", false, "on the Vulkan engine, narrow the 16-bit products' fp32 operands to 16-bit memory once before each product, so the tensor-core kernel only copies them (the same bits), to compare")
-	fs.BoolVar(&c.SplitDKV, "split-dkv", false, "on the Vulkan engine, run the tensor-core attention's dK/dV kernel as two, one for dK and one for dV (the same results), to compare")
+	fs.Var((*splitFlag)(&c.SplitDKV), "split-dkv", "on the Vulkan engine, run the tensor-core attention's dK/dV kernel as two, one for dK and one for dV (the same results), to compare; =false keeps it one kernel; by default (auto) both are timed and the faster taken")
 	fs.BoolVar(&c.NoRecordAhead, "no-record-ahead", false, "on the Vulkan engine, record each run of the graph into one command buffer instead of handing the device every 128 commands while recording the rest (the same results), to compare")
 	fs.BoolVar(&c.NoSplitK, "no-split-k", false, "on the Vulkan engine, run every product in one pass over K (no split-K for the LoRA adapters' thin products), to compare")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "timed steps (after warm-up)")
@@ -213,6 +213,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) error {
 		if res.GemmTileReason != "" {
 			fmt.Fprintf(stdout, "gemm tile: %s\n", res.GemmTileReason)
 		}
+		if res.SplitDKVReason != "" {
+			fmt.Fprintf(stdout, "attention dK/dV: %s\n", res.SplitDKVReason)
+		}
 	} else if res.BF16Kernel != "" {
 		fmt.Fprintf(stdout, "bf16 matmul: %s\n", res.BF16Kernel)
 	}
@@ -266,4 +269,13 @@ func printProfile(w io.Writer, res train.BenchResult, steps int) {
 		line(rest)
 	}
 	line(total)
+}
+
+// splitFlag is --split-dkv: bare or =true, =false, =auto (unset).
+type splitFlag train.SplitDKV
+
+func (f *splitFlag) String() string   { return train.SplitDKV(*f).String() }
+func (f *splitFlag) IsBoolFlag() bool { return true }
+func (f *splitFlag) Set(s string) error {
+	return (*train.SplitDKV)(f).UnmarshalText([]byte(s))
 }

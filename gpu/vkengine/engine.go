@@ -137,6 +137,9 @@ type Program struct {
 	// products are the GEMMs a run records, counted as lowering meets
 	// them (noteProduct), the model program's
 	products []vulkan.GemmShape
+	// attentions are the attention backward passes with dK and dV a run
+	// records, the model program's
+	attentions []vulkan.AttentionUse
 	// Transfers counts the bytes this program copied between host and
 	// device: the weights at Compile and SyncParams, the inputs at each
 	// Run, what Read fetched.
@@ -223,6 +226,12 @@ func (p *Program) noteProduct(g vulkan.GemmArgs) {
 // those of its checkpointed layers' programs: what a tensor-core tile is
 // timed at (vulkan.Kernels.ChooseTile).
 func (p *Program) Products() []vulkan.GemmShape { return slices.Clone(p.top().products) }
+
+// Attentions are the attention backward passes one run of the program
+// records with both dK and dV wanted, by shape, with its checkpointed
+// layers' programs': where the dK/dV kernel's form is timed
+// (vulkan.Kernels.ChooseSplitDKV).
+func (p *Program) Attentions() []vulkan.AttentionUse { return slices.Clone(p.top().attentions) }
 
 // top is the model's program: p, or the root of a layer's program.
 func (p *Program) top() *Program {

@@ -101,6 +101,10 @@ func lowerAttentionBackward(p *Program, nd *node) (recordFunc, error) {
 	// Counting, the gradients are rounded after the kernels, each rounding
 	// counted: the same values.
 	g.Unrounded = p.top().counts != nil
+	if g.DK != nil && g.DV != nil { // the dK/dV kernel's work: joint or split
+		top := p.top()
+		top.attentions = vulkan.AddAttention(top.attentions, s)
+	}
 	sizes := []int{s.Batch * s.SeqLen * s.Heads * s.HeadDim, s.Batch * s.SeqLen * s.KVHeads * s.HeadDim, s.Batch * s.SeqLen * s.KVHeads * s.HeadDim}
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		if err := p.e.Kernels.AttentionBackward(r, s, nd.in[0], nd.in[1], nd.in[2], stats, g); err != nil {

@@ -18,7 +18,8 @@ import (
 // input (dY·W) and to the weight (dYᵀ·x), the forward ones twice where
 // the layers are checkpointed (their programs recompute them), every one
 // with bf16 operands under the bf16 policy; and the head's three
-// products.
+// products; and each layer's attention backward pass with dK and dV, once
+// a layer (ChooseSplitDKV times them).
 func TestProducts(t *testing.T) {
 	e := openEngine(t)
 	m := testModels(t, 3)["llama"]
@@ -73,6 +74,11 @@ func TestProducts(t *testing.T) {
 			}
 			if head != 3 {
 				t.Errorf("%d products of the head, want 3 (logits, dx, dW in one chunk)", head)
+			}
+			// one backward pass a layer, with dK and dV
+			as := p.Attentions()
+			if len(as) != 1 || as[0].Count != L || as[0].Shape.Heads != c.NumAttentionHeads || as[0].Shape.KVHeads != c.NumKeyValueHeads || as[0].Shape.Operands != vulkan.RoundBF16 {
+				t.Errorf("attention backward passes %+v, want one shape ×%d", as, L)
 			}
 		})
 	}

@@ -191,57 +191,23 @@ func (ks *Kernels) chooseTile(f Rounding, shapes []GemmShape, cands []tileCandid
 	case len(cands) <= 1:
 		return TileChoice{Tile: cur.v.Tile, Reason: fmt.Sprintf("%s: the only %s tile that runs here", cur.v.Tile, f)}, nil
 	}
-	now := opt.Now
-	if now == nil {
-		now = time.Now
-	}
 	fields, err := ks.tuneKey(f, shapes, cands)
 	if err != nil {
 		return TileChoice{}, err
 	}
-	key := calcache.Key(fields)
-	var warnings []string
-	path := ""
-	if opt.Cache != calcache.Off {
-		if dir, err := calcache.Dir(opt.Dir, "gpu"); err != nil {
-			warnings = append(warnings, fmt.Sprintf("no cache for the GEMM tile calibration (%v): measuring each run", err))
-		} else {
-			path = filepath.Join(dir, "tile-"+key+".json")
-		}
-	}
-	var cal *tileCalibration
-	source := ""
-	if path != "" && opt.Cache == calcache.Use {
-		var c tileCalibration
-		err := calcache.Read(path, &c)
-		if err == nil {
-			err = c.check(key, cands)
-		}
-		switch {
-		case err == nil:
-			cal, source = &c, "cached "+path
-		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
-			warnings = append(warnings, fmt.Sprintf("GEMM tile calibration cache %s: %v: measuring again", path, err))
-		}
-	}
-	if cal == nil {
-		t0 := now()
-		timings, err := ks.timeTiles(f, shapes, cands, cmp.Or(opt.maxBatch, tuneBatchMax))
-		if err != nil {
-			return TileChoice{}, err
-		}
-		cal = &tileCalibration{Key: key, KeyText: fields, Measured: t0, Results: timings}
-		source = fmt.Sprintf("in %.1f s", now().Sub(t0).Seconds())
-		if _, ok := pickTile(timings); ok && path != "" {
-			if err := calcache.Write(path, cal); err != nil {
-				warnings = append(warnings, fmt.Sprintf("could not cache the GEMM tile calibration: %v", err))
-				source += ", not cached"
-			} else {
-				source += ", cached " + path
+	check := func(c *tileCalibration) error {
+		for _, cand := range cands {
+			if !c.has(cand.tile) {
+				return fmt.Errorf("has no result for tile %s", cand.tile)
 			}
-		} else {
-			source += ", not cached"
 		}
+		return nil
+	}
+	cal, source, warnings, err := calibrated("GEMM tile", "tile-", fields, opt, check, func() ([]TileTiming, error) {
+		return ks.timeTiles(f, shapes, cands, cmp.Or(opt.maxBatch, tuneBatchMax))
+	})
+	if err != nil {
+		return TileChoice{}, err
 	}
 	for _, t := range cal.Results {
 		if t.Error != "" {
@@ -334,15 +300,8 @@ func (s GemmShape) args() GemmArgs {
 // driver, the format, every candidate's kernels (their SPIR-V's hash) and
 // the shapes.
 func (ks *Kernels) tuneKey(f Rounding, shapes []GemmShape, cands []tileCandidate) ([]string, error) {
-	p := ks.d.Physical
-	fields := []string{
-		"tile calibration " + strconv.Itoa(tuneVersion),
-		fmt.Sprintf("device %s (%04x:%04x)", p.Name, p.VendorID, p.DeviceID),
-		fmt.Sprintf("driver %s %s %s", p.DriverName, p.DriverVersionString(), p.DriverInfo),
-		"vulkan " + p.VersionString(),
-		"format " + f.String(),
-		"narrowed first " + strconv.FormatBool(ks.narrow16),
-	}
+	fields := append([]string{"tile calibration " + strconv.Itoa(tuneVersion)}, ks.deviceFields()...)
+	fields = append(fields, "format "+f.String(), "narrowed first "+strconv.FormatBool(ks.narrow16))
 	for _, c := range cands {
 		h := sha256.New()
 		for _, file := range []string{c.v.F32, c.v.B16, c.v.A16} {
@@ -372,20 +331,68 @@ type tileCalibration struct {
 	Results  []TileTiming `json:"results"`
 }
 
-// check reports whether c is the result for key, with a time or an error
-// for every candidate.
-func (c *tileCalibration) check(key string, cands []tileCandidate) error {
-	if c.Key != key {
-		return fmt.Errorf("holds key %q, not %q", c.Key, key)
+// has reports whether c holds a time, or an error, for the candidate
+// named name.
+func (c *tileCalibration) has(name string) bool {
+	return slices.ContainsFunc(c.Results, func(t TileTiming) bool {
+		return t.Tile == name && (t.Error != "" || t.Millis > 0 && !math.IsInf(t.Millis, 0))
+	})
+}
+
+// calibrated is a measurement of the candidates fields describe: read
+// from the cache (file prefix+key under opt.Dir) where opt allows it and
+// check accepts it, else made by measure and, where a candidate was
+// timed, written there. It returns where the result came from, for the
+// banner, and warnings (what names the measurement in them).
+func calibrated(what, prefix string, fields []string, opt TuneOptions, check func(*tileCalibration) error, measure func() ([]TileTiming, error)) (*tileCalibration, string, []string, error) {
+	now := opt.Now
+	if now == nil {
+		now = time.Now
 	}
-	for _, cand := range cands {
-		if !slices.ContainsFunc(c.Results, func(t TileTiming) bool {
-			return t.Tile == cand.tile && (t.Error != "" || t.Millis > 0 && !math.IsInf(t.Millis, 0))
-		}) {
-			return fmt.Errorf("has no result for tile %s", cand.tile)
+	key := calcache.Key(fields)
+	var warnings []string
+	path := ""
+	if opt.Cache != calcache.Off {
+		if dir, err := calcache.Dir(opt.Dir, "gpu"); err != nil {
+			warnings = append(warnings, fmt.Sprintf("no cache for the %s calibration (%v): measuring each run", what, err))
+		} else {
+			path = filepath.Join(dir, prefix+key+".json")
 		}
 	}
-	return nil
+	if path != "" && opt.Cache == calcache.Use {
+		var c tileCalibration
+		err := calcache.Read(path, &c)
+		if err == nil && c.Key != key {
+			err = fmt.Errorf("holds key %q, not %q", c.Key, key)
+		}
+		if err == nil {
+			err = check(&c)
+		}
+		switch {
+		case err == nil:
+			return &c, "cached " + path, warnings, nil
+		case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+			warnings = append(warnings, fmt.Sprintf("%s calibration cache %s: %v: measuring again", what, path, err))
+		}
+	}
+	t0 := now()
+	timings, err := measure()
+	if err != nil {
+		return nil, "", warnings, err
+	}
+	cal := &tileCalibration{Key: key, KeyText: fields, Measured: t0, Results: timings}
+	source := fmt.Sprintf("in %.1f s", now().Sub(t0).Seconds())
+	if _, ok := pickTile(timings); ok && path != "" {
+		if err := calcache.Write(path, cal); err != nil {
+			warnings = append(warnings, fmt.Sprintf("could not cache the %s calibration: %v", what, err))
+			source += ", not cached"
+		} else {
+			source += ", cached " + path
+		}
+	} else {
+		source += ", not cached"
+	}
+	return cal, source, warnings, nil
 }
 
 // pickTile is the timed tile with the least time a step; a tie goes to
@@ -523,20 +530,12 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 			}
 		}
 	}
-	r, err := ks.d.NewRecorder()
+	bt, err := newBatchTimer(ks.d)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
-	var gpuNanos float64
-	timed := r.Time(func(bt BatchTime) { gpuNanos = bt.Nanos }) == nil
-	best := make([][]float64, len(cands)) // [candidate][shape] seconds a product
-	for i := range best {
-		best[i] = make([]float64, len(shapes))
-		for j := range best[i] {
-			best[i][j] = math.Inf(1)
-		}
-	}
+	defer bt.close()
+	best := infinities(len(cands), len(shapes)) // [candidate][shape] seconds a product
 	for round := 0; round < tuneRounds; round++ {
 		for j, s := range shapes {
 			g := s.args()
@@ -550,34 +549,12 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 					continue
 				}
 				ks.gemm[f] = *built[i]
-				if round == 0 { // the driver compiles the pipeline on first use
-					if err := ks.Gemm(r, g); err == nil {
-						err = r.Submit()
-					}
-					if err != nil {
-						timings[i].Error = fmt.Sprintf("%v: %v", s, err)
-						continue
-					}
-				}
-				t0 := time.Now()
-				var err error
-				for range n {
-					if err = ks.Gemm(r, g); err != nil {
-						break
-					}
-				}
-				if err == nil {
-					err = r.Submit()
-				}
+				secs, err := bt.time(round == 0, n, func(r *Recorder) error { return ks.Gemm(r, g) })
 				if err != nil {
 					timings[i].Error = fmt.Sprintf("%v: %v", s, err)
 					continue
 				}
-				secs := time.Since(t0).Seconds()
-				if timed && gpuNanos > 0 {
-					secs = gpuNanos / 1e9
-				}
-				best[i][j] = min(best[i][j], secs/float64(n))
+				best[i][j] = min(best[i][j], secs)
 			}
 		}
 	}
@@ -603,4 +580,65 @@ func halfBits(x float32, h Half) uint16 {
 		return uint16(math.Float32bits(x) >> 16)
 	}
 	return float16.Fromfloat32(x).Bits()
+}
+
+// batchTimer times batches of a recorded command: by the GPU's
+// timestamps where the device writes them, else by the host's clock
+// around the submission.
+type batchTimer struct {
+	r        *Recorder
+	timed    bool
+	gpuNanos float64
+}
+
+func newBatchTimer(d *Device) (*batchTimer, error) {
+	r, err := d.NewRecorder()
+	if err != nil {
+		return nil, err
+	}
+	bt := &batchTimer{r: r}
+	bt.timed = r.Time(func(b BatchTime) { bt.gpuNanos = b.Nanos }) == nil
+	return bt, nil
+}
+
+func (bt *batchTimer) close() { bt.r.Close() }
+
+// time is the seconds one of n records in a batch takes; warm runs one
+// first, untimed (the driver compiles a pipeline on its first use).
+func (bt *batchTimer) time(warm bool, n int, record func(*Recorder) error) (float64, error) {
+	batch := func(n int) error {
+		for range n {
+			if err := record(bt.r); err != nil {
+				return err
+			}
+		}
+		return bt.r.Submit()
+	}
+	if warm {
+		if err := batch(1); err != nil {
+			return 0, err
+		}
+	}
+	bt.gpuNanos = 0
+	t0 := time.Now()
+	if err := batch(n); err != nil {
+		return 0, err
+	}
+	secs := time.Since(t0).Seconds()
+	if bt.timed && bt.gpuNanos > 0 {
+		secs = bt.gpuNanos / 1e9
+	}
+	return secs / float64(n), nil
+}
+
+// infinities is a rows × cols table of +Inf, for the best times found.
+func infinities(rows, cols int) [][]float64 {
+	t := make([][]float64, rows)
+	for i := range t {
+		t[i] = make([]float64, cols)
+		for j := range t[i] {
+			t[i][j] = math.Inf(1)
+		}
+	}
+	return t
 }

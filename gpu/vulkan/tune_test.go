@@ -216,3 +216,52 @@ func TestChooseTileEmulated(t *testing.T) {
 		t.Errorf("one tile: %+v; no product: %+v", one, none)
 	}
 }
+
+// TestChooseSplitDKVEmulated times the emulated tensor-core attention's
+// backward pass with the dK/dV kernel joint and split for real: the
+// faster is put in use, the step's time is Σ count × each shape's, the
+// shapes that run on the scalar kernel are left out (with none left,
+// nothing is timed), and a second call reads the cache. Heads of 80 take
+// the 128-wide builds, which fit lavapipe's shared memory under the
+// validation layer.
+func TestChooseSplitDKVEmulated(t *testing.T) {
+	_, ks := openKernels(t)
+	useEmulatedAttention(t, ks)
+	defer ks.SetSplitDKV(false)
+	bf := AttentionShape{Batch: 1, SeqLen: 40, Heads: 2, KVHeads: 1, HeadDim: 80, Scores: RoundBF16, Softmax: RoundBF16, Values: RoundBF16, Operands: RoundBF16}
+	fp := bf
+	fp.SeqLen, fp.Heads, fp.Scores, fp.Softmax, fp.Values, fp.Operands = 24, 1, RoundFP16, RoundFP16, RoundFP16, RoundFP16
+	scalar := bf
+	scalar.Operands = NoRounding
+	var uses []AttentionUse
+	for _, s := range []AttentionShape{bf, fp, bf, scalar} {
+		uses = AddAttention(uses, s)
+	}
+	if len(uses) != 3 || uses[0].Count != 2 {
+		t.Fatalf("AddAttention: %+v", uses)
+	}
+	opt := TuneOptions{Dir: t.TempDir(), maxBatch: 1}
+	c, err := ks.ChooseSplitDKV(uses, opt)
+	must(t, err)
+	t.Logf("%s", c.Reason)
+	if len(c.Timings) != 2 || c.Timings[0].Millis > c.Timings[1].Millis || c.Split != (c.Timings[0].Tile == "split") || ks.SplitDKV() != c.Split {
+		t.Fatalf("choice %+v, in use %v", c, ks.SplitDKV())
+	}
+	for _, tm := range c.Timings {
+		ms := 2*tm.PerProduct[0] + tm.PerProduct[1]
+		if len(tm.PerProduct) != 2 || math.Abs(ms-tm.Millis) > 1e-9*ms {
+			t.Errorf("%s: %.6g ms a step, want 2 × %v[0] + [1] = %.6g", tm.Tile, tm.Millis, tm.PerProduct, ms)
+		}
+	}
+	again, err := ks.ChooseSplitDKV(uses, opt)
+	must(t, err)
+	if !strings.Contains(again.Reason, "cached ") || again.Split != c.Split {
+		t.Errorf("second call: %+v", again)
+	}
+	ks.SetSplitDKV(true)
+	none, err := ks.ChooseSplitDKV(uses[2:], opt)
+	must(t, err)
+	if none.Reason != "" || none.Timings != nil || !ks.SplitDKV() {
+		t.Errorf("scalar shapes only: %+v", none)
+	}
+}
