@@ -293,8 +293,7 @@ quick() {
 	echo "== GEMM tile and dK/dV split auto at TinyLlama's bf16 shapes $(date +%T)"
 	out=$(timeout 150 "$q/mixtune" bench $tiny --ffn 5632 --steps 1 --warmup 0 --vulkan-device "$uuid" --precision bf16 --base-dtype bf16 --json 2>&1 | tail -1)
 	grep -o '"gemm_tile_reason":"[^"]*"\|"split_dkv_reason":"[^"]*"\|"warnings":\[[^]]*\]' <<<"$out" || echo "failed: ${out:0:600}"
-	find "${XDG_CACHE_HOME:-$HOME/.cache}/mixtune/gpu" -name '*-*.json' -exec cat {} + 2>/dev/null | grep -E '"(tile|ms_per_step|tflops|error)"' | tr -d '\n ' | sed 's/"tile"/\n"tile"/g'
-	echo
+	python3 scripts/tune_report.py
 	for run in "new:mixtune" "new-u8:mixtune --gemm-tile cm2-128x256u8" "new-256u8:mixtune --gemm-tile cm2-256x128u8" "new-split:mixtune --split-dkv" "new-ckpt:mixtune --checkpoint" "base:mixtune.base" "new-again:mixtune"; do
 		name=${run%%:*}
 		set -- ${run#*:}
