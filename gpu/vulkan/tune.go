@@ -474,9 +474,14 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 		built[i] = &g
 	}
 	// Operands for the largest shape: values exact in every format.
-	var maxA, maxB, maxC int
+	var maxA, maxB, maxB16, maxC int // B in fp32 and 16-bit, each as large as the program's own
 	for _, s := range shapes {
-		maxA, maxB, maxC = max(maxA, s.M*s.K), max(maxB, s.K*s.N), max(maxC, s.M*s.N)
+		maxA, maxC = max(maxA, s.M*s.K), max(maxC, s.M*s.N)
+		if s.B16 {
+			maxB16 = max(maxB16, s.K*s.N)
+		} else {
+			maxB = max(maxB, s.K*s.N)
+		}
 	}
 	fill := func(n int) []float32 {
 		x := make([]float32, n)
@@ -521,7 +526,7 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 	var b16 *Buffer
 	for _, s := range shapes {
 		if s.B16 && b16 == nil {
-			hs := make([]uint16, maxB)
+			hs := make([]uint16, maxB16)
 			for i := range hs {
 				hs[i] = halfBits(float32(i%7)-3, s.BHalf) // exact in both
 			}
