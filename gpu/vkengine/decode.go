@@ -27,8 +27,14 @@ type DecodeCache struct {
 	// buffers hold
 	slot, pos *vulkan.Buffer
 	rows      int
-	scratch   *vulkan.Buffer // attention's scores
+	scratch   *vulkan.Buffer // attention's scores, rows × heads × cap
 	table     *vulkan.Buffer // rope's cos and sin for cap positions
+	// prefill: the run starts every sequence it holds (prefillRun), so
+	// attention runs on the training kernel over the run's own keys, its
+	// statistics in stats, with no scores buffer; noPrefill (tests) keeps
+	// every run on the cache kernel, to compare
+	prefill, noPrefill bool
+	stats              *vulkan.Buffer
 }
 
 // NewDecodeCache keeps c's keys and values on e's device.
@@ -45,21 +51,23 @@ func WithCache(dc *DecodeCache) CompileOption {
 
 // Close frees the cache's buffers.
 func (dc *DecodeCache) Close() {
-	for _, b := range append(append([]*vulkan.Buffer{dc.slot, dc.pos, dc.scratch, dc.table}, dc.k...), dc.v...) {
+	for _, b := range append(append([]*vulkan.Buffer{dc.slot, dc.pos, dc.scratch, dc.table, dc.stats}, dc.k...), dc.v...) {
 		if b != nil {
 			b.Free()
 		}
 	}
-	dc.k, dc.v, dc.slot, dc.pos, dc.scratch, dc.table = nil, nil, nil, nil, nil, nil
+	dc.k, dc.v, dc.slot, dc.pos, dc.scratch, dc.table, dc.stats = nil, nil, nil, nil, nil, nil, nil
 	dc.slots, dc.cap, dc.rows = 0, 0, 0
 }
 
 // prepare readies the cache for the run SetRows set: room for every
 // sequence and position the run reaches (Reserve's tokens at least, so
-// that a generation grows it once), scores for heads·rows, and the run's
-// slots and positions on the device. It runs between runs, when the
-// device is idle.
-func (dc *DecodeCache) prepare(heads int) error {
+// that a generation grows it once), the run's slots and positions on the
+// device, and for attention of heads heads either scores for every row
+// over the capacity (the cache kernel) or, for a run that starts its
+// sequences (prefillRun) where tiled allows the training kernel, each
+// row's statistics. It runs between runs, when the device is idle.
+func (dc *DecodeCache) prepare(heads int, tiled bool) error {
 	seq, pos := dc.c.Run()
 	top := 0
 	for _, p := range pos {
@@ -95,13 +103,18 @@ func (dc *DecodeCache) prepare(heads int) error {
 		}
 		dc.rows = rows
 	}
-	if need := 4 * rows * heads * dc.cap; dc.scratch == nil || dc.scratch.Size() < need {
-		if dc.scratch != nil {
-			dc.scratch.Free()
-			dc.scratch = nil
+	dc.prefill = tiled && !dc.noPrefill && prefillRun(seq, pos)
+	scratch, need := &dc.scratch, 4*rows*heads*dc.cap // every row's scores over the capacity
+	if dc.prefill {
+		scratch, need = &dc.stats, 4*rows*heads*2 // every row's maximum and sum
+	}
+	if *scratch == nil || (*scratch).Size() < need {
+		if *scratch != nil {
+			(*scratch).Free()
+			*scratch = nil
 		}
 		var err error
-		if dc.scratch, err = dc.e.Device.NewBuffer(need); err != nil {
+		if *scratch, err = dc.e.Device.NewBuffer(need); err != nil {
 			return err
 		}
 	}
@@ -109,6 +122,30 @@ func (dc *DecodeCache) prepare(heads int) error {
 		return err
 	}
 	return writeInt32(dc.pos, pos)
+}
+
+// prefillRun reports whether a run's rows (each one's sequence and
+// position) start every sequence they hold: each sequence's rows one
+// after another, at positions 0, 1, …, and no sequence twice. Its
+// attention is then causal attention over packed documents, each row over
+// its own sequence's rows of the run, which the training kernel computes
+// tile by tile (memory for rows, not for rows × capacity); a generation's
+// prompts are such a run.
+func prefillRun(seq, pos []int) bool {
+	seen := map[int]bool{}
+	for i := range seq {
+		if i > 0 && seq[i] == seq[i-1] {
+			if pos[i] != pos[i-1]+1 {
+				return false
+			}
+			continue
+		}
+		if pos[i] != 0 || seen[seq[i]] {
+			return false
+		}
+		seen[seq[i]] = true
+	}
+	return len(seq) > 0
 }
 
 // grow remakes the cache with room for slots sequences of capacity
@@ -200,11 +237,21 @@ func lowerAttentionCache(p *Program, nd *node) (recordFunc, error) {
 		return nil, fmt.Errorf("attention cache: layer %d of %d, %d×%d values a token for a cache of %d", a.Layer, dc.c.Layers(), a.KVHeads, a.HeadDim, dc.c.Width())
 	}
 	p.top().cacheHeads = max(p.top().cacheHeads, a.Heads)
+	if a.HeadDim > vulkan.AttentionMaxHeadDim { // wider than the training kernel's builds
+		p.top().cacheUntiled = true
+	}
 	f := vulkan.CacheFormats{Scores: rounding(a.Scores), Softmax: rounding(a.Softmax), Values: rounding(a.Values), Out: rounding(nd.spec.Out)}
 	return func(r *vulkan.Recorder, _ nn.Pass) error {
 		s := dc.shape(a)
 		if err := p.e.Kernels.CacheAppend(r, s, nd.in[1], nd.in[2], dc.k[a.Layer], dc.v[a.Layer]); err != nil {
 			return err
+		}
+		if dc.prefill {
+			// the run's rows are its sequences whole: each a document, the
+			// positions its rows' places in it
+			as := vulkan.AttentionShape{Batch: 1, SeqLen: a.Rows, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim, Window: a.Window,
+				Positions: dc.pos, Scores: f.Scores, Softmax: f.Softmax, Values: f.Values}
+			return p.e.Kernels.AttentionForward(r, as, nd.in[0], nd.in[1], nd.in[2], dc.stats, nd.out, f.Out)
 		}
 		return p.e.Kernels.CacheAttention(r, s, nd.in[0], dc.k[a.Layer], dc.v[a.Layer], dc.scratch, nd.out, f)
 	}, nil

@@ -106,16 +106,7 @@ func TestDecodeCacheGrows(t *testing.T) {
 			}
 			p.Close()
 			// the CPU engine on the same graph and cache bookkeeping
-			vm := nn.NewTapeMachine(b.Eng, b.G)
-			if err := vm.RunAll(); err != nil {
-				t.Fatal(err)
-			}
-			want := out.Value().Data().([]float32)
-			vm.Close()
-			top, diff := 0.0, 0.0
-			for i := range want {
-				top, diff = max(top, math.Abs(float64(want[i]))), max(diff, math.Abs(float64(got[i]-want[i])))
-			}
+			diff, top := maxDiff(got, cpuValue(t, b, out))
 			if !(diff <= 1e-5*top) {
 				t.Fatalf("run %d: the device's outputs differ from the CPU's by %.3g (largest %.3g)", ri, diff, top)
 			}
@@ -205,4 +196,23 @@ func TestDecodingSharesWeights(t *testing.T) {
 	if !same(logits(od), want) {
 		t.Error("decoding with its own copy changed with the training program's weights")
 	}
+}
+
+// cpuValue runs b's graph on the CPU engine and returns out's value.
+func cpuValue(t *testing.T, b *nn.Builder, out *G.Node) []float32 {
+	t.Helper()
+	vm := nn.NewTapeMachine(b.Eng, b.G)
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Value().Data().([]float32)
+}
+
+// maxDiff is the largest |got − want| and the largest |want|.
+func maxDiff(got, want []float32) (diff, top float64) {
+	for i := range want {
+		top, diff = max(top, math.Abs(float64(want[i]))), max(diff, math.Abs(float64(got[i]-want[i])))
+	}
+	return diff, top
 }

@@ -130,6 +130,9 @@ type Program struct {
 	// before each run for attention of up to cacheHeads heads
 	cache      *DecodeCache
 	cacheHeads int
+	// cacheUntiled: a head wider than the training kernel takes, so a
+	// prompt too runs on the cache kernel
+	cacheUntiled bool
 	// counting (CountUnderflows) tallies the gradients' roundings into
 	// counts, the model program's (top)
 	counting bool
@@ -377,7 +380,7 @@ func (p *Program) RunWith(pass nn.Pass, after func(r *vulkan.Recorder) error) er
 // positions it reads, a decoding graph's cache.
 func (p *Program) prepareRun() error {
 	if p.cache != nil {
-		if err := p.cache.prepare(p.cacheHeads); err != nil {
+		if err := p.cache.prepare(p.cacheHeads, !p.cacheUntiled); err != nil {
 			return err
 		}
 	}

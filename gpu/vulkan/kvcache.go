@@ -34,7 +34,7 @@ func (s CacheShape) check(what string) error {
 		return fmt.Errorf("vulkan: %s: %d heads do not group into %d key/value heads", what, s.Heads, s.KVHeads)
 	}
 	if uint64(s.Slots)*uint64(s.Cap)*uint64(s.Width()) > math.MaxUint32/2 ||
-		uint64(s.ScratchLen()) > math.MaxUint32/2 || uint64(s.Rows)*uint64(s.Heads*s.HeadDim) > math.MaxUint32/2 {
+		uint64(s.Rows)*uint64(s.Heads*s.HeadDim) > math.MaxUint32/2 {
 		return fmt.Errorf("vulkan: %s: too many values for the kernel's 32-bit indexing", what)
 	}
 	return nil
@@ -91,6 +91,9 @@ func (ks *Kernels) CacheAttention(r *Recorder, s CacheShape, q, kc, vc, scratch,
 	}
 	if s.Rows > 65535 || s.Heads > 65535 {
 		return wrap(fmt.Errorf("more than 65535 rows or heads"))
+	}
+	if uint64(s.ScratchLen()) > math.MaxUint32/2 { // CacheAppend needs no scores
+		return wrap(fmt.Errorf("%d rows × %d heads × %d tokens of scores: too many for the kernel's 32-bit indexing", s.Rows, s.Heads, s.Cap))
 	}
 	qw, w := s.Heads*s.HeadDim, s.Width()
 	checks := []matrixCheck{{"q", q, s.Rows, qw}, {"kc", kc, s.Slots * s.Cap, w}, {"vc", vc, s.Slots * s.Cap, w},

@@ -221,7 +221,10 @@ func (ks *Kernels) chooseTile(f Rounding, shapes []GemmShape, cands []tileCandid
 	}
 	if best.Tile != cur.v.Tile {
 		i := slices.IndexFunc(cands, func(c tileCandidate) bool { return c.tile == best.Tile })
-		g, err := cands[i].build()
+		g, err := gemmKernels{}, fmt.Errorf("not a candidate") // the key names every candidate: not expected
+		if i >= 0 {
+			g, err = cands[i].build()
+		}
 		if err != nil { // timed a moment ago (or cached): the device has changed
 			warnings = append(warnings, fmt.Sprintf("GEMM tile %s, the fastest, did not build now (%v): %s stays", best.Tile, err, cur.v.Tile))
 			return TileChoice{Tile: cur.v.Tile, Reason: fmt.Sprintf("%s: the fastest tile did not build", cur.v.Tile), Timings: sortedTimings(cal.Results), Warnings: warnings}, nil
