@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -203,8 +205,8 @@ func (ks *Kernels) chooseTile(f Rounding, shapes []GemmShape, cands []tileCandid
 		}
 		return nil
 	}
-	cal, source, warnings, err := calibrated("GEMM tile", "tile-", fields, opt, check, func() ([]TileTiming, error) {
-		return ks.timeTiles(f, shapes, cands, cmp.Or(opt.maxBatch, tuneBatchMax))
+	cal, source, warnings, err := calibrated("GEMM tile", "tile-", fields, opt, check, func(skip map[string]string, trying func(string)) ([]TileTiming, error) {
+		return ks.timeTiles(f, shapes, cands, cmp.Or(opt.maxBatch, tuneBatchMax), skip, trying)
 	})
 	if err != nil {
 		return TileChoice{}, err
@@ -334,6 +336,38 @@ type tileCalibration struct {
 	Results  []TileTiming `json:"results"`
 }
 
+// tuneMarker is the file a measurement keeps while it runs (calibrated):
+// the candidate it is building or timing, since when, and those left out.
+type tuneMarker struct {
+	Current  string            `json:"current"`
+	Since    time.Time         `json:"since"`
+	Excluded map[string]string `json:"excluded,omitempty"`
+	path     string
+	now      func() time.Time
+}
+
+// trying records that name is being built or timed now. The file is
+// written without a sync: what it guards against ends the process, not
+// the machine, and a timing writes it hundreds of times. A nil marker
+// (no cache) records nothing.
+func (m *tuneMarker) trying(name string) {
+	if m == nil || name == m.Current {
+		return
+	}
+	m.Current, m.Since = name, m.now()
+	if b, err := json.Marshal(m); err == nil && os.MkdirAll(filepath.Dir(m.path), 0o755) == nil {
+		_ = os.WriteFile(m.path, b, 0o644) // best effort: without it a crash only repeats
+	}
+}
+
+// remove deletes the marker: the measurement ended without ending the
+// process.
+func (m *tuneMarker) remove() {
+	if m != nil {
+		_ = os.Remove(m.path)
+	}
+}
+
 // has reports whether c holds a time, or an error, for the candidate
 // named name.
 func (c *tileCalibration) has(name string) bool {
@@ -342,12 +376,24 @@ func (c *tileCalibration) has(name string) bool {
 	})
 }
 
+// measureFunc measures the candidates: those in skip not at all (their
+// results carry the reason as their Error), and before building or
+// timing one it calls trying with its name.
+type measureFunc func(skip map[string]string, trying func(name string)) ([]TileTiming, error)
+
 // calibrated is a measurement of the candidates fields describe: read
 // from the cache (file prefix+key under opt.Dir) where opt allows it and
 // check accepts it, else made by measure and, where a candidate was
 // timed, written there. It returns where the result came from, for the
 // banner, and warnings (what names the measurement in them).
-func calibrated(what, prefix string, fields []string, opt TuneOptions, check func(*tileCalibration) error, measure func() ([]TileTiming, error)) (*tileCalibration, string, []string, error) {
+//
+// A candidate may hang or crash the driver (a kernel no GPU has run yet),
+// ending the process, and the next run would do the same. So while it
+// measures, a marker file beside the cached result names the candidate
+// being built or timed; a run that finds one left behind leaves that
+// candidate out (and those an earlier such run left out), with a
+// warning, until the cache is refreshed (MIXTUNE_GPU_CALIBRATE=refresh).
+func calibrated(what, prefix string, fields []string, opt TuneOptions, check func(*tileCalibration) error, measure measureFunc) (*tileCalibration, string, []string, error) {
 	now := opt.Now
 	if now == nil {
 		now = time.Now
@@ -378,8 +424,25 @@ func calibrated(what, prefix string, fields []string, opt TuneOptions, check fun
 			warnings = append(warnings, fmt.Sprintf("%s calibration cache %s: %v: measuring again", what, path, err))
 		}
 	}
+	skip := map[string]string{}
+	var marker *tuneMarker
+	if path != "" {
+		marker = &tuneMarker{path: strings.TrimSuffix(path, ".json") + ".running", now: now}
+		var left tuneMarker
+		if opt.Cache == calcache.Use && calcache.Read(marker.path, &left) == nil {
+			maps.Copy(skip, left.Excluded)
+			if left.Current != "" {
+				skip[left.Current] = fmt.Sprintf("a run ended at %s while it was being checked or timed (%s=refresh tries it again)", left.Since.UTC().Format("2006-01-02 15:04 UTC"), TuneEnv)
+			}
+			for _, name := range slices.Sorted(maps.Keys(skip)) {
+				warnings = append(warnings, fmt.Sprintf("%s calibration: %s left out: %s", what, name, skip[name]))
+			}
+		}
+		marker.Excluded = skip
+	}
 	t0 := now()
-	timings, err := measure()
+	timings, err := measure(skip, marker.trying)
+	marker.remove()
 	if err != nil {
 		return nil, "", warnings, err
 	}
@@ -450,7 +513,7 @@ const (
 // timeTiles builds each candidate and times it at shapes: the time a
 // step's products of f take on it. The variant in use for f is put back
 // after; every candidate's kernels but the one in use are closed.
-func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandidate, maxBatch int) ([]TileTiming, error) {
+func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandidate, maxBatch int, skip map[string]string, trying func(string)) ([]TileTiming, error) {
 	cur := ks.gemm[f]
 	defer func() { ks.gemm[f] = cur }()
 	timings := make([]TileTiming, len(cands))
@@ -465,10 +528,15 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 	}()
 	for i, c := range cands {
 		timings[i] = TileTiming{Tile: c.tile, Variant: c.v.Name}
+		if reason, ok := skip[c.tile]; ok {
+			timings[i].Error = reason
+			continue
+		}
 		if c.v.Name == cur.v.Name {
 			built[i], inUse = &cur, i
 			continue
 		}
+		trying(c.tile)
 		g, err := c.build()
 		if err != nil {
 			timings[i].Error = err.Error()
@@ -557,6 +625,7 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 					continue
 				}
 				ks.gemm[f] = *built[i]
+				trying(cands[i].tile)
 				secs, err := bt.time(round == 0, n, func(r *Recorder) error { return ks.Gemm(r, g) })
 				if err != nil {
 					timings[i].Error = fmt.Sprintf("%v: %v", s, err)

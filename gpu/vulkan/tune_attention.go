@@ -84,8 +84,8 @@ func (ks *Kernels) ChooseSplitDKV(uses []AttentionUse, opt TuneOptions) (SplitCh
 		}
 		return nil
 	}
-	cal, source, warnings, err := calibrated("dK/dV split", "split-", fields, opt, check, func() ([]TileTiming, error) {
-		return ks.timeSplit(tuned, cmp.Or(opt.maxBatch, tuneBatchMax))
+	cal, source, warnings, err := calibrated("dK/dV split", "split-", fields, opt, check, func(skip map[string]string, trying func(string)) ([]TileTiming, error) {
+		return ks.timeSplit(tuned, cmp.Or(opt.maxBatch, tuneBatchMax), skip, trying)
 	})
 	if err != nil {
 		return SplitChoice{}, err
@@ -140,7 +140,7 @@ func (ks *Kernels) splitKey(uses []AttentionUse) ([]string, error) {
 
 // timeSplit times the backward pass at each use, joint and split taking
 // turns, tuneRounds rounds, the best counting.
-func (ks *Kernels) timeSplit(uses []AttentionUse, maxBatch int) ([]TileTiming, error) {
+func (ks *Kernels) timeSplit(uses []AttentionUse, maxBatch int, skip map[string]string, trying func(string)) ([]TileTiming, error) {
 	was := ks.splitDKV
 	defer func() { ks.splitDKV = was }()
 	var bufs []*Buffer
@@ -206,6 +206,10 @@ func (ks *Kernels) timeSplit(uses []AttentionUse, maxBatch int) ([]TileTiming, e
 			flops := 9 * 2 * float64(s.HeadDim) * pairs
 			n := int(math.Max(1, math.Min(float64(maxBatch), math.Round(tuneBatchFlops/4/flops))))
 			for i, mode := range modes {
+				if _, ok := skip[mode]; ok {
+					continue
+				}
+				trying(mode)
 				ks.splitDKV = mode == "split"
 				secs, err := bt.time(round == 0, n, func(r *Recorder) error { return ks.AttentionBackward(r, s, o.q, o.k, o.v, o.stats, g) })
 				if err != nil {
@@ -218,6 +222,10 @@ func (ks *Kernels) timeSplit(uses []AttentionUse, maxBatch int) ([]TileTiming, e
 	timings := make([]TileTiming, len(modes))
 	for i, mode := range modes {
 		timings[i] = TileTiming{Tile: mode}
+		if reason, ok := skip[mode]; ok {
+			timings[i].Error = reason
+			continue
+		}
 		var secs, flops float64
 		for j, u := range uses {
 			s := u.Shape

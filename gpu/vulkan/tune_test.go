@@ -2,9 +2,12 @@ package vulkan
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -263,5 +266,81 @@ func TestChooseSplitDKVEmulated(t *testing.T) {
 	must(t, err)
 	if none.Reason != "" || none.Timings != nil || !ks.SplitDKV() {
 		t.Errorf("scalar shapes only: %+v", none)
+	}
+}
+
+// TestCalibratedMarker: a measurement that ends the process while a
+// candidate is being built or timed (here a panic, as a driver that
+// hangs or crashes would end it) leaves a marker naming it; the next run
+// leaves that candidate out, with a warning, caches a result that says
+// why, and removes the marker; a second crash adds its candidate to those
+// left out; a refresh tries them all again.
+func TestCalibratedMarker(t *testing.T) {
+	dir := t.TempDir()
+	opt := TuneOptions{Dir: dir}
+	fields := []string{"test calibration"}
+	check := func(*tileCalibration) error { return nil }
+	var skipped []string // what the last crashing run left out
+	crash := func(at string) measureFunc {
+		return func(skip map[string]string, trying func(string)) ([]TileTiming, error) {
+			skipped = slices.Sorted(maps.Keys(skip))
+			for _, name := range []string{"a", "b", "c"} {
+				if _, ok := skip[name]; ok {
+					continue
+				}
+				trying(name)
+				if name == at {
+					panic("device lost")
+				}
+			}
+			return nil, errors.New("not reached")
+		}
+	}
+	run := func(m measureFunc) (cal *tileCalibration, warnings []string, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("crashed: %v", r)
+			}
+		}()
+		cal, _, warnings, err = calibrated("test", "t-", fields, opt, check, m)
+		return cal, warnings, err
+	}
+	if _, _, err := run(crash("b")); err == nil || !strings.Contains(err.Error(), "crashed") {
+		t.Fatalf("first run: %v", err)
+	}
+	if _, _, err := run(crash("c")); err == nil || !slices.Equal(skipped, []string{"b"}) {
+		t.Fatalf("second run: %v, left out %v", err, skipped)
+	}
+	var seen map[string]string
+	cal, w, err := run(func(skip map[string]string, trying func(string)) ([]TileTiming, error) {
+		seen = maps.Clone(skip)
+		var ts []TileTiming
+		for _, name := range []string{"a", "b", "c"} {
+			if reason, ok := skip[name]; ok {
+				ts = append(ts, TileTiming{Tile: name, Error: reason})
+				continue
+			}
+			trying(name)
+			ts = append(ts, TileTiming{Tile: name, Millis: 1})
+		}
+		return ts, nil
+	})
+	if err != nil || len(seen) != 2 || seen["b"] == "" || seen["c"] == "" || !strings.Contains(seen["c"], TuneEnv+"=refresh") {
+		t.Fatalf("third run: %v, left out %v", err, seen)
+	}
+	if best, ok := pickTile(cal.Results); !ok || best.Tile != "a" || len(w) != 2 || !strings.Contains(w[0], "b left out") {
+		t.Errorf("third run: %+v, warnings %q", cal.Results, w)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.running")); len(m) != 0 {
+		t.Errorf("markers left: %v", m)
+	}
+	opt.Cache = calcache.Refresh
+	if _, _, err := run(func(skip map[string]string, trying func(string)) ([]TileTiming, error) {
+		if len(skip) != 0 {
+			t.Errorf("refresh leaves out %v", skip)
+		}
+		return []TileTiming{{Tile: "a", Millis: 1}}, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
