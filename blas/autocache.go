@@ -91,8 +91,6 @@ func keyFields(cs []candidate, threads int, getenv func(string) string) []string
 	return f
 }
 
-func hashKey(fields []string) string { return calcache.Key(fields) }
-
 // cpuModel is the CPU's model name from /proc/cpuinfo where there is one.
 func cpuModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
@@ -141,7 +139,7 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 	}
 	cs, skipped := p.candidates(threads)
 	fields := keyFields(cs, threads, getenv)
-	key := hashKey(fields)
+	key := calcache.Key(fields)
 	var warnings []string
 	for _, s := range skipped {
 		warnings = append(warnings, "auto left a backend out: "+s)
@@ -154,7 +152,7 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 	}
 	path := ""
 	if opt.Cache != CacheOff {
-		dir, err := cacheDir(opt.Dir)
+		dir, err := calcache.Dir(opt.Dir, "blas")
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("no cache for the BLAS calibration (%v): measuring each run", err))
 		} else {
@@ -187,7 +185,7 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 		case path == "":
 			source += ", not cached"
 		default:
-			if err := writeCalibration(path, cal); err != nil {
+			if err := calcache.Write(path, cal); err != nil {
 				warnings = append(warnings, fmt.Sprintf("could not cache the BLAS calibration: %v", err))
 				source += ", not cached"
 			} else {
@@ -212,9 +210,6 @@ func chooseAuto(threads int, opt AutoOptions, p probe) (Choice, error) {
 	return Choice{}, fmt.Errorf("blas: auto: %s was measured but is not a candidate", best.Kind)
 }
 
-// cacheDir is dir, or the user's cache directory's mixtune/blas.
-func cacheDir(dir string) (string, error) { return calcache.Dir(dir, "blas") }
-
 // readCalibration reads a cached calibration and checks that it is the
 // one for key and has a result for every candidate.
 func readCalibration(path, key string, cs []candidate) (*calibration, error) {
@@ -236,7 +231,3 @@ func readCalibration(path, key string, cs []candidate) (*calibration, error) {
 	}
 	return &c, nil
 }
-
-// writeCalibration writes c to path whole or not at all, so that a
-// reader never sees half a file.
-func writeCalibration(path string, c any) error { return calcache.Write(path, c) }

@@ -82,11 +82,11 @@ func measureBF16(be Backend, g BF16Gemmer, threads int, opt AutoOptions, cpuSeco
 	for _, env := range []string{"MIXTUNE_ONEDNN", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"} {
 		fields = append(fields, env+"="+getenv(env))
 	}
-	key := hashKey(fields)
+	key := calcache.Key(fields)
 	var warnings []string
 	path := ""
 	if opt.Cache != CacheOff {
-		if dir, err := cacheDir(opt.Dir); err != nil {
+		if dir, err := calcache.Dir(opt.Dir, "blas"); err != nil {
 			warnings = append(warnings, fmt.Sprintf("no cache for the bf16 calibration (%v): measuring each run", err))
 		} else {
 			path = filepath.Join(dir, "bf16-"+key+".json")
@@ -114,7 +114,7 @@ func measureBF16(be Backend, g BF16Gemmer, threads int, opt AutoOptions, cpuSeco
 		s.Source += ", not cached"
 	default:
 		c := &bf16Calibration{Key: key, KeyText: fields, Measured: t0, Emulate: s.Emulate, Hardware: s.Hardware}
-		if err := writeCalibration(path, c); err != nil {
+		if err := calcache.Write(path, c); err != nil {
 			warnings = append(warnings, fmt.Sprintf("could not cache the bf16 calibration: %v", err))
 			s.Source += ", not cached"
 		} else {

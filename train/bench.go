@@ -325,7 +325,7 @@ func newBenchRun(c BenchConfig, mem memoryMode) (*benchRun, error) {
 			return nil, err
 		}
 		b.warnings = append(b.warnings, warnings...)
-		b.warnings = append(b.warnings, b.gpu.settleSplit(c.SplitDKV, b.ru.vk.Attentions())...)
+		b.warnings = append(b.warnings, b.gpu.settleSplit(c.SplitDKV, c.Precision, b.ru.vk.Attentions())...)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := c.Batch * c.SeqLen

@@ -225,7 +225,7 @@ func build(ctx context.Context, r *Recipe, choice *DeviceChoice, opt Options) (c
 		if err != nil {
 			return c, err
 		}
-		c.warnings = append(c.warnings, c.gpu.settleSplit(r.Compute.SplitDKV, c.trainer.vk.Attentions())...)
+		c.warnings = append(c.warnings, c.gpu.settleSplit(r.Compute.SplitDKV, r.Precision, c.trainer.vk.Attentions())...)
 	}
 	// after the tile is settled: the engine's name says which runs the products
 	if opt.ResumeDir != "" {

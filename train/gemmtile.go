@@ -132,13 +132,13 @@ func namedTile(tile string) string {
 // at uses, the trainer's backward passes (vulkan.Kernels.ChooseSplitDKV).
 // Both give the same bits, so nothing is recorded for a resume, and a
 // timing that fails only warns.
-func (g *gpuEngine) settleSplit(mode SplitDKV, uses []vulkan.AttentionUse) []string {
-	if mode != SplitDKVAuto {
+func (g *gpuEngine) settleSplit(mode SplitDKV, low amp.Format, uses []vulkan.AttentionUse) []string {
+	if mode != SplitDKVAuto || len(tensorFormats(low)) == 0 { // fp32: no tensor-core attention to time
 		return nil
 	}
 	opt, err := vulkan.TuneOptionsFromEnv(os.Getenv)
 	if err != nil {
-		return []string{err.Error()} // settleTile has refused it already where it matters
+		return []string{err.Error()} // with gemm_tile: auto, settleTile refused it as bad input already
 	}
 	c, err := g.eng.Kernels.ChooseSplitDKV(uses, opt)
 	if err != nil {

@@ -132,6 +132,9 @@ func (dc *DecodeCache) prepare(heads int, tiled bool) error {
 // tile by tile (memory for rows, not for rows × capacity); a generation's
 // prompts are such a run.
 func prefillRun(seq, pos []int) bool {
+	if len(seq) == 0 || pos[0] != 0 { // a decoding step: no set to make
+		return false
+	}
 	seen := map[int]bool{}
 	for i := range seq {
 		if i > 0 && seq[i] == seq[i-1] {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/mixtune/mixtune/amp"
 )
 
 // shaderFS holds the SPIR-V compiled from shaders/*.comp (see
@@ -38,6 +40,14 @@ func (h Half) String() string {
 		return "fp16"
 	}
 	return "bf16"
+}
+
+// format is h as amp's format, for the host's conversions.
+func (h Half) format() amp.Format {
+	if h == FP16 {
+		return amp.FP16
+	}
+	return amp.BF16
 }
 
 // GemmVariant is one GEMM implementation: its shaders and what the device

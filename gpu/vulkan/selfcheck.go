@@ -109,10 +109,7 @@ func (ks *Kernels) CheckGemm(rng *rand.Rand, c GemmCheck) (float64, error) {
 	}
 	var hs []uint16
 	if c.B16 {
-		f := amp.BF16
-		if c.BHalf == FP16 {
-			f = amp.FP16
-		}
+		f := c.BHalf.format()
 		hs = make([]uint16, len(b))
 		for i := range b {
 			hs[i] = f.Bits16(b[i])

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/x448/float16"
-
 	"github.com/mixtune/mixtune/internal/calcache"
 )
 
@@ -138,11 +136,9 @@ type tileCandidate struct {
 	build func() (gemmKernels, error)
 }
 
-// TunableTiles are the tiles whose variant for operands of format f runs
+// tunableTiles are the tiles whose variant for operands of format f runs
 // on the device, in the order NewKernels prefers them (the first wins a
 // tie): the default coopmat2 tile, then ChooseGemmFor's, then the rest.
-func (ks *Kernels) TunableTiles(f Rounding) []string { return tunableTiles(ks.d.Physical, f) }
-
 func tunableTiles(p *PhysicalDevice, f Rounding) []string {
 	var tiles []string
 	for _, v := range GemmVariants() {
@@ -166,12 +162,12 @@ func tunableTiles(p *PhysicalDevice, f Rounding) []string {
 // ChooseTile puts in use the tile that runs shapes, the products of
 // format f in a step (the others are left out: another format's, and the
 // thin ones split-K runs on the scalar kernel), fastest on this device,
-// timing every tile TunableTiles lists, or reading the time from the
+// timing every tile tunableTiles lists, or reading the time from the
 // cache opt says. It changes nothing where the device runs no tensor-core
 // variant of f, where one tile runs, or where no product is of f.
 func (ks *Kernels) ChooseTile(f Rounding, shapes []GemmShape, opt TuneOptions) (TileChoice, error) {
 	var cands []tileCandidate
-	for _, tile := range ks.TunableTiles(f) {
+	for _, tile := range tunableTiles(ks.d.Physical, f) {
 		v, err := chooseTensor(ks.d.Physical, f, tile)
 		if err != nil {
 			return TileChoice{}, err
@@ -599,7 +595,7 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 		if s.B16 && b16 == nil {
 			hs := make([]uint16, maxB16)
 			for i := range hs {
-				hs[i] = halfBits(float32(i%7)-3, s.BHalf) // exact in both
+				hs[i] = s.BHalf.format().Bits16(float32(i%7) - 3) // exact in both
 			}
 			if b16, err = upload(nil, hs); err != nil {
 				return nil, err
@@ -649,14 +645,6 @@ func (ks *Kernels) timeTiles(f Rounding, shapes []GemmShape, cands []tileCandida
 		timings[i].TFLOPS = flops / secs / 1e12
 	}
 	return timings, nil
-}
-
-// halfBits is x's bits in format h, for values exact in it.
-func halfBits(x float32, h Half) uint16 {
-	if h == BF16 {
-		return uint16(math.Float32bits(x) >> 16)
-	}
-	return float16.Fromfloat32(x).Bits()
 }
 
 // batchTimer times batches of a recorded command: by the GPU's

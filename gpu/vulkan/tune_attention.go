@@ -51,13 +51,6 @@ type SplitChoice struct {
 	Warnings []string
 }
 
-// SplitDKV reports whether the tensor-core dK/dV kernel runs as two.
-func (ks *Kernels) SplitDKV() bool { return ks.splitDKV }
-
-// SetSplitDKV runs the tensor-core dK/dV kernel as two (on) or one: the
-// same values either way.
-func (ks *Kernels) SetSplitDKV(on bool) { ks.splitDKV = on }
-
 // ChooseSplitDKV times the tensor-core attention's backward pass with the
 // dK/dV kernel joint and split at uses (those that run on tensor cores),
 // each weighted by its count, or reads the times from the cache opt says,

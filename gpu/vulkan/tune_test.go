@@ -230,7 +230,7 @@ func TestChooseTileEmulated(t *testing.T) {
 func TestChooseSplitDKVEmulated(t *testing.T) {
 	_, ks := openKernels(t)
 	useEmulatedAttention(t, ks)
-	defer ks.SetSplitDKV(false)
+	defer func() { ks.splitDKV = false }()
 	bf := AttentionShape{Batch: 1, SeqLen: 40, Heads: 2, KVHeads: 1, HeadDim: 80, Scores: RoundBF16, Softmax: RoundBF16, Values: RoundBF16, Operands: RoundBF16}
 	fp := bf
 	fp.SeqLen, fp.Heads, fp.Scores, fp.Softmax, fp.Values, fp.Operands = 24, 1, RoundFP16, RoundFP16, RoundFP16, RoundFP16
@@ -247,8 +247,8 @@ func TestChooseSplitDKVEmulated(t *testing.T) {
 	c, err := ks.ChooseSplitDKV(uses, opt)
 	must(t, err)
 	t.Logf("%s", c.Reason)
-	if len(c.Timings) != 2 || c.Timings[0].Millis > c.Timings[1].Millis || c.Split != (c.Timings[0].Tile == "split") || ks.SplitDKV() != c.Split {
-		t.Fatalf("choice %+v, in use %v", c, ks.SplitDKV())
+	if len(c.Timings) != 2 || c.Timings[0].Millis > c.Timings[1].Millis || c.Split != (c.Timings[0].Tile == "split") || ks.splitDKV != c.Split {
+		t.Fatalf("choice %+v, in use %v", c, ks.splitDKV)
 	}
 	for _, tm := range c.Timings {
 		ms := 2*tm.PerProduct[0] + tm.PerProduct[1]
@@ -261,10 +261,10 @@ func TestChooseSplitDKVEmulated(t *testing.T) {
 	if !strings.Contains(again.Reason, "cached ") || again.Split != c.Split {
 		t.Errorf("second call: %+v", again)
 	}
-	ks.SetSplitDKV(true)
+	ks.splitDKV = true
 	none, err := ks.ChooseSplitDKV(uses[2:], opt)
 	must(t, err)
-	if none.Reason != "" || none.Timings != nil || !ks.SplitDKV() {
+	if none.Reason != "" || none.Timings != nil || !ks.splitDKV {
 		t.Errorf("scalar shapes only: %+v", none)
 	}
 }
